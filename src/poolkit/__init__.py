@@ -1,0 +1,45 @@
+"""poolkit: a spec-exact connection pool for Python client libraries.
+
+One pure core (``poolkit._core``) decides everything; :class:`AsyncPool` runs it on asyncio and
+:class:`Pool` on threads. See the README for a quickstart.
+"""
+
+from ._frontend import Clock, ConnectContext, Established, Lease
+from .asyncio import AsyncPool
+from .errors import (
+    ConnectTimeoutError,
+    InvalidLeaseError,
+    PoolClearedError,
+    PoolClosedError,
+    PoolError,
+    WaitQueueTimeoutError,
+)
+from .events import PoolListener
+from .options import PoolOptions
+from .stats import PoolState, PoolStats
+from .threaded import Pool
+
+__all__ = [
+    "AsyncPool",
+    "Clock",
+    "ConnectContext",
+    "ConnectTimeoutError",
+    "Established",
+    "InvalidLeaseError",
+    "Lease",
+    "Pool",
+    "PoolClearedError",
+    "PoolClosedError",
+    "PoolError",
+    "PoolListener",
+    "PoolOptions",
+    "PoolState",
+    "PoolStats",
+    "WaitQueueTimeoutError",
+]
+
+for _name in ("ConnectContext", "Established", "Lease", "AsyncPool", "Pool"):
+    globals()[_name].__module__ = "poolkit"
+del _name
+
+__version__ = "0.1.0.dev0"

@@ -1,0 +1,36 @@
+"""The pure core of poolkit: records, actions, timers and the decisions of the pool."""
+
+from .actions import Action, CloseConnection, CompleteRequest, StartConnect
+from .pool import PoolCore
+from .records import (
+    TRANSITIONS,
+    Conn,
+    ConnInput,
+    ConnState,
+    InvalidTransition,
+    Request,
+    RequestState,
+    Role,
+    next_state,
+)
+from .timers import TimerEntry, TimerHeap, TimerKind
+
+__all__ = [
+    "TRANSITIONS",
+    "Action",
+    "CloseConnection",
+    "CompleteRequest",
+    "Conn",
+    "ConnInput",
+    "ConnState",
+    "InvalidTransition",
+    "PoolCore",
+    "Request",
+    "RequestState",
+    "Role",
+    "StartConnect",
+    "TimerEntry",
+    "TimerHeap",
+    "TimerKind",
+    "next_state",
+]

@@ -1,0 +1,57 @@
+"""What the core asks its front end to do, outside any lock, in the order given.
+
+Rules of this module
+--------------------
+* Actions are plain values; the core never calls the front end.
+* ``StartConnect``: run the connect function for ``conn`` and report ``connected`` or
+  ``connect_failed`` back to the core.
+* ``CloseConnection``: the core has already removed ``conn`` from every count. If
+  ``conn.connection`` is set, close it; if the connect is still running, abandon it (cancel the
+  task, mark its context cancelled). The same record may be named twice: once when the core
+  abandons a pending connect and once more if that connect returns a connection anyway.
+* ``CompleteRequest``: ``request`` left the wait queue with ``conn`` or ``error`` set; wake its
+  owner.
+"""
+
+from __future__ import annotations
+
+from typing import final
+
+from .records import Conn, Request
+
+
+class Action:
+    __slots__ = ()
+
+
+@final
+class StartConnect(Action):
+    __slots__ = ("conn",)
+
+    def __init__(self, conn: Conn) -> None:
+        self.conn = conn
+
+    def __repr__(self) -> str:
+        return f"StartConnect({self.conn.id})"
+
+
+@final
+class CloseConnection(Action):
+    __slots__ = ("conn",)
+
+    def __init__(self, conn: Conn) -> None:
+        self.conn = conn
+
+    def __repr__(self) -> str:
+        return f"CloseConnection({self.conn.id}, {self.conn.close_reason!r})"
+
+
+@final
+class CompleteRequest(Action):
+    __slots__ = ("request",)
+
+    def __init__(self, request: Request) -> None:
+        self.request = request
+
+    def __repr__(self) -> str:
+        return f"CompleteRequest({self.request!r})"

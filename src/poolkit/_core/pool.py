@@ -1,0 +1,620 @@
+"""The pool's pure core: every decision, no I/O, no clock, no threads, no asyncio.
+
+Rules of this module
+--------------------
+* Each public method is one input (a checkout, a check-in, a connect result, a timer, clear,
+  ready, close, cancel) and takes ``now`` from its caller. It mutates the state and appends what
+  the front end must do to ``actions`` and what listeners must see to ``events``; the front end
+  takes both (``take``) and carries them out outside its lock.
+* Connection states change only in ``_fire`` (the table in ``records``), and the per-state counts
+  change only there. ``total`` is ``len(conns)``; ``available`` is ``len(_idle)``.
+* Requests wait in one FIFO (an ``OrderedDict``: O(1) append, pop-oldest and cancel). A request
+  that was served, failed, timed out or cancelled is out of the queue and is never handed a
+  connection.
+* Connections are made by the pool, not by a waiter: a connect covers "a waiter", not "this
+  waiter". A new connect starts only for a waiter not covered by the connects in flight, or to
+  reach ``min_size``, and only while the pool is ready, under ``max_size`` and ``max_connecting``.
+* ``_idle`` is a stack: check-in pushes on the right, checkout pops from the right (the most
+  recently used first), so the left end is always the longest idle.
+* Events are built only when ``observed`` is true. ``lease_idle`` (the fast path) never builds an
+  event, never touches the timer heap and allocates nothing.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from typing import Any, Final
+
+from ..errors import ConnectTimeoutError, PoolClearedError, PoolClosedError, WaitQueueTimeoutError
+from ..events import (
+    CHECKOUT_CANCELLED,
+    CHECKOUT_CONNECTION_ERROR,
+    CHECKOUT_POOL_CLOSED,
+    CHECKOUT_TIMEOUT,
+    CLOSE_ERROR,
+    CLOSE_IDLE,
+    CLOSE_POOL_CLOSED,
+    CLOSE_STALE,
+    ConnectionCheckedInEvent,
+    ConnectionCheckedOutEvent,
+    ConnectionCheckOutFailedEvent,
+    ConnectionCheckOutStartedEvent,
+    ConnectionClosedEvent,
+    ConnectionCreatedEvent,
+    ConnectionReadyEvent,
+    PoolClearedEvent,
+    PoolClosedEvent,
+    PoolCreatedEvent,
+    PoolEvent,
+    PoolReadyEvent,
+)
+from ..options import PoolOptions
+from ..stats import PoolState, PoolStats
+from .actions import Action, CloseConnection, CompleteRequest, StartConnect
+from .records import Conn, ConnInput, ConnState, Request, RequestState, Role, next_state
+from .timers import TimerEntry, TimerHeap, TimerKind
+
+_READY: Final = PoolState.READY
+_PAUSED: Final = PoolState.PAUSED
+_CLOSED: Final = PoolState.CLOSED
+_WAITING: Final = RequestState.WAITING
+_IDLE: Final = ConnState.IDLE
+_CONNECTING: Final = ConnState.CONNECTING
+_LEASED: Final = ConnState.LEASED
+_S_CLOSED: Final = ConnState.CLOSED
+_LEASE: Final = ConnInput.LEASE
+
+
+class PoolCore:
+    """The state of one pool and the rules that change it."""
+
+    def __init__(self, options: PoolOptions, address: str, *, observed: bool = False) -> None:
+        self.options: Final = options
+        self.address: Final = address
+        self.observed = observed
+        self.state = _PAUSED
+        self.generation = 0
+        self._lb = options.load_balanced
+        #: load-balanced mode: service id -> [generation, connection count]
+        self.service_generations: dict[Any, list[int]] = {}
+        #: every connection not closed, by id
+        self.conns: dict[int, Conn] = {}
+        self._idle: deque[Conn] = deque()
+        self._waiters: OrderedDict[Request, None] = OrderedDict()
+        self._counts: dict[ConnState, int] = dict.fromkeys(ConnState, 0)
+        self._kept = 0  # connections whose role is KEPT
+        self._next_id = 1
+        self.clear_cause: BaseException | None = None
+        self.timers: Final = TimerHeap(self._timer_is_live)
+        self._idle_sweep: TimerEntry | None = None
+        self._background: TimerEntry | None = None
+        self.actions: list[Action] = []
+        self.events: list[PoolEvent] = []
+        if observed:
+            self.events.append(PoolCreatedEvent(address=address, options=options.cmap_options()))
+
+    # ------------------------------------------------------------------ views
+
+    @property
+    def total(self) -> int:
+        return len(self.conns)
+
+    @property
+    def available(self) -> int:
+        return len(self._idle)
+
+    @property
+    def pending(self) -> int:
+        return self._counts[_CONNECTING]
+
+    @property
+    def in_use(self) -> int:
+        return self._counts[_LEASED] + self._counts[ConnState.DRAINING]
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiters)
+
+    def count(self, state: ConnState) -> int:
+        return self._counts[state]
+
+    def stats(self) -> PoolStats:
+        return PoolStats(
+            state=self.state,
+            generation=self.generation,
+            total=len(self.conns),
+            available=len(self._idle),
+            pending=self._counts[_CONNECTING],
+            in_use=self.in_use,
+            waiting=len(self._waiters),
+        )
+
+    def waiters(self) -> list[Request]:
+        """The waiting requests, oldest first (for tests and diagnostics)."""
+        return list(self._waiters)
+
+    def idle_connections(self) -> list[Conn]:
+        """Available connections, longest idle first (for tests and diagnostics)."""
+        return list(self._idle)
+
+    def take(self) -> tuple[list[Action], list[PoolEvent]]:
+        """Hand the pending actions and events to the front end and start fresh lists."""
+        actions, events = self.actions, self.events
+        if actions:
+            self.actions = []
+        if events:
+            self.events = []
+        return actions, events
+
+    def next_deadline(self) -> float | None:
+        self.timers.dirty = False
+        return self.timers.next_deadline()
+
+    # ------------------------------------------------------------------ pool lifecycle
+
+    def ready(self, now: float) -> None:
+        if self.state is _CLOSED:
+            raise PoolClosedError(address=self.address, operation="mark ready a")
+        if self.state is _READY:
+            return
+        self.state = _READY
+        if self.observed:
+            self.events.append(PoolReadyEvent(address=self.address))
+        self._maybe_connect(now, fill_min=True)
+        if self._background is None:
+            self._schedule_background(now + self.options.background_interval)
+
+    def clear(
+        self,
+        now: float,
+        *,
+        interrupt_in_use: bool = False,
+        service_id: Any = None,
+        cause: BaseException | None = None,
+    ) -> None:
+        if self.state is _CLOSED:
+            return
+        if self._lb:
+            self._clear_service(now, service_id, interrupt_in_use)
+            return
+        if service_id is not None:
+            raise ValueError("clear(service_id=...) needs a pool with PoolOptions(load_balanced=True)")
+        was_paused = self.state is _PAUSED
+        old_generation = self.generation
+        self.generation += 1
+        self.state = _PAUSED
+        self.clear_cause = cause
+        if not was_paused and self.observed:
+            self.events.append(
+                PoolClearedEvent(address=self.address, interrupt_in_use_connections=interrupt_in_use)
+            )
+        if interrupt_in_use:
+            self._interrupt(lambda c: c.generation <= old_generation)
+        self._fail_all_waiters(now, self._cleared_error, CHECKOUT_CONNECTION_ERROR)
+        self._schedule_background(now)
+
+    def _clear_service(self, now: float, service_id: Any, interrupt_in_use: bool) -> None:
+        if service_id is None:
+            self.generation += 1
+            for entry in self.service_generations.values():
+                entry[0] += 1
+            generations = {sid: entry[0] - 1 for sid, entry in self.service_generations.items()}
+        else:
+            entry = self.service_generations.get(service_id)
+            generations = {}
+            if entry is not None:
+                entry[0] += 1
+                generations[service_id] = entry[0] - 1
+        if self.observed:
+            self.events.append(
+                PoolClearedEvent(
+                    address=self.address,
+                    service_id=service_id,
+                    interrupt_in_use_connections=interrupt_in_use,
+                )
+            )
+        if interrupt_in_use:
+            self._interrupt(
+                lambda c: c.service_id in generations and c.generation <= generations[c.service_id]
+            )
+        self._schedule_background(now)
+
+    def _interrupt(self, applies: Any) -> None:
+        """Close in-use and pending connections of the cleared generation (CMAP interrupt)."""
+        for conn in list(self.conns.values()):
+            if conn.state is not _IDLE and applies(conn):
+                self._close(conn, CLOSE_STALE)
+
+    def close(self, now: float) -> None:
+        if self.state is _CLOSED:
+            return
+        self.state = _CLOSED
+        while self._idle:
+            self._close(self._idle.popleft(), CLOSE_POOL_CLOSED)
+        for conn in list(self.conns.values()):
+            if conn.state is _CONNECTING or conn.state is ConnState.BACKING_OFF:
+                self._close(conn, CLOSE_POOL_CLOSED)
+        self._fail_all_waiters(
+            now, lambda: PoolClosedError(address=self.address), CHECKOUT_POOL_CLOSED
+        )
+        self.timers.clear()
+        self._idle_sweep = self._background = None
+        if self.observed:
+            self.events.append(PoolClosedEvent(address=self.address))
+
+    def reset_after_fork(self) -> None:
+        """Forget every connection and waiter without closing anything (they belong to the
+        parent process) and move to a new generation; the pool keeps its state."""
+        self.conns.clear()
+        self._idle.clear()
+        self._waiters.clear()
+        self._counts = dict.fromkeys(ConnState, 0)
+        self._kept = 0
+        self.service_generations.clear()
+        self.generation += 1
+        self.timers.clear()
+        self._idle_sweep = self._background = None
+        self.actions = []
+        self.events = []
+        if self.state is not _CLOSED:
+            if self.observed:
+                self.events.append(PoolClearedEvent(address=self.address))
+            self._schedule_background(float("-inf"))
+
+    # ------------------------------------------------------------------ checkout
+
+    def lease_idle(self, now: float) -> Conn | None:
+        """The fast path: lease an available connection at once, or return ``None``.
+
+        ``None`` means the checkout must go through :meth:`request` (not ready, requests already
+        waiting, or nothing available). No events are built: the caller uses this only when
+        nobody observes the pool.
+        """
+        if self.state is not _READY or self._waiters:
+            return None
+        conn = self._pop_idle(now)
+        if conn is not None:
+            self._fire(conn, _LEASE)
+            conn.streams += 1
+        return conn
+
+    def request(self, req: Request, now: float) -> None:
+        """A checkout. On return ``req`` is served, failed, or queued (``req.queued``)."""
+        if self.observed:
+            self.events.append(ConnectionCheckOutStartedEvent(address=self.address))
+        state = self.state
+        if state is not _READY:
+            if state is _CLOSED:
+                self._fail(req, PoolClosedError(address=self.address), CHECKOUT_POOL_CLOSED, now)
+            else:
+                self._fail(req, self._cleared_error(), CHECKOUT_CONNECTION_ERROR, now)
+            return
+        if not self._waiters:
+            conn = self._pop_idle(now)
+            if conn is not None:
+                self._serve(req, conn, now)
+                return
+        if req.deadline is not None and req.deadline <= now:
+            self._fail_timeout(req, now)
+            return
+        self._waiters[req] = None
+        req.queued = True
+        if req.deadline is not None:
+            self.timers.push(req.deadline, TimerKind.DEADLINE, req)
+        self._maybe_connect(now, fill_min=False)
+
+    def cancel(self, req: Request, now: float) -> bool:
+        """The requester gave up. True if it was still waiting (it is now cancelled)."""
+        if req.state is not _WAITING:
+            return False
+        if req.queued:
+            del self._waiters[req]
+            if req.deadline is not None:
+                self.timers.note_stale()
+        req.state = RequestState.CANCELLED
+        if self.observed:
+            self.events.append(
+                ConnectionCheckOutFailedEvent(
+                    address=self.address, reason=CHECKOUT_CANCELLED, duration=now - req.started
+                )
+            )
+        return True
+
+    # ------------------------------------------------------------------ check-in
+
+    def release(self, conn: Conn, now: float, *, discard: bool = False, error: BaseException | None = None) -> None:
+        """A lease on ``conn`` came back (the front end checked that it was out)."""
+        if self.observed:
+            self.events.append(ConnectionCheckedInEvent(address=self.address, connection_id=conn.id))
+        conn.streams -= 1
+        last = conn.streams == 0
+        if conn.state is _S_CLOSED:
+            self._fire(conn, ConnInput.RELEASE_LAST if last else ConnInput.RELEASE)
+            return
+        if discard:
+            self._close(conn, CLOSE_ERROR, error)
+            self._dispatch(now)
+            return
+        if self._fire(conn, ConnInput.RELEASE_LAST if last else ConnInput.RELEASE) is not _IDLE:
+            return
+        reason = self._perished(conn, now, check_idle=False)
+        if reason is not None:
+            self._close(conn, reason)
+            self._dispatch(now)
+            return
+        conn.idle_since = now
+        if self._waiters:
+            self._serve(self._pop_waiter(), conn, now)
+        else:
+            self._push_idle(conn, now)
+
+    # ------------------------------------------------------------------ connect results
+
+    def connected(self, conn: Conn, now: float, connection: Any, service_id: Any = None) -> None:
+        """``conn``'s connect function returned ``connection``."""
+        conn.connection = connection
+        if conn.state is not _CONNECTING:
+            # The pool gave up on this connect (interrupted, closed, timed out): close what came.
+            self.actions.append(CloseConnection(conn))
+            return
+        if self._lb:
+            conn.service_id = service_id
+            entry = self.service_generations.get(service_id)
+            if entry is None:
+                entry = self.service_generations[service_id] = [0, 0]
+            entry[1] += 1
+            conn.generation = entry[0]
+        self._fire(conn, ConnInput.ESTABLISHED)
+        if self.observed:
+            self.events.append(
+                ConnectionReadyEvent(
+                    address=self.address, connection_id=conn.id, duration=now - conn.created_at
+                )
+            )
+        conn.idle_since = now
+        if self._waiters and self.state is _READY and self._perished(conn, now) is None:
+            self._serve(self._pop_waiter(), conn, now)
+        else:
+            self._push_idle(conn, now)
+        self._dispatch(now)
+
+    def connect_failed(self, conn: Conn, now: float, error: BaseException) -> None:
+        """``conn``'s connect function raised ``error``."""
+        if conn.state is not _CONNECTING:
+            return
+        self._close(conn, CLOSE_ERROR, error, ConnInput.CONNECT_FAILED)
+        # CMAP: the checkout that needed this connection fails with the connect error.
+        if len(self._waiters) > self._counts[_CONNECTING]:
+            self._fail(self._pop_waiter(), error, CHECKOUT_CONNECTION_ERROR, now)
+        self._maybe_connect(now, fill_min=False)
+
+    # ------------------------------------------------------------------ timers
+
+    def fire_timers(self, now: float) -> None:
+        """Run every timer due at ``now``."""
+        timers = self.timers
+        while (entry := timers.pop_due(now)) is not None:
+            kind = entry.kind
+            if kind is TimerKind.DEADLINE:
+                req: Request = entry.target
+                del self._waiters[req]
+                self._fail_timeout(req, now)
+            elif kind is TimerKind.IDLE_SWEEP:
+                self._idle_sweep = None
+                self._sweep_idle(now)
+            elif kind is TimerKind.BACKGROUND:
+                self._background = None
+                self._run_background(now)
+            else:  # CONNECT_TIMEOUT
+                conn: Conn = entry.target
+                timeout = self.options.connect_timeout
+                assert timeout is not None
+                self.connect_failed(conn, now, ConnectTimeoutError(address=self.address, timeout=timeout))
+
+    def _timer_is_live(self, entry: TimerEntry) -> bool:
+        kind = entry.kind
+        if kind is TimerKind.DEADLINE:
+            req: Request = entry.target
+            return req.state is _WAITING and req.deadline == entry.when
+        if kind is TimerKind.IDLE_SWEEP:
+            return entry is self._idle_sweep
+        if kind is TimerKind.BACKGROUND:
+            return entry is self._background
+        conn: Conn = entry.target
+        return conn.state is _CONNECTING
+
+    def _schedule_background(self, when: float) -> None:
+        if self.state is _CLOSED or when == float("inf"):
+            return
+        current = self._background
+        if current is not None:
+            if current.when <= when:
+                return
+            self.timers.note_stale()
+        self._background = self.timers.push(when, TimerKind.BACKGROUND)
+
+    def _run_background(self, now: float) -> None:
+        """A background run: close perished available connections, refill ``min_size``."""
+        if self._idle:
+            keep: deque[Conn] = deque()
+            for conn in self._idle:
+                reason = self._perished(conn, now)
+                if reason is None:
+                    keep.append(conn)
+                else:
+                    self._close(conn, reason)
+            self._idle = keep
+        self._maybe_connect(now, fill_min=True)
+        self._schedule_background(now + self.options.background_interval)
+
+    def _sweep_idle(self, now: float) -> None:
+        idle = self._idle
+        max_idle = self.options.max_idle_time
+        assert max_idle is not None
+        while idle and now - idle[0].idle_since >= max_idle:
+            self._close(idle.popleft(), CLOSE_IDLE)
+        if idle:
+            self._idle_sweep = self.timers.push(idle[0].idle_since + max_idle, TimerKind.IDLE_SWEEP)
+        self._maybe_connect(now, fill_min=True)
+
+    # ------------------------------------------------------------------ internals
+
+    def _fire(self, conn: Conn, event: ConnInput) -> ConnState:
+        old = conn.state
+        new = next_state(old, event, conn.id)
+        if new is not old:
+            conn.state = new
+            counts = self._counts
+            counts[old] -= 1
+            counts[new] += 1
+        return new
+
+    def _perished(self, conn: Conn, now: float, *, check_idle: bool = True) -> str | None:
+        """Why ``conn`` must not be used any more, or ``None`` (CMAP "perished")."""
+        if self.state is _CLOSED:
+            return CLOSE_POOL_CLOSED
+        if not self._lb:
+            if conn.generation != self.generation:
+                return CLOSE_STALE
+        else:
+            entry = self.service_generations.get(conn.service_id)
+            if entry is None or conn.generation != entry[0]:
+                return CLOSE_STALE
+        if check_idle:
+            max_idle = self.options.max_idle_time
+            if max_idle is not None and now - conn.idle_since >= max_idle:
+                return CLOSE_IDLE
+        return None
+
+    def _pop_idle(self, now: float) -> Conn | None:
+        """Pop the most recently used available connection that is not perished, closing the
+        perished ones met on the way (CMAP checkout)."""
+        idle = self._idle
+        max_idle = self.options.max_idle_time
+        generation = self.generation
+        while idle:
+            conn = idle.pop()
+            if not self._lb and conn.generation == generation and (
+                max_idle is None or now - conn.idle_since < max_idle
+            ):
+                return conn
+            reason = self._perished(conn, now)
+            if reason is None:
+                return conn
+            self._close(conn, reason)
+        return None
+
+    def _push_idle(self, conn: Conn, now: float) -> None:
+        self._idle.append(conn)
+        max_idle = self.options.max_idle_time
+        if max_idle is not None and self._idle_sweep is None:
+            self._idle_sweep = self.timers.push(self._idle[0].idle_since + max_idle, TimerKind.IDLE_SWEEP)
+
+    def _pop_waiter(self) -> Request:
+        req, _ = self._waiters.popitem(last=False)
+        if req.deadline is not None:
+            self.timers.note_stale()
+        return req
+
+    def _serve(self, req: Request, conn: Conn, now: float) -> None:
+        self._fire(conn, _LEASE)
+        conn.streams += 1
+        req.state = RequestState.SERVED
+        req.conn = conn
+        if self.observed:
+            self.events.append(
+                ConnectionCheckedOutEvent(
+                    address=self.address, connection_id=conn.id, duration=now - req.started
+                )
+            )
+        if req.queued:
+            self.actions.append(CompleteRequest(req))
+
+    def _fail(self, req: Request, error: BaseException, reason: str, now: float) -> None:
+        req.state = RequestState.FAILED
+        req.error = error
+        if self.observed:
+            self.events.append(
+                ConnectionCheckOutFailedEvent(
+                    address=self.address, reason=reason, duration=now - req.started, error=error
+                )
+            )
+        if req.queued:
+            self.actions.append(CompleteRequest(req))
+
+    def _fail_timeout(self, req: Request, now: float) -> None:
+        error = WaitQueueTimeoutError(address=self.address, waited=now - req.started, stats=None)
+        self._fail(req, error, CHECKOUT_TIMEOUT, now)
+        error.stats = self.stats()
+
+    def _fail_all_waiters(self, now: float, make_error: Any, reason: str) -> None:
+        while self._waiters:
+            self._fail(self._pop_waiter(), make_error(), reason, now)
+
+    def _cleared_error(self) -> PoolClearedError:
+        return PoolClearedError(address=self.address, cause=self.clear_cause)
+
+    def _dispatch(self, now: float) -> None:
+        """Hand available connections to waiters, oldest first; then connect if needed."""
+        waiters = self._waiters
+        while waiters and self._idle:
+            conn = self._pop_idle(now)
+            if conn is None:
+                break
+            self._serve(self._pop_waiter(), conn, now)
+        self._maybe_connect(now, fill_min=True)
+
+    def _maybe_connect(self, now: float, *, fill_min: bool) -> None:
+        if self.state is not _READY:
+            return
+        opts = self.options
+        counts = self._counts
+        while counts[_CONNECTING] < opts.max_connecting and (
+            not opts.max_size or len(self.conns) < opts.max_size
+        ):
+            missing = opts.min_size - len(self.conns) if fill_min else 0
+            if missing <= 0 and len(self._waiters) <= counts[_CONNECTING]:
+                return
+            self._start_connect(now)
+
+    def _start_connect(self, now: float) -> None:
+        role = Role.KEPT if self._kept < self.options.min_size else Role.DEMAND
+        conn = Conn(self._next_id, self.generation, role, now)
+        self._next_id += 1
+        if role is Role.KEPT:
+            self._kept += 1
+        self.conns[conn.id] = conn
+        self._counts[_CONNECTING] += 1
+        if self.observed:
+            self.events.append(ConnectionCreatedEvent(address=self.address, connection_id=conn.id))
+        timeout = self.options.connect_timeout
+        if timeout is not None:
+            self.timers.push(now + timeout, TimerKind.CONNECT_TIMEOUT, conn)
+        self.actions.append(StartConnect(conn))
+
+    def _close(
+        self,
+        conn: Conn,
+        reason: str,
+        error: BaseException | None = None,
+        how: ConnInput = ConnInput.CLOSE,
+    ) -> None:
+        """Close ``conn`` for ``reason``. An available connection must already be off ``_idle``."""
+        self._fire(conn, how)
+        del self.conns[conn.id]
+        if conn.role is Role.KEPT:
+            self._kept -= 1
+        if self._lb and conn.connection is not None:
+            entry = self.service_generations.get(conn.service_id)
+            if entry is not None:
+                entry[1] -= 1
+                if entry[1] == 0:
+                    del self.service_generations[conn.service_id]
+        conn.close_reason = reason
+        if self.observed:
+            self.events.append(
+                ConnectionClosedEvent(
+                    address=self.address, connection_id=conn.id, reason=reason, error=error
+                )
+            )
+        self.actions.append(CloseConnection(conn))

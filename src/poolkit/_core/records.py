@@ -1,0 +1,165 @@
+"""Connection and request records of the pure core, and the connection state machine.
+
+Rules of this module
+--------------------
+* A connection's lifecycle is the explicit enum :class:`ConnState`. Its state changes only by
+  looking the pair ``(state, input)`` up in ``TRANSITIONS`` (``next_state``; the core's ``_fire``
+  does the same lookup inline and is the only code that assigns ``Conn.state``); a pair that is
+  not in the table is a bug in the core and raises :class:`InvalidTransition`.
+* Roles, stream capacity and service ids are fields of the record, never positions in a list.
+* Records hold no I/O objects the core looks at: ``connection`` and ``handle`` are opaque
+  values the front ends put there and read back.
+* Nothing here knows about clocks, threads, asyncio or events.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any, Final, final
+
+
+class ConnState(enum.Enum):
+    """Where a connection is in its life."""
+
+    CONNECTING = "connecting"  #: being established (CMAP "pending")
+    BACKING_OFF = "backing off"  #: waiting to retry a failed connect
+    IDLE = "idle"  #: established, no stream in use (CMAP "available")
+    LEASED = "leased"  #: established, at least one stream in use (CMAP "in use")
+    DRAINING = "draining"  #: will close once its last lease is returned
+    CLOSED = "closed"  #: gone; counts in nothing
+
+
+class ConnInput(enum.Enum):
+    """What can happen to a connection."""
+
+    ESTABLISHED = "established"
+    CONNECT_FAILED = "connect failed"
+    RETRY = "retry"
+    LEASE = "lease"
+    RELEASE = "release"  #: a lease came back and others remain
+    RELEASE_LAST = "release last"  #: the last lease came back
+    WILL_CLOSE = "will close"
+    CLOSE = "close"
+
+
+class Role(enum.Enum):
+    """Why the pool keeps a connection (the generic-pool proposal's three kinds)."""
+
+    KEPT = "kept"  #: counts toward min_size; never idle-closed
+    DEMAND = "demand"  #: made for demand up to the soft limit; closed after max idle time
+    OVERFLOW = "overflow"  #: above the soft limit; closed as soon as it is idle
+
+
+class InvalidTransition(RuntimeError):
+    """The core asked for a state change its table does not allow (a poolkit bug)."""
+
+    def __init__(self, conn_id: int, state: ConnState, event: ConnInput) -> None:
+        super().__init__(f"connection {conn_id}: no transition from {state.value!r} on {event.value!r}")
+        self.connection_id = conn_id
+        self.state = state
+        self.input = event
+
+
+_S = ConnState
+_I = ConnInput
+
+#: The whole per-connection state machine. Anything absent is impossible.
+TRANSITIONS: Final[dict[tuple[ConnState, ConnInput], ConnState]] = {
+    (_S.CONNECTING, _I.ESTABLISHED): _S.IDLE,
+    (_S.CONNECTING, _I.CONNECT_FAILED): _S.CLOSED,
+    (_S.CONNECTING, _I.CLOSE): _S.CLOSED,
+    (_S.BACKING_OFF, _I.RETRY): _S.CONNECTING,
+    (_S.BACKING_OFF, _I.CLOSE): _S.CLOSED,
+    (_S.IDLE, _I.LEASE): _S.LEASED,
+    (_S.IDLE, _I.WILL_CLOSE): _S.CLOSED,
+    (_S.IDLE, _I.CLOSE): _S.CLOSED,
+    (_S.LEASED, _I.LEASE): _S.LEASED,
+    (_S.LEASED, _I.RELEASE): _S.LEASED,
+    (_S.LEASED, _I.RELEASE_LAST): _S.IDLE,
+    (_S.LEASED, _I.WILL_CLOSE): _S.DRAINING,
+    (_S.LEASED, _I.CLOSE): _S.CLOSED,
+    (_S.DRAINING, _I.RELEASE): _S.DRAINING,
+    (_S.DRAINING, _I.RELEASE_LAST): _S.CLOSED,
+    (_S.DRAINING, _I.CLOSE): _S.CLOSED,
+    # A connection the pool already closed (interrupted by a clear, or closed by the pool while
+    # its lease was out) may still see its leases come back.
+    (_S.CLOSED, _I.RELEASE): _S.CLOSED,
+    (_S.CLOSED, _I.RELEASE_LAST): _S.CLOSED,
+}
+
+
+def next_state(state: ConnState, event: ConnInput, conn_id: int = 0) -> ConnState:
+    """The state ``event`` leads to from ``state``; raises :class:`InvalidTransition` if none."""
+    new = TRANSITIONS.get((state, event))
+    if new is None:
+        raise InvalidTransition(conn_id, state, event)
+    return new
+
+
+@final
+class Conn:
+    """The core's record of one connection."""
+
+    __slots__ = (
+        "id",
+        "generation",
+        "service_id",
+        "state",
+        "role",
+        "max_streams",
+        "streams",
+        "connection",
+        "handle",
+        "created_at",
+        "idle_since",
+        "close_reason",
+    )
+
+    def __init__(self, conn_id: int, generation: int, role: Role, now: float) -> None:
+        self.id: Final = conn_id
+        #: the pool's generation (or the service's, once known) when the connection was made
+        self.generation = generation
+        self.service_id: Any = None
+        self.state = ConnState.CONNECTING
+        self.role = role
+        self.max_streams = 1
+        self.streams = 0  #: streams in use (leases out)
+        self.connection: Any = None  #: the object the connect function returned
+        self.handle: Any = None  #: the front end's own data (connect context, task)
+        self.created_at = now
+        self.idle_since = now
+        self.close_reason: str | None = None
+
+    def __repr__(self) -> str:
+        return f"<Conn {self.id} {self.state.value} gen={self.generation} streams={self.streams}>"
+
+
+class RequestState(enum.Enum):
+    WAITING = "waiting"
+    SERVED = "served"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+@final
+class Request:
+    """One checkout: created by a front end, queued and completed by the core.
+
+    When the core completes it, exactly one of ``conn`` (served) and ``error`` (failed) is set and
+    ``state`` leaves WAITING for good.
+    """
+
+    __slots__ = ("started", "deadline", "state", "conn", "error", "owner", "queued")
+
+    def __init__(self, started: float, deadline: float | None, owner: Any = None) -> None:
+        self.started = started
+        self.deadline = deadline
+        self.state = RequestState.WAITING
+        self.conn: Conn | None = None
+        self.error: BaseException | None = None
+        #: the front end's waiter (a future, a lock, a user request object)
+        self.owner = owner
+        self.queued = False
+
+    def __repr__(self) -> str:
+        return f"<Request {self.state.value} started={self.started} deadline={self.deadline}>"

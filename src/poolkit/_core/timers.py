@@ -1,0 +1,102 @@
+"""One heap of deadlines for every timer of the pool.
+
+Rules of this module
+--------------------
+* Entries are never removed from the middle: an entry whose target no longer wants it (a request
+  served before its deadline, a rescheduled sweep) goes stale and is skipped when it surfaces.
+  The owner says which entries are live through the ``is_live`` callback.
+* Stale entries are counted (``note_stale``) and the heap is rebuilt from its live entries once
+  they are more than half of it, so a busy pool with long timeouts does not grow without bound.
+* ``dirty`` turns true when a push makes an entry the earliest; the front end then re-arms its
+  one real timer. Removing the earliest never sets it: an early wake-up is harmless.
+"""
+
+from __future__ import annotations
+
+import enum
+import heapq
+import itertools
+from collections.abc import Callable
+from typing import Any, final
+
+
+class TimerKind(enum.IntEnum):
+    DEADLINE = 1  #: a waiting request's timeout
+    IDLE_SWEEP = 2  #: the oldest available connection reaches max_idle_time
+    BACKGROUND = 3  #: a background maintenance run
+    CONNECT_TIMEOUT = 4  #: a connect attempt ran out of time
+
+
+@final
+class TimerEntry:
+    __slots__ = ("when", "seq", "kind", "target")
+
+    def __init__(self, when: float, seq: int, kind: TimerKind, target: Any) -> None:
+        self.when = when
+        self.seq = seq
+        self.kind = kind
+        self.target = target
+
+    def __lt__(self, other: TimerEntry) -> bool:
+        return (self.when, self.seq) < (other.when, other.seq)
+
+    def __repr__(self) -> str:
+        return f"<TimerEntry {self.kind.name} at {self.when}>"
+
+
+@final
+class TimerHeap:
+    __slots__ = ("_heap", "_seq", "_stale", "_is_live", "dirty")
+
+    def __init__(self, is_live: Callable[[TimerEntry], bool]) -> None:
+        self._heap: list[TimerEntry] = []
+        self._seq = itertools.count()
+        self._stale = 0
+        self._is_live = is_live
+        self.dirty = False
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def push(self, when: float, kind: TimerKind, target: Any = None) -> TimerEntry:
+        entry = TimerEntry(when, next(self._seq), kind, target)
+        heap = self._heap
+        if not heap or entry < heap[0]:
+            self.dirty = True
+        heapq.heappush(heap, entry)
+        return entry
+
+    def note_stale(self) -> None:
+        """One entry in the heap no longer matters; compact when they dominate."""
+        self._stale += 1
+        if self._stale > 64 and self._stale * 2 > len(self._heap):
+            self._heap = [e for e in self._heap if self._is_live(e)]
+            heapq.heapify(self._heap)
+            self._stale = 0
+
+    def next_deadline(self) -> float | None:
+        """The earliest live deadline, dropping stale entries from the top."""
+        heap = self._heap
+        while heap:
+            if self._is_live(heap[0]):
+                return heap[0].when
+            heapq.heappop(heap)
+            if self._stale:
+                self._stale -= 1
+        return None
+
+    def pop_due(self, now: float) -> TimerEntry | None:
+        """The earliest live entry due at ``now``, removed; ``None`` when none is due."""
+        heap = self._heap
+        while heap and heap[0].when <= now:
+            entry = heapq.heappop(heap)
+            if self._is_live(entry):
+                return entry
+            if self._stale:
+                self._stale -= 1
+        return None
+
+    def clear(self) -> None:
+        self._heap.clear()
+        self._stale = 0
+        self.dirty = True

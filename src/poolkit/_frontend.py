@@ -1,0 +1,240 @@
+"""What both front ends share: leases, connect contexts, connect results, event delivery, fork.
+
+Rules of this module
+--------------------
+* Nothing here decides anything about the pool: decisions are the core's.
+* A :class:`Lease` is valid for one check-in. The front end checks ``_pool`` and flips ``_out``
+  under its lock, so two check-ins of one lease can never both pass.
+* Events are delivered in the order the core produced them, one event to all listeners before the
+  next, and never while the pool's lock is held.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+import weakref
+from datetime import timedelta
+from collections import deque
+from collections.abc import Callable, Iterable
+from typing import Any, Generic, Protocol, TypeVar, final
+
+from . import log as _log
+from .events import Listener, PoolEvent, deliver
+
+C = TypeVar("C")
+
+__all__ = ["Clock", "ConnectContext", "Established", "Lease"]
+
+
+class Clock(Protocol):
+    """A source of monotonic time in seconds.
+
+    A clock that also has ``call_at(when, callback)`` (returning an object with ``cancel()``) takes
+    over the pool's timers; :class:`poolkit.testing.FakeClock` does, and also runs the threaded
+    pool's worker threads and blocking waits so that tests can tell when every thread is blocked.
+    """
+
+    def monotonic(self) -> float: ...
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Established(Generic[C]):
+    """What a connect function may return instead of the bare connection, to tell the pool more.
+
+    ``service_id``: in load-balanced mode, the id of the service behind the load balancer this
+    connection reached (from the handshake); its generation is then the service's.
+    """
+
+    connection: C
+    service_id: Any = None
+
+
+def unwrap(result: Any) -> tuple[Any, Any]:
+    """(connection, service_id) from what a connect function returned."""
+    if type(result) is Established:
+        return result.connection, result.service_id
+    return result, None
+
+
+@final
+class ConnectContext:
+    """What a connect function is told about the connection it makes.
+
+    ``cancelled`` turns true when the pool abandons this connect (a ``clear(interrupt_in_use=True)``,
+    ``close()``, or the connect timeout); a blocking connect function may poll it.
+    """
+
+    __slots__ = ("connection_id", "address", "pool", "generation", "_cancelled", "_task")
+
+    def __init__(self, connection_id: int, address: str, pool: Any, generation: int) -> None:
+        self.connection_id = connection_id
+        self.address = address
+        self.pool = pool
+        self.generation = generation
+        self._cancelled = False
+        self._task: Any = None
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+    def __repr__(self) -> str:
+        return f"<ConnectContext id={self.connection_id} address={self.address!r}>"
+
+
+class _LeaseOwner(Protocol):
+    address: str
+
+    def _release(self, lease: Lease[Any], discard: bool, error: BaseException | None) -> None: ...
+
+
+@final
+class Lease(Generic[C]):
+    """One checked-out connection. Give it back once: ``release()``, ``discard()`` or the pool's
+    ``checkin()``."""
+
+    __slots__ = ("_conn", "_pool", "_out")
+
+    def __init__(self, conn: Any, pool: _LeaseOwner) -> None:
+        self._conn = conn
+        self._pool = pool
+        self._out = True
+
+    @property
+    def connection(self) -> C:
+        """The object the connect function returned."""
+        return self._conn.connection  # type: ignore[no-any-return]
+
+    @property
+    def connection_id(self) -> int:
+        return self._conn.id  # type: ignore[no-any-return]
+
+    @property
+    def generation(self) -> int:
+        return self._conn.generation  # type: ignore[no-any-return]
+
+    @property
+    def service_id(self) -> Any:
+        return self._conn.service_id
+
+    @property
+    def active(self) -> bool:
+        """True until the lease is given back."""
+        return self._out
+
+    def release(self) -> None:
+        """Give the connection back to the pool."""
+        self._pool._release(self, False, None)
+
+    def discard(self, error: BaseException | None = None) -> None:
+        """Give the connection back to be closed (reason ``error``), e.g. after a network error."""
+        self._pool._release(self, True, error)
+
+    def __repr__(self) -> str:
+        state = "out" if self._out else "returned"
+        return f"<Lease connection_id={self._conn.id} {state} address={self._pool.address!r}>"
+
+
+def listener_tuple(listeners: Iterable[Listener]) -> tuple[Listener, ...]:
+    out = tuple(listeners)
+    for listener in out:
+        if not callable(listener):
+            raise TypeError(f"listeners: {listener!r} is not callable (a listener takes one event)")
+    return out
+
+
+@final
+class EventSink:
+    """Delivers events to listeners and the CMAP log, in core order, outside the pool lock.
+
+    Events are appended under the pool's lock (``push``) and delivered by ``flush`` after it is
+    released. One thread delivers at a time; a flush that finds another thread delivering waits
+    for it, so that when a pool call returns every event it caused has been delivered. A listener
+    that calls back into the pool (re-entering ``flush``) leaves delivery to the outer loop.
+    """
+
+    __slots__ = ("_listeners", "_queue", "_lock", "_local")
+
+    def __init__(self, listeners: tuple[Listener, ...]) -> None:
+        self._listeners = listeners
+        self._queue: deque[PoolEvent] = deque()
+        self._lock = threading.Lock()
+        self._local = threading.local()
+
+    @property
+    def listeners(self) -> tuple[Listener, ...]:
+        return self._listeners
+
+    def observed(self) -> bool:
+        return bool(self._listeners) or _log.enabled()
+
+    def push(self, events: list[PoolEvent]) -> None:
+        self._queue.extend(events)
+
+    def flush(self) -> None:
+        queue = self._queue
+        if not queue or getattr(self._local, "busy", False):
+            return
+        local = self._local
+        while queue:
+            with self._lock:
+                local.busy = True
+                try:
+                    listeners = self._listeners
+                    while queue:
+                        try:
+                            event = queue.popleft()
+                        except IndexError:
+                            break
+                        deliver(listeners, event)
+                        _log.log_event(event)
+                finally:
+                    local.busy = False
+
+    def reinit_after_fork(self) -> None:
+        self._lock = threading.Lock()
+        self._local = threading.local()
+
+
+# ---------------------------------------------------------------------- fork
+
+_pools: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def register_for_fork(pool: Any) -> None:
+    """Have ``pool._reset_after_fork()`` called in the child after every ``os.fork()``."""
+    _pools.add(pool)
+
+
+def _after_fork_in_child() -> None:
+    for pool in list(_pools):
+        pool._reset_after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def check_timeout(timeout: Any, what: str = "checkout(timeout=...)") -> float:
+    """Validate a per-call timeout: seconds (float or timedelta) >= 0."""
+    if isinstance(timeout, timedelta):
+        timeout = timeout.total_seconds()
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int | float)
+        or timeout != timeout
+        or timeout < 0
+        or timeout == float("inf")
+    ):
+        raise ValueError(f"{what} must be seconds >= 0 (or None for no limit), got {timeout!r}")
+    return float(timeout)
+
+
+def call_close(connection: Any) -> Any:
+    """Call ``connection.close()`` and return what it returned (maybe an awaitable)."""
+    close: Callable[[], Any] | None = getattr(connection, "close", None)
+    if close is None:
+        return None
+    return close()

@@ -1,0 +1,436 @@
+"""``AsyncPool``: the pool on an asyncio event loop.
+
+Rules of this module
+--------------------
+* Every decision is the core's; this module turns the core's actions into tasks, futures and
+  one ``call_at`` timer, and delivers the core's events.
+* The pool binds to the running loop on first use that needs one (``ready``, a checkout that
+  waits) and refuses any other loop afterwards, like asyncio's own primitives.
+* Connects run in tasks the pool owns, never in the checkout's task: cancelling a checkout never
+  cancels or leaks a connect.
+* A waiting checkout's future cancels its request in the core synchronously (``_Waiter.cancel``),
+  so the core never hands a connection to a checkout that gave up. A checkout cancelled after
+  it was handed one gives it straight back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from typing import Any, Generic, TypeVar, final
+
+from ._core import CloseConnection, CompleteRequest, Conn, PoolCore, Request, RequestState, StartConnect
+from ._frontend import (
+    Clock,
+    ConnectContext,
+    EventSink,
+    Lease,
+    call_close,
+    check_timeout,
+    listener_tuple,
+    register_for_fork,
+    unwrap,
+)
+from .errors import InvalidLeaseError
+from .log import enabled as _log_enabled
+from .events import Listener
+from .options import PoolOptions
+from .stats import PoolState, PoolStats
+
+__all__ = ["AsyncPool"]
+
+C = TypeVar("C")
+_log = logging.getLogger("poolkit.pool")
+_DEFAULT: Any = object()
+_SERVED = RequestState.SERVED
+
+
+class _Waiter(asyncio.Future[None]):
+    """A waiting checkout's future; cancelling it cancels the request in the core at once."""
+
+    __slots__ = ("_pool", "_req")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, pool: AsyncPool[Any], req: Request) -> None:
+        super().__init__(loop=loop)
+        self._pool = pool
+        self._req = req
+
+    def cancel(self, msg: Any = None) -> bool:
+        if not self.done():
+            self._pool._cancel_request(self._req)
+        return super().cancel(msg)
+
+
+@final
+class AsyncPool(Generic[C]):
+    """A connection pool for asyncio.
+
+    ``connect`` is an async function taking a :class:`~poolkit.ConnectContext` and returning the
+    connection (anything with ``close()``, sync or async), or an :class:`~poolkit.Established`.
+    A new pool is paused: call :meth:`ready` (or use ``async with pool:``) before checking out.
+    """
+
+    def __init__(
+        self,
+        connect: Callable[[ConnectContext], Awaitable[Any]],
+        *,
+        address: str = "localhost",
+        options: PoolOptions | None = None,
+        listeners: Iterable[Listener] = (),
+        clock: Clock | None = None,
+    ) -> None:
+        if not callable(connect):
+            raise TypeError(f"AsyncPool(connect=...) must be an async function, got {connect!r}")
+        if options is None:
+            options = PoolOptions()
+        elif not isinstance(options, PoolOptions):
+            raise TypeError(f"AsyncPool(options=...) must be a PoolOptions, got {type(options).__name__}")
+        if not isinstance(address, str) or not address:
+            raise ValueError(f"AsyncPool(address=...) must be a non-empty string, got {address!r}")
+        self._connect = connect
+        self.address = address
+        self.options = options
+        self._clock = clock
+        self._time: Callable[[], float] = clock.monotonic if clock is not None else time.monotonic
+        self._call_at: Any = getattr(clock, "call_at", None)
+        self._sink = EventSink(listener_tuple(listeners))
+        self._core = PoolCore(options, address, observed=self._sink.observed())
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._timer: Any = None
+        self._timer_at: float | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        register_for_fork(self)
+        self._maybe_bind()
+        self._after_core()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def ready(self) -> None:
+        """Mark the pool ready: checkouts may proceed, ``min_size`` is populated in the background.
+
+        Must be called from the event loop the pool will run on. Does nothing if already ready.
+        """
+        self._bind_loop("ready")
+        core = self._core
+        core.observed = self._sink.observed()
+        core.ready(self._time())
+        self._after_core()
+
+    def clear(
+        self,
+        *,
+        interrupt_in_use: bool = False,
+        service_id: Any = None,
+        cause: BaseException | None = None,
+    ) -> None:
+        """Start a new generation: pause the pool, fail every waiting checkout with a retryable
+        :class:`~poolkit.PoolClearedError`, close old connections as they are met (at once if
+        ``interrupt_in_use``). In load-balanced mode, clear only ``service_id``'s connections and
+        do not pause. ``cause`` is the error that made you clear, quoted in the waiters' errors.
+        """
+        self._maybe_bind()
+        core = self._core
+        core.observed = self._sink.observed()
+        core.clear(self._time(), interrupt_in_use=interrupt_in_use, service_id=service_id, cause=cause)
+        self._after_core()
+
+    async def close(self) -> None:
+        """Close the pool: close available and pending connections, fail waiting checkouts.
+        Leased connections are closed when they come back. Waits for the pool's own tasks."""
+        core = self._core
+        core.observed = self._sink.observed()
+        core.close(self._time())
+        self._after_core()
+        self._cancel_timer()
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    async def __aenter__(self) -> AsyncPool[C]:
+        self.ready()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    # ------------------------------------------------------------------ checkout / checkin
+
+    async def checkout(self, timeout: float | None = _DEFAULT) -> Lease[C]:
+        """Check out a connection, waiting at most ``timeout`` seconds (default:
+        ``options.wait_queue_timeout``; ``None`` waits without limit)."""
+        sink = self._sink
+        if not sink._listeners and not _log_enabled():
+            core = self._core
+            core.observed = False
+            conn = core.lease_idle(self._time())
+            if conn is not None:
+                if core.actions:
+                    self._after_core()
+                return Lease(conn, self)
+        return await self._checkout_slow(timeout)
+
+    async def _checkout_slow(self, timeout: float | None) -> Lease[C]:
+        core = self._core
+        core.observed = self._sink.observed()
+        now = self._time()
+        if timeout is _DEFAULT:
+            timeout = self.options.wait_queue_timeout
+        elif timeout is not None:
+            timeout = check_timeout(timeout)
+        req = Request(now, None if timeout is None else now + timeout)
+        core.request(req, now)
+        if not req.queued:
+            self._after_core()
+            if req.conn is not None:
+                return Lease(req.conn, self)
+            assert req.error is not None
+            raise req.error
+        waiter = _Waiter(self._bind_loop("checkout"), self, req)
+        req.owner = waiter
+        self._after_core()
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if req.state is _SERVED and req.conn is not None:
+                # Handed a connection, then cancelled before we could return it: give it back.
+                self._give_back(req.conn)
+            raise
+        if req.conn is not None:
+            return Lease(req.conn, self)
+        assert req.error is not None
+        raise req.error
+
+    async def checkin(self, lease: Lease[C]) -> None:
+        """Give ``lease`` back (same as ``lease.release()``)."""
+        self._release(lease, False, None)
+
+    @contextlib.asynccontextmanager
+    async def connection(self, timeout: float | None = _DEFAULT) -> AsyncIterator[C]:
+        """``async with pool.connection() as conn:`` checks out and always gives back.
+
+        If the block is left by cancellation (or any ``BaseException`` that is not an
+        ``Exception``) the connection is discarded, since it may be mid-protocol; after an
+        ordinary exception it is released.
+        """
+        lease = await self.checkout(timeout)
+        try:
+            yield lease.connection
+        except Exception:
+            lease.release()
+            raise
+        except BaseException as exc:
+            lease.discard(exc)
+            raise
+        else:
+            lease.release()
+
+    def _release(self, lease: Lease[Any], discard: bool, error: BaseException | None) -> None:
+        if lease._pool is not self:
+            raise InvalidLeaseError(
+                f"checkin: {lease!r} was not checked out from this pool ({self.address})",
+                address=self.address,
+                reason="foreign",
+                lease=lease,
+            )
+        if not lease._out:
+            raise InvalidLeaseError(
+                f"checkin: {lease!r} was already returned", address=self.address,
+                reason="already returned", lease=lease,
+            )
+        lease._out = False
+        core = self._core
+        core.observed = observed = bool(self._sink._listeners) or _log_enabled()
+        core.release(lease._conn, self._time(), discard=discard, error=error)
+        if observed or core.actions or core.timers.dirty:
+            self._after_core()
+
+    def _give_back(self, conn: Conn) -> None:
+        core = self._core
+        core.release(conn, self._time())
+        self._after_core()
+
+    def _cancel_request(self, req: Request) -> None:
+        core = self._core
+        if core.cancel(req, self._time()):
+            self._after_core()
+
+    # ------------------------------------------------------------------ views
+
+    def stats(self) -> PoolStats:
+        """A snapshot of the pool's state and counts."""
+        return self._core.stats()
+
+    @property
+    def state(self) -> PoolState:
+        return self._core.state
+
+    @property
+    def generation(self) -> int:
+        return self._core.generation
+
+    def __repr__(self) -> str:
+        s = self._core
+        return (
+            f"<AsyncPool {self.address} {s.state.value} total={s.total} available={s.available} "
+            f"pending={s.pending} in_use={s.in_use} waiting={s.waiting}>"
+        )
+
+    # ------------------------------------------------------------------ carrying out actions
+
+    def _bind_loop(self, operation: str) -> asyncio.AbstractEventLoop:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            raise RuntimeError(f"AsyncPool.{operation}() must be called from a running event loop") from None
+        if self._loop is None:
+            self._loop = loop
+            if self._clock is None:
+                self._time = loop.time
+        elif self._loop is not loop:
+            raise RuntimeError(f"AsyncPool.{operation}(): this pool is bound to a different event loop")
+        return loop
+
+    def _maybe_bind(self) -> None:
+        if self._loop is None:
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:
+                return
+            self._bind_loop("bind")
+
+    def _after_core(self) -> None:
+        core = self._core
+        actions, events = core.take()
+        if core.timers.dirty:
+            self._rearm()
+        for action in actions:
+            if type(action) is CompleteRequest:
+                req = action.request
+                waiter: _Waiter | None = req.owner
+                if waiter is None:
+                    continue
+                if not waiter.done():
+                    waiter.set_result(None)
+                elif req.conn is not None:  # its owner is gone: the connection goes back
+                    self._give_back(req.conn)
+            elif type(action) is StartConnect:
+                self._start_connect(action.conn)
+            elif type(action) is CloseConnection:
+                self._close_connection(action.conn)
+        if events:
+            sink = self._sink
+            sink.push(events)
+            sink.flush()
+
+    def _start_connect(self, conn: Conn) -> None:
+        loop = self._loop
+        if loop is None:  # pragma: no cover - the core only connects once ready, which binds
+            raise RuntimeError("AsyncPool has no event loop to connect on")
+        ctx = ConnectContext(conn.id, self.address, self, conn.generation)
+        conn.handle = ctx
+        task = loop.create_task(self._run_connect(conn, ctx), name=f"poolkit-connect-{conn.id}")
+        ctx._task = task
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _run_connect(self, conn: Conn, ctx: ConnectContext) -> None:
+        core = self._core
+        try:
+            result = await self._connect(ctx)
+        except asyncio.CancelledError as exc:
+            # Abandoned by the pool (then the core already closed the record) or cancelled from
+            # outside (loop shutdown): either way the connect failed.
+            core.connect_failed(conn, self._time(), exc)
+            self._after_core()
+            return
+        except BaseException as exc:
+            core.observed = self._sink.observed()
+            core.connect_failed(conn, self._time(), exc)
+            self._after_core()
+            if not isinstance(exc, Exception):
+                raise
+            return
+        connection, service_id = unwrap(result)
+        core.observed = self._sink.observed()
+        core.connected(conn, self._time(), connection, service_id)
+        self._after_core()
+
+    def _close_connection(self, conn: Conn) -> None:
+        connection = conn.connection
+        if connection is None:
+            ctx: ConnectContext | None = conn.handle
+            if ctx is not None:
+                ctx._cancelled = True
+                if ctx._task is not None and not ctx._task.done():
+                    ctx._task.cancel()
+            return
+        try:
+            result = call_close(connection)
+        except Exception:
+            _log.exception("closing connection %d of %s raised", conn.id, self.address)
+            return
+        if inspect.isawaitable(result):
+            loop = self._loop or asyncio.get_running_loop()
+            task = loop.create_task(_await_close(result, conn.id, self.address))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    def _rearm(self) -> None:
+        when = self._core.next_deadline()
+        if when == self._timer_at:
+            return
+        self._cancel_timer()
+        if when is None:
+            return
+        if self._call_at is not None:
+            self._timer = self._call_at(when, self._on_timer)
+        else:
+            loop = self._loop
+            if loop is None:  # armed once the pool is bound to a loop
+                self._core.timers.dirty = True
+                return
+            if self._clock is None:
+                self._timer = loop.call_at(when, self._on_timer)
+            else:
+                self._timer = loop.call_later(max(0.0, when - self._time()), self._on_timer)
+        self._timer_at = when
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = None
+        self._timer_at = None
+
+    def _on_timer(self) -> None:
+        armed = self._timer_at
+        self._timer = None
+        self._timer_at = None
+        now = self._time()
+        if armed is not None and now < armed:
+            now = armed
+        core = self._core
+        core.observed = self._sink.observed()
+        core.fire_timers(now)
+        core.timers.dirty = True
+        self._after_core()
+
+    def _reset_after_fork(self) -> None:
+        self._core.reset_after_fork()
+        self._sink.reinit_after_fork()
+        self._loop = None
+        self._timer = None
+        self._timer_at = None
+        self._tasks = set()
+        if self._clock is None:
+            self._time = time.monotonic
+
+
+async def _await_close(result: Awaitable[Any], conn_id: int, address: str) -> None:
+    try:
+        await result
+    except Exception:
+        _log.exception("closing connection %d of %s raised", conn_id, address)
+

@@ -1,0 +1,111 @@
+"""The one error tree of poolkit. Every error carries machine-readable attributes.
+
+``str(error)`` of the CMAP errors is exactly the message the CMAP spec tests expect.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .stats import PoolStats
+
+__all__ = [
+    "ConnectTimeoutError",
+    "InvalidLeaseError",
+    "PoolClearedError",
+    "PoolClosedError",
+    "PoolError",
+    "WaitQueueTimeoutError",
+]
+
+
+class PoolError(Exception):
+    """Root of every error the pool raises. ``address`` names the pool's endpoint."""
+
+    #: whether retrying the operation (on this or another pool) may succeed
+    retryable: bool = False
+
+    def __init__(self, message: str, *, address: str) -> None:
+        super().__init__(message)
+        self.address = address
+
+
+class PoolClosedError(PoolError):
+    """A checkout on a pool that was closed (CMAP ``PoolClosedError``)."""
+
+    def __init__(self, *, address: str, operation: str = "check out a connection from") -> None:
+        super().__init__(f"Attempted to {operation} closed connection pool", address=address)
+        self.operation = operation
+
+
+class PoolClearedError(PoolError):
+    """A checkout on a paused pool, or one that was waiting when the pool was cleared.
+
+    Retryable, and not an error that should mark the server unknown. ``cause`` is the error that
+    made the owner clear the pool, when it said.
+    """
+
+    retryable = True
+
+    def __init__(
+        self, *, address: str, cause: BaseException | None = None, interrupted: bool = False
+    ) -> None:
+        if interrupted:
+            message = f"Connection to {address} interrupted due to server monitor timeout"
+        elif cause is not None:
+            message = (
+                f"Connection pool for {address} was cleared because another operation "
+                f"failed with: {cause}"
+            )
+        else:
+            message = f"Connection pool for {address} is paused"
+        super().__init__(message, address=address)
+        self.cause = cause
+        self.interrupted = interrupted
+
+
+class WaitQueueTimeoutError(PoolError):
+    """A checkout waited longer than its timeout (CMAP ``WaitQueueTimeoutError``).
+
+    ``waited`` is how long it waited, in seconds; ``stats`` the pool's snapshot when it timed out,
+    so a pool too small can be told from a server too slow.
+    """
+
+    def __init__(self, *, address: str, waited: float, stats: PoolStats | None = None) -> None:
+        super().__init__(
+            "Timed out while checking out a connection from connection pool", address=address
+        )
+        self.waited = waited
+        self.stats = stats
+
+
+class ConnectTimeoutError(PoolError):
+    """A connect function ran longer than ``PoolOptions.connect_timeout``; it was abandoned."""
+
+    retryable = True
+
+    def __init__(self, *, address: str, timeout: float) -> None:
+        super().__init__(
+            f"Connecting to {address} took longer than the {timeout:g} s connect timeout",
+            address=address,
+        )
+        self.timeout = timeout
+
+
+class InvalidLeaseError(PoolError, ValueError):
+    """A check-in of a lease this pool did not give out, or one already returned.
+
+    ``reason`` is ``"foreign"`` or ``"already returned"``. The pool is unchanged.
+    """
+
+    def __init__(self, message: str, *, address: str, reason: str, lease: Any = None) -> None:
+        super().__init__(message, address=address)
+        self.reason = reason
+        self.lease = lease
+
+
+for _cls in (
+    ConnectTimeoutError,
+    PoolError, PoolClosedError, PoolClearedError, WaitQueueTimeoutError, InvalidLeaseError):
+    _cls.__module__ = "poolkit"

@@ -1,0 +1,207 @@
+"""Pool events: frozen, slotted, keyword-only values named as the CMAP monitoring interfaces.
+
+A listener is any callable taking one event, or a :class:`PoolListener` subclass whose methods
+(``pool_created``, ``connection_checked_out``...) are called by event type. A listener that raises
+is logged on ``poolkit.events`` and never breaks the pool.
+
+Durations are seconds as floats. ``reason`` values are the spec's strings (see the ``REASON_*``
+constants); poolkit adds ``"cancelled"`` for a checkout whose caller gave up (task cancelled), which
+the spec does not cover.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any, ClassVar, Final
+
+__all__ = [
+    "CHECKOUT_CANCELLED",
+    "CHECKOUT_CONNECTION_ERROR",
+    "CHECKOUT_POOL_CLOSED",
+    "CHECKOUT_TIMEOUT",
+    "CLOSE_ERROR",
+    "CLOSE_IDLE",
+    "CLOSE_POOL_CLOSED",
+    "CLOSE_STALE",
+    "ConnectionCheckOutFailedEvent",
+    "ConnectionCheckOutStartedEvent",
+    "ConnectionCheckedInEvent",
+    "ConnectionCheckedOutEvent",
+    "ConnectionClosedEvent",
+    "ConnectionCreatedEvent",
+    "ConnectionReadyEvent",
+    "Listener",
+    "PoolClearedEvent",
+    "PoolClosedEvent",
+    "PoolCreatedEvent",
+    "PoolEvent",
+    "PoolListener",
+    "PoolReadyEvent",
+]
+
+# ConnectionClosedEvent.reason
+CLOSE_STALE: Final = "stale"
+CLOSE_IDLE: Final = "idle"
+CLOSE_ERROR: Final = "error"
+CLOSE_POOL_CLOSED: Final = "poolClosed"
+# ConnectionCheckOutFailedEvent.reason
+CHECKOUT_POOL_CLOSED: Final = "poolClosed"
+CHECKOUT_TIMEOUT: Final = "timeout"
+CHECKOUT_CONNECTION_ERROR: Final = "connectionError"
+CHECKOUT_CANCELLED: Final = "cancelled"
+
+_event = dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+
+
+@_event
+class PoolEvent:
+    """Base of every pool event. ``address`` is the pool's endpoint."""
+
+    cmap_name: ClassVar[str] = ""
+    address: str
+
+
+@_event
+class PoolCreatedEvent(PoolEvent):
+    """The pool was created. ``options``: the non-default options, CMAP names, ms values."""
+
+    cmap_name: ClassVar[str] = "ConnectionPoolCreated"
+    options: dict[str, Any]
+
+
+@_event
+class PoolReadyEvent(PoolEvent):
+    """The pool was marked ready."""
+
+    cmap_name: ClassVar[str] = "ConnectionPoolReady"
+
+
+@_event
+class PoolClearedEvent(PoolEvent):
+    """The pool was cleared (after the generation was incremented)."""
+
+    cmap_name: ClassVar[str] = "ConnectionPoolCleared"
+    service_id: Any = None
+    interrupt_in_use_connections: bool = False
+
+
+@_event
+class PoolClosedEvent(PoolEvent):
+    """The pool was closed."""
+
+    cmap_name: ClassVar[str] = "ConnectionPoolClosed"
+
+
+@_event
+class ConnectionCreatedEvent(PoolEvent):
+    """The pool created a connection record and starts establishing it."""
+
+    cmap_name: ClassVar[str] = "ConnectionCreated"
+    connection_id: int
+
+
+@_event
+class ConnectionReadyEvent(PoolEvent):
+    """A connection finished establishing; ``duration`` since its ConnectionCreatedEvent."""
+
+    cmap_name: ClassVar[str] = "ConnectionReady"
+    connection_id: int
+    duration: float
+
+
+@_event
+class ConnectionClosedEvent(PoolEvent):
+    """The pool closed a connection; ``error`` is set when ``reason`` is ``"error"``."""
+
+    cmap_name: ClassVar[str] = "ConnectionClosed"
+    connection_id: int
+    reason: str
+    error: BaseException | None = None
+
+
+@_event
+class ConnectionCheckOutStartedEvent(PoolEvent):
+    """A checkout began."""
+
+    cmap_name: ClassVar[str] = "ConnectionCheckOutStarted"
+
+
+@_event
+class ConnectionCheckOutFailedEvent(PoolEvent):
+    """A checkout failed; ``duration`` since its ConnectionCheckOutStartedEvent."""
+
+    cmap_name: ClassVar[str] = "ConnectionCheckOutFailed"
+    reason: str
+    duration: float
+    error: BaseException | None = None
+
+
+@_event
+class ConnectionCheckedOutEvent(PoolEvent):
+    """A checkout succeeded; ``duration`` since its ConnectionCheckOutStartedEvent."""
+
+    cmap_name: ClassVar[str] = "ConnectionCheckedOut"
+    connection_id: int
+    duration: float
+
+
+@_event
+class ConnectionCheckedInEvent(PoolEvent):
+    """A connection was checked back in."""
+
+    cmap_name: ClassVar[str] = "ConnectionCheckedIn"
+    connection_id: int
+
+
+Listener = Callable[[PoolEvent], object]
+
+
+class PoolListener:
+    """Base class for listeners with one method per event type (pymongo style).
+
+    Override the methods you need; the others do nothing. An instance is itself a listener.
+    """
+
+    def pool_created(self, event: PoolCreatedEvent) -> None: ...
+    def pool_ready(self, event: PoolReadyEvent) -> None: ...
+    def pool_cleared(self, event: PoolClearedEvent) -> None: ...
+    def pool_closed(self, event: PoolClosedEvent) -> None: ...
+    def connection_created(self, event: ConnectionCreatedEvent) -> None: ...
+    def connection_ready(self, event: ConnectionReadyEvent) -> None: ...
+    def connection_closed(self, event: ConnectionClosedEvent) -> None: ...
+    def connection_check_out_started(self, event: ConnectionCheckOutStartedEvent) -> None: ...
+    def connection_check_out_failed(self, event: ConnectionCheckOutFailedEvent) -> None: ...
+    def connection_checked_out(self, event: ConnectionCheckedOutEvent) -> None: ...
+    def connection_checked_in(self, event: ConnectionCheckedInEvent) -> None: ...
+
+    def __call__(self, event: PoolEvent) -> None:
+        getattr(self, _METHODS[type(event)])(event)
+
+
+_METHODS: Final[dict[type[PoolEvent], str]] = {
+    PoolCreatedEvent: "pool_created",
+    PoolReadyEvent: "pool_ready",
+    PoolClearedEvent: "pool_cleared",
+    PoolClosedEvent: "pool_closed",
+    ConnectionCreatedEvent: "connection_created",
+    ConnectionReadyEvent: "connection_ready",
+    ConnectionClosedEvent: "connection_closed",
+    ConnectionCheckOutStartedEvent: "connection_check_out_started",
+    ConnectionCheckOutFailedEvent: "connection_check_out_failed",
+    ConnectionCheckedOutEvent: "connection_checked_out",
+    ConnectionCheckedInEvent: "connection_checked_in",
+}
+
+_log = logging.getLogger("poolkit.events")
+
+
+def deliver(listeners: Iterable[Listener], event: PoolEvent) -> None:
+    """Call every listener with ``event``; log, never propagate, what a listener raises."""
+    for listener in listeners:
+        try:
+            listener(event)
+        except Exception:
+            _log.exception("poolkit listener %r raised on %s", listener, type(event).__name__)
+

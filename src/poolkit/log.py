@@ -1,0 +1,161 @@
+"""The CMAP log messages, on logger ``poolkit.connection`` at DEBUG.
+
+Each message is a :class:`LogMessage`: ``str()`` gives the spec's unstructured form, ``fields`` the
+structured key/value pairs (also on the log record as ``record.cmap``). Nothing is built unless the
+logger is enabled for DEBUG: the pools ask :func:`enabled` before they build events at all.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Final
+
+from . import events as ev
+
+__all__ = ["LOGGER", "LogMessage", "enabled", "log_event", "split_address"]
+
+LOGGER: Final = logging.getLogger("poolkit.connection")
+_DEBUG: Final = logging.DEBUG
+
+_CLOSE_REASONS: Final = {
+    ev.CLOSE_STALE: "Connection became stale because the pool was cleared",
+    ev.CLOSE_IDLE: "Connection has been available but unused for longer than the configured max idle time",
+    ev.CLOSE_ERROR: "An error occurred while using the connection",
+    ev.CLOSE_POOL_CLOSED: "Connection pool was closed",
+}
+_CHECKOUT_REASONS: Final = {
+    ev.CHECKOUT_TIMEOUT: "Wait queue timeout elapsed without a connection becoming available",
+    ev.CHECKOUT_CONNECTION_ERROR: "An error occurred while trying to establish a new connection",
+    ev.CHECKOUT_POOL_CLOSED: "Connection pool was closed",
+    ev.CHECKOUT_CANCELLED: "The checkout was cancelled by its caller",
+}
+_POOL_OPTION_ORDER: Final = (
+    "maxIdleTimeMS",
+    "minPoolSize",
+    "maxPoolSize",
+    "maxConnecting",
+    "waitQueueTimeoutMS",
+)
+
+
+def enabled() -> bool:
+    """Whether CMAP log messages would be emitted now."""
+    return LOGGER.isEnabledFor(_DEBUG)
+
+
+def split_address(address: str) -> tuple[str, int | None]:
+    """``"host:port"`` -> (host, port); IPv6 in brackets; a path (Unix socket) has no port."""
+    if address.startswith("/") or address.endswith(".sock"):
+        return address, None
+    if address.startswith("["):
+        host, _, rest = address[1:].partition("]")
+        port = rest[1:] if rest.startswith(":") else ""
+    else:
+        host, sep, port = address.rpartition(":")
+        if not sep or ":" in host:
+            return address, 27017 if ":" not in address else None
+    return host, int(port) if port.isdigit() else 27017
+
+
+class LogMessage:
+    """One CMAP log message: structured ``fields`` and the unstructured text as ``str()``."""
+
+    __slots__ = ("fields", "_text")
+
+    def __init__(self, fields: dict[str, Any], text: str) -> None:
+        self.fields = fields
+        self._text = text
+
+    def __str__(self) -> str:
+        return self._text
+
+    def __repr__(self) -> str:
+        return f"LogMessage({self.fields!r})"
+
+
+def _ms(seconds: float) -> float:
+    return seconds * 1000.0
+
+
+def build(event: ev.PoolEvent) -> LogMessage:
+    """The CMAP log message for ``event``."""
+    host, port = split_address(event.address)
+    where = f"{host}:{port}" if port is not None else host
+    fields: dict[str, Any] = {"serverHost": host}
+    if port is not None:
+        fields["serverPort"] = port
+    cid = getattr(event, "connection_id", None)
+    if cid is not None:
+        fields["driverConnectionId"] = cid
+    text: str
+    match event:
+        case ev.PoolCreatedEvent(options=options):
+            fields["message"] = "Connection pool created"
+            shown = {k: options[k] for k in _POOL_OPTION_ORDER if k in options}
+            fields.update(shown)
+            opts = ", ".join(f"{k}={v}" for k, v in shown.items())
+            text = f"Connection pool created for {where} using options {opts}".rstrip()
+        case ev.PoolReadyEvent():
+            fields["message"] = "Connection pool ready"
+            text = f"Connection pool ready for {where}"
+        case ev.PoolClearedEvent(service_id=service_id):
+            fields["message"] = "Connection pool cleared"
+            if service_id is not None:
+                fields["serviceId"] = str(service_id)
+            text = f"Connection pool for {where} cleared for serviceId {service_id}"
+        case ev.PoolClosedEvent():
+            fields["message"] = "Connection pool closed"
+            text = f"Connection pool closed for {where}"
+        case ev.ConnectionCreatedEvent():
+            fields["message"] = "Connection created"
+            text = f"Connection created: address={where}, driver-generated ID={cid}"
+        case ev.ConnectionReadyEvent(duration=duration):
+            fields["message"] = "Connection ready"
+            fields["durationMS"] = _ms(duration)
+            text = (
+                f"Connection ready: address={where}, driver-generated ID={cid}, "
+                f"established in={fields['durationMS']} ms"
+            )
+        case ev.ConnectionClosedEvent(reason=reason, error=error):
+            fields["message"] = "Connection closed"
+            fields["reason"] = _CLOSE_REASONS.get(reason, reason)
+            if error is not None:
+                fields["error"] = repr(error)
+            text = (
+                f"Connection closed: address={where}, driver-generated ID={cid}. "
+                f"Reason: {fields['reason']}. Error: {fields.get('error')}"
+            )
+        case ev.ConnectionCheckOutStartedEvent():
+            fields["message"] = "Connection checkout started"
+            text = f"Checkout started for connection to {where}"
+        case ev.ConnectionCheckOutFailedEvent(reason=reason, error=error, duration=duration):
+            fields["message"] = "Connection checkout failed"
+            fields["reason"] = _CHECKOUT_REASONS.get(reason, reason)
+            if error is not None:
+                fields["error"] = repr(error)
+            fields["durationMS"] = _ms(duration)
+            text = (
+                f"Checkout failed for connection to {where}. Reason: {fields['reason']}. "
+                f"Error: {fields.get('error')}. Duration: {fields['durationMS']} ms"
+            )
+        case ev.ConnectionCheckedOutEvent(duration=duration):
+            fields["message"] = "Connection checked out"
+            fields["durationMS"] = _ms(duration)
+            text = (
+                f"Connection checked out: address={where}, driver-generated ID={cid}, "
+                f"duration={fields['durationMS']} ms"
+            )
+        case ev.ConnectionCheckedInEvent():
+            fields["message"] = "Connection checked in"
+            text = f"Connection checked in: address={where}, driver-generated ID={cid}"
+        case _:
+            fields["message"] = type(event).__name__
+            text = f"{type(event).__name__} for {where}"
+    return LogMessage(fields, text)
+
+
+def log_event(event: ev.PoolEvent) -> None:
+    """Log ``event`` as its CMAP message if DEBUG is on for ``poolkit.connection``."""
+    if LOGGER.isEnabledFor(_DEBUG):
+        message = build(event)
+        LOGGER.debug(message, extra={"cmap": message.fields})

@@ -1,0 +1,153 @@
+"""Pool options: one frozen value, validated once, with the CMAP names of each option.
+
+Durations are seconds as floats; a :class:`datetime.timedelta` is accepted and converted. Every
+invalid value raises :class:`ValueError` (or :class:`TypeError` for a wrong type) naming the
+option and the rule it breaks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from datetime import timedelta
+from typing import Any, Final
+
+__all__ = ["PoolOptions"]
+
+Seconds = float | int | timedelta
+
+
+def _seconds(name: str, value: object, *, allow_none: bool, allow_zero: bool, allow_inf: bool) -> float | None:
+    if value is None:
+        if allow_none:
+            return None
+        raise TypeError(f"PoolOptions.{name} must be a number of seconds, not None")
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(
+            f"PoolOptions.{name} must be seconds as a float or a timedelta, "
+            f"not {type(value).__name__}"
+        )
+    seconds = float(value)
+    if math.isnan(seconds):
+        raise ValueError(f"PoolOptions.{name} must be a number of seconds, not NaN")
+    if math.isinf(seconds) and not allow_inf:
+        raise ValueError(f"PoolOptions.{name} must be finite (use None for no limit), got {value!r}")
+    if seconds < 0 or (seconds == 0 and not allow_zero):
+        rule = ">= 0" if allow_zero else "> 0"
+        none = " or None (no limit)" if allow_none else ""
+        raise ValueError(f"PoolOptions.{name} must be {rule} seconds{none}, got {value!r}")
+    return seconds
+
+
+def _count(name: str, value: object, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"PoolOptions.{name} must be an int, not {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"PoolOptions.{name} must be an integer >= {minimum}, got {value}")
+    return value
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class PoolOptions:
+    """How a pool behaves. Frozen; build a new one with :func:`dataclasses.replace`.
+
+    * ``max_size`` (CMAP ``maxPoolSize``): the most connections at once, counting those being
+      established; ``0`` means no limit.
+    * ``min_size`` (``minPoolSize``): connections kept open while the pool is ready, made in the
+      background; at most ``max_size`` when that is set.
+    * ``max_idle_time`` (``maxIdleTimeMS``): seconds a connection may sit available before it is
+      closed as idle; ``None`` for no limit.
+    * ``max_connecting`` (``maxConnecting``): connections being established at once, >= 1.
+    * ``wait_queue_timeout`` (``waitQueueTimeoutMS``): default seconds a checkout may wait;
+      ``None`` waits without limit, ``0`` never waits.
+    * ``background_interval``: seconds between background runs (closing perished connections,
+      refilling ``min_size``); ``math.inf`` for never on a timer. ``ready()`` still starts
+      populating at once and ``clear()`` still schedules a run at once.
+    * ``connect_timeout``: seconds a connect function may take before the pool abandons it
+      (``ConnectContext.cancelled`` turns true) and counts it as failed; ``None`` for no limit.
+    * ``load_balanced``: the pool serves a load balancer: connections carry the service id their
+      connect function reports, and ``clear(service_id=...)`` clears one service.
+    """
+
+    max_size: int = 100
+    min_size: int = 0
+    max_idle_time: float | None = None
+    max_connecting: int = 2
+    wait_queue_timeout: float | None = None
+    background_interval: float = 1.0
+    connect_timeout: float | None = 30.0
+    load_balanced: bool = False
+
+    def __post_init__(self) -> None:
+        setattr_ = object.__setattr__
+        setattr_(self, "max_size", _count("max_size", self.max_size, 0))
+        setattr_(self, "min_size", _count("min_size", self.min_size, 0))
+        setattr_(self, "max_connecting", _count("max_connecting", self.max_connecting, 1))
+        if self.max_size and self.min_size > self.max_size:
+            raise ValueError(
+                f"PoolOptions.min_size ({self.min_size}) must be <= max_size ({self.max_size}) "
+                "when max_size is set"
+            )
+        setattr_(
+            self,
+            "max_idle_time",
+            _seconds("max_idle_time", self.max_idle_time, allow_none=True, allow_zero=False, allow_inf=False),
+        )
+        setattr_(
+            self,
+            "wait_queue_timeout",
+            _seconds(
+                "wait_queue_timeout", self.wait_queue_timeout, allow_none=True, allow_zero=True, allow_inf=False
+            ),
+        )
+        setattr_(
+            self,
+            "background_interval",
+            _seconds(
+                "background_interval", self.background_interval, allow_none=False, allow_zero=False, allow_inf=True
+            ),
+        )
+        setattr_(
+            self,
+            "connect_timeout",
+            _seconds("connect_timeout", self.connect_timeout, allow_none=True, allow_zero=False, allow_inf=False),
+        )
+        if not isinstance(self.load_balanced, bool):
+            raise TypeError(
+                f"PoolOptions.load_balanced must be a bool, not {type(self.load_balanced).__name__}"
+            )
+
+    def cmap_options(self) -> dict[str, Any]:
+        """The options that differ from the defaults, by CMAP name, durations in integer ms.
+
+        This is ``PoolCreatedEvent.options``; ``{}`` when every option is the default.
+        """
+        out: dict[str, Any] = {}
+        for name, (cmap_name, is_duration) in _CMAP_NAMES.items():
+            value = getattr(self, name)
+            if value == _DEFAULTS[name]:
+                continue
+            if is_duration:
+                value = -1 if value is None or math.isinf(value) else round(value * 1000)
+            out[cmap_name] = value
+        return out
+
+
+_CMAP_NAMES: Final[dict[str, tuple[str, bool]]] = {
+    "max_size": ("maxPoolSize", False),
+    "min_size": ("minPoolSize", False),
+    "max_idle_time": ("maxIdleTimeMS", True),
+    "max_connecting": ("maxConnecting", False),
+    "wait_queue_timeout": ("waitQueueTimeoutMS", True),
+    "background_interval": ("backgroundThreadIntervalMS", True),
+    "connect_timeout": ("connectTimeoutMS", True),
+    "load_balanced": ("loadBalanced", False),
+}
+
+_DEFAULTS: Final[dict[str, Any]] = {
+    f.name: f.default for f in dataclasses.fields(PoolOptions)
+}
+
+PoolOptions.__module__ = "poolkit"

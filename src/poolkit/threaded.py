@@ -1,0 +1,418 @@
+"""``Pool``: the pool for threads, safe to use from any thread.
+
+Rules of this module
+--------------------
+* One lock guards the core. It is held only around core calls; connects, closes and listener
+  calls happen after it is released, in the order the core asked for them.
+* Connects run on threads of their own (one per connect in flight, at most ``max_connecting``);
+  a waiting checkout blocks on a per-request signal that only the core's completion sets: the
+  checkout's timeout is a deadline in the core, not a local wait.
+* One timer thread per pool, started on first need, sleeps until the core's earliest deadline.
+  A clock with ``call_at`` (the test clock) replaces it, and a clock with ``start_thread`` and
+  ``new_signal`` also runs the worker threads and the blocking waits.
+* After ``os.fork()`` the child's pool gets new locks and forgets the parent's connections without
+  closing them (see ``_reset_after_fork``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Generic, Protocol, TypeVar, final
+
+from ._core import Action, CloseConnection, CompleteRequest, Conn, PoolCore, Request, RequestState, StartConnect
+from ._frontend import (
+    Clock,
+    ConnectContext,
+    EventSink,
+    Lease,
+    call_close,
+    check_timeout,
+    listener_tuple,
+    register_for_fork,
+    unwrap,
+)
+from .errors import InvalidLeaseError
+from .events import Listener
+from .log import enabled as _log_enabled
+from .options import PoolOptions
+from .stats import PoolState, PoolStats
+
+__all__ = ["Pool"]
+
+C = TypeVar("C")
+_log = logging.getLogger("poolkit.pool")
+_DEFAULT: Any = object()
+_SERVED = RequestState.SERVED
+
+
+class _Signal(Protocol):
+    def wait(self) -> None: ...
+    def set(self) -> None: ...
+
+
+@final
+class _LockSignal:
+    """A one-shot wake-up: a lock taken at birth that ``set`` releases."""
+
+    __slots__ = ("_lock",)
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._lock.acquire()
+
+    def wait(self) -> None:
+        self._lock.acquire()
+
+    def set(self) -> None:
+        self._lock.release()
+
+
+def _start_daemon(target: Callable[[], None], name: str) -> None:
+    threading.Thread(target=target, name=name, daemon=True).start()
+
+
+@final
+class Pool(Generic[C]):
+    """A connection pool for threads.
+
+    ``connect`` is a function taking a :class:`~poolkit.ConnectContext` and returning the
+    connection (anything with a ``close()`` method) or an :class:`~poolkit.Established`. A new pool
+    is paused: call :meth:`ready` (or use ``with pool:``) before checking out.
+    """
+
+    def __init__(
+        self,
+        connect: Callable[[ConnectContext], Any],
+        *,
+        address: str = "localhost",
+        options: PoolOptions | None = None,
+        listeners: Iterable[Listener] = (),
+        clock: Clock | None = None,
+    ) -> None:
+        if not callable(connect):
+            raise TypeError(f"Pool(connect=...) must be a function, got {connect!r}")
+        if options is None:
+            options = PoolOptions()
+        elif not isinstance(options, PoolOptions):
+            raise TypeError(f"Pool(options=...) must be a PoolOptions, got {type(options).__name__}")
+        if not isinstance(address, str) or not address:
+            raise ValueError(f"Pool(address=...) must be a non-empty string, got {address!r}")
+        self._connect = connect
+        self.address = address
+        self.options = options
+        self._time: Callable[[], float] = clock.monotonic if clock is not None else time.monotonic
+        self._call_at: Any = getattr(clock, "call_at", None)
+        self._start_thread: Callable[[Callable[[], None], str], Any] = getattr(
+            clock, "start_thread", _start_daemon
+        )
+        self._new_signal: Callable[[], _Signal] = getattr(clock, "new_signal", _LockSignal)
+        self._lock = threading.Lock()
+        self._timer_cv = threading.Condition(self._lock)
+        self._timer_at: float | None = None
+        self._timer_handle: Any = None
+        self._timer_thread = False
+        self._sink = EventSink(listener_tuple(listeners))
+        self._core = PoolCore(options, address, observed=self._sink.observed())
+        register_for_fork(self)
+        self._sink.push(self._core.take()[1])
+        self._sink.flush()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def ready(self) -> None:
+        """Mark the pool ready: checkouts may proceed, ``min_size`` is populated in the background.
+        Does nothing if already ready; raises :class:`~poolkit.PoolClosedError` if closed."""
+        with self._lock:
+            core = self._core
+            core.observed = self._sink.observed()
+            core.ready(self._time())
+            actions = self._take_locked()
+        self._carry_out(actions)
+
+    def clear(
+        self,
+        *,
+        interrupt_in_use: bool = False,
+        service_id: Any = None,
+        cause: BaseException | None = None,
+    ) -> None:
+        """Start a new generation: pause the pool, fail every waiting checkout with a retryable
+        :class:`~poolkit.PoolClearedError`, close old connections as they are met (at once if
+        ``interrupt_in_use``). In load-balanced mode, clear only ``service_id``'s connections and
+        do not pause. ``cause`` is the error that made you clear, quoted in the waiters' errors.
+        """
+        with self._lock:
+            core = self._core
+            core.observed = self._sink.observed()
+            core.clear(self._time(), interrupt_in_use=interrupt_in_use, service_id=service_id, cause=cause)
+            actions = self._take_locked()
+        self._carry_out(actions)
+
+    def close(self) -> None:
+        """Close the pool: close available and pending connections, fail waiting checkouts.
+        Leased connections are closed when they come back."""
+        with self._lock:
+            core = self._core
+            core.observed = self._sink.observed()
+            core.close(self._time())
+            actions = self._take_locked()
+            self._timer_cv.notify_all()
+        self._carry_out(actions)
+
+    def __enter__(self) -> Pool[C]:
+        self.ready()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ checkout / checkin
+
+    def checkout(self, timeout: float | None = _DEFAULT) -> Lease[C]:
+        """Check out a connection, waiting at most ``timeout`` seconds (default:
+        ``options.wait_queue_timeout``; ``None`` waits without limit)."""
+        if not self._sink._listeners and not _log_enabled():
+            core = self._core
+            with self._lock:
+                core.observed = False
+                conn = core.lease_idle(self._time())
+                actions = self._take_locked() if core.actions else None
+            if actions:
+                self._carry_out(actions)
+            if conn is not None:
+                return Lease(conn, self)
+        return self._checkout_slow(timeout)
+
+    def _checkout_slow(self, timeout: float | None) -> Lease[C]:
+        if timeout is _DEFAULT:
+            timeout = self.options.wait_queue_timeout
+        elif timeout is not None:
+            timeout = check_timeout(timeout)
+        signal = self._new_signal()
+        with self._lock:
+            core = self._core
+            core.observed = self._sink.observed()
+            now = self._time()
+            req = Request(now, None if timeout is None else now + timeout, signal)
+            core.request(req, now)
+            actions = self._take_locked()
+        self._carry_out(actions)
+        if req.queued:
+            try:
+                signal.wait()
+            except BaseException:
+                # Interrupted (KeyboardInterrupt...): leave the queue, or give back what came.
+                with self._lock:
+                    cancelled = self._core.cancel(req, self._time())
+                    actions = self._take_locked()
+                self._carry_out(actions)
+                if not cancelled and req.state is _SERVED and req.conn is not None:
+                    self._give_back(req.conn)
+                raise
+        if req.conn is not None:
+            return Lease(req.conn, self)
+        assert req.error is not None
+        raise req.error
+
+    def checkin(self, lease: Lease[C]) -> None:
+        """Give ``lease`` back (same as ``lease.release()``)."""
+        self._release(lease, False, None)
+
+    @contextlib.contextmanager
+    def connection(self, timeout: float | None = _DEFAULT) -> Iterator[C]:
+        """``with pool.connection() as conn:`` checks out and always gives back.
+
+        If the block is left by a ``BaseException`` that is not an ``Exception`` (e.g.
+        ``KeyboardInterrupt``) the connection is discarded, since it may be mid-protocol; after an
+        ordinary exception it is released.
+        """
+        lease = self.checkout(timeout)
+        try:
+            yield lease.connection
+        except Exception:
+            lease.release()
+            raise
+        except BaseException as exc:
+            lease.discard(exc)
+            raise
+        else:
+            lease.release()
+
+    def _release(self, lease: Lease[Any], discard: bool, error: BaseException | None) -> None:
+        if lease._pool is not self:
+            raise InvalidLeaseError(
+                f"checkin: {lease!r} was not checked out from this pool ({self.address})",
+                address=self.address,
+                reason="foreign",
+                lease=lease,
+            )
+        observed = bool(self._sink._listeners) or _log_enabled()
+        with self._lock:
+            if not lease._out:
+                raise InvalidLeaseError(
+                    f"checkin: {lease!r} was already returned",
+                    address=self.address,
+                    reason="already returned",
+                    lease=lease,
+                )
+            lease._out = False
+            core = self._core
+            core.observed = observed
+            core.release(lease._conn, self._time(), discard=discard, error=error)
+            actions = self._take_locked() if (observed or core.actions or core.timers.dirty) else None
+        if actions is not None:
+            self._carry_out(actions)
+
+    def _give_back(self, conn: Conn) -> None:
+        with self._lock:
+            self._core.release(conn, self._time())
+            actions = self._take_locked()
+        self._carry_out(actions)
+
+    # ------------------------------------------------------------------ views
+
+    def stats(self) -> PoolStats:
+        """A snapshot of the pool's state and counts, taken under the lock."""
+        with self._lock:
+            return self._core.stats()
+
+    @property
+    def state(self) -> PoolState:
+        return self._core.state
+
+    @property
+    def generation(self) -> int:
+        return self._core.generation
+
+    def __repr__(self) -> str:
+        s = self.stats()
+        return (
+            f"<Pool {self.address} {s.state.value} total={s.total} available={s.available} "
+            f"pending={s.pending} in_use={s.in_use} waiting={s.waiting}>"
+        )
+
+    # ------------------------------------------------------------------ carrying out actions
+
+    def _take_locked(self) -> list[Action]:
+        """Under the lock: take the core's output, queue its events, re-arm the timer."""
+        core = self._core
+        actions, events = core.take()
+        if events:
+            self._sink.push(events)
+        if core.timers.dirty:
+            self._rearm_locked()
+        return actions
+
+    def _carry_out(self, actions: list[Action]) -> None:
+        """Outside the lock: do what the core asked, then deliver the events."""
+        for action in actions:
+            if type(action) is CompleteRequest:
+                action.request.owner.set()
+            elif type(action) is StartConnect:
+                self._start_connect(action.conn)
+            elif type(action) is CloseConnection:
+                self._close_connection(action.conn)
+        self._sink.flush()
+
+    def _start_connect(self, conn: Conn) -> None:
+        ctx = ConnectContext(conn.id, self.address, self, conn.generation)
+        conn.handle = ctx
+        self._start_thread(lambda: self._run_connect(conn, ctx), f"poolkit-connect-{conn.id}")
+
+    def _run_connect(self, conn: Conn, ctx: ConnectContext) -> None:
+        try:
+            result = self._connect(ctx)
+        except BaseException as exc:
+            with self._lock:
+                core = self._core
+                core.observed = self._sink.observed()
+                core.connect_failed(conn, self._time(), exc)
+                actions = self._take_locked()
+            self._carry_out(actions)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        connection, service_id = unwrap(result)
+        with self._lock:
+            core = self._core
+            core.observed = self._sink.observed()
+            core.connected(conn, self._time(), connection, service_id)
+            actions = self._take_locked()
+        self._carry_out(actions)
+
+    def _close_connection(self, conn: Conn) -> None:
+        connection = conn.connection
+        if connection is None:
+            ctx: ConnectContext | None = conn.handle
+            if ctx is not None:
+                ctx._cancelled = True
+            return
+        try:
+            call_close(connection)
+        except Exception:
+            _log.exception("closing connection %d of %s raised", conn.id, self.address)
+
+    # ------------------------------------------------------------------ the timer
+
+    def _rearm_locked(self) -> None:
+        when = self._core.next_deadline()
+        if when == self._timer_at:
+            return
+        self._timer_at = when
+        if self._call_at is not None:
+            if self._timer_handle is not None:
+                self._timer_handle.cancel()
+            self._timer_handle = None if when is None else self._call_at(when, self._on_timer)
+            return
+        if when is None:
+            return
+        if not self._timer_thread:
+            self._timer_thread = True
+            _start_daemon(self._timer_loop, f"poolkit-timer-{self.address}")
+        self._timer_cv.notify()
+
+    def _timer_loop(self) -> None:
+        cv = self._timer_cv
+        while True:
+            with cv:
+                while True:
+                    if self._core.state is PoolState.CLOSED:
+                        self._timer_thread = False
+                        return
+                    at = self._timer_at
+                    if at is None:
+                        cv.wait()
+                        continue
+                    delay = at - self._time()
+                    if delay <= 0:
+                        break
+                    cv.wait(delay)
+            self._on_timer()
+
+    def _on_timer(self) -> None:
+        with self._lock:
+            armed = self._timer_at
+            self._timer_at = None
+            self._timer_handle = None
+            now = self._time()
+            if armed is not None and now < armed:
+                now = armed
+            core = self._core
+            core.observed = self._sink.observed()
+            core.fire_timers(now)
+            core.timers.dirty = True
+            actions = self._take_locked()
+        self._carry_out(actions)
+
+    def _reset_after_fork(self) -> None:
+        self._lock = threading.Lock()
+        self._timer_cv = threading.Condition(self._lock)
+        self._timer_at = None
+        self._timer_handle = None
+        self._timer_thread = False
+        self._sink.reinit_after_fork()
+        self._core.reset_after_fork()

@@ -1,0 +1,476 @@
+"""Benchmark poolkit against a minimal FIFO pool ("the floor") over null connections.
+
+Runs, in one process, each workload on the floor and on poolkit, interleaved ``--repeat`` times
+(the order alternates each repeat), and prints the median of every figure, ratios computed from
+the medians, and each target with PASS/FAIL. A measurement, not a test: exit code 0 unless
+``--check`` is given and a target fails.
+
+    python benchmarks/bench_pool.py [--repeat N] [--cycles N] [--json PATH]
+                                    [--only async|threads] [--check]
+
+Workloads (pools of 10 connections, pre-warmed before timing):
+
+* async W1: one task, ``checkout`` + ``release`` ``--cycles`` times; ns/cycle.
+* async W2: 1,000 tasks, each with a fixed quota (cycles / 1,000) of checkout ->
+  ``await asyncio.sleep(0)`` -> release; ops/s, checkout wait p50/p99/max, cycles per task, and
+  fairness: the spread of completed cycles across tasks when the first task finishes.
+* threads W1: one thread, checkout + release; ns/cycle.
+* threads W2: 32 threads, fixed quota each; same figures as async W2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import statistics
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import poolkit
+
+POOL_SIZE = 10
+ASYNC_TASKS = 1000
+THREADS = 32
+HANG_TIMEOUT = 120.0  # seconds before a W2 run is declared hung
+
+Figures = dict[str, float]
+
+
+class NullConn:
+    __slots__ = ()
+
+    def close(self) -> None:
+        pass
+
+
+# ---------------------------------------------------------------------- the floor
+
+
+class AsyncFloor:
+    """Minimal correct FIFO pool for asyncio: idle deque + deque of waiter futures."""
+
+    def __init__(self, size: int) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._idle: deque[object] = deque(NullConn() for _ in range(size))
+        self._waiters: deque[asyncio.Future[object]] = deque()
+
+    async def acquire(self) -> object:
+        if self._idle and not self._waiters:
+            return self._idle.popleft()
+        fut: asyncio.Future[object] = self._loop.create_future()
+        self._waiters.append(fut)
+        try:
+            return await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled():
+                self.release(fut.result())  # handed one, then cancelled: give it back
+            else:
+                try:
+                    self._waiters.remove(fut)
+                except ValueError:
+                    pass
+            raise
+
+    def release(self, obj: object) -> None:
+        waiters = self._waiters
+        while waiters:
+            fut = waiters.popleft()
+            if not fut.done():
+                fut.set_result(obj)
+                return
+        self._idle.append(obj)
+
+
+class _Slot:
+    __slots__ = ("lock", "obj")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.lock.acquire()
+        self.obj: object = None
+
+
+class ThreadFloor:
+    """Minimal correct FIFO pool for threads: direct hand-off to the oldest waiter, no barging."""
+
+    def __init__(self, size: int) -> None:
+        self._lock = threading.Lock()
+        self._idle: deque[object] = deque(NullConn() for _ in range(size))
+        self._waiters: deque[_Slot] = deque()
+
+    def acquire(self) -> object:
+        with self._lock:
+            if self._idle and not self._waiters:
+                return self._idle.popleft()
+            slot = _Slot()
+            self._waiters.append(slot)
+        slot.lock.acquire()
+        return slot.obj
+
+    def release(self, obj: object) -> None:
+        with self._lock:
+            if not self._waiters:
+                self._idle.append(obj)
+                return
+            slot = self._waiters.popleft()
+            slot.obj = obj
+        slot.lock.release()
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def pctl(sorted_values: list[float], q: float) -> float:
+    if not sorted_values:
+        return float("nan")
+    return sorted_values[min(len(sorted_values) - 1, int(q * (len(sorted_values) - 1) + 0.5))]
+
+
+def wait_figures(waits: list[float], elapsed: float, total: int, counts: list[int],
+                 at_first: list[int]) -> Figures:
+    waits.sort()
+    return {
+        "ops_per_s": total / elapsed,
+        "elapsed_s": elapsed,
+        "wait_p50_us": pctl(waits, 0.50) * 1e6,
+        "wait_p99_us": pctl(waits, 0.99) * 1e6,
+        "wait_max_us": waits[-1] * 1e6 if waits else float("nan"),
+        "cycles_min": float(min(counts)),
+        "cycles_max": float(max(counts)),
+        "spread_at_first_finish": float(max(at_first) - min(at_first)) if at_first else -1.0,
+    }
+
+
+def options() -> poolkit.PoolOptions:
+    return poolkit.PoolOptions(max_size=POOL_SIZE, min_size=POOL_SIZE, max_connecting=POOL_SIZE)
+
+
+# ---------------------------------------------------------------------- asyncio
+
+
+async def async_connect(ctx: poolkit.ConnectContext) -> NullConn:
+    return NullConn()
+
+
+AsyncPair = tuple[Callable[[], Awaitable[Any]], Callable[[Any], None]]
+
+
+async def async_make(impl: str) -> tuple[AsyncPair, Callable[[], Awaitable[None]]]:
+    """(acquire, release) and a closer for a fresh, pre-warmed pool."""
+    if impl == "floor":
+        floor = AsyncFloor(POOL_SIZE)
+
+        async def noop() -> None:
+            pass
+
+        return (floor.acquire, floor.release), noop
+    pool: poolkit.AsyncPool[NullConn] = poolkit.AsyncPool(
+        async_connect, address="bench", options=options()
+    )
+    pool.ready()
+    deadline = time.monotonic() + 10
+    while pool.stats().available < POOL_SIZE:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"poolkit did not pre-warm: {pool!r}")
+        await asyncio.sleep(0.001)
+
+    def release(lease: poolkit.Lease[NullConn]) -> None:
+        lease.release()
+
+    return (pool.checkout, release), pool.close
+
+
+async def async_w1(impl: str, cycles: int) -> Figures:
+    (acquire, release), close = await async_make(impl)
+    gc.collect()
+    t0 = time.perf_counter_ns()
+    for _ in range(cycles):
+        c = await acquire()
+        release(c)
+    elapsed = time.perf_counter_ns() - t0
+    await close()
+    return {"ns_per_cycle": elapsed / cycles}
+
+
+async def async_w2(impl: str, cycles: int) -> Figures:
+    (acquire, release), close = await async_make(impl)
+    quota = max(1, cycles // ASYNC_TASKS)
+    counts = [0] * ASYNC_TASKS
+    at_first: list[int] = []
+    waits: list[float] = []
+    pc = time.perf_counter
+    sleep = asyncio.sleep
+
+    async def worker(i: int) -> None:
+        for _ in range(quota):
+            t = pc()
+            c = await acquire()
+            waits.append(pc() - t)
+            await sleep(0)
+            release(c)
+            counts[i] += 1
+        if not at_first:
+            at_first.extend(counts)
+
+    gc.collect()
+    t0 = pc()
+    tasks = [asyncio.create_task(worker(i)) for i in range(ASYNC_TASKS)]
+    done, pending = await asyncio.wait(tasks, timeout=HANG_TIMEOUT)
+    elapsed = pc() - t0
+    if pending:
+        for t in pending:
+            t.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        raise RuntimeError(f"{len(pending)} tasks hung after {HANG_TIMEOUT}s, counts "
+                           f"min={min(counts)} max={max(counts)}")
+    for t in done:
+        t.result()
+    await close()
+    return wait_figures(waits, elapsed, quota * ASYNC_TASKS, counts, at_first)
+
+
+# ---------------------------------------------------------------------- threads
+
+
+def thread_connect(ctx: poolkit.ConnectContext) -> NullConn:
+    return NullConn()
+
+
+ThreadPair = tuple[Callable[[], Any], Callable[[Any], None], Callable[[], None]]
+
+
+def thread_make(impl: str) -> ThreadPair:
+    if impl == "floor":
+        floor = ThreadFloor(POOL_SIZE)
+        return floor.acquire, floor.release, lambda: None
+    pool: poolkit.Pool[NullConn] = poolkit.Pool(thread_connect, address="bench", options=options())
+    pool.ready()
+    deadline = time.monotonic() + 10
+    while pool.stats().available < POOL_SIZE:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"poolkit did not pre-warm: {pool!r}")
+        time.sleep(0.001)
+
+    def release(lease: poolkit.Lease[NullConn]) -> None:
+        lease.release()
+
+    return pool.checkout, release, pool.close
+
+
+def thread_w1(impl: str, cycles: int) -> Figures:
+    acquire, release, close = thread_make(impl)
+    gc.collect()
+    t0 = time.perf_counter_ns()
+    for _ in range(cycles):
+        c = acquire()
+        release(c)
+    elapsed = time.perf_counter_ns() - t0
+    close()
+    return {"ns_per_cycle": elapsed / cycles}
+
+
+def thread_w2(impl: str, cycles: int) -> Figures:
+    acquire, release, close = thread_make(impl)
+    quota = max(1, cycles // THREADS)
+    counts = [0] * THREADS
+    at_first: list[int] = []
+    first_lock = threading.Lock()
+    per_thread: list[list[float]] = [[] for _ in range(THREADS)]
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(THREADS + 1)
+    pc = time.perf_counter
+
+    def worker(i: int) -> None:
+        waits = per_thread[i]
+        try:
+            barrier.wait()
+            for _ in range(quota):
+                t = pc()
+                c = acquire()
+                waits.append(pc() - t)
+                release(c)
+                counts[i] += 1
+            with first_lock:
+                if not at_first:
+                    at_first.extend(counts)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(THREADS)]
+    for t in threads:
+        t.start()
+    gc.collect()
+    barrier.wait()
+    t0 = pc()
+    deadline = t0 + HANG_TIMEOUT
+    for t in threads:
+        t.join(max(0.0, deadline - pc()))
+    elapsed = pc() - t0
+    if any(t.is_alive() for t in threads):
+        raise RuntimeError(f"threads hung after {HANG_TIMEOUT}s, counts "
+                           f"min={min(counts)} max={max(counts)}")
+    if errors:
+        raise errors[0]
+    close()
+    waits = [w for ws in per_thread for w in ws]
+    return wait_figures(waits, elapsed, quota * THREADS, counts, at_first)
+
+
+# ---------------------------------------------------------------------- driver
+
+Results = dict[str, dict[str, list[Figures]]]  # workload -> impl -> per-repeat figures
+
+
+def record(results: Results, errors: list[str], name: str, impl: str,
+           run: Callable[[], Figures]) -> None:
+    try:
+        results.setdefault(name, {}).setdefault(impl, []).append(run())
+    except Exception as exc:
+        errors.append(f"{name} {impl}: {type(exc).__name__}: {exc}")
+
+
+def order(rep: int) -> tuple[str, str]:
+    return ("floor", "poolkit") if rep % 2 == 0 else ("poolkit", "floor")
+
+
+async def run_async(results: Results, errors: list[str], repeat: int, cycles: int) -> None:
+    for name, fn in (("async W1", async_w1), ("async W2", async_w2)):
+        for rep in range(repeat):
+            for impl in order(rep):
+                try:
+                    results.setdefault(name, {}).setdefault(impl, []).append(await fn(impl, cycles))
+                except Exception as exc:
+                    errors.append(f"{name} {impl}: {type(exc).__name__}: {exc}")
+
+
+def run_threads(results: Results, errors: list[str], repeat: int, cycles: int) -> None:
+    for name, fn in (("threads W1", thread_w1), ("threads W2", thread_w2)):
+        for rep in range(repeat):
+            for impl in order(rep):
+                record(results, errors, name, impl, lambda fn=fn, impl=impl: fn(impl, cycles))
+
+
+def medians(runs: list[Figures]) -> Figures:
+    if not runs:
+        return {}
+    out = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+    for k in ("cycles_max", "spread_at_first_finish"):  # fairness: worst run, not median
+        if k in runs[0]:
+            out[k + "_worst"] = max(r[k] for r in runs)
+    if "cycles_min" in runs[0]:
+        out["cycles_min_worst"] = min(r["cycles_min"] for r in runs)
+    return out
+
+
+def nan() -> float:
+    return float("nan")
+
+
+def targets(med: dict[str, dict[str, Figures]]) -> list[tuple[str, float, str, bool]]:
+    """(description, value, target text, passed)."""
+    out: list[tuple[str, float, str, bool]] = []
+
+    def get(w: str, impl: str, k: str) -> float:
+        return med.get(w, {}).get(impl, {}).get(k, nan())
+
+    for w, limit in (("async W1", 5.0), ("threads W1", 2.5)):
+        if w in med:
+            r = get(w, "poolkit", "ns_per_cycle") / get(w, "floor", "ns_per_cycle")
+            out.append((f"{w} ns ratio poolkit/floor", r, f"<= {limit}", r <= limit))
+    for w, limit in (("async W2", 0.5), ("threads W2", 0.8)):
+        if w not in med:
+            continue
+        r = get(w, "poolkit", "ops_per_s") / get(w, "floor", "ops_per_s")
+        out.append((f"{w} ops ratio poolkit/floor", r, f">= {limit}", r >= limit))
+        lo, hi = get(w, "poolkit", "cycles_min_worst"), get(w, "poolkit", "cycles_max_worst")
+        out.append((f"{w} poolkit cycles/unit max-min (worst)", hi - lo, "<= 1", hi - lo <= 1))
+    if "async W2" in med:
+        # Fixed quotas make cycles/task equal by construction; FIFO fairness shows as the spread
+        # of completed cycles across tasks when the first one finishes (round-robin: <= 1).
+        s = get("async W2", "poolkit", "spread_at_first_finish_worst")
+        out.append(("async W2 poolkit spread at first finish (worst)", s, "<= 1", s <= 1))
+    if "threads W2" in med:
+        mx = get("threads W2", "poolkit", "wait_max_us")
+        p99 = get("threads W2", "poolkit", "wait_p99_us")
+        r = mx / p99 if p99 else nan()
+        out.append(("threads W2 poolkit max wait / p99", r, "<= 5", r <= 5))
+    return out
+
+
+RATIO_KEYS = {"ns_per_cycle", "ops_per_s", "elapsed_s", "wait_p50_us", "wait_p99_us",
+              "wait_max_us"}
+
+
+def fmt(v: float) -> str:
+    if v != v:
+        return "n/a"
+    if abs(v) >= 100 or v == int(v):
+        return f"{v:,.0f}"
+    return f"{v:.3g}"
+
+
+def print_table(med: dict[str, dict[str, Figures]], checks: list[tuple[str, float, str, bool]],
+                errors: list[str], repeat: int) -> None:
+    print(f"\nMedians over {repeat} repeats (python {sys.version.split()[0]}, "
+          f"poolkit {poolkit.__version__}); fairness rows '_worst' are the worst run\n")
+    print(f"{'workload':<11} {'figure':<28} {'floor':>14} {'poolkit':>14} {'poolkit/floor':>14}")
+    print("-" * 85)
+    for w, by_impl in med.items():
+        keys = list(by_impl.get("poolkit") or by_impl.get("floor") or {})
+        for k in keys:
+            f, p = by_impl.get("floor", {}).get(k, nan()), by_impl.get("poolkit", {}).get(k, nan())
+            perf = k in RATIO_KEYS
+            ratio = p / f if perf and f and f == f and p == p else nan()
+            print(f"{w:<11} {k:<28} {fmt(f):>14} {fmt(p):>14} {fmt(ratio):>14}")
+        print()
+    print(f"{'target':<48} {'value':>10} {'target':>8}  result")
+    print("-" * 80)
+    for desc, value, text, ok in checks:
+        print(f"{desc:<48} {fmt(value):>10} {text:>8}  {'PASS' if ok else 'FAIL'}")
+    if errors:
+        print("\nERRORS:")
+        for e in errors:
+            print("  " + e)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--cycles", type=int, default=100_000)
+    ap.add_argument("--json", metavar="PATH")
+    ap.add_argument("--only", choices=("async", "threads"))
+    ap.add_argument("--check", action="store_true", help="exit 1 if a target fails")
+    args = ap.parse_args(argv)
+
+    results: Results = {}
+    errors: list[str] = []
+    if args.only in (None, "async"):
+        asyncio.run(run_async(results, errors, args.repeat, args.cycles))
+    if args.only in (None, "threads"):
+        run_threads(results, errors, args.repeat, args.cycles)
+
+    med = {w: {impl: medians(runs) for impl, runs in by.items()} for w, by in results.items()}
+    checks = targets(med)
+    print_table(med, checks, errors, args.repeat)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({
+                "config": {"repeat": args.repeat, "cycles": args.cycles, "pool_size": POOL_SIZE,
+                           "async_tasks": ASYNC_TASKS, "threads": THREADS,
+                           "python": sys.version},
+                "runs": results, "medians": med, "errors": errors,
+                "targets": [{"target": d, "value": v, "limit": t, "pass": ok}
+                            for d, v, t, ok in checks],
+            }, fh, indent=2)
+    failed = bool(errors) or not all(ok for *_, ok in checks)
+    return 1 if args.check and failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

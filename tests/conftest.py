@@ -1,0 +1,15 @@
+from __future__ import annotations
+
+import os
+
+import pytest
+
+#: set in CI: a test whose service or data is missing fails instead of skipping
+REQUIRE = os.environ.get("POOLKIT_REQUIRE_SERVICES") == "1"
+
+
+def skip_or_fail(reason: str) -> None:
+    """Skip with ``reason``, or fail with it when POOLKIT_REQUIRE_SERVICES=1."""
+    if REQUIRE:
+        pytest.fail(f"{reason} (POOLKIT_REQUIRE_SERVICES=1)")
+    pytest.skip(reason)

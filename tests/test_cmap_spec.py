@@ -1,0 +1,36 @@
+"""The official CMAP spec test files, on both front ends (see ``cmap_runner``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from cmap_runner import CMAP_DIR, check_outcome, load, run_async_file, run_threads
+from conftest import skip_or_fail
+
+FILES = sorted(p.name for p in CMAP_DIR.glob("*.json")) if CMAP_DIR.is_dir() else []
+
+
+def _param(name: str) -> object:
+    # Integration files need a server's fail point; here they run as emulations of it.
+    style = load(name)["style"]
+    label = name.removesuffix(".json") + ("-emulated" if style == "integration" else "")
+    return pytest.param(name, id=label)
+
+
+def test_spec_files_present() -> None:
+    if not FILES:
+        skip_or_fail(f"CMAP spec test files not found in {CMAP_DIR} (set POOLKIT_SPEC_TESTS)")
+    assert len(FILES) == 33
+    styles = [load(n)["style"] for n in FILES]
+    assert styles.count("unit") == 26
+    assert styles.count("integration") == 7
+
+
+@pytest.mark.spec
+@pytest.mark.parametrize("front_end", ["asyncio", "threads"])
+@pytest.mark.parametrize("name", [_param(n) for n in FILES])
+def test_cmap(name: str, front_end: str) -> None:
+    spec = load(name)
+    runner = run_async_file if front_end == "asyncio" else run_threads
+    events, error = runner(spec)
+    check_outcome(spec, events, error)

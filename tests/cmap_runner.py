@@ -148,7 +148,9 @@ def matches(actual: Any, expected: Any, where: str = "") -> None:
         assert actual == expected, f"{where}: expected {expected!r}, got {actual!r}"
 
 
-def check_outcome(spec: dict[str, Any], events: list[poolkit.events.PoolEvent], error: BaseException | None) -> None:
+def check_outcome(
+    spec: dict[str, Any], events: list[poolkit.events.PoolEvent], error: BaseException | None
+) -> None:
     expected_error = spec.get("error")
     if expected_error is not None:
         assert error is not None, f"expected {expected_error['type']}, nothing was raised"
@@ -158,7 +160,9 @@ def check_outcome(spec: dict[str, Any], events: list[poolkit.events.PoolEvent], 
     ignore = set(spec.get("ignore", []))
     actual = [event_as_spec(e) for e in events if e.cmap_name not in ignore]
     for i, expected in enumerate(spec["events"]):
-        assert i < len(actual), f"event {i} {expected['type']} missing; got {[a['type'] for a in actual]}"
+        assert i < len(actual), (
+            f"event {i} {expected['type']} missing; got {[a['type'] for a in actual]}"
+        )
         matches(actual[i], expected, f"event {i}")
 
 
@@ -169,7 +173,9 @@ def count_events(events: list[poolkit.events.PoolEvent], name: str) -> int:
 # ---------------------------------------------------------------------- asyncio
 
 
-async def run_async(spec: dict[str, Any]) -> tuple[list[poolkit.events.PoolEvent], BaseException | None]:
+async def run_async(
+    spec: dict[str, Any],
+) -> tuple[list[poolkit.events.PoolEvent], BaseException | None]:
     """Run one spec file on AsyncPool; return the events seen and the main thread's error."""
     events: list[poolkit.events.PoolEvent] = []
     failpoint = FailPoint(spec.get("failPoint"))
@@ -188,7 +194,9 @@ async def run_async(spec: dict[str, Any]) -> tuple[list[poolkit.events.PoolEvent
                 raise ConnectionResetError("connection closed by the server during the handshake")
         return MockConnection(ctx.connection_id)
 
-    pool = poolkit.AsyncPool(connect, address=ADDRESS, options=pool_options(spec), listeners=[events.append])
+    pool = poolkit.AsyncPool(
+        connect, address=ADDRESS, options=pool_options(spec), listeners=[events.append]
+    )
     holder["pool"] = pool
     labels: dict[str, poolkit.Lease[MockConnection]] = {}
     queues: dict[str, asyncio.Queue[dict[str, Any] | None]] = {}
@@ -214,7 +222,7 @@ async def run_async(spec: dict[str, Any]) -> tuple[list[poolkit.events.PoolEvent
         elif name == "waitForEvent":
             limit = op.get("timeout", DEFAULT_WAIT * 1000) / 1000
             async with asyncio.timeout(limit):
-                while count_events(events, op["event"]) < op["count"]:
+                while count_events(events, op["event"]) < op["count"]:  # noqa: ASYNC110 - virtual time
                     await asyncio.sleep(0.0005)
         elif name == "start":
             target = op["target"]
@@ -257,7 +265,9 @@ async def run_async(spec: dict[str, Any]) -> tuple[list[poolkit.events.PoolEvent
     return seen, error
 
 
-def run_async_file(spec: dict[str, Any]) -> tuple[list[poolkit.events.PoolEvent], BaseException | None]:
+def run_async_file(
+    spec: dict[str, Any],
+) -> tuple[list[poolkit.events.PoolEvent], BaseException | None]:
     with asyncio.Runner(loop_factory=VirtualTimeLoop) as runner:
         return runner.run(run_async(spec))
 
@@ -268,7 +278,9 @@ def run_async_file(spec: dict[str, Any]) -> tuple[list[poolkit.events.PoolEvent]
 class _Worker:
     """A spec "thread": a real thread, tracked by the fake clock, running queued operations."""
 
-    def __init__(self, clock: FakeClock, name: str, execute: Callable[[dict[str, Any]], None]) -> None:
+    def __init__(
+        self, clock: FakeClock, name: str, execute: Callable[[dict[str, Any]], None]
+    ) -> None:
         self._clock = clock
         self._lock = threading.Lock()
         self._items: list[dict[str, Any] | None] = []
@@ -310,7 +322,9 @@ class _Worker:
                 self.done = True
 
 
-def run_threads(spec: dict[str, Any]) -> tuple[list[poolkit.events.PoolEvent], BaseException | None]:
+def run_threads(
+    spec: dict[str, Any],
+) -> tuple[list[poolkit.events.PoolEvent], BaseException | None]:
     """Run one spec file on the threaded Pool under a FakeClock."""
     clock = FakeClock()
     events: list[poolkit.events.PoolEvent] = []
@@ -330,7 +344,9 @@ def run_threads(spec: dict[str, Any]) -> tuple[list[poolkit.events.PoolEvent], B
                 raise ConnectionResetError("connection closed by the server during the handshake")
         return MockConnection(ctx.connection_id)
 
-    pool = poolkit.Pool(connect, address=ADDRESS, options=pool_options(spec), listeners=[events.append], clock=clock)
+    pool = poolkit.Pool(
+        connect, address=ADDRESS, options=pool_options(spec), listeners=[events.append], clock=clock
+    )
     holder["pool"] = pool
     labels: dict[str, poolkit.Lease[MockConnection]] = {}
     workers: dict[str, _Worker] = {}

@@ -15,9 +15,9 @@ import dataclasses
 import os
 import threading
 import weakref
-from datetime import timedelta
 from collections import deque
 from collections.abc import Callable, Iterable
+from datetime import timedelta
 from typing import Any, Generic, Protocol, TypeVar, final
 
 from . import log as _log
@@ -62,11 +62,11 @@ def unwrap(result: Any) -> tuple[Any, Any]:
 class ConnectContext:
     """What a connect function is told about the connection it makes.
 
-    ``cancelled`` turns true when the pool abandons this connect (a ``clear(interrupt_in_use=True)``,
+    ``cancelled`` turns true when the pool abandons this connect (``clear(interrupt_in_use=True)``,
     ``close()``, or the connect timeout); a blocking connect function may poll it.
     """
 
-    __slots__ = ("connection_id", "address", "pool", "generation", "_cancelled", "_task")
+    __slots__ = ("_cancelled", "_task", "address", "connection_id", "generation", "pool")
 
     def __init__(self, connection_id: int, address: str, pool: Any, generation: int) -> None:
         self.connection_id = connection_id
@@ -95,7 +95,7 @@ class Lease(Generic[C]):
     """One checked-out connection. Give it back once: ``release()``, ``discard()`` or the pool's
     ``checkin()``."""
 
-    __slots__ = ("_conn", "_pool", "_out")
+    __slots__ = ("_conn", "_out", "_pool")
 
     def __init__(self, conn: Any, pool: _LeaseOwner) -> None:
         self._conn = conn
@@ -155,7 +155,7 @@ class EventSink:
     that calls back into the pool (re-entering ``flush``) leaves delivery to the outer loop.
     """
 
-    __slots__ = ("_listeners", "_queue", "_lock", "_local")
+    __slots__ = ("_listeners", "_local", "_lock", "_queue")
 
     def __init__(self, listeners: tuple[Listener, ...]) -> None:
         self._listeners = listeners

@@ -23,7 +23,15 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any, Generic, TypeVar, final
 
-from ._core import CloseConnection, CompleteRequest, Conn, PoolCore, Request, RequestState, StartConnect
+from ._core import (
+    CloseConnection,
+    CompleteRequest,
+    Conn,
+    PoolCore,
+    Request,
+    RequestState,
+    StartConnect,
+)
 from ._frontend import (
     Clock,
     ConnectContext,
@@ -36,8 +44,8 @@ from ._frontend import (
     unwrap,
 )
 from .errors import InvalidLeaseError
-from .log import enabled as _log_enabled
 from .events import Listener
+from .log import enabled as _log_enabled
 from .options import PoolOptions
 from .stats import PoolState, PoolStats
 
@@ -88,7 +96,9 @@ class AsyncPool(Generic[C]):
         if options is None:
             options = PoolOptions()
         elif not isinstance(options, PoolOptions):
-            raise TypeError(f"AsyncPool(options=...) must be a PoolOptions, got {type(options).__name__}")
+            raise TypeError(
+                f"AsyncPool(options=...) must be a PoolOptions, got {type(options).__name__}"
+            )
         if not isinstance(address, str) or not address:
             raise ValueError(f"AsyncPool(address=...) must be a non-empty string, got {address!r}")
         self._connect = connect
@@ -135,7 +145,9 @@ class AsyncPool(Generic[C]):
         self._maybe_bind()
         core = self._core
         core.observed = self._sink.observed()
-        core.clear(self._time(), interrupt_in_use=interrupt_in_use, service_id=service_id, cause=cause)
+        core.clear(
+            self._time(), interrupt_in_use=interrupt_in_use, service_id=service_id, cause=cause
+        )
         self._after_core()
 
     async def close(self) -> None:
@@ -237,8 +249,10 @@ class AsyncPool(Generic[C]):
             )
         if not lease._out:
             raise InvalidLeaseError(
-                f"checkin: {lease!r} was already returned", address=self.address,
-                reason="already returned", lease=lease,
+                f"checkin: {lease!r} was already returned",
+                address=self.address,
+                reason="already returned",
+                lease=lease,
             )
         lease._out = False
         core = self._core
@@ -284,13 +298,17 @@ class AsyncPool(Generic[C]):
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
-            raise RuntimeError(f"AsyncPool.{operation}() must be called from a running event loop") from None
+            raise RuntimeError(
+                f"AsyncPool.{operation}() must be called from a running event loop"
+            ) from None
         if self._loop is None:
             self._loop = loop
             if self._clock is None:
                 self._time = loop.time
         elif self._loop is not loop:
-            raise RuntimeError(f"AsyncPool.{operation}(): this pool is bound to a different event loop")
+            raise RuntimeError(
+                f"AsyncPool.{operation}(): this pool is bound to a different event loop"
+            )
         return loop
 
     def _maybe_bind(self) -> None:
@@ -433,4 +451,3 @@ async def _await_close(result: Awaitable[Any], conn_id: int, address: str) -> No
         await result
     except Exception:
         _log.exception("closing connection %d of %s raised", conn_id, address)
-

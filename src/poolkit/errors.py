@@ -107,5 +107,10 @@ class InvalidLeaseError(PoolError, ValueError):
 
 for _cls in (
     ConnectTimeoutError,
-    PoolError, PoolClosedError, PoolClearedError, WaitQueueTimeoutError, InvalidLeaseError):
+    PoolError,
+    PoolClosedError,
+    PoolClearedError,
+    WaitQueueTimeoutError,
+    InvalidLeaseError,
+):
     _cls.__module__ = "poolkit"

@@ -52,10 +52,9 @@ CHECKOUT_TIMEOUT: Final = "timeout"
 CHECKOUT_CONNECTION_ERROR: Final = "connectionError"
 CHECKOUT_CANCELLED: Final = "cancelled"
 
-_event = dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 
 
-@_event
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class PoolEvent:
     """Base of every pool event. ``address`` is the pool's endpoint."""
 
@@ -63,7 +62,7 @@ class PoolEvent:
     address: str
 
 
-@_event
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class PoolCreatedEvent(PoolEvent):
     """The pool was created. ``options``: the non-default options, CMAP names, ms values."""
 
@@ -71,14 +70,14 @@ class PoolCreatedEvent(PoolEvent):
     options: dict[str, Any]
 
 
-@_event
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class PoolReadyEvent(PoolEvent):
     """The pool was marked ready."""
 
     cmap_name: ClassVar[str] = "ConnectionPoolReady"
 
 
-@_event
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class PoolClearedEvent(PoolEvent):
     """The pool was cleared (after the generation was incremented)."""
 
@@ -87,14 +86,14 @@ class PoolClearedEvent(PoolEvent):
     interrupt_in_use_connections: bool = False
 
 
-@_event
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class PoolClosedEvent(PoolEvent):
     """The pool was closed."""
 
     cmap_name: ClassVar[str] = "ConnectionPoolClosed"
 
 
-@_event
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class ConnectionCreatedEvent(PoolEvent):
     """The pool created a connection record and starts establishing it."""
 
@@ -102,7 +101,7 @@ class ConnectionCreatedEvent(PoolEvent):
     connection_id: int
 
 
-@_event
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class ConnectionReadyEvent(PoolEvent):
     """A connection finished establishing; ``duration`` since its ConnectionCreatedEvent."""
 
@@ -111,7 +110,7 @@ class ConnectionReadyEvent(PoolEvent):
     duration: float
 
 
-@_event
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class ConnectionClosedEvent(PoolEvent):
     """The pool closed a connection; ``error`` is set when ``reason`` is ``"error"``."""
 
@@ -121,14 +120,14 @@ class ConnectionClosedEvent(PoolEvent):
     error: BaseException | None = None
 
 
-@_event
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class ConnectionCheckOutStartedEvent(PoolEvent):
     """A checkout began."""
 
     cmap_name: ClassVar[str] = "ConnectionCheckOutStarted"
 
 
-@_event
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class ConnectionCheckOutFailedEvent(PoolEvent):
     """A checkout failed; ``duration`` since its ConnectionCheckOutStartedEvent."""
 
@@ -138,7 +137,7 @@ class ConnectionCheckOutFailedEvent(PoolEvent):
     error: BaseException | None = None
 
 
-@_event
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class ConnectionCheckedOutEvent(PoolEvent):
     """A checkout succeeded; ``duration`` since its ConnectionCheckOutStartedEvent."""
 
@@ -147,7 +146,7 @@ class ConnectionCheckedOutEvent(PoolEvent):
     duration: float
 
 
-@_event
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class ConnectionCheckedInEvent(PoolEvent):
     """A connection was checked back in."""
 
@@ -204,4 +203,3 @@ def deliver(listeners: Iterable[Listener], event: PoolEvent) -> None:
             listener(event)
         except Exception:
             _log.exception("poolkit listener %r raised on %s", listener, type(event).__name__)
-

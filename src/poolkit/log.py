@@ -19,7 +19,9 @@ _DEBUG: Final = logging.DEBUG
 
 _CLOSE_REASONS: Final = {
     ev.CLOSE_STALE: "Connection became stale because the pool was cleared",
-    ev.CLOSE_IDLE: "Connection has been available but unused for longer than the configured max idle time",
+    ev.CLOSE_IDLE: (
+        "Connection has been available but unused for longer than the configured max idle time"
+    ),
     ev.CLOSE_ERROR: "An error occurred while using the connection",
     ev.CLOSE_POOL_CLOSED: "Connection pool was closed",
 }
@@ -29,7 +31,7 @@ _CHECKOUT_REASONS: Final = {
     ev.CHECKOUT_POOL_CLOSED: "Connection pool was closed",
     ev.CHECKOUT_CANCELLED: "The checkout was cancelled by its caller",
 }
-_POOL_OPTION_ORDER: Final = (
+_POOL_OPTION_ORDER: Final[tuple[str, ...]] = (
     "maxIdleTimeMS",
     "minPoolSize",
     "maxPoolSize",
@@ -60,7 +62,7 @@ def split_address(address: str) -> tuple[str, int | None]:
 class LogMessage:
     """One CMAP log message: structured ``fields`` and the unstructured text as ``str()``."""
 
-    __slots__ = ("fields", "_text")
+    __slots__ = ("_text", "fields")
 
     def __init__(self, fields: dict[str, Any], text: str) -> None:
         self.fields = fields

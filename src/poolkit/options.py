@@ -17,7 +17,9 @@ __all__ = ["PoolOptions"]
 Seconds = float | int | timedelta
 
 
-def _seconds(name: str, value: object, *, allow_none: bool, allow_zero: bool, allow_inf: bool) -> float | None:
+def _seconds(
+    name: str, value: object, *, allow_none: bool, allow_zero: bool, allow_inf: bool
+) -> float | None:
     if value is None:
         if allow_none:
             return None
@@ -33,7 +35,9 @@ def _seconds(name: str, value: object, *, allow_none: bool, allow_zero: bool, al
     if math.isnan(seconds):
         raise ValueError(f"PoolOptions.{name} must be a number of seconds, not NaN")
     if math.isinf(seconds) and not allow_inf:
-        raise ValueError(f"PoolOptions.{name} must be finite (use None for no limit), got {value!r}")
+        raise ValueError(
+            f"PoolOptions.{name} must be finite (use None for no limit), got {value!r}"
+        )
     if seconds < 0 or (seconds == 0 and not allow_zero):
         rule = ">= 0" if allow_zero else "> 0"
         none = " or None (no limit)" if allow_none else ""
@@ -93,26 +97,46 @@ class PoolOptions:
         setattr_(
             self,
             "max_idle_time",
-            _seconds("max_idle_time", self.max_idle_time, allow_none=True, allow_zero=False, allow_inf=False),
+            _seconds(
+                "max_idle_time",
+                self.max_idle_time,
+                allow_none=True,
+                allow_zero=False,
+                allow_inf=False,
+            ),
         )
         setattr_(
             self,
             "wait_queue_timeout",
             _seconds(
-                "wait_queue_timeout", self.wait_queue_timeout, allow_none=True, allow_zero=True, allow_inf=False
+                "wait_queue_timeout",
+                self.wait_queue_timeout,
+                allow_none=True,
+                allow_zero=True,
+                allow_inf=False,
             ),
         )
         setattr_(
             self,
             "background_interval",
             _seconds(
-                "background_interval", self.background_interval, allow_none=False, allow_zero=False, allow_inf=True
+                "background_interval",
+                self.background_interval,
+                allow_none=False,
+                allow_zero=False,
+                allow_inf=True,
             ),
         )
         setattr_(
             self,
             "connect_timeout",
-            _seconds("connect_timeout", self.connect_timeout, allow_none=True, allow_zero=False, allow_inf=False),
+            _seconds(
+                "connect_timeout",
+                self.connect_timeout,
+                allow_none=True,
+                allow_zero=False,
+                allow_inf=False,
+            ),
         )
         if not isinstance(self.load_balanced, bool):
             raise TypeError(
@@ -146,8 +170,6 @@ _CMAP_NAMES: Final[dict[str, tuple[str, bool]]] = {
     "load_balanced": ("loadBalanced", False),
 }
 
-_DEFAULTS: Final[dict[str, Any]] = {
-    f.name: f.default for f in dataclasses.fields(PoolOptions)
-}
+_DEFAULTS: Final[dict[str, Any]] = {f.name: f.default for f in dataclasses.fields(PoolOptions)}
 
 PoolOptions.__module__ = "poolkit"

@@ -23,7 +23,16 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Generic, Protocol, TypeVar, final
 
-from ._core import Action, CloseConnection, CompleteRequest, Conn, PoolCore, Request, RequestState, StartConnect
+from ._core import (
+    Action,
+    CloseConnection,
+    CompleteRequest,
+    Conn,
+    PoolCore,
+    Request,
+    RequestState,
+    StartConnect,
+)
 from ._frontend import (
     Clock,
     ConnectContext,
@@ -98,7 +107,9 @@ class Pool(Generic[C]):
         if options is None:
             options = PoolOptions()
         elif not isinstance(options, PoolOptions):
-            raise TypeError(f"Pool(options=...) must be a PoolOptions, got {type(options).__name__}")
+            raise TypeError(
+                f"Pool(options=...) must be a PoolOptions, got {type(options).__name__}"
+            )
         if not isinstance(address, str) or not address:
             raise ValueError(f"Pool(address=...) must be a non-empty string, got {address!r}")
         self._connect = connect
@@ -148,7 +159,9 @@ class Pool(Generic[C]):
         with self._lock:
             core = self._core
             core.observed = self._sink.observed()
-            core.clear(self._time(), interrupt_in_use=interrupt_in_use, service_id=service_id, cause=cause)
+            core.clear(
+                self._time(), interrupt_in_use=interrupt_in_use, service_id=service_id, cause=cause
+            )
             actions = self._take_locked()
         self._carry_out(actions)
 
@@ -263,7 +276,9 @@ class Pool(Generic[C]):
             core = self._core
             core.observed = observed
             core.release(lease._conn, self._time(), discard=discard, error=error)
-            actions = self._take_locked() if (observed or core.actions or core.timers.dirty) else None
+            actions = (
+                self._take_locked() if (observed or core.actions or core.timers.dirty) else None
+            )
         if actions is not None:
             self._carry_out(actions)
 

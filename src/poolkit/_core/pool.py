@@ -178,7 +178,9 @@ class PoolCore:
             self._clear_service(now, service_id, interrupt_in_use)
             return
         if service_id is not None:
-            raise ValueError("clear(service_id=...) needs a pool with PoolOptions(load_balanced=True)")
+            raise ValueError(
+                "clear(service_id=...) needs a pool with PoolOptions(load_balanced=True)"
+            )
         was_paused = self.state is _PAUSED
         old_generation = self.generation
         self.generation += 1
@@ -186,7 +188,9 @@ class PoolCore:
         self.clear_cause = cause
         if not was_paused and self.observed:
             self.events.append(
-                PoolClearedEvent(address=self.address, interrupt_in_use_connections=interrupt_in_use)
+                PoolClearedEvent(
+                    address=self.address, interrupt_in_use_connections=interrupt_in_use
+                )
             )
         if interrupt_in_use:
             self._interrupt(lambda c: c.generation <= old_generation)
@@ -200,11 +204,11 @@ class PoolCore:
                 entry[0] += 1
             generations = {sid: entry[0] - 1 for sid, entry in self.service_generations.items()}
         else:
-            entry = self.service_generations.get(service_id)
+            found = self.service_generations.get(service_id)
             generations = {}
-            if entry is not None:
-                entry[0] += 1
-                generations[service_id] = entry[0] - 1
+            if found is not None:
+                found[0] += 1
+                generations[service_id] = found[0] - 1
         if self.observed:
             self.events.append(
                 PoolClearedEvent(
@@ -322,10 +326,14 @@ class PoolCore:
 
     # ------------------------------------------------------------------ check-in
 
-    def release(self, conn: Conn, now: float, *, discard: bool = False, error: BaseException | None = None) -> None:
+    def release(
+        self, conn: Conn, now: float, *, discard: bool = False, error: BaseException | None = None
+    ) -> None:
         """A lease on ``conn`` came back (the front end checked that it was out)."""
         if self.observed:
-            self.events.append(ConnectionCheckedInEvent(address=self.address, connection_id=conn.id))
+            self.events.append(
+                ConnectionCheckedInEvent(address=self.address, connection_id=conn.id)
+            )
         conn.streams -= 1
         last = conn.streams == 0
         if conn.state is _S_CLOSED:
@@ -409,7 +417,9 @@ class PoolCore:
                 conn: Conn = entry.target
                 timeout = self.options.connect_timeout
                 assert timeout is not None
-                self.connect_failed(conn, now, ConnectTimeoutError(address=self.address, timeout=timeout))
+                self.connect_failed(
+                    conn, now, ConnectTimeoutError(address=self.address, timeout=timeout)
+                )
 
     def _timer_is_live(self, entry: TimerEntry) -> bool:
         kind = entry.kind
@@ -494,8 +504,10 @@ class PoolCore:
         generation = self.generation
         while idle:
             conn = idle.pop()
-            if not self._lb and conn.generation == generation and (
-                max_idle is None or now - conn.idle_since < max_idle
+            if (
+                not self._lb
+                and conn.generation == generation
+                and (max_idle is None or now - conn.idle_since < max_idle)
             ):
                 return conn
             reason = self._perished(conn, now)
@@ -508,7 +520,9 @@ class PoolCore:
         self._idle.append(conn)
         max_idle = self.options.max_idle_time
         if max_idle is not None and self._idle_sweep is None:
-            self._idle_sweep = self.timers.push(self._idle[0].idle_since + max_idle, TimerKind.IDLE_SWEEP)
+            self._idle_sweep = self.timers.push(
+                self._idle[0].idle_since + max_idle, TimerKind.IDLE_SWEEP
+            )
 
     def _pop_waiter(self) -> Request:
         req, _ = self._waiters.popitem(last=False)

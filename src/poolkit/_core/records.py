@@ -54,7 +54,9 @@ class InvalidTransition(RuntimeError):
     """The core asked for a state change its table does not allow (a poolkit bug)."""
 
     def __init__(self, conn_id: int, state: ConnState, event: ConnInput) -> None:
-        super().__init__(f"connection {conn_id}: no transition from {state.value!r} on {event.value!r}")
+        super().__init__(
+            f"connection {conn_id}: no transition from {state.value!r} on {event.value!r}"
+        )
         self.connection_id = conn_id
         self.state = state
         self.input = event
@@ -101,18 +103,18 @@ class Conn:
     """The core's record of one connection."""
 
     __slots__ = (
-        "id",
+        "close_reason",
+        "connection",
+        "created_at",
         "generation",
+        "handle",
+        "id",
+        "idle_since",
+        "max_streams",
+        "role",
         "service_id",
         "state",
-        "role",
-        "max_streams",
         "streams",
-        "connection",
-        "handle",
-        "created_at",
-        "idle_since",
-        "close_reason",
     )
 
     def __init__(self, conn_id: int, generation: int, role: Role, now: float) -> None:
@@ -149,7 +151,7 @@ class Request:
     ``state`` leaves WAITING for good.
     """
 
-    __slots__ = ("started", "deadline", "state", "conn", "error", "owner", "queued")
+    __slots__ = ("conn", "deadline", "error", "owner", "queued", "started", "state")
 
     def __init__(self, started: float, deadline: float | None, owner: Any = None) -> None:
         self.started = started

@@ -29,7 +29,7 @@ class TimerKind(enum.IntEnum):
 
 @final
 class TimerEntry:
-    __slots__ = ("when", "seq", "kind", "target")
+    __slots__ = ("kind", "seq", "target", "when")
 
     def __init__(self, when: float, seq: int, kind: TimerKind, target: Any) -> None:
         self.when = when
@@ -46,7 +46,7 @@ class TimerEntry:
 
 @final
 class TimerHeap:
-    __slots__ = ("_heap", "_seq", "_stale", "_is_live", "dirty")
+    __slots__ = ("_heap", "_is_live", "_seq", "_stale", "dirty")
 
     def __init__(self, is_live: Callable[[TimerEntry], bool]) -> None:
         self._heap: list[TimerEntry] = []

@@ -25,7 +25,7 @@ class SettleTimeout(AssertionError):
 
 @final
 class _Timer:
-    __slots__ = ("when", "callback", "cancelled")
+    __slots__ = ("callback", "cancelled", "when")
 
     def __init__(self, when: float, callback: Callable[[], Any]) -> None:
         self.when = when
@@ -132,7 +132,9 @@ class FakeClock:
 
     # ------------------------------------------------------------------ threads
 
-    def start_thread(self, target: Callable[[], Any], name: str = "fakeclock-thread") -> threading.Thread:
+    def start_thread(
+        self, target: Callable[[], Any], name: str = "fakeclock-thread"
+    ) -> threading.Thread:
         """Start a thread the clock tracks (for :meth:`settle`)."""
         with self._cv:
             self._threads += 1

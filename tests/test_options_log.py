@@ -1,0 +1,177 @@
+"""PoolOptions validation and CMAP names; the CMAP log messages."""
+
+from __future__ import annotations
+
+import logging
+import math
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+import poolkit
+from poolkit import events as ev
+from poolkit.log import build, split_address
+
+
+def test_defaults_are_cmap_defaults() -> None:
+    opts = poolkit.PoolOptions()
+    assert (opts.max_size, opts.min_size, opts.max_idle_time, opts.max_connecting) == (
+        100,
+        0,
+        None,
+        2,
+    )
+    assert opts.wait_queue_timeout is None
+    assert opts.cmap_options() == {}
+
+
+def test_timedelta_and_cmap_names() -> None:
+    opts = poolkit.PoolOptions(
+        max_size=50,
+        min_size=5,
+        max_idle_time=timedelta(milliseconds=100),
+        background_interval=math.inf,
+    )
+    assert opts.max_idle_time == 0.1
+    assert opts.cmap_options() == {
+        "maxPoolSize": 50,
+        "minPoolSize": 5,
+        "maxIdleTimeMS": 100,
+        "backgroundThreadIntervalMS": -1,
+    }
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "words"),
+    [
+        ({"max_size": -1}, ValueError, "max_size must be an integer >= 0"),
+        ({"max_size": 1.5}, TypeError, "max_size must be an int"),
+        ({"max_size": True}, TypeError, "max_size must be an int"),
+        ({"min_size": 5, "max_size": 2}, ValueError, "min_size (5) must be <= max_size (2)"),
+        ({"max_connecting": 0}, ValueError, "max_connecting must be an integer >= 1"),
+        ({"max_idle_time": 0}, ValueError, "max_idle_time must be > 0 seconds or None"),
+        ({"max_idle_time": -1}, ValueError, "max_idle_time"),
+        (
+            {"max_idle_time": math.nan},
+            ValueError,
+            "max_idle_time must be a number of seconds, not NaN",
+        ),
+        ({"max_idle_time": "10"}, TypeError, "max_idle_time must be seconds"),
+        ({"wait_queue_timeout": -0.5}, ValueError, "wait_queue_timeout must be >= 0 seconds"),
+        ({"wait_queue_timeout": math.inf}, ValueError, "wait_queue_timeout must be finite"),
+        ({"background_interval": 0}, ValueError, "background_interval must be > 0 seconds"),
+        (
+            {"background_interval": None},
+            TypeError,
+            "background_interval must be a number of seconds",
+        ),
+        ({"connect_timeout": 0}, ValueError, "connect_timeout must be > 0"),
+        ({"load_balanced": 1}, TypeError, "load_balanced must be a bool"),
+    ],
+)
+def test_invalid_values_name_option_and_rule(
+    kwargs: dict[str, Any], error: type, words: str
+) -> None:
+    with pytest.raises(error) as info:
+        poolkit.PoolOptions(**kwargs)
+    assert words in str(info.value)
+    assert "PoolOptions." in str(info.value)
+
+
+def test_zero_max_size_means_no_limit() -> None:
+    assert poolkit.PoolOptions(max_size=0, min_size=500).min_size == 500
+
+
+def test_options_are_frozen() -> None:
+    opts = poolkit.PoolOptions()
+    with pytest.raises(AttributeError):
+        opts.max_size = 3  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("address", "host", "port"),
+    [
+        ("db.example:27018", "db.example", 27018),
+        ("db.example", "db.example", 27017),
+        ("[::1]:27019", "::1", 27019),
+        ("/tmp/mongodb-27017.sock", "/tmp/mongodb-27017.sock", None),
+    ],
+)
+def test_split_address(address: str, host: str, port: int | None) -> None:
+    assert split_address(address) == (host, port)
+
+
+def test_log_messages_match_the_spec_text() -> None:
+    a = "h:1"
+    cases = [
+        (
+            ev.PoolCreatedEvent(address=a, options={"maxPoolSize": 5, "minPoolSize": 1}),
+            "Connection pool created",
+            "Connection pool created for h:1 using options minPoolSize=1, maxPoolSize=5",
+        ),
+        (ev.PoolReadyEvent(address=a), "Connection pool ready", "Connection pool ready for h:1"),
+        (ev.PoolClosedEvent(address=a), "Connection pool closed", "Connection pool closed for h:1"),
+        (
+            ev.ConnectionCreatedEvent(address=a, connection_id=3),
+            "Connection created",
+            "Connection created: address=h:1, driver-generated ID=3",
+        ),
+        (
+            ev.ConnectionReadyEvent(address=a, connection_id=3, duration=0.25),
+            "Connection ready",
+            "Connection ready: address=h:1, driver-generated ID=3, established in=250.0 ms",
+        ),
+        (
+            ev.ConnectionClosedEvent(address=a, connection_id=3, reason="idle"),
+            "Connection closed",
+            "Connection closed: address=h:1, driver-generated ID=3. Reason: Connection has been "
+            "available but unused for longer than the configured max idle time. Error: None",
+        ),
+        (
+            ev.ConnectionCheckOutStartedEvent(address=a),
+            "Connection checkout started",
+            "Checkout started for connection to h:1",
+        ),
+        (
+            ev.ConnectionCheckOutFailedEvent(address=a, reason="timeout", duration=1.0),
+            "Connection checkout failed",
+            "Checkout failed for connection to h:1. Reason: Wait queue timeout elapsed without a "
+            "connection becoming available. Error: None. Duration: 1000.0 ms",
+        ),
+        (
+            ev.ConnectionCheckedOutEvent(address=a, connection_id=3, duration=0.001),
+            "Connection checked out",
+            "Connection checked out: address=h:1, driver-generated ID=3, duration=1.0 ms",
+        ),
+        (
+            ev.ConnectionCheckedInEvent(address=a, connection_id=3),
+            "Connection checked in",
+            "Connection checked in: address=h:1, driver-generated ID=3",
+        ),
+    ]
+    for event, message, text in cases:
+        msg = build(event)
+        assert msg.fields["message"] == message
+        assert msg.fields["serverHost"] == "h" and msg.fields["serverPort"] == 1
+        assert str(msg) == text
+
+
+def test_pool_logs_cmap_messages_only_at_debug(caplog: pytest.LogCaptureFixture) -> None:
+    pool = poolkit.Pool(lambda ctx: object(), address="db:27017")
+    assert caplog.records == []  # DEBUG is off: nothing built, nothing logged
+    with caplog.at_level(logging.DEBUG, logger="poolkit.connection"):
+        pool.ready()
+        pool.checkout().release()
+    messages = [r.cmap["message"] for r in caplog.records if r.name == "poolkit.connection"]
+    assert messages == [
+        "Connection pool ready",
+        "Connection checkout started",
+        "Connection created",
+        "Connection ready",
+        "Connection checked out",
+        "Connection checked in",
+    ]
+    record = caplog.records[4]
+    assert record.cmap["driverConnectionId"] == 1 and "durationMS" in record.cmap
+    pool.close()

@@ -235,7 +235,7 @@ def test_connect_error_fails_the_checkout_with_that_error() -> None:
 
         pool = poolkit.AsyncPool(connect, address="db:1", listeners=[events.append])
         async with pool:
-            with pytest.raises(OSError) as info:
+            with pytest.raises(OSError, match="connection refused") as info:
                 await pool.checkout()
             assert info.value is boom
             assert pool.stats().total == 0
@@ -402,7 +402,6 @@ def test_pool_bound_to_one_loop() -> None:
     async def second() -> None:
         with pytest.raises(RuntimeError, match="different event loop"):
             pool.ready()
-            await pool.checkout(timeout=1)
 
     run(first())
     run(second())

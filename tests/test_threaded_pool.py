@@ -102,7 +102,11 @@ def test_concurrent_double_release_only_one_wins() -> None:
             errors: list[BaseException] = []
             barrier = threading.Barrier(4)
 
-            def release(lease: poolkit.Lease[Conn] = lease) -> None:
+            def release(
+                lease: poolkit.Lease[Conn] = lease,
+                barrier: threading.Barrier = barrier,
+                errors: list[BaseException] = errors,
+            ) -> None:
                 barrier.wait()
                 try:
                     lease.release()

@@ -3,8 +3,9 @@
 Rules of this module
 --------------------
 * Nothing here decides anything about the pool: decisions are the core's.
-* A :class:`Lease` is valid for one check-in. The front end checks ``_pool`` and flips ``_out``
-  under its lock, so two check-ins of one lease can never both pass.
+* A :class:`Lease` is valid for one check-in. The front end checks that ``_pool`` is itself and
+  replaces it by its ``Returned`` marker under its lock, so two check-ins of one lease can never
+  both pass.
 * Events are delivered in the order the core produced them, one event to all listeners before the
   next, and never while the pool's lock is held.
 """
@@ -91,16 +92,30 @@ class _LeaseOwner(Protocol):
 
 
 @final
+class Returned:
+    """Stands in for the pool in a lease that was given back: releasing it again raises."""
+
+    __slots__ = ("address", "_pool")
+
+    def __init__(self, pool: Any) -> None:
+        self.address: str = pool.address
+        self._pool = pool
+
+    def _release(self, lease: Lease[Any], discard: bool, error: BaseException | None) -> None:
+        raise self._pool._invalid_lease(lease)
+
+
+@final
 class Lease(Generic[C]):
     """One checked-out connection. Give it back once: ``release()``, ``discard()`` or the pool's
     ``checkin()``."""
 
-    __slots__ = ("_conn", "_out", "_pool")
+    __slots__ = ("_conn", "_pool")
 
     def __init__(self, conn: Any, pool: _LeaseOwner) -> None:
         self._conn = conn
-        self._pool = pool
-        self._out = True
+        #: the pool while the lease is out; the pool's ``Returned`` marker once given back
+        self._pool: _LeaseOwner | Returned = pool
 
     @property
     def connection(self) -> C:
@@ -122,7 +137,7 @@ class Lease(Generic[C]):
     @property
     def active(self) -> bool:
         """True until the lease is given back."""
-        return self._out
+        return type(self._pool) is not Returned
 
     def release(self) -> None:
         """Give the connection back to the pool."""
@@ -133,7 +148,7 @@ class Lease(Generic[C]):
         self._pool._release(self, True, error)
 
     def __repr__(self) -> str:
-        state = "out" if self._out else "returned"
+        state = "out" if self.active else "returned"
         return f"<Lease connection_id={self._conn.id} {state} address={self._pool.address!r}>"
 
 

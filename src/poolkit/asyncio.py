@@ -37,6 +37,7 @@ from ._frontend import (
     ConnectContext,
     EventSink,
     Lease,
+    Returned,
     call_close,
     check_timeout,
     listener_tuple,
@@ -45,7 +46,7 @@ from ._frontend import (
 )
 from .errors import InvalidLeaseError
 from .events import Listener
-from .log import enabled as _log_enabled
+from .log import LOGGER as _LOGGER
 from .options import PoolOptions
 from .stats import PoolState, PoolStats
 
@@ -55,6 +56,7 @@ C = TypeVar("C")
 _log = logging.getLogger("poolkit.pool")
 _DEFAULT: Any = object()
 _SERVED = RequestState.SERVED
+
 
 
 class _Waiter(asyncio.Future[None]):
@@ -108,6 +110,8 @@ class AsyncPool(Generic[C]):
         self._time: Callable[[], float] = clock.monotonic if clock is not None else time.monotonic
         self._call_at: Any = getattr(clock, "call_at", None)
         self._sink = EventSink(listener_tuple(listeners))
+        self._listened = bool(self._sink.listeners)
+        self._returned = Returned(self)
         self._core = PoolCore(options, address, observed=self._sink.observed())
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timer: Any = None
@@ -173,11 +177,10 @@ class AsyncPool(Generic[C]):
     async def checkout(self, timeout: float | None = _DEFAULT) -> Lease[C]:
         """Check out a connection, waiting at most ``timeout`` seconds (default:
         ``options.wait_queue_timeout``; ``None`` waits without limit)."""
-        sink = self._sink
-        if not sink._listeners and not _log_enabled():
-            core = self._core
+        core = self._core
+        if not self._listened and not _LOGGER.isEnabledFor(10):  # the fast path
             core.observed = False
-            conn = core.lease_idle(self._time())
+            conn = core.lease_idle(self._time() if core.clocked else 0.0)
             if conn is not None:
                 if core.actions:
                     self._after_core()
@@ -241,25 +244,31 @@ class AsyncPool(Generic[C]):
 
     def _release(self, lease: Lease[Any], discard: bool, error: BaseException | None) -> None:
         if lease._pool is not self:
-            raise InvalidLeaseError(
+            raise self._invalid_lease(lease)
+        lease._pool = self._returned
+        core = self._core
+        core.observed = observed = self._listened or _LOGGER.isEnabledFor(10)
+        if discard:
+            core.discard(lease._conn, self._time(), error)
+        else:
+            core.release(lease._conn, self._time() if (core.clocked or observed) else 0.0)
+        if observed or core.actions or core.timers.dirty:
+            self._after_core()
+
+    def _invalid_lease(self, lease: Lease[Any]) -> InvalidLeaseError:
+        if lease._pool is not self._returned:
+            return InvalidLeaseError(
                 f"checkin: {lease!r} was not checked out from this pool ({self.address})",
                 address=self.address,
                 reason="foreign",
                 lease=lease,
             )
-        if not lease._out:
-            raise InvalidLeaseError(
-                f"checkin: {lease!r} was already returned",
-                address=self.address,
-                reason="already returned",
-                lease=lease,
-            )
-        lease._out = False
-        core = self._core
-        core.observed = observed = bool(self._sink._listeners) or _log_enabled()
-        core.release(lease._conn, self._time(), discard=discard, error=error)
-        if observed or core.actions or core.timers.dirty:
-            self._after_core()
+        return InvalidLeaseError(
+            f"checkin: {lease!r} was already returned",
+            address=self.address,
+            reason="already returned",
+            lease=lease,
+        )
 
     def _give_back(self, conn: Conn) -> None:
         core = self._core
@@ -304,7 +313,9 @@ class AsyncPool(Generic[C]):
         if self._loop is None:
             self._loop = loop
             if self._clock is None:
-                self._time = loop.time
+                # The loop's clock; time.monotonic itself when that is what loop.time() reads.
+                base = type(loop).time is asyncio.BaseEventLoop.time
+                self._time = time.monotonic if base else loop.time
         elif self._loop is not loop:
             raise RuntimeError(
                 f"AsyncPool.{operation}(): this pool is bound to a different event loop"

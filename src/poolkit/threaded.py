@@ -38,6 +38,7 @@ from ._frontend import (
     ConnectContext,
     EventSink,
     Lease,
+    Returned,
     call_close,
     check_timeout,
     listener_tuple,
@@ -127,6 +128,8 @@ class Pool(Generic[C]):
         self._timer_handle: Any = None
         self._timer_thread = False
         self._sink = EventSink(listener_tuple(listeners))
+        self._listened = bool(self._sink.listeners)
+        self._returned = Returned(self)
         self._core = PoolCore(options, address, observed=self._sink.observed())
         register_for_fork(self)
         self._sink.push(self._core.take()[1])
@@ -188,11 +191,11 @@ class Pool(Generic[C]):
     def checkout(self, timeout: float | None = _DEFAULT) -> Lease[C]:
         """Check out a connection, waiting at most ``timeout`` seconds (default:
         ``options.wait_queue_timeout``; ``None`` waits without limit)."""
-        if not self._sink._listeners and not _log_enabled():
+        if not self._listened and not _log_enabled():
             core = self._core
             with self._lock:
                 core.observed = False
-                conn = core.lease_idle(self._time())
+                conn = core.lease_idle(self._time() if core.clocked else 0.0)
                 actions = self._take_locked() if core.actions else None
             if actions:
                 self._carry_out(actions)
@@ -256,31 +259,37 @@ class Pool(Generic[C]):
             lease.release()
 
     def _release(self, lease: Lease[Any], discard: bool, error: BaseException | None) -> None:
-        if lease._pool is not self:
-            raise InvalidLeaseError(
-                f"checkin: {lease!r} was not checked out from this pool ({self.address})",
-                address=self.address,
-                reason="foreign",
-                lease=lease,
-            )
-        observed = bool(self._sink._listeners) or _log_enabled()
+        observed = self._listened or _log_enabled()
         with self._lock:
-            if not lease._out:
-                raise InvalidLeaseError(
-                    f"checkin: {lease!r} was already returned",
-                    address=self.address,
-                    reason="already returned",
-                    lease=lease,
-                )
-            lease._out = False
+            if lease._pool is not self:
+                raise self._invalid_lease(lease)
+            lease._pool = self._returned
             core = self._core
             core.observed = observed
-            core.release(lease._conn, self._time(), discard=discard, error=error)
+            if discard:
+                core.discard(lease._conn, self._time(), error)
+            else:
+                core.release(lease._conn, self._time() if (core.clocked or observed) else 0.0)
             actions = (
                 self._take_locked() if (observed or core.actions or core.timers.dirty) else None
             )
         if actions is not None:
             self._carry_out(actions)
+
+    def _invalid_lease(self, lease: Lease[Any]) -> InvalidLeaseError:
+        if lease._pool is not self._returned:
+            return InvalidLeaseError(
+                f"checkin: {lease!r} was not checked out from this pool ({self.address})",
+                address=self.address,
+                reason="foreign",
+                lease=lease,
+            )
+        return InvalidLeaseError(
+            f"checkin: {lease!r} was already returned",
+            address=self.address,
+            reason="already returned",
+            lease=lease,
+        )
 
     def _give_back(self, conn: Conn) -> None:
         with self._lock:

@@ -6,8 +6,11 @@ Rules of this module
   ready, close, cancel) and takes ``now`` from its caller. It mutates the state and appends what
   the front end must do to ``actions`` and what listeners must see to ``events``; the front end
   takes both (``take``) and carries them out outside its lock.
-* Connection states change only in ``_fire`` (the table in ``records``), and the per-state counts
-  change only there. ``total`` is ``len(conns)``; ``available`` is ``len(_idle)``.
+* Connection states change only as the table in ``records`` says: through ``_fire``, except the
+  two hot transitions (idle -> leased on checkout, leased -> idle on check-in), whose result is
+  read from the same table at import and which change no counter. Counters of states change only
+  in ``_fire`` (and at a connection's birth in ``_start_connect``). ``total`` is ``len(conns)``;
+  ``available`` is ``len(_idle)``; ``leased`` is what remains.
 * Requests wait in one FIFO (an ``OrderedDict``: O(1) append, pop-oldest and cancel). A request
   that was served, failed, timed out or cancelled is out of the queue and is never handed a
   connection.
@@ -51,7 +54,8 @@ from ..events import (
 from ..options import PoolOptions
 from ..stats import PoolState, PoolStats
 from .actions import Action, CloseConnection, CompleteRequest, StartConnect
-from .records import Conn, ConnInput, ConnState, Request, RequestState, Role, next_state
+from .records import STEPS as _STEPS
+from .records import Conn, ConnInput, ConnState, InvalidTransition, Request, RequestState, Role
 from .timers import TimerEntry, TimerHeap, TimerKind
 
 _READY: Final = PoolState.READY
@@ -63,6 +67,19 @@ _CONNECTING: Final = ConnState.CONNECTING
 _LEASED: Final = ConnState.LEASED
 _S_CLOSED: Final = ConnState.CLOSED
 _LEASE: Final = ConnInput.LEASE
+_RELEASE: Final = ConnInput.RELEASE
+_RELEASE_LAST: Final = ConnInput.RELEASE_LAST
+
+
+def _plain_step(state: ConnState, event: ConnInput) -> ConnState:
+    """The two hot transitions are inlined; the table must agree that they touch no counter."""
+    step = _STEPS[state][event]
+    assert step is not None and not step[1], (state, event)
+    return step[0]
+
+
+_IDLE_LEASE: Final = _plain_step(ConnState.IDLE, ConnInput.LEASE)
+_LEASED_IDLE: Final = _plain_step(ConnState.LEASED, ConnInput.RELEASE_LAST)
 
 
 class PoolCore:
@@ -75,13 +92,17 @@ class PoolCore:
         self.state = _PAUSED
         self.generation = 0
         self._lb = options.load_balanced
+        self._max_idle = options.max_idle_time
+        #: whether ``lease_idle`` and ``release`` read ``now``; when false a front end may pass 0.0
+        #: there and skip the clock (idle times only matter with a max idle time)
+        self.clocked = options.max_idle_time is not None
         #: load-balanced mode: service id -> [generation, connection count]
         self.service_generations: dict[Any, list[int]] = {}
         #: every connection not closed, by id
         self.conns: dict[int, Conn] = {}
         self._idle: deque[Conn] = deque()
         self._waiters: OrderedDict[Request, None] = OrderedDict()
-        self._counts: dict[ConnState, int] = dict.fromkeys(ConnState, 0)
+        self._counts = [0] * len(ConnState)  # connections per state, indexed by state
         self._kept = 0  # connections whose role is KEPT
         self._next_id = 1
         self.clear_cause: BaseException | None = None
@@ -109,13 +130,27 @@ class PoolCore:
 
     @property
     def in_use(self) -> int:
-        return self._counts[_LEASED] + self._counts[ConnState.DRAINING]
+        return self.count(_LEASED) + self._counts[ConnState.DRAINING]
 
     @property
     def waiting(self) -> int:
         return len(self._waiters)
 
     def count(self, state: ConnState) -> int:
+        """Connections in ``state`` (closed ones are not kept: 0)."""
+        if state is _IDLE:
+            return len(self._idle)
+        if state is _LEASED:
+            counts = self._counts
+            return (
+                len(self.conns)
+                - len(self._idle)
+                - counts[_CONNECTING]
+                - counts[ConnState.BACKING_OFF]
+                - counts[ConnState.DRAINING]
+            )
+        if state is _S_CLOSED:
+            return 0
         return self._counts[state]
 
     def stats(self) -> PoolStats:
@@ -252,7 +287,7 @@ class PoolCore:
         self.conns.clear()
         self._idle.clear()
         self._waiters.clear()
-        self._counts = dict.fromkeys(ConnState, 0)
+        self._counts = [0] * len(ConnState)
         self._kept = 0
         self.service_generations.clear()
         self.generation += 1
@@ -274,12 +309,25 @@ class PoolCore:
         waiting, or nothing available). No events are built: the caller uses this only when
         nobody observes the pool.
         """
-        if self.state is not _READY or self._waiters:
+        idle = self._idle
+        if self.state is not _READY or self._waiters or not idle:
             return None
-        conn = self._pop_idle(now)
-        if conn is not None:
-            self._fire(conn, _LEASE)
-            conn.streams += 1
+        conn = idle[-1]
+        max_idle = self._max_idle
+        if (
+            self._lb
+            or conn.generation != self.generation
+            or (max_idle is not None and now - conn.idle_since >= max_idle)
+        ):
+            found = self._pop_idle(now)  # closes the perished ones on the way
+            if found is None:
+                return None
+            conn = found
+        else:
+            idle.pop()
+        # _fire(conn, LEASE) inlined: IDLE -> LEASED changes no counter (see _IDLE_LEASE).
+        conn.state = _IDLE_LEASE
+        conn.streams += 1
         return conn
 
     def request(self, req: Request, now: float) -> None:
@@ -326,35 +374,44 @@ class PoolCore:
 
     # ------------------------------------------------------------------ check-in
 
-    def release(
-        self, conn: Conn, now: float, *, discard: bool = False, error: BaseException | None = None
-    ) -> None:
+    def release(self, conn: Conn, now: float) -> None:
         """A lease on ``conn`` came back (the front end checked that it was out)."""
         if self.observed:
             self.events.append(
                 ConnectionCheckedInEvent(address=self.address, connection_id=conn.id)
             )
         conn.streams -= 1
-        last = conn.streams == 0
-        if conn.state is _S_CLOSED:
-            self._fire(conn, ConnInput.RELEASE_LAST if last else ConnInput.RELEASE)
-            return
-        if discard:
-            self._close(conn, CLOSE_ERROR, error)
-            self._dispatch(now)
-            return
-        if self._fire(conn, ConnInput.RELEASE_LAST if last else ConnInput.RELEASE) is not _IDLE:
-            return
-        reason = self._perished(conn, now, check_idle=False)
-        if reason is not None:
-            self._close(conn, reason)
-            self._dispatch(now)
-            return
+        if conn.streams or conn.state is not _LEASED:
+            self._fire(conn, _RELEASE if conn.streams else _RELEASE_LAST)
+            return  # still leased, draining, or closed while it was out
+        # _fire(conn, RELEASE_LAST) inlined: LEASED -> IDLE changes no counter (see _LEASED_IDLE).
+        conn.state = _LEASED_IDLE
+        if self._lb or conn.generation != self.generation or self.state is _CLOSED:
+            reason = self._perished(conn, now, check_idle=False)
+            if reason is not None:
+                self._close(conn, reason)
+                self._dispatch(now)
+                return
         conn.idle_since = now
         if self._waiters:
             self._serve(self._pop_waiter(), conn, now)
         else:
-            self._push_idle(conn, now)
+            self._idle.append(conn)
+            if self._max_idle is not None and self._idle_sweep is None:
+                self._arm_idle_sweep()
+
+    def discard(self, conn: Conn, now: float, error: BaseException | None = None) -> None:
+        """A lease on ``conn`` came back to be closed (reason ``error``)."""
+        if self.observed:
+            self.events.append(
+                ConnectionCheckedInEvent(address=self.address, connection_id=conn.id)
+            )
+        conn.streams -= 1
+        if conn.state is _S_CLOSED:
+            self._fire(conn, _RELEASE if conn.streams else _RELEASE_LAST)
+            return
+        self._close(conn, CLOSE_ERROR, error)
+        self._dispatch(now)
 
     # ------------------------------------------------------------------ connect results
 
@@ -383,7 +440,7 @@ class PoolCore:
         if self._waiters and self.state is _READY and self._perished(conn, now) is None:
             self._serve(self._pop_waiter(), conn, now)
         else:
-            self._push_idle(conn, now)
+            self._push_idle(conn)
         self._dispatch(now)
 
     def connect_failed(self, conn: Conn, now: float, error: BaseException) -> None:
@@ -471,9 +528,12 @@ class PoolCore:
 
     def _fire(self, conn: Conn, event: ConnInput) -> ConnState:
         old = conn.state
-        new = next_state(old, event, conn.id)
-        if new is not old:
-            conn.state = new
+        step = _STEPS[old][event]
+        if step is None:
+            raise InvalidTransition(conn.id, old, event)
+        new, recount = step
+        conn.state = new
+        if recount:
             counts = self._counts
             counts[old] -= 1
             counts[new] += 1
@@ -500,7 +560,7 @@ class PoolCore:
         """Pop the most recently used available connection that is not perished, closing the
         perished ones met on the way (CMAP checkout)."""
         idle = self._idle
-        max_idle = self.options.max_idle_time
+        max_idle = self._max_idle
         generation = self.generation
         while idle:
             conn = idle.pop()
@@ -516,13 +576,15 @@ class PoolCore:
             self._close(conn, reason)
         return None
 
-    def _push_idle(self, conn: Conn, now: float) -> None:
+    def _push_idle(self, conn: Conn) -> None:
         self._idle.append(conn)
-        max_idle = self.options.max_idle_time
-        if max_idle is not None and self._idle_sweep is None:
-            self._idle_sweep = self.timers.push(
-                self._idle[0].idle_since + max_idle, TimerKind.IDLE_SWEEP
-            )
+        if self._max_idle is not None and self._idle_sweep is None:
+            self._arm_idle_sweep()
+
+    def _arm_idle_sweep(self) -> None:
+        assert self._max_idle is not None
+        when = self._idle[0].idle_since + self._max_idle
+        self._idle_sweep = self.timers.push(when, TimerKind.IDLE_SWEEP)
 
     def _pop_waiter(self) -> Request:
         req, _ = self._waiters.popitem(last=False)

@@ -18,28 +18,28 @@ import enum
 from typing import Any, Final, final
 
 
-class ConnState(enum.Enum):
-    """Where a connection is in its life."""
+class ConnState(enum.IntEnum):
+    """Where a connection is in its life. (Ints, so that tables index by them cheaply.)"""
 
-    CONNECTING = "connecting"  #: being established (CMAP "pending")
-    BACKING_OFF = "backing off"  #: waiting to retry a failed connect
-    IDLE = "idle"  #: established, no stream in use (CMAP "available")
-    LEASED = "leased"  #: established, at least one stream in use (CMAP "in use")
-    DRAINING = "draining"  #: will close once its last lease is returned
-    CLOSED = "closed"  #: gone; counts in nothing
+    CONNECTING = 0  #: being established (CMAP "pending")
+    BACKING_OFF = 1  #: waiting to retry a failed connect
+    IDLE = 2  #: established, no stream in use (CMAP "available")
+    LEASED = 3  #: established, at least one stream in use (CMAP "in use")
+    DRAINING = 4  #: will close once its last lease is returned
+    CLOSED = 5  #: gone; counts in nothing
 
 
-class ConnInput(enum.Enum):
+class ConnInput(enum.IntEnum):
     """What can happen to a connection."""
 
-    ESTABLISHED = "established"
-    CONNECT_FAILED = "connect failed"
-    RETRY = "retry"
-    LEASE = "lease"
-    RELEASE = "release"  #: a lease came back and others remain
-    RELEASE_LAST = "release last"  #: the last lease came back
-    WILL_CLOSE = "will close"
-    CLOSE = "close"
+    ESTABLISHED = 0
+    CONNECT_FAILED = 1
+    RETRY = 2
+    LEASE = 3
+    RELEASE = 4  #: a lease came back and others remain
+    RELEASE_LAST = 5  #: the last lease came back
+    WILL_CLOSE = 6
+    CLOSE = 7
 
 
 class Role(enum.Enum):
@@ -90,9 +90,32 @@ TRANSITIONS: Final[dict[tuple[ConnState, ConnInput], ConnState]] = {
 }
 
 
+#: ``TRANSITIONS`` as a dense table: ``TABLE[state][input]`` is the new state or ``None``.
+TABLE: Final[tuple[tuple[ConnState | None, ...], ...]] = tuple(
+    tuple(TRANSITIONS.get((state, event)) for event in ConnInput) for state in ConnState
+)
+
+
+#: States whose number the core keeps in a counter. The others are derived: available is the
+#: length of the idle stack, leased is what remains of the total.
+COUNTED: Final[frozenset[ConnState]] = frozenset(
+    {ConnState.CONNECTING, ConnState.BACKING_OFF, ConnState.DRAINING, ConnState.CLOSED}
+)
+
+#: For the core's hot path: ``STEPS[state][input]`` is ``(new state, whether a counter changes)``
+#: or ``None`` where ``TRANSITIONS`` has no entry.
+STEPS: Final[tuple[tuple[tuple[ConnState, bool] | None, ...], ...]] = tuple(
+    tuple(
+        None if new is None else (new, new is not state and (state in COUNTED or new in COUNTED))
+        for new in row
+    )
+    for state, row in zip(ConnState, TABLE, strict=True)
+)
+
+
 def next_state(state: ConnState, event: ConnInput, conn_id: int = 0) -> ConnState:
     """The state ``event`` leads to from ``state``; raises :class:`InvalidTransition` if none."""
-    new = TRANSITIONS.get((state, event))
+    new = TABLE[state][event]
     if new is None:
         raise InvalidTransition(conn_id, state, event)
     return new
@@ -133,7 +156,7 @@ class Conn:
         self.close_reason: str | None = None
 
     def __repr__(self) -> str:
-        return f"<Conn {self.id} {self.state.value} gen={self.generation} streams={self.streams}>"
+        return f"<Conn {self.id} {self.state.name} gen={self.generation} streams={self.streams}>"
 
 
 class RequestState(enum.Enum):

@@ -88,20 +88,24 @@ class ConnectContext:
 class _LeaseOwner(Protocol):
     address: str
 
-    def _release(self, lease: Lease[Any], discard: bool, error: BaseException | None) -> None: ...
+    def _release(self, lease: Lease[Any]) -> None: ...
+    def _discard(self, lease: Lease[Any], error: BaseException | None) -> None: ...
 
 
 @final
 class Returned:
     """Stands in for the pool in a lease that was given back: releasing it again raises."""
 
-    __slots__ = ("address", "_pool")
+    __slots__ = ("_pool", "address")
 
     def __init__(self, pool: Any) -> None:
         self.address: str = pool.address
         self._pool = pool
 
-    def _release(self, lease: Lease[Any], discard: bool, error: BaseException | None) -> None:
+    def _release(self, lease: Lease[Any]) -> None:
+        raise self._pool._invalid_lease(lease)
+
+    def _discard(self, lease: Lease[Any], error: BaseException | None) -> None:
         raise self._pool._invalid_lease(lease)
 
 
@@ -141,11 +145,11 @@ class Lease(Generic[C]):
 
     def release(self) -> None:
         """Give the connection back to the pool."""
-        self._pool._release(self, False, None)
+        self._pool._release(self)
 
     def discard(self, error: BaseException | None = None) -> None:
         """Give the connection back to be closed (reason ``error``), e.g. after a network error."""
-        self._pool._release(self, True, error)
+        self._pool._discard(self, error)
 
     def __repr__(self) -> str:
         state = "out" if self.active else "returned"

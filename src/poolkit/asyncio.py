@@ -8,9 +8,9 @@ Rules of this module
   waits) and refuses any other loop afterwards, like asyncio's own primitives.
 * Connects run in tasks the pool owns, never in the checkout's task: cancelling a checkout never
   cancels or leaks a connect.
-* A waiting checkout's future cancels its request in the core synchronously (``_Waiter.cancel``),
-  so the core never hands a connection to a checkout that gave up. A checkout cancelled after
-  it was handed one gives it straight back.
+* A waiting checkout waits on a plain future. When its task is cancelled it tells the core as
+  soon as it resumes; if the core handed it a connection in the meantime (the same loop
+  iteration), it gives that connection straight back, so nothing is lost.
 """
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ from ._frontend import (
 )
 from .errors import InvalidLeaseError
 from .events import Listener
-from .log import LOGGER as _LOGGER
+from .log import LEVELS as _LEVELS
+from .log import enabled as _log_enabled
 from .options import PoolOptions
 from .stats import PoolState, PoolStats
 
@@ -56,23 +57,8 @@ C = TypeVar("C")
 _log = logging.getLogger("poolkit.pool")
 _DEFAULT: Any = object()
 _SERVED = RequestState.SERVED
+_WAITING = RequestState.WAITING
 
-
-
-class _Waiter(asyncio.Future[None]):
-    """A waiting checkout's future; cancelling it cancels the request in the core at once."""
-
-    __slots__ = ("_pool", "_req")
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, pool: AsyncPool[Any], req: Request) -> None:
-        super().__init__(loop=loop)
-        self._pool = pool
-        self._req = req
-
-    def cancel(self, msg: Any = None) -> bool:
-        if not self.done():
-            self._pool._cancel_request(self._req)
-        return super().cancel(msg)
 
 
 @final
@@ -113,6 +99,7 @@ class AsyncPool(Generic[C]):
         self._listened = bool(self._sink.listeners)
         self._returned = Returned(self)
         self._core = PoolCore(options, address, observed=self._sink.observed())
+        self._clocked = self._core.clocked
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timer: Any = None
         self._timer_at: float | None = None
@@ -178,18 +165,16 @@ class AsyncPool(Generic[C]):
         """Check out a connection, waiting at most ``timeout`` seconds (default:
         ``options.wait_queue_timeout``; ``None`` waits without limit)."""
         core = self._core
-        if not self._listened and not _LOGGER.isEnabledFor(10):  # the fast path
-            core.observed = False
-            conn = core.lease_idle(self._time() if core.clocked else 0.0)
+        observed = self._listened or _LEVELS.get(10)  # 10: logging.DEBUG
+        if observed is None:
+            observed = _log_enabled()
+        if not observed:  # the fast path: an available connection, nobody listening
+            conn = core.lease_idle(self._time() if self._clocked else 0.0)
             if conn is not None:
                 if core.actions:
                     self._after_core()
                 return Lease(conn, self)
-        return await self._checkout_slow(timeout)
-
-    async def _checkout_slow(self, timeout: float | None) -> Lease[C]:
-        core = self._core
-        core.observed = self._sink.observed()
+        core.observed = observed
         now = self._time()
         if timeout is _DEFAULT:
             timeout = self.options.wait_queue_timeout
@@ -197,22 +182,21 @@ class AsyncPool(Generic[C]):
             timeout = check_timeout(timeout)
         req = Request(now, None if timeout is None else now + timeout)
         core.request(req, now)
-        if not req.queued:
+        if req.queued:
+            req.owner = waiter = (self._loop or self._bind_loop("checkout")).create_future()
+            if core.actions or core.events or core.timers.dirty:
+                self._after_core()
+            try:
+                await waiter
+            except asyncio.CancelledError:
+                if req.state is _WAITING:
+                    self._cancel_request(req)
+                elif req.state is _SERVED and req.conn is not None:
+                    # Handed a connection while being cancelled: give it straight back.
+                    self._give_back(req.conn)
+                raise
+        else:
             self._after_core()
-            if req.conn is not None:
-                return Lease(req.conn, self)
-            assert req.error is not None
-            raise req.error
-        waiter = _Waiter(self._bind_loop("checkout"), self, req)
-        req.owner = waiter
-        self._after_core()
-        try:
-            await waiter
-        except asyncio.CancelledError:
-            if req.state is _SERVED and req.conn is not None:
-                # Handed a connection, then cancelled before we could return it: give it back.
-                self._give_back(req.conn)
-            raise
         if req.conn is not None:
             return Lease(req.conn, self)
         assert req.error is not None
@@ -220,7 +204,7 @@ class AsyncPool(Generic[C]):
 
     async def checkin(self, lease: Lease[C]) -> None:
         """Give ``lease`` back (same as ``lease.release()``)."""
-        self._release(lease, False, None)
+        self._release(lease)
 
     @contextlib.asynccontextmanager
     async def connection(self, timeout: float | None = _DEFAULT) -> AsyncIterator[C]:
@@ -242,18 +226,27 @@ class AsyncPool(Generic[C]):
         else:
             lease.release()
 
-    def _release(self, lease: Lease[Any], discard: bool, error: BaseException | None) -> None:
+    def _release(self, lease: Lease[Any]) -> None:
         if lease._pool is not self:
             raise self._invalid_lease(lease)
         lease._pool = self._returned
         core = self._core
-        core.observed = observed = self._listened or _LOGGER.isEnabledFor(10)
-        if discard:
-            core.discard(lease._conn, self._time(), error)
-        else:
-            core.release(lease._conn, self._time() if (core.clocked or observed) else 0.0)
+        observed = self._listened or _LEVELS.get(10)  # 10: logging.DEBUG
+        if observed is None:
+            observed = _log_enabled()
+        core.observed = observed
+        core.release(lease._conn, self._time() if (self._clocked or observed) else 0.0)
         if observed or core.actions or core.timers.dirty:
             self._after_core()
+
+    def _discard(self, lease: Lease[Any], error: BaseException | None) -> None:
+        if lease._pool is not self:
+            raise self._invalid_lease(lease)
+        lease._pool = self._returned
+        core = self._core
+        core.observed = self._sink.observed()
+        core.discard(lease._conn, self._time(), error)
+        self._after_core()
 
     def _invalid_lease(self, lease: Lease[Any]) -> InvalidLeaseError:
         if lease._pool is not self._returned:
@@ -337,14 +330,11 @@ class AsyncPool(Generic[C]):
             self._rearm()
         for action in actions:
             if type(action) is CompleteRequest:
-                req = action.request
-                waiter: _Waiter | None = req.owner
-                if waiter is None:
-                    continue
+                # A cancelled waiter's task resumes with CancelledError and gives back what
+                # it was handed (see checkout).
+                waiter: asyncio.Future[None] = action.request.owner
                 if not waiter.done():
                     waiter.set_result(None)
-                elif req.conn is not None:  # its owner is gone: the connection goes back
-                    self._give_back(req.conn)
             elif type(action) is StartConnect:
                 self._start_connect(action.conn)
             elif type(action) is CloseConnection:

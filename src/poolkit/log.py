@@ -12,7 +12,7 @@ from typing import Any, Final
 
 from . import events as ev
 
-__all__ = ["LOGGER", "LogMessage", "enabled", "log_event", "split_address"]
+__all__ = ["LEVELS", "LOGGER", "LogMessage", "enabled", "log_event", "split_address"]
 
 LOGGER: Final = logging.getLogger("poolkit.connection")
 _DEBUG: Final = logging.DEBUG
@@ -43,6 +43,14 @@ _POOL_OPTION_ORDER: Final[tuple[str, ...]] = (
 def enabled() -> bool:
     """Whether CMAP log messages would be emitted now."""
     return LOGGER.isEnabledFor(_DEBUG)
+
+
+#: The logger's own cache of "is level N enabled" answers, which the logging module empties on
+#: every configuration change. The pools' hot paths read it with ``LEVELS.get(10)`` (no Python
+#: call) and fall back to :func:`enabled` when it says nothing (``None``). Where a Python version
+#: has no such cache this is an empty dict, and the fallback always runs.
+_cache = getattr(LOGGER, "_cache", None)
+LEVELS: Final[dict[int, bool]] = _cache if isinstance(_cache, dict) else {}
 
 
 def split_address(address: str) -> tuple[str, int | None]:

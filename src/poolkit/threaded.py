@@ -47,6 +47,7 @@ from ._frontend import (
 )
 from .errors import InvalidLeaseError
 from .events import Listener
+from .log import LEVELS as _LEVELS
 from .log import enabled as _log_enabled
 from .options import PoolOptions
 from .stats import PoolState, PoolStats
@@ -131,6 +132,7 @@ class Pool(Generic[C]):
         self._listened = bool(self._sink.listeners)
         self._returned = Returned(self)
         self._core = PoolCore(options, address, observed=self._sink.observed())
+        self._clocked = self._core.clocked
         register_for_fork(self)
         self._sink.push(self._core.take()[1])
         self._sink.flush()
@@ -191,11 +193,14 @@ class Pool(Generic[C]):
     def checkout(self, timeout: float | None = _DEFAULT) -> Lease[C]:
         """Check out a connection, waiting at most ``timeout`` seconds (default:
         ``options.wait_queue_timeout``; ``None`` waits without limit)."""
-        if not self._listened and not _log_enabled():
+        observed = self._listened or _LEVELS.get(10)  # 10: logging.DEBUG
+        if observed is None:
+            observed = _log_enabled()
+        if not observed:
             core = self._core
             with self._lock:
                 core.observed = False
-                conn = core.lease_idle(self._time() if core.clocked else 0.0)
+                conn = core.lease_idle(self._time() if self._clocked else 0.0)
                 actions = self._take_locked() if core.actions else None
             if actions:
                 self._carry_out(actions)
@@ -236,7 +241,7 @@ class Pool(Generic[C]):
 
     def checkin(self, lease: Lease[C]) -> None:
         """Give ``lease`` back (same as ``lease.release()``)."""
-        self._release(lease, False, None)
+        self._release(lease)
 
     @contextlib.contextmanager
     def connection(self, timeout: float | None = _DEFAULT) -> Iterator[C]:
@@ -258,23 +263,34 @@ class Pool(Generic[C]):
         else:
             lease.release()
 
-    def _release(self, lease: Lease[Any], discard: bool, error: BaseException | None) -> None:
-        observed = self._listened or _log_enabled()
+    def _release(self, lease: Lease[Any]) -> None:
+        observed = self._listened or _LEVELS.get(10)  # 10: logging.DEBUG
+        if observed is None:
+            observed = _log_enabled()
         with self._lock:
             if lease._pool is not self:
                 raise self._invalid_lease(lease)
             lease._pool = self._returned
             core = self._core
             core.observed = observed
-            if discard:
-                core.discard(lease._conn, self._time(), error)
-            else:
-                core.release(lease._conn, self._time() if (core.clocked or observed) else 0.0)
+            core.release(lease._conn, self._time() if (self._clocked or observed) else 0.0)
             actions = (
                 self._take_locked() if (observed or core.actions or core.timers.dirty) else None
             )
         if actions is not None:
             self._carry_out(actions)
+
+    def _discard(self, lease: Lease[Any], error: BaseException | None) -> None:
+        observed = self._sink.observed()
+        with self._lock:
+            if lease._pool is not self:
+                raise self._invalid_lease(lease)
+            lease._pool = self._returned
+            core = self._core
+            core.observed = observed
+            core.discard(lease._conn, self._time(), error)
+            actions = self._take_locked()
+        self._carry_out(actions)
 
     def _invalid_lease(self, lease: Lease[Any]) -> InvalidLeaseError:
         if lease._pool is not self._returned:

@@ -15,7 +15,8 @@ Workloads (pools of 10 connections, pre-warmed before timing):
   ``await asyncio.sleep(0)`` -> release; ops/s, checkout wait p50/p99/max, cycles per task, and
   fairness: the spread of completed cycles across tasks when the first task finishes.
 * threads W1: one thread, checkout + release; ns/cycle.
-* threads W2: 32 threads, fixed quota each; same figures as async W2.
+* threads W2: 32 threads, fixed quota each of checkout -> ``time.sleep(0)`` (give up the GIL,
+  the threads' ``await asyncio.sleep(0)``) -> release; same figures as async W2.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ POOL_SIZE = 10
 ASYNC_TASKS = 1000
 THREADS = 32
 HANG_TIMEOUT = 120.0  # seconds before a W2 run is declared hung
+NAN = float("nan")
 
 Figures = dict[str, float]
 
@@ -128,7 +130,7 @@ class ThreadFloor:
 
 def pctl(sorted_values: list[float], q: float) -> float:
     if not sorted_values:
-        return float("nan")
+        return NAN
     return sorted_values[min(len(sorted_values) - 1, int(q * (len(sorted_values) - 1) + 0.5))]
 
 
@@ -140,7 +142,7 @@ def wait_figures(waits: list[float], elapsed: float, total: int, counts: list[in
         "elapsed_s": elapsed,
         "wait_p50_us": pctl(waits, 0.50) * 1e6,
         "wait_p99_us": pctl(waits, 0.99) * 1e6,
-        "wait_max_us": waits[-1] * 1e6 if waits else float("nan"),
+        "wait_max_us": waits[-1] * 1e6 if waits else NAN,
         "cycles_min": float(min(counts)),
         "cycles_max": float(max(counts)),
         "spread_at_first_finish": float(max(at_first) - min(at_first)) if at_first else -1.0,
@@ -285,6 +287,7 @@ def thread_w2(impl: str, cycles: int) -> Figures:
     errors: list[BaseException] = []
     barrier = threading.Barrier(THREADS + 1)
     pc = time.perf_counter
+    yield_gil = time.sleep
 
     def worker(i: int) -> None:
         waits = per_thread[i]
@@ -294,6 +297,7 @@ def thread_w2(impl: str, cycles: int) -> Figures:
                 t = pc()
                 c = acquire()
                 waits.append(pc() - t)
+                yield_gil(0)  # the threads' await asyncio.sleep(0): others run while we hold it
                 release(c)
                 counts[i] += 1
             with first_lock:
@@ -327,33 +331,30 @@ def thread_w2(impl: str, cycles: int) -> Figures:
 Results = dict[str, dict[str, list[Figures]]]  # workload -> impl -> per-repeat figures
 
 
-def record(results: Results, errors: list[str], name: str, impl: str,
-           run: Callable[[], Figures]) -> None:
-    try:
-        results.setdefault(name, {}).setdefault(impl, []).append(run())
-    except Exception as exc:
-        errors.append(f"{name} {impl}: {type(exc).__name__}: {exc}")
-
-
 def order(rep: int) -> tuple[str, str]:
     return ("floor", "poolkit") if rep % 2 == 0 else ("poolkit", "floor")
 
 
-async def run_async(results: Results, errors: list[str], repeat: int, cycles: int) -> None:
-    for name, fn in (("async W1", async_w1), ("async W2", async_w2)):
+Workload = tuple[str, Callable[[str, int], Figures]]
+WORKLOADS: dict[str, list[Workload]] = {
+    "async": [("async W1", lambda impl, n: asyncio.run(async_w1(impl, n))),
+              ("async W2", lambda impl, n: asyncio.run(async_w2(impl, n)))],
+    "threads": [("threads W1", thread_w1), ("threads W2", thread_w2)],
+}
+
+
+def run(results: Results, errors: list[str], workloads: list[Workload], repeat: int,
+        cycles: int) -> None:
+    """Each workload ``repeat`` times, floor and poolkit alternating first; a fresh loop each."""
+    for name, fn in workloads:
         for rep in range(repeat):
             for impl in order(rep):
                 try:
-                    results.setdefault(name, {}).setdefault(impl, []).append(await fn(impl, cycles))
+                    fig = fn(impl, cycles)
                 except Exception as exc:
                     errors.append(f"{name} {impl}: {type(exc).__name__}: {exc}")
-
-
-def run_threads(results: Results, errors: list[str], repeat: int, cycles: int) -> None:
-    for name, fn in (("threads W1", thread_w1), ("threads W2", thread_w2)):
-        for rep in range(repeat):
-            for impl in order(rep):
-                record(results, errors, name, impl, lambda fn=fn, impl=impl: fn(impl, cycles))
+                else:
+                    results.setdefault(name, {}).setdefault(impl, []).append(fig)
 
 
 def medians(runs: list[Figures]) -> Figures:
@@ -368,16 +369,12 @@ def medians(runs: list[Figures]) -> Figures:
     return out
 
 
-def nan() -> float:
-    return float("nan")
-
-
 def targets(med: dict[str, dict[str, Figures]]) -> list[tuple[str, float, str, bool]]:
     """(description, value, target text, passed)."""
     out: list[tuple[str, float, str, bool]] = []
 
     def get(w: str, impl: str, k: str) -> float:
-        return med.get(w, {}).get(impl, {}).get(k, nan())
+        return med.get(w, {}).get(impl, {}).get(k, NAN)
 
     for w, limit in (("async W1", 5.0), ("threads W1", 2.5)):
         if w in med:
@@ -398,7 +395,7 @@ def targets(med: dict[str, dict[str, Figures]]) -> list[tuple[str, float, str, b
     if "threads W2" in med:
         mx = get("threads W2", "poolkit", "wait_max_us")
         p99 = get("threads W2", "poolkit", "wait_p99_us")
-        r = mx / p99 if p99 else nan()
+        r = mx / p99 if p99 else NAN
         out.append(("threads W2 poolkit max wait / p99", r, "<= 5", r <= 5))
     return out
 
@@ -424,15 +421,21 @@ def print_table(med: dict[str, dict[str, Figures]], checks: list[tuple[str, floa
     for w, by_impl in med.items():
         keys = list(by_impl.get("poolkit") or by_impl.get("floor") or {})
         for k in keys:
-            f, p = by_impl.get("floor", {}).get(k, nan()), by_impl.get("poolkit", {}).get(k, nan())
+            f, p = by_impl.get("floor", {}).get(k, NAN), by_impl.get("poolkit", {}).get(k, NAN)
             perf = k in RATIO_KEYS
-            ratio = p / f if perf and f and f == f and p == p else nan()
+            ratio = p / f if perf and f and f == f and p == p else NAN
             print(f"{w:<11} {k:<28} {fmt(f):>14} {fmt(p):>14} {fmt(ratio):>14}")
         print()
     print(f"{'target':<48} {'value':>10} {'target':>8}  result")
     print("-" * 80)
     for desc, value, text, ok in checks:
         print(f"{desc:<48} {fmt(value):>10} {text:>8}  {'PASS' if ok else 'FAIL'}")
+    for w, by_impl in med.items():
+        for impl, fig in by_impl.items():
+            serial = fig.get("spread_at_first_finish", 0) >= fig.get("cycles_max", 1) > 0
+            if serial and fig.get("wait_p50_us", NAN) < 5:
+                print(f"note: {w} {impl}: units ran one after another (a unit finished its "
+                      "quota before another started; GIL) and barely waited: little contention")
     if errors:
         print("\nERRORS:")
         for e in errors:
@@ -450,10 +453,9 @@ def main(argv: list[str] | None = None) -> int:
 
     results: Results = {}
     errors: list[str] = []
-    if args.only in (None, "async"):
-        asyncio.run(run_async(results, errors, args.repeat, args.cycles))
-    if args.only in (None, "threads"):
-        run_threads(results, errors, args.repeat, args.cycles)
+    for front in ("async", "threads"):
+        if args.only in (None, front):
+            run(results, errors, WORKLOADS[front], args.repeat, args.cycles)
 
     med = {w: {impl: medians(runs) for impl, runs in by.items()} for w, by in results.items()}
     checks = targets(med)

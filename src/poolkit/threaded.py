@@ -193,42 +193,40 @@ class Pool(Generic[C]):
     def checkout(self, timeout: float | None = _DEFAULT) -> Lease[C]:
         """Check out a connection, waiting at most ``timeout`` seconds (default:
         ``options.wait_queue_timeout``; ``None`` waits without limit)."""
-        observed = self._listened or _LEVELS.get(10)  # 10: logging.DEBUG
-        if observed is None:
-            observed = _log_enabled()
-        if not observed:
-            core = self._core
-            with self._lock:
-                core.observed = False
-                conn = core.lease_idle(self._time() if self._clocked else 0.0)
-                actions = self._take_locked() if core.actions else None
-            if actions:
-                self._carry_out(actions)
-            if conn is not None:
-                return Lease(conn, self)
-        return self._checkout_slow(timeout)
-
-    def _checkout_slow(self, timeout: float | None) -> Lease[C]:
         if timeout is _DEFAULT:
             timeout = self.options.wait_queue_timeout
         elif timeout is not None:
             timeout = check_timeout(timeout)
-        signal = self._new_signal()
+        observed = self._listened or _LEVELS.get(10)  # 10: logging.DEBUG
+        if observed is None:
+            observed = _log_enabled()
+        core = self._core
+        signal: _Signal | None = None
         with self._lock:
-            core = self._core
-            core.observed = self._sink.observed()
-            now = self._time()
-            req = Request(now, None if timeout is None else now + timeout, signal)
-            core.request(req, now)
+            if not observed:  # the fast path: an available connection, nobody listening
+                conn = core.lease_idle(self._time() if self._clocked else 0.0)
+                if conn is not None and not core.actions:
+                    return Lease(conn, self)
+            else:
+                conn = None
+            if conn is None:
+                core.observed = observed
+                now = self._time()
+                req = Request(now, None if timeout is None else now + timeout)
+                core.request(req, now)
+                if req.queued:
+                    req.owner = signal = self._new_signal()
             actions = self._take_locked()
         self._carry_out(actions)
-        if req.queued:
+        if conn is not None:  # the fast path, with perished connections to close first
+            return Lease(conn, self)
+        if signal is not None:
             try:
                 signal.wait()
             except BaseException:
                 # Interrupted (KeyboardInterrupt...): leave the queue, or give back what came.
                 with self._lock:
-                    cancelled = self._core.cancel(req, self._time())
+                    cancelled = core.cancel(req, self._time())
                     actions = self._take_locked()
                 self._carry_out(actions)
                 if not cancelled and req.state is _SERVED and req.conn is not None:

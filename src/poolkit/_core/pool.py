@@ -1,5 +1,8 @@
 """The pool's pure core: every decision, no I/O, no clock, no threads, no asyncio.
 
+This module holds the state, checkout, check-in and connect results; ``maintenance`` holds the
+pool's lifecycle (ready, clear, close, fork) and its timers, bound into ``PoolCore`` by name.
+
 Rules of this module
 --------------------
 * Each public method is one input (a checkout, a check-in, a connect result, a timer, clear,
@@ -28,7 +31,7 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from typing import Any, Final
 
-from ..errors import ConnectTimeoutError, PoolClearedError, PoolClosedError, WaitQueueTimeoutError
+from ..errors import PoolClearedError, PoolClosedError, WaitQueueTimeoutError
 from ..events import (
     CHECKOUT_CANCELLED,
     CHECKOUT_CONNECTION_ERROR,
@@ -45,14 +48,12 @@ from ..events import (
     ConnectionClosedEvent,
     ConnectionCreatedEvent,
     ConnectionReadyEvent,
-    PoolClearedEvent,
-    PoolClosedEvent,
     PoolCreatedEvent,
     PoolEvent,
-    PoolReadyEvent,
 )
 from ..options import PoolOptions
 from ..stats import PoolState, PoolStats
+from . import maintenance as _m
 from .actions import Action, CloseConnection, CompleteRequest, StartConnect
 from .records import STEPS as _STEPS
 from .records import Conn, ConnInput, ConnState, InvalidTransition, Request, RequestState, Role
@@ -185,120 +186,21 @@ class PoolCore:
         self.timers.dirty = False
         return self.timers.next_deadline()
 
-    # ------------------------------------------------------------------ pool lifecycle
+    # ------------------------------------------------------------------ lifecycle and timers
+    # (in ``maintenance``)
 
-    def ready(self, now: float) -> None:
-        if self.state is _CLOSED:
-            raise PoolClosedError(address=self.address, operation="mark ready a")
-        if self.state is _READY:
-            return
-        self.state = _READY
-        if self.observed:
-            self.events.append(PoolReadyEvent(address=self.address))
-        self._maybe_connect(now, fill_min=True)
-        if self._background is None:
-            self._schedule_background(now + self.options.background_interval)
-
-    def clear(
-        self,
-        now: float,
-        *,
-        interrupt_in_use: bool = False,
-        service_id: Any = None,
-        cause: BaseException | None = None,
-    ) -> None:
-        if self.state is _CLOSED:
-            return
-        if self._lb:
-            self._clear_service(now, service_id, interrupt_in_use)
-            return
-        if service_id is not None:
-            raise ValueError(
-                "clear(service_id=...) needs a pool with PoolOptions(load_balanced=True)"
-            )
-        was_paused = self.state is _PAUSED
-        old_generation = self.generation
-        self.generation += 1
-        self.state = _PAUSED
-        self.clear_cause = cause
-        if not was_paused and self.observed:
-            self.events.append(
-                PoolClearedEvent(
-                    address=self.address, interrupt_in_use_connections=interrupt_in_use
-                )
-            )
-        if interrupt_in_use:
-            self._interrupt(lambda c: c.generation <= old_generation)
-        self._fail_all_waiters(now, self._cleared_error, CHECKOUT_CONNECTION_ERROR)
-        self._schedule_background(now)
-
-    def _clear_service(self, now: float, service_id: Any, interrupt_in_use: bool) -> None:
-        if service_id is None:
-            self.generation += 1
-            for entry in self.service_generations.values():
-                entry[0] += 1
-            generations = {sid: entry[0] - 1 for sid, entry in self.service_generations.items()}
-        else:
-            found = self.service_generations.get(service_id)
-            generations = {}
-            if found is not None:
-                found[0] += 1
-                generations[service_id] = found[0] - 1
-        if self.observed:
-            self.events.append(
-                PoolClearedEvent(
-                    address=self.address,
-                    service_id=service_id,
-                    interrupt_in_use_connections=interrupt_in_use,
-                )
-            )
-        if interrupt_in_use:
-            self._interrupt(
-                lambda c: c.service_id in generations and c.generation <= generations[c.service_id]
-            )
-        self._schedule_background(now)
-
-    def _interrupt(self, applies: Any) -> None:
-        """Close in-use and pending connections of the cleared generation (CMAP interrupt)."""
-        for conn in list(self.conns.values()):
-            if conn.state is not _IDLE and applies(conn):
-                self._close(conn, CLOSE_STALE)
-
-    def close(self, now: float) -> None:
-        if self.state is _CLOSED:
-            return
-        self.state = _CLOSED
-        while self._idle:
-            self._close(self._idle.popleft(), CLOSE_POOL_CLOSED)
-        for conn in list(self.conns.values()):
-            if conn.state is _CONNECTING or conn.state is ConnState.BACKING_OFF:
-                self._close(conn, CLOSE_POOL_CLOSED)
-        self._fail_all_waiters(
-            now, lambda: PoolClosedError(address=self.address), CHECKOUT_POOL_CLOSED
-        )
-        self.timers.clear()
-        self._idle_sweep = self._background = None
-        if self.observed:
-            self.events.append(PoolClosedEvent(address=self.address))
-
-    def reset_after_fork(self) -> None:
-        """Forget every connection and waiter without closing anything (they belong to the
-        parent process) and move to a new generation; the pool keeps its state."""
-        self.conns.clear()
-        self._idle.clear()
-        self._waiters.clear()
-        self._counts = [0] * len(ConnState)
-        self._kept = 0
-        self.service_generations.clear()
-        self.generation += 1
-        self.timers.clear()
-        self._idle_sweep = self._background = None
-        self.actions = []
-        self.events = []
-        if self.state is not _CLOSED:
-            if self.observed:
-                self.events.append(PoolClearedEvent(address=self.address))
-            self._schedule_background(float("-inf"))
+    ready = _m.ready
+    clear = _m.clear
+    _clear_service = _m._clear_service
+    _interrupt = _m._interrupt
+    close = _m.close
+    reset_after_fork = _m.reset_after_fork
+    fire_timers = _m.fire_timers
+    _timer_is_live = _m._timer_is_live
+    _schedule_background = _m._schedule_background
+    _run_background = _m._run_background
+    _sweep_idle = _m._sweep_idle
+    _arm_idle_sweep = _m._arm_idle_sweep
 
     # ------------------------------------------------------------------ checkout
 
@@ -453,77 +355,6 @@ class PoolCore:
             self._fail(self._pop_waiter(), error, CHECKOUT_CONNECTION_ERROR, now)
         self._maybe_connect(now, fill_min=False)
 
-    # ------------------------------------------------------------------ timers
-
-    def fire_timers(self, now: float) -> None:
-        """Run every timer due at ``now``."""
-        timers = self.timers
-        while (entry := timers.pop_due(now)) is not None:
-            kind = entry.kind
-            if kind is TimerKind.DEADLINE:
-                req: Request = entry.target
-                del self._waiters[req]
-                self._fail_timeout(req, now)
-            elif kind is TimerKind.IDLE_SWEEP:
-                self._idle_sweep = None
-                self._sweep_idle(now)
-            elif kind is TimerKind.BACKGROUND:
-                self._background = None
-                self._run_background(now)
-            else:  # CONNECT_TIMEOUT
-                conn: Conn = entry.target
-                timeout = self.options.connect_timeout
-                assert timeout is not None
-                self.connect_failed(
-                    conn, now, ConnectTimeoutError(address=self.address, timeout=timeout)
-                )
-
-    def _timer_is_live(self, entry: TimerEntry) -> bool:
-        kind = entry.kind
-        if kind is TimerKind.DEADLINE:
-            req: Request = entry.target
-            return req.state is _WAITING and req.deadline == entry.when
-        if kind is TimerKind.IDLE_SWEEP:
-            return entry is self._idle_sweep
-        if kind is TimerKind.BACKGROUND:
-            return entry is self._background
-        conn: Conn = entry.target
-        return conn.state is _CONNECTING
-
-    def _schedule_background(self, when: float) -> None:
-        if self.state is _CLOSED or when == float("inf"):
-            return
-        current = self._background
-        if current is not None:
-            if current.when <= when:
-                return
-            self.timers.note_stale()
-        self._background = self.timers.push(when, TimerKind.BACKGROUND)
-
-    def _run_background(self, now: float) -> None:
-        """A background run: close perished available connections, refill ``min_size``."""
-        if self._idle:
-            keep: deque[Conn] = deque()
-            for conn in self._idle:
-                reason = self._perished(conn, now)
-                if reason is None:
-                    keep.append(conn)
-                else:
-                    self._close(conn, reason)
-            self._idle = keep
-        self._maybe_connect(now, fill_min=True)
-        self._schedule_background(now + self.options.background_interval)
-
-    def _sweep_idle(self, now: float) -> None:
-        idle = self._idle
-        max_idle = self.options.max_idle_time
-        assert max_idle is not None
-        while idle and now - idle[0].idle_since >= max_idle:
-            self._close(idle.popleft(), CLOSE_IDLE)
-        if idle:
-            self._idle_sweep = self.timers.push(idle[0].idle_since + max_idle, TimerKind.IDLE_SWEEP)
-        self._maybe_connect(now, fill_min=True)
-
     # ------------------------------------------------------------------ internals
 
     def _fire(self, conn: Conn, event: ConnInput) -> ConnState:
@@ -580,11 +411,6 @@ class PoolCore:
         self._idle.append(conn)
         if self._max_idle is not None and self._idle_sweep is None:
             self._arm_idle_sweep()
-
-    def _arm_idle_sweep(self) -> None:
-        assert self._max_idle is not None
-        when = self._idle[0].idle_since + self._max_idle
-        self._idle_sweep = self.timers.push(when, TimerKind.IDLE_SWEEP)
 
     def _pop_waiter(self) -> Request:
         req, _ = self._waiters.popitem(last=False)

@@ -1,0 +1,236 @@
+"""The pool's life and its timers: ready, clear, close, fork; deadlines, idle sweeps, background
+runs. These are methods of :class:`~poolkit._core.pool.PoolCore` (bound there by name), kept in a
+module of their own so that each module has one concern; they work on the same state.
+
+Rules of this module
+--------------------
+* Same as ``pool``: pure, ``now`` from the caller, output only through ``actions``/``events``.
+* ``clear`` increments the generation *before* the PoolClearedEvent, emits nothing if the pool
+  was already paused, interrupts old connections before it fails the waiters (the order of the
+  CMAP spec tests), and always schedules a background run at once.
+* A timer entry is live only while its target still wants it (``_timer_is_live``); everything
+  else is skipped when it surfaces.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING, Any, Final
+
+from ..errors import ConnectTimeoutError, PoolClosedError
+from ..events import (
+    CHECKOUT_CONNECTION_ERROR,
+    CHECKOUT_POOL_CLOSED,
+    CLOSE_IDLE,
+    CLOSE_POOL_CLOSED,
+    CLOSE_STALE,
+    PoolClearedEvent,
+    PoolClosedEvent,
+    PoolReadyEvent,
+)
+from ..stats import PoolState
+from .records import Conn, ConnState, Request, RequestState
+from .timers import TimerEntry, TimerKind
+
+if TYPE_CHECKING:
+    from .pool import PoolCore
+
+_READY: Final = PoolState.READY
+_PAUSED: Final = PoolState.PAUSED
+_CLOSED: Final = PoolState.CLOSED
+_WAITING: Final = RequestState.WAITING
+_IDLE: Final = ConnState.IDLE
+_CONNECTING: Final = ConnState.CONNECTING
+
+
+def ready(self: PoolCore, now: float) -> None:
+    if self.state is _CLOSED:
+        raise PoolClosedError(address=self.address, operation="mark ready a")
+    if self.state is _READY:
+        return
+    self.state = _READY
+    if self.observed:
+        self.events.append(PoolReadyEvent(address=self.address))
+    self._maybe_connect(now, fill_min=True)
+    if self._background is None:
+        self._schedule_background(now + self.options.background_interval)
+
+
+def clear(
+    self: PoolCore,
+    now: float,
+    *,
+    interrupt_in_use: bool = False,
+    service_id: Any = None,
+    cause: BaseException | None = None,
+) -> None:
+    if self.state is _CLOSED:
+        return
+    if self._lb:
+        self._clear_service(now, service_id, interrupt_in_use)
+        return
+    if service_id is not None:
+        raise ValueError("clear(service_id=...) needs a pool with PoolOptions(load_balanced=True)")
+    was_paused = self.state is _PAUSED
+    old_generation = self.generation
+    self.generation += 1
+    self.state = _PAUSED
+    self.clear_cause = cause
+    if not was_paused and self.observed:
+        self.events.append(
+            PoolClearedEvent(address=self.address, interrupt_in_use_connections=interrupt_in_use)
+        )
+    if interrupt_in_use:
+        self._interrupt(lambda c: c.generation <= old_generation)
+    self._fail_all_waiters(now, self._cleared_error, CHECKOUT_CONNECTION_ERROR)
+    self._schedule_background(now)
+
+
+def _clear_service(self: PoolCore, now: float, service_id: Any, interrupt_in_use: bool) -> None:
+    if service_id is None:
+        self.generation += 1
+        for entry in self.service_generations.values():
+            entry[0] += 1
+        generations = {sid: entry[0] - 1 for sid, entry in self.service_generations.items()}
+    else:
+        found = self.service_generations.get(service_id)
+        generations = {}
+        if found is not None:
+            found[0] += 1
+            generations[service_id] = found[0] - 1
+    if self.observed:
+        self.events.append(
+            PoolClearedEvent(
+                address=self.address,
+                service_id=service_id,
+                interrupt_in_use_connections=interrupt_in_use,
+            )
+        )
+    if interrupt_in_use:
+        self._interrupt(
+            lambda c: c.service_id in generations and c.generation <= generations[c.service_id]
+        )
+    self._schedule_background(now)
+
+
+def _interrupt(self: PoolCore, applies: Any) -> None:
+    """Close in-use and pending connections of the cleared generation (CMAP interrupt)."""
+    for conn in list(self.conns.values()):
+        if conn.state is not _IDLE and applies(conn):
+            self._close(conn, CLOSE_STALE)
+
+
+def close(self: PoolCore, now: float) -> None:
+    if self.state is _CLOSED:
+        return
+    self.state = _CLOSED
+    while self._idle:
+        self._close(self._idle.popleft(), CLOSE_POOL_CLOSED)
+    for conn in list(self.conns.values()):
+        if conn.state is _CONNECTING or conn.state is ConnState.BACKING_OFF:
+            self._close(conn, CLOSE_POOL_CLOSED)
+    self._fail_all_waiters(now, lambda: PoolClosedError(address=self.address), CHECKOUT_POOL_CLOSED)
+    self.timers.clear()
+    self._idle_sweep = self._background = None
+    if self.observed:
+        self.events.append(PoolClosedEvent(address=self.address))
+
+
+def reset_after_fork(self: PoolCore) -> None:
+    """Forget every connection and waiter without closing anything (they belong to the
+    parent process) and move to a new generation; the pool keeps its state."""
+    self.conns.clear()
+    self._idle.clear()
+    self._waiters.clear()
+    self._counts = [0] * len(ConnState)
+    self._kept = 0
+    self.service_generations.clear()
+    self.generation += 1
+    self.timers.clear()
+    self._idle_sweep = self._background = None
+    self.actions = []
+    self.events = []
+    if self.state is not _CLOSED:
+        if self.observed:
+            self.events.append(PoolClearedEvent(address=self.address))
+        self._schedule_background(float("-inf"))
+
+
+def fire_timers(self: PoolCore, now: float) -> None:
+    """Run every timer due at ``now``."""
+    timers = self.timers
+    while (entry := timers.pop_due(now)) is not None:
+        kind = entry.kind
+        if kind is TimerKind.DEADLINE:
+            req: Request = entry.target
+            del self._waiters[req]
+            self._fail_timeout(req, now)
+        elif kind is TimerKind.IDLE_SWEEP:
+            self._idle_sweep = None
+            self._sweep_idle(now)
+        elif kind is TimerKind.BACKGROUND:
+            self._background = None
+            self._run_background(now)
+        else:  # CONNECT_TIMEOUT
+            conn: Conn = entry.target
+            timeout = self.options.connect_timeout
+            assert timeout is not None
+            self.connect_failed(
+                conn, now, ConnectTimeoutError(address=self.address, timeout=timeout)
+            )
+
+
+def _timer_is_live(self: PoolCore, entry: TimerEntry) -> bool:
+    kind = entry.kind
+    if kind is TimerKind.DEADLINE:
+        req: Request = entry.target
+        return req.state is _WAITING and req.deadline == entry.when
+    if kind is TimerKind.IDLE_SWEEP:
+        return entry is self._idle_sweep
+    if kind is TimerKind.BACKGROUND:
+        return entry is self._background
+    conn: Conn = entry.target
+    return conn.state is _CONNECTING
+
+
+def _schedule_background(self: PoolCore, when: float) -> None:
+    if self.state is _CLOSED or when == float("inf"):
+        return
+    current = self._background
+    if current is not None:
+        if current.when <= when:
+            return
+        self.timers.note_stale()
+    self._background = self.timers.push(when, TimerKind.BACKGROUND)
+
+
+def _run_background(self: PoolCore, now: float) -> None:
+    """A background run: close perished available connections, refill ``min_size``."""
+    if self._idle:
+        keep: deque[Conn] = deque()
+        for conn in self._idle:
+            reason = self._perished(conn, now)
+            if reason is None:
+                keep.append(conn)
+            else:
+                self._close(conn, reason)
+        self._idle = keep
+    self._maybe_connect(now, fill_min=True)
+    self._schedule_background(now + self.options.background_interval)
+
+
+def _sweep_idle(self: PoolCore, now: float) -> None:
+    idle = self._idle
+    max_idle = self.options.max_idle_time
+    assert max_idle is not None
+    while idle and now - idle[0].idle_since >= max_idle:
+        self._close(idle.popleft(), CLOSE_IDLE)
+    if idle:
+        self._arm_idle_sweep()
+    self._maybe_connect(now, fill_min=True)
+
+
+def _arm_idle_sweep(self: PoolCore) -> None:
+    assert self._max_idle is not None
+    when = self._idle[0].idle_since + self._max_idle
+    self._idle_sweep = self.timers.push(when, TimerKind.IDLE_SWEEP)

@@ -20,8 +20,9 @@ import contextlib
 import logging
 import threading
 import time
+from _thread import allocate_lock as _allocate_lock
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, Generic, Protocol, TypeVar, final
+from typing import Any, Generic, TypeVar, final
 
 from ._core import (
     Action,
@@ -60,26 +61,19 @@ _DEFAULT: Any = object()
 _SERVED = RequestState.SERVED
 
 
-class _Signal(Protocol):
-    def wait(self) -> None: ...
-    def set(self) -> None: ...
+def _lock_signal() -> tuple[Callable[[], Any], Callable[[], Any]]:
+    """A one-shot wake-up as ``(wait, wake)``: a lock taken at birth that ``wake`` releases."""
+    lock = _allocate_lock()
+    lock.acquire()
+    return lock.acquire, lock.release
 
 
-@final
-class _LockSignal:
-    """A one-shot wake-up: a lock taken at birth that ``set`` releases."""
+def _clock_signal(clock: Any) -> Callable[[], tuple[Callable[[], Any], Callable[[], Any]]]:
+    def make() -> tuple[Callable[[], Any], Callable[[], Any]]:
+        signal = clock.new_signal()
+        return signal.wait, signal.set
 
-    __slots__ = ("_lock",)
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._lock.acquire()
-
-    def wait(self) -> None:
-        self._lock.acquire()
-
-    def set(self) -> None:
-        self._lock.release()
+    return make
 
 
 def _start_daemon(target: Callable[[], None], name: str) -> None:
@@ -122,7 +116,7 @@ class Pool(Generic[C]):
         self._start_thread: Callable[[Callable[[], None], str], Any] = getattr(
             clock, "start_thread", _start_daemon
         )
-        self._new_signal: Callable[[], _Signal] = getattr(clock, "new_signal", _LockSignal)
+        self._new_signal = _clock_signal(clock) if hasattr(clock, "new_signal") else _lock_signal
         self._lock = threading.Lock()
         self._timer_cv = threading.Condition(self._lock)
         self._timer_at: float | None = None
@@ -193,15 +187,13 @@ class Pool(Generic[C]):
     def checkout(self, timeout: float | None = _DEFAULT) -> Lease[C]:
         """Check out a connection, waiting at most ``timeout`` seconds (default:
         ``options.wait_queue_timeout``; ``None`` waits without limit)."""
-        if timeout is _DEFAULT:
-            timeout = self.options.wait_queue_timeout
-        elif timeout is not None:
+        if timeout is not _DEFAULT and timeout is not None:
             timeout = check_timeout(timeout)
         observed = self._listened or _LEVELS.get(10)  # 10: logging.DEBUG
         if observed is None:
             observed = _log_enabled()
         core = self._core
-        signal: _Signal | None = None
+        wait: Callable[[], Any] | None = None
         with self._lock:
             if not observed:  # the fast path: an available connection, nobody listening
                 conn = core.lease_idle(self._time() if self._clocked else 0.0)
@@ -212,17 +204,19 @@ class Pool(Generic[C]):
             if conn is None:
                 core.observed = observed
                 now = self._time()
+                if timeout is _DEFAULT:
+                    timeout = self.options.wait_queue_timeout
                 req = Request(now, None if timeout is None else now + timeout)
                 core.request(req, now)
                 if req.queued:
-                    req.owner = signal = self._new_signal()
+                    wait, req.owner = self._new_signal()
             actions = self._take_locked()
         self._carry_out(actions)
         if conn is not None:  # the fast path, with perished connections to close first
             return Lease(conn, self)
-        if signal is not None:
+        if wait is not None:
             try:
-                signal.wait()
+                wait()
             except BaseException:
                 # Interrupted (KeyboardInterrupt...): leave the queue, or give back what came.
                 with self._lock:
@@ -349,7 +343,7 @@ class Pool(Generic[C]):
         """Outside the lock: do what the core asked, then deliver the events."""
         for action in actions:
             if type(action) is CompleteRequest:
-                action.request.owner.set()
+                action.request.owner()  # the waiter's wake-up
             elif type(action) is StartConnect:
                 self._start_connect(action.conn)
             elif type(action) is CloseConnection:

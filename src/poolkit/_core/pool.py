@@ -97,6 +97,8 @@ class PoolCore:
         #: whether ``lease_idle`` and ``release`` read ``now``; when false a front end may pass 0.0
         #: there and skip the clock (idle times only matter with a max idle time)
         self.clocked = options.max_idle_time is not None
+        # whether an available connection needs more than a generation check to be leased
+        self._checked = self._lb or self.clocked
         #: load-balanced mode: service id -> [generation, connection count]
         self.service_generations: dict[Any, list[int]] = {}
         #: every connection not closed, by id
@@ -211,22 +213,18 @@ class PoolCore:
         waiting, or nothing available). No events are built: the caller uses this only when
         nobody observes the pool.
         """
-        idle = self._idle
-        if self.state is not _READY or self._waiters or not idle:
+        if self.state is not _READY or self._waiters:
             return None
-        conn = idle[-1]
-        max_idle = self._max_idle
-        if (
-            self._lb
-            or conn.generation != self.generation
-            or (max_idle is not None and now - conn.idle_since >= max_idle)
-        ):
-            found = self._pop_idle(now)  # closes the perished ones on the way
+        idle = self._idle
+        if not idle:
+            return None
+        conn = idle.pop()
+        if self._checked or conn.generation != self.generation:
+            idle.append(conn)
+            found = self._pop_idle(now)  # the full check; closes perished ones on the way
             if found is None:
                 return None
             conn = found
-        else:
-            idle.pop()
         # _fire(conn, LEASE) inlined: IDLE -> LEASED changes no counter (see _IDLE_LEASE).
         conn.state = _IDLE_LEASE
         conn.streams += 1

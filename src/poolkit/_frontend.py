@@ -22,6 +22,7 @@ from datetime import timedelta
 from typing import Any, Generic, Protocol, TypeVar, final
 
 from . import log as _log
+from .errors import InvalidLeaseError
 from .events import Listener, PoolEvent, deliver
 
 C = TypeVar("C")
@@ -154,6 +155,23 @@ class Lease(Generic[C]):
     def __repr__(self) -> str:
         state = "out" if self.active else "returned"
         return f"<Lease connection_id={self._conn.id} {state} address={self._pool.address!r}>"
+
+
+def invalid_lease(pool: Any, returned: Returned, lease: Lease[Any]) -> InvalidLeaseError:
+    """The error for checking in ``lease`` to ``pool`` when it is not out from that pool."""
+    if lease._pool is returned:
+        return InvalidLeaseError(
+            f"checkin: {lease!r} was already returned",
+            address=pool.address,
+            reason="already returned",
+            lease=lease,
+        )
+    return InvalidLeaseError(
+        f"checkin: {lease!r} was not checked out from this pool ({pool.address})",
+        address=pool.address,
+        reason="foreign",
+        lease=lease,
+    )
 
 
 def listener_tuple(listeners: Iterable[Listener]) -> tuple[Listener, ...]:

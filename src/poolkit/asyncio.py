@@ -40,6 +40,7 @@ from ._frontend import (
     Returned,
     call_close,
     check_timeout,
+    invalid_lease,
     listener_tuple,
     register_for_fork,
     unwrap,
@@ -249,19 +250,7 @@ class AsyncPool(Generic[C]):
         self._after_core()
 
     def _invalid_lease(self, lease: Lease[Any]) -> InvalidLeaseError:
-        if lease._pool is not self._returned:
-            return InvalidLeaseError(
-                f"checkin: {lease!r} was not checked out from this pool ({self.address})",
-                address=self.address,
-                reason="foreign",
-                lease=lease,
-            )
-        return InvalidLeaseError(
-            f"checkin: {lease!r} was already returned",
-            address=self.address,
-            reason="already returned",
-            lease=lease,
-        )
+        return invalid_lease(self, self._returned, lease)
 
     def _give_back(self, conn: Conn) -> None:
         core = self._core

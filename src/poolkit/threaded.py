@@ -42,6 +42,7 @@ from ._frontend import (
     Returned,
     call_close,
     check_timeout,
+    invalid_lease,
     listener_tuple,
     register_for_fork,
     unwrap,
@@ -285,19 +286,7 @@ class Pool(Generic[C]):
         self._carry_out(actions)
 
     def _invalid_lease(self, lease: Lease[Any]) -> InvalidLeaseError:
-        if lease._pool is not self._returned:
-            return InvalidLeaseError(
-                f"checkin: {lease!r} was not checked out from this pool ({self.address})",
-                address=self.address,
-                reason="foreign",
-                lease=lease,
-            )
-        return InvalidLeaseError(
-            f"checkin: {lease!r} was already returned",
-            address=self.address,
-            reason="already returned",
-            lease=lease,
-        )
+        return invalid_lease(self, self._returned, lease)
 
     def _give_back(self, conn: Conn) -> None:
         with self._lock:

@@ -314,3 +314,33 @@ def test_closed_pool_refuses_checkout() -> None:
 
 if sys.platform == "win32":  # pragma: no cover
     pytestmark = pytest.mark.skip(reason="POSIX only")
+
+
+def test_checkin_gets_the_real_time() -> None:
+    """A check-in may start a connect (here: for a waiter, after a stale connection is closed);
+    its connect timeout must count from the real now, also on an unobserved pool (which skips
+    the clock where it safely can)."""
+    clock = FakeClock(start=1000.0)
+    slow = {"on": False}
+
+    def connect(ctx: poolkit.ConnectContext) -> Conn:
+        if slow["on"]:
+            clock.sleep(1.0)
+        return Conn(ctx.connection_id)
+
+    options = poolkit.PoolOptions(max_size=1, connect_timeout=5)
+    pool = poolkit.Pool(connect, address="db:1", options=options, clock=clock)
+    pool.ready()
+    lease = pool.checkout()
+    pool.clear()
+    pool.ready()
+    waiter = Outcome(clock, pool)
+    clock.settle()
+    slow["on"] = True
+    lease.release()  # stale: closed, and a connect starts for the waiter
+    clock.advance(1.0)
+    clock.settle()
+    assert waiter.error is None and waiter.lease is not None
+    assert waiter.lease.connection_id == 2
+    waiter.lease.release()
+    pool.close()

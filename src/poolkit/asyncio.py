@@ -236,7 +236,7 @@ class AsyncPool(Generic[C]):
         if observed is None:
             observed = _log_enabled()
         core.observed = observed
-        core.release(lease._conn, self._time() if (self._clocked or observed) else 0.0)
+        core.release(lease._conn, self._time())
         if observed or core.actions or core.timers.dirty:
             self._after_core()
 

@@ -266,7 +266,7 @@ class Pool(Generic[C]):
             lease._pool = self._returned
             core = self._core
             core.observed = observed
-            core.release(lease._conn, self._time() if (self._clocked or observed) else 0.0)
+            core.release(lease._conn, self._time())
             actions = (
                 self._take_locked() if (observed or core.actions or core.timers.dirty) else None
             )

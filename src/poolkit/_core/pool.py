@@ -94,8 +94,9 @@ class PoolCore:
         self.generation = 0
         self._lb = options.load_balanced
         self._max_idle = options.max_idle_time
-        #: whether ``lease_idle`` and ``release`` read ``now``; when false a front end may pass 0.0
-        #: there and skip the clock (idle times only matter with a max idle time)
+        #: whether ``lease_idle`` reads ``now``; when false a front end may pass 0.0 there and skip
+        #: the clock (it only closes perished connections, and starts nothing, on that path).
+        #: Every other input needs the real time: a check-in, say, may start a connect.
         self.clocked = options.max_idle_time is not None
         # whether an available connection needs more than a generation check to be leased
         self._checked = self._lb or self.clocked

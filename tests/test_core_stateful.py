@@ -1,0 +1,666 @@
+"""Stateful (model-based) tests of the pure core, ``poolkit._core.PoolCore``.
+
+A Hypothesis state machine plays the front end: it feeds the core every kind of input in any
+order (checkouts, check-ins, discards, cancellations, connect results in any order, clear with and
+without interrupt, ready, close, time moving forward with ``fire_timers``), carries out the
+actions the core returns, keeps its own record of what is outstanding (leases, connects owed,
+requests) and checks the core's invariants after every step. When the example ends the pool is
+closed, every lease returned and every owed connect reported, and nothing may be left over.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
+
+from poolkit import PoolOptions
+from poolkit._core import (
+    CloseConnection,
+    CompleteRequest,
+    Conn,
+    ConnState,
+    PoolCore,
+    Request,
+    RequestState,
+    Role,
+    StartConnect,
+)
+from poolkit.errors import (
+    ConnectTimeoutError,
+    PoolClearedError,
+    PoolClosedError,
+    WaitQueueTimeoutError,
+)
+from poolkit.events import (
+    ConnectionCheckedInEvent,
+    ConnectionCheckedOutEvent,
+    ConnectionCheckOutFailedEvent,
+    ConnectionCheckOutStartedEvent,
+    ConnectionClosedEvent,
+    ConnectionCreatedEvent,
+    ConnectionReadyEvent,
+    PoolClearedEvent,
+)
+from poolkit.stats import PoolState
+
+
+class ConnectError(Exception):
+    pass
+
+
+_FAILURE_ERRORS: dict[str, Any] = {
+    "timeout": WaitQueueTimeoutError,
+    "poolClosed": PoolClosedError,
+    "connectionError": (PoolClearedError, ConnectTimeoutError, ConnectError),
+    "cancelled": None,
+}
+_TERMINAL = (RequestState.SERVED, RequestState.FAILED, RequestState.CANCELLED)
+
+
+@st.composite
+def pool_options(draw: st.DrawFn) -> PoolOptions:
+    max_size = draw(st.integers(0, 5))
+    min_size = draw(st.integers(0, max_size if max_size else 3))
+    return PoolOptions(
+        max_size=max_size,
+        min_size=min_size,
+        max_connecting=draw(st.integers(1, 3)),
+        max_idle_time=draw(st.sampled_from([None, 1.0, 2.5])),
+        background_interval=draw(st.sampled_from([0.5, 2.0, math.inf])),
+        connect_timeout=draw(st.sampled_from([None, 1.0, 3.0])),
+    )
+
+
+class ConnectionObject:
+    """What the fake connect function returns."""
+
+    def __init__(self, conn_id: int) -> None:
+        self.conn_id = conn_id
+
+    def __repr__(self) -> str:
+        return f"ConnectionObject({self.conn_id})"
+
+
+class PoolCoreMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.core: PoolCore | None = None
+        self.now = 0.0
+        #: time of the last fire_timers (time only moves through ``advance``)
+        self.fired_at = 0.0
+        #: connects the driver still owes a report for, in the order they were started
+        self.owed: list[Conn] = []
+        #: every connection record the core asked to connect, by id
+        self.started: dict[int, Conn] = {}
+        self.started_at: dict[int, float] = {}  # id -> the time its StartConnect came
+        self.firing = False  # inside fire_timers
+        #: ids named in at least one CloseConnection
+        self.closed_named: set[int] = set()
+        #: the object given to ``connected`` for each id
+        self.objects: dict[int, ConnectionObject] = {}
+        #: ids whose object was named in a CloseConnection after ``connected`` set it
+        self.object_closed: set[int] = set()
+        #: outstanding leases, one entry per lease
+        self.leases: list[Conn] = []
+        #: every request made, in the order made; and the queued ones, in the order queued
+        self.requests: list[Request] = []
+        self.queued: list[Request] = []
+        self.completions: dict[int, int] = {}  # id(req) -> CompleteRequest count
+        self.cancelled: set[int] = set()  # id(req) cancelled by the driver
+        self.last_state: dict[int, RequestState] = {}
+        #: queued requests served, in the order the core served them
+        self.served_order: list[Request] = []
+        self.releases = 0
+        #: events seen: checkouts started, checkouts ended (out or failed), check-ins
+        self.ev_started = self.ev_ended = self.ev_checked_in = 0
+
+    # ------------------------------------------------------------------ driving
+
+    @initialize(
+        options=pool_options(),
+        observed=st.booleans(),
+        start_ready=st.sampled_from([True, True, True, False]),
+    )
+    def setup(self, options: PoolOptions, observed: bool, start_ready: bool) -> None:
+        self.core = PoolCore(options, "host:27017", observed=observed)
+        self.core.take()
+        if start_ready:
+            self._do(lambda core: core.ready(self.now))
+
+    @property
+    def c(self) -> PoolCore:
+        assert self.core is not None
+        return self.core
+
+    def _do(self, fn: Any) -> Any:
+        """Run one input, then carry out and check its actions and events."""
+        result = fn(self.c)
+        actions, events = self.c.take()
+        assert self.c.actions == [] and self.c.events == []
+        self._apply(actions)
+        if self.c.observed:
+            self._check_events(actions, events)
+        else:
+            assert events == []
+        return result, actions, events
+
+    def _apply(self, actions: list[Any]) -> None:
+        core = self.c
+        for action in actions:
+            if isinstance(action, StartConnect):
+                conn = action.conn
+                assert conn.id not in self.started, f"StartConnect twice for {conn}"
+                assert conn.state is ConnState.CONNECTING
+                assert conn.streams == 0
+                self.started[conn.id] = conn
+                self.owed.append(conn)
+                self.started_at[conn.id] = self.now
+            elif isinstance(action, CloseConnection):
+                conn = action.conn
+                assert conn.id in self.started, f"CloseConnection for unknown {conn}"
+                assert conn.close_reason is not None
+                if self.firing and conn.close_reason == "error" and conn in self.owed:
+                    # a connect abandoned by its timer: never before connect_timeout has passed
+                    timeout = core.options.connect_timeout
+                    assert timeout is not None
+                    assert self.now - self.started_at[conn.id] >= timeout, (
+                        f"{conn} started at {self.started_at[conn.id]} timed out at {self.now}"
+                    )
+                self.closed_named.add(conn.id)
+                if conn.id in self.objects:
+                    assert conn.connection is self.objects[conn.id]
+                    self.object_closed.add(conn.id)
+            elif isinstance(action, CompleteRequest):
+                req = action.request
+                key = id(req)
+                assert req.queued, f"CompleteRequest for a request never queued: {req}"
+                assert key not in self.cancelled, f"CompleteRequest for a cancelled {req}"
+                assert self.completions.get(key, 0) == 0, f"{req} completed twice"
+                self.completions[key] = 1
+                if req.state is RequestState.SERVED:
+                    assert req.conn is not None and req.error is None
+                    self._check_fresh(req.conn)
+                    self.leases.append(req.conn)
+                    self.served_order.append(req)
+                else:
+                    assert req.state is RequestState.FAILED, req
+                    assert req.error is not None and req.conn is None
+            else:  # pragma: no cover
+                raise AssertionError(f"unknown action {action!r}")
+        # the core removed every conn it closed from every count before handing the action out
+        for action in actions:
+            if isinstance(action, CloseConnection):
+                assert core.conns.get(action.conn.id) is not action.conn
+
+    def _check_fresh(self, conn: Conn) -> None:
+        """A connection handed out is live, of the current generation and not idle too long."""
+        core = self.c
+        assert core.state is PoolState.READY
+        assert core.conns.get(conn.id) is conn, conn
+        assert conn.state is ConnState.LEASED, conn
+        assert conn.generation == core.generation, conn
+        max_idle = core.options.max_idle_time
+        assert max_idle is None or self.now - conn.idle_since < max_idle, conn
+
+    def _check_events(self, actions: list[Any], events: list[Any]) -> None:
+        created = [e.connection_id for e in events if isinstance(e, ConnectionCreatedEvent)]
+        started = [a.conn.id for a in actions if isinstance(a, StartConnect)]
+        assert created == started
+        closed_events = [e.connection_id for e in events if isinstance(e, ConnectionClosedEvent)]
+        assert len(closed_events) == len(set(closed_events))
+        # every ConnectionClosedEvent comes with a CloseConnection action
+        named = {a.conn.id for a in actions if isinstance(a, CloseConnection)}
+        assert set(closed_events) <= named
+        for e in events:
+            if isinstance(e, ConnectionReadyEvent):
+                assert e.connection_id in self.objects
+            elif isinstance(e, ConnectionCheckOutStartedEvent):
+                self.ev_started += 1
+            elif isinstance(e, ConnectionCheckedOutEvent):
+                self.ev_ended += 1
+                assert self.started[e.connection_id].state is ConnState.LEASED
+            elif isinstance(e, ConnectionCheckOutFailedEvent):
+                self.ev_ended += 1
+                expected = _FAILURE_ERRORS[e.reason]
+                if expected is None:
+                    assert e.error is None
+                else:
+                    assert isinstance(e.error, expected), e
+            elif isinstance(e, ConnectionClosedEvent):
+                assert e.reason == self.started[e.connection_id].close_reason
+                assert e.reason == "error" or e.error is None, e
+            elif isinstance(e, ConnectionCheckedInEvent):
+                self.ev_checked_in += 1
+
+    def _lease_idle_time(self) -> float:
+        return self.now
+
+    def _drop_lease(self, conn: Conn) -> None:
+        for i, leased in enumerate(self.leases):
+            if leased is conn:
+                del self.leases[i]
+                return
+        raise AssertionError(f"no lease on {conn}")  # pragma: no cover
+
+    # ------------------------------------------------------------------ rules
+
+    @rule(kind=st.sampled_from(["ready", "ready", "ready", "clear", "interrupt", "close"]))
+    def lifecycle(self, kind: str) -> None:
+        """One rule for the pool's own inputs, weighted so a pool is mostly ready."""
+        if kind == "ready":
+            self.ready()
+        elif kind == "close":
+            self.close()
+        else:
+            self.clear(kind == "interrupt")
+
+    @rule()
+    def bounce(self) -> None:
+        """Clear and mark ready again at once (a monitor's error, then a good heartbeat): the
+        leases out become stale while the pool is ready."""
+        self.clear(False)
+        self.ready()
+
+    def ready(self) -> None:
+        if self.c.state is PoolState.CLOSED:
+            try:
+                self.c.ready(self.now)
+            except PoolClosedError:
+                pass
+            else:  # pragma: no cover
+                raise AssertionError("ready() on a closed pool did not raise")
+            assert self.c.take() == ([], [])
+            return
+        self._do(lambda core: core.ready(self.now))
+        assert self.c.state is PoolState.READY
+
+    def clear(self, interrupt: bool) -> None:
+        before = self.c.state
+        generation = self.c.generation
+        waiting = self.c.waiters()
+        _, _, events = self._do(lambda core: core.clear(self.now, interrupt_in_use=interrupt))
+        cleared = [e for e in events if isinstance(e, PoolClearedEvent)]
+        if self.c.observed and before is PoolState.READY:
+            assert len(cleared) == 1 and cleared[0].interrupt_in_use_connections is interrupt
+        else:
+            assert cleared == []
+        if before is PoolState.CLOSED:
+            assert self.c.generation == generation
+            return
+        assert self.c.state is PoolState.PAUSED
+        assert self.c.generation == generation + 1
+        assert self.c.waiting == 0
+        for req in waiting:
+            assert req.state is RequestState.FAILED
+            assert isinstance(req.error, PoolClearedError)
+        if interrupt:
+            for conn in self.c.conns.values():
+                assert conn.state is ConnState.IDLE or conn.generation == self.c.generation
+
+    def close(self) -> None:
+        waiting = self.c.waiters()
+        self._do(lambda core: core.close(self.now))
+        assert self.c.state is PoolState.CLOSED
+        assert self.c.waiting == 0
+        for req in waiting:
+            assert req.state is RequestState.FAILED
+            assert isinstance(req.error, PoolClosedError)
+        for conn in self.c.conns.values():
+            assert conn.state in (ConnState.LEASED, ConnState.DRAINING), conn
+
+    @rule()
+    def lease_idle(self) -> None:
+        waiting = self.c.waiting
+        state = self.c.state
+        conn, actions, _ = self._do(lambda core: core.lease_idle(self._lease_idle_time()))
+        if conn is not None:
+            assert state is PoolState.READY and waiting == 0
+            assert conn.state is ConnState.LEASED
+            assert conn.id in self.c.conns
+            assert conn.generation == self.c.generation
+            self.leases.append(conn)
+        assert not any(isinstance(a, StartConnect | CompleteRequest) for a in actions)
+
+    @rule(timeout=st.sampled_from([None, None, 0.0, 0.5, 1.0, 3.0]))
+    def request(self, timeout: float | None) -> None:
+        req = Request(started=self.now, deadline=None if timeout is None else self.now + timeout)
+        state = self.c.state
+        self.requests.append(req)
+        _, actions, _ = self._do(lambda core: core.request(req, self.now))
+        assert not any(isinstance(a, CompleteRequest) and a.request is req for a in actions)
+        if req.queued:
+            assert req.state is RequestState.WAITING
+            assert state is PoolState.READY
+            self.queued.append(req)
+        elif req.state is RequestState.SERVED:
+            assert state is PoolState.READY
+            assert req.conn is not None
+            self._check_fresh(req.conn)
+            self.leases.append(req.conn)
+        else:
+            assert req.state is RequestState.FAILED, req
+            if state is PoolState.CLOSED:
+                assert isinstance(req.error, PoolClosedError)
+            elif state is PoolState.PAUSED:
+                assert isinstance(req.error, PoolClearedError)
+        self.last_state[id(req)] = req.state
+
+    @precondition(lambda self: any(r.state is RequestState.WAITING for r in self.queued))
+    @rule(index=st.integers(min_value=0))
+    def cancel_waiting(self, index: int) -> None:
+        waiting = [r for r in self.queued if r.state is RequestState.WAITING]
+        req = waiting[index % len(waiting)]
+        cancelled, actions, _ = self._do(lambda core: core.cancel(req, self.now))
+        assert cancelled is True
+        assert req.state is RequestState.CANCELLED
+        assert req not in self.c.waiters()
+        assert actions == []
+        self.cancelled.add(id(req))
+
+    @precondition(lambda self: any(r.state is not RequestState.WAITING for r in self.requests))
+    @rule(index=st.integers(min_value=0))
+    def cancel_finished(self, index: int) -> None:
+        """A cancellation that lost the race with the core: nothing changes."""
+        done = [r for r in self.requests if r.state is not RequestState.WAITING]
+        req = done[index % len(done)]
+        state = req.state
+        cancelled, actions, events = self._do(lambda core: core.cancel(req, self.now))
+        assert cancelled is False
+        assert req.state is state
+        assert actions == [] and events == []
+
+    @precondition(lambda self: self.leases)
+    @rule(index=st.integers(min_value=0), discard=st.booleans())
+    def release(self, index: int, discard: bool) -> None:
+        conn = self.leases[index % len(self.leases)]
+        self._drop_lease(conn)
+        self.releases += 1
+        # the lease is returned: from here on the model no longer counts it
+        self._do(
+            lambda core: core.discard(conn, self.now) if discard else core.release(conn, self.now)
+        )
+        if discard:
+            assert self.c.conns.get(conn.id) is not conn
+
+    @precondition(lambda self: self.owed)
+    @rule(index=st.integers(min_value=0))
+    def connected(self, index: int) -> None:
+        conn = self.owed.pop(index % len(self.owed))
+        obj = ConnectionObject(conn.id)
+        self.objects[conn.id] = obj
+        self._do(lambda core: core.connected(conn, self.now, obj))
+        assert conn.connection is obj
+
+    @precondition(lambda self: self.owed)
+    @rule(index=st.integers(min_value=0))
+    def connect_failed(self, index: int) -> None:
+        conn = self.owed.pop(index % len(self.owed))
+        error = ConnectError(f"connect {conn.id} failed")
+        head = self.c.waiters()[:1]
+        was_connecting = conn.state is ConnState.CONNECTING
+        _, actions, _ = self._do(lambda core: core.connect_failed(conn, self.now, error))
+        assert conn.id not in self.c.conns
+        if not was_connecting:
+            assert actions == []
+        for req in head:
+            if req.state is RequestState.FAILED:
+                assert req.error is error
+
+    @rule(dt=st.sampled_from([0.0, 0.25, 0.5, 1.0, 2.0, 5.0]))
+    def advance(self, dt: float) -> None:
+        self.now += dt
+        self.firing = True
+        try:
+            self._do(lambda core: core.fire_timers(self.now))
+        finally:
+            self.firing = False
+        self.fired_at = self.now
+
+    # ------------------------------------------------------------------ invariants
+
+    @invariant()
+    def request_states(self) -> None:
+        if self.core is None:
+            return
+        for req in self.requests:
+            key = id(req)
+            before = self.last_state.get(key)
+            if before in _TERMINAL:
+                assert req.state is before, f"{req} left {before}"
+            self.last_state[key] = req.state
+            if req.queued and req.state in (RequestState.SERVED, RequestState.FAILED):
+                assert self.completions.get(key) == 1, f"{req} finished without CompleteRequest"
+            if req.state is RequestState.WAITING:
+                assert req.queued
+                assert self.completions.get(key, 0) == 0
+        waiting = [r for r in self.queued if r.state is RequestState.WAITING]
+        assert self.c.waiters() == waiting, "the core's queue is not the waiting requests in order"
+
+    @invariant()
+    def fifo(self) -> None:
+        if self.core is None:
+            return
+        position = {id(r): i for i, r in enumerate(self.queued)}
+        served = [position[id(r)] for r in self.served_order]
+        assert served == sorted(served), "queued requests served out of order"
+        for req in self.served_order:
+            for earlier in self.queued[: position[id(req)]]:
+                assert earlier.state is not RequestState.WAITING, (
+                    f"{req} served while the earlier {earlier} still waits"
+                )
+
+    @invariant()
+    def counts(self) -> None:
+        if self.core is None:
+            return
+        core = self.c
+        opts = core.options
+        conns = list(core.conns.values())
+        by_state = {s: sum(1 for c in conns if c.state is s) for s in ConnState}
+        stats = core.stats()
+        if opts.max_size:
+            assert len(conns) <= opts.max_size
+        assert by_state[ConnState.CONNECTING] <= opts.max_connecting
+        assert stats.total == core.total == len(conns)
+        assert stats.available == core.available == by_state[ConnState.IDLE]
+        assert stats.pending == core.pending == by_state[ConnState.CONNECTING]
+        assert stats.in_use == by_state[ConnState.LEASED] + by_state[ConnState.DRAINING]
+        assert stats.waiting == core.waiting
+        assert stats.generation == core.generation and stats.state is core.state
+        assert stats.total == (
+            stats.available + stats.pending + stats.in_use + by_state[ConnState.BACKING_OFF]
+        )
+        for s in ConnState:
+            if s is not ConnState.CLOSED:
+                assert core.count(s) == by_state[s], s
+        assert by_state[ConnState.CLOSED] == 0
+        for conn_id, conn in core.conns.items():
+            assert conn.id == conn_id
+            assert conn_id in self.started
+        idle = core.idle_connections()
+        assert len({c.id for c in idle}) == len(idle)
+        assert {c.id for c in idle} == {c.id for c in conns if c.state is ConnState.IDLE}
+        assert core._kept == sum(1 for c in conns if c.role is Role.KEPT)
+
+    @invariant()
+    def leases_match_streams(self) -> None:
+        if self.core is None:
+            return
+        live = sum(1 for c in self.leases if self.c.conns.get(c.id) is c)
+        assert sum(c.streams for c in self.c.conns.values()) == live
+        per_conn: dict[int, int] = {}
+        for c in self.leases:
+            per_conn[c.id] = per_conn.get(c.id, 0) + 1
+        for conn in self.started.values():
+            assert conn.streams == per_conn.get(conn.id, 0), conn
+            if conn.state in (ConnState.IDLE, ConnState.CONNECTING):
+                assert conn.streams == 0, conn
+            if conn.state is ConnState.LEASED:
+                assert conn.streams >= 1, conn
+
+    @invariant()
+    def nothing_lost(self) -> None:
+        if self.core is None:
+            return
+        core = self.c
+        for conn_id, conn in self.started.items():
+            live = core.conns.get(conn_id) is conn
+            assert live or conn_id in self.closed_named, f"{conn} lost"
+            assert live != (conn.state is ConnState.CLOSED), conn
+        for conn_id, obj in self.objects.items():
+            conn = self.started[conn_id]
+            live = core.conns.get(conn_id) is conn and conn.connection is obj
+            assert live or conn_id in self.object_closed, f"{obj} leaked"
+
+    @invariant()
+    def timers_honoured(self) -> None:
+        """After fire_timers(now) nothing is due: no expired waiter, connect or idle connection."""
+        if self.core is None or self.now != self.fired_at:
+            return
+        core = self.c
+        for req in core.waiters():
+            assert req.deadline is None or req.deadline > self.now, f"{req} outlived its deadline"
+        timeout = core.options.connect_timeout
+        max_idle = core.options.max_idle_time
+        for conn in core.conns.values():
+            if timeout is not None and conn.state is ConnState.CONNECTING:
+                assert conn.created_at + timeout > self.now, f"{conn} outlived connect_timeout"
+            if max_idle is not None and conn.state is ConnState.IDLE:
+                assert self.now - conn.idle_since < max_idle, f"{conn} outlived max_idle_time"
+
+    @invariant()
+    def progress(self) -> None:
+        """A ready pool with waiters always has a connect on its way, unless it is full."""
+        if self.core is None:
+            return
+        core = self.c
+        if core.state is not PoolState.READY or not core.waiting:
+            return
+        opts = core.options
+        room = not opts.max_size or core.total < opts.max_size
+        assert core.pending > 0 or not room, "a waiter is stuck with no connect on its way"
+        # stronger: every waiter not covered by a connect in flight gets one while there is room
+        if room and core.pending < opts.max_connecting:
+            assert core.waiting <= core.pending, "waiters not covered by connects"
+        # and nothing sits available while a request waits
+        assert core.available == 0, "a connection is available while a request waits"
+
+    @invariant()
+    def events_pair(self) -> None:
+        """With events on: one CheckOutStarted per request, one end per finished request."""
+        if self.core is None or not self.c.observed:
+            return
+        assert self.ev_started == len(self.requests)
+        assert self.ev_ended == sum(r.state is not RequestState.WAITING for r in self.requests)
+        assert self.ev_checked_in == self.releases
+
+    @invariant()
+    def closed_pool(self) -> None:
+        if self.core is None or self.c.state is not PoolState.CLOSED:
+            return
+        for conn in self.c.conns.values():
+            assert conn.state in (ConnState.LEASED, ConnState.DRAINING), conn
+        assert self.c.waiting == 0
+
+    # ------------------------------------------------------------------ the end
+
+    def teardown(self) -> None:
+        if self.core is None:
+            return
+        self.close()
+        while self.leases:
+            self.release(0, False)
+        while self.owed:
+            conn = self.owed[0]
+            if conn.id % 2:
+                self.connected(0)
+            else:
+                self.connect_failed(0)
+        self.advance(1000.0)
+        core = self.c
+        assert core.conns == {}, f"left over after close: {core.conns}"
+        assert core.total == core.available == core.pending == core.in_use == core.waiting == 0
+        for conn_id in self.started:
+            assert conn_id in self.closed_named
+        for conn_id in self.objects:
+            assert conn_id in self.object_closed
+        for req in self.requests:
+            assert req.state in _TERMINAL, req
+        for inv in (
+            self.request_states,
+            self.fifo,
+            self.counts,
+            self.leases_match_streams,
+            self.nothing_lost,
+            self.events_pair,
+        ):
+            inv()
+
+
+PoolCoreMachine.TestCase.settings = settings(
+    max_examples=400,
+    stateful_step_count=50,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+TestPoolCore = PoolCoreMachine.TestCase
+
+
+class UnclockedLeaseMachine(PoolCoreMachine):
+    """The same driver, but ``lease_idle`` gets ``now`` the way the front ends pass it.
+
+    ``PoolCore.clocked`` says that when it is false (no ``max_idle_time``) a front end may pass 0.0
+    to ``lease_idle`` and skip reading the clock; the front ends do so whenever the pool is not
+    observed. Every other input gets the real time. (Passing 0.0 to ``release`` too was a bug: a
+    check-in may start a connect, which then got a connect timeout long past;
+    ``test_checkin_gets_the_real_time`` in the front-end tests guards it.) Time here starts at
+    100 s, like a monotonic clock, so that 0.0 is far in the past.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.now = self.fired_at = 100.0
+
+    @initialize(
+        options=pool_options().map(
+            lambda o: dataclasses.replace(
+                o, min_size=max(o.min_size, 1), max_idle_time=None, connect_timeout=1.0
+            )
+        ),
+        start_ready=st.just(True),
+    )
+    def setup(self, options: PoolOptions, start_ready: bool) -> None:  # type: ignore[override]
+        """Only the options under which the front ends skip the clock: unobserved, no
+        ``max_idle_time``; with a connect timeout and a ``min_size``, where a wrong ``now``
+        would show."""
+        super().setup(options, False, start_ready)
+
+    @rule(kind=st.sampled_from(["ready", "ready", "clear", "clear", "interrupt", "close"]))
+    def lifecycle(self, kind: str) -> None:
+        """More clears: checkouts and check-ins of stale connections are where it would show."""
+        super().lifecycle(kind)
+
+    def _lease_idle_time(self) -> float:
+        core = self.c
+        return self.now if core.clocked or core.observed else 0.0
+
+
+UnclockedLeaseMachine.TestCase.settings = settings(
+    max_examples=200,
+    stateful_step_count=50,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+TestUnclockedLease = UnclockedLeaseMachine.TestCase

@@ -14,8 +14,7 @@ import dataclasses
 import math
 from typing import Any
 
-import pytest
-from hypothesis import HealthCheck, Phase, settings
+from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,

@@ -182,9 +182,10 @@ async def async_make(impl: str) -> tuple[AsyncPair, Callable[[], Awaitable[None]
             raise RuntimeError(f"poolkit did not pre-warm: {pool!r}")
         await asyncio.sleep(0.001)
 
-    def release(lease: poolkit.Lease[NullConn]) -> None:
-        lease.release()
-
+    # The lease's release called as a plain function: one call, as the floor's bound release is.
+    probe = await pool.checkout()
+    release = type(probe).release
+    release(probe)
     return (pool.checkout, release), pool.close
 
 
@@ -259,9 +260,9 @@ def thread_make(impl: str) -> ThreadPair:
             raise RuntimeError(f"poolkit did not pre-warm: {pool!r}")
         time.sleep(0.001)
 
-    def release(lease: poolkit.Lease[NullConn]) -> None:
-        lease.release()
-
+    probe = pool.checkout()
+    release = type(probe).release
+    release(probe)
     return pool.checkout, release, pool.close
 
 

@@ -62,6 +62,27 @@ _WAITING = RequestState.WAITING
 
 
 
+class _AsyncLease(Lease[Any]):
+    """AsyncPool's lease: ``release`` is the check-in fast path, inlined."""
+
+    __slots__ = ()
+
+    def release(self) -> None:
+        pool = self._pool
+        if type(pool) is not AsyncPool:
+            pool._release(self)  # the Returned marker: raises "already returned"
+            return
+        self._pool = pool._returned
+        core = pool._core
+        observed = pool._listened or _LEVELS.get(10)  # 10: logging.DEBUG
+        if observed is None:
+            observed = _log_enabled()
+        core.observed = observed
+        core.release(self._conn, pool._time())
+        if observed or core.actions or core.timers.dirty:
+            pool._after_core()
+
+
 @final
 class AsyncPool(Generic[C]):
     """A connection pool for asyncio.
@@ -174,7 +195,7 @@ class AsyncPool(Generic[C]):
             if conn is not None:
                 if core.actions:
                     self._after_core()
-                return Lease(conn, self)
+                return _AsyncLease(conn, self)
         core.observed = observed
         now = self._time()
         if timeout is _DEFAULT:
@@ -199,7 +220,7 @@ class AsyncPool(Generic[C]):
         else:
             self._after_core()
         if req.conn is not None:
-            return Lease(req.conn, self)
+            return _AsyncLease(req.conn, self)
         assert req.error is not None
         raise req.error
 
@@ -230,15 +251,7 @@ class AsyncPool(Generic[C]):
     def _release(self, lease: Lease[Any]) -> None:
         if lease._pool is not self:
             raise self._invalid_lease(lease)
-        lease._pool = self._returned
-        core = self._core
-        observed = self._listened or _LEVELS.get(10)  # 10: logging.DEBUG
-        if observed is None:
-            observed = _log_enabled()
-        core.observed = observed
-        core.release(lease._conn, self._time())
-        if observed or core.actions or core.timers.dirty:
-            self._after_core()
+        lease.release()
 
     def _discard(self, lease: Lease[Any], error: BaseException | None) -> None:
         if lease._pool is not self:

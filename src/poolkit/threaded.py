@@ -81,6 +81,33 @@ def _start_daemon(target: Callable[[], None], name: str) -> None:
     threading.Thread(target=target, name=name, daemon=True).start()
 
 
+class _ThreadLease(Lease[Any]):
+    """Pool's lease: ``release`` is the check-in fast path, inlined."""
+
+    __slots__ = ()
+
+    def release(self) -> None:
+        pool = self._pool
+        if type(pool) is not Pool:
+            pool._release(self)  # the Returned marker: raises "already returned"
+            return
+        observed = pool._listened or _LEVELS.get(10)  # 10: logging.DEBUG
+        if observed is None:
+            observed = _log_enabled()
+        with pool._lock:
+            if self._pool is not pool:  # released meanwhile by another thread
+                raise pool._invalid_lease(self)
+            self._pool = pool._returned
+            core = pool._core
+            core.observed = observed
+            core.release(self._conn, pool._time())
+            actions = (
+                pool._take_locked() if (observed or core.actions or core.timers.dirty) else None
+            )
+        if actions is not None:
+            pool._carry_out(actions)
+
+
 @final
 class Pool(Generic[C]):
     """A connection pool for threads.
@@ -199,7 +226,7 @@ class Pool(Generic[C]):
             if not observed:  # the fast path: an available connection, nobody listening
                 conn = core.lease_idle(self._time() if self._clocked else 0.0)
                 if conn is not None and not core.actions:
-                    return Lease(conn, self)
+                    return _ThreadLease(conn, self)
             else:
                 conn = None
             if conn is None:
@@ -214,7 +241,7 @@ class Pool(Generic[C]):
             actions = self._take_locked()
         self._carry_out(actions)
         if conn is not None:  # the fast path, with perished connections to close first
-            return Lease(conn, self)
+            return _ThreadLease(conn, self)
         if wait is not None:
             try:
                 wait()
@@ -228,7 +255,7 @@ class Pool(Generic[C]):
                     self._give_back(req.conn)
                 raise
         if req.conn is not None:
-            return Lease(req.conn, self)
+            return _ThreadLease(req.conn, self)
         assert req.error is not None
         raise req.error
 
@@ -257,21 +284,9 @@ class Pool(Generic[C]):
             lease.release()
 
     def _release(self, lease: Lease[Any]) -> None:
-        observed = self._listened or _LEVELS.get(10)  # 10: logging.DEBUG
-        if observed is None:
-            observed = _log_enabled()
-        with self._lock:
-            if lease._pool is not self:
-                raise self._invalid_lease(lease)
-            lease._pool = self._returned
-            core = self._core
-            core.observed = observed
-            core.release(lease._conn, self._time())
-            actions = (
-                self._take_locked() if (observed or core.actions or core.timers.dirty) else None
-            )
-        if actions is not None:
-            self._carry_out(actions)
+        if lease._pool is not self:
+            raise self._invalid_lease(lease)
+        lease.release()  # checked again under the lock: another thread may be releasing it
 
     def _discard(self, lease: Lease[Any], error: BaseException | None) -> None:
         observed = self._sink.observed()

@@ -45,7 +45,7 @@ class ConnInput(enum.IntEnum):
 class Role(enum.Enum):
     """Why the pool keeps a connection (the generic-pool proposal's three kinds)."""
 
-    KEPT = "kept"  #: counts toward min_size; never idle-closed
+    KEPT = "kept"  #: made to reach min_size (CMAP still closes it when idle; then it is refilled)
     DEMAND = "demand"  #: made for demand up to the soft limit; closed after max idle time
     OVERFLOW = "overflow"  #: above the soft limit; closed as soon as it is idle
 

@@ -430,6 +430,16 @@ class PoolCoreMachine(RuleBasedStateMachine):
     # ------------------------------------------------------------------ invariants
 
     @invariant()
+    def fast_path_generations(self) -> None:
+        """What the hot paths compare with is what the state, generation and options say."""
+        core = self.c
+        plain = not core.options.load_balanced
+        ready = core.state is PoolState.READY
+        lease = core.generation if plain and not core.clocked and ready else -1
+        release = core.generation if plain and core.state is not PoolState.CLOSED else -1
+        assert (core._lease_gen, core._release_gen) == (lease, release)
+
+    @invariant()
     def request_states(self) -> None:
         if self.core is None:
             return

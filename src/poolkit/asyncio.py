@@ -74,12 +74,10 @@ class _AsyncLease(Lease[Any]):
             return
         self._pool = pool._returned
         core = pool._core
-        observed = pool._listened or _LEVELS.get(10)  # 10: logging.DEBUG
-        if observed is None:
-            observed = _log_enabled()
+        # observed: a listener, or DEBUG on (cached answer for level 10; asked when not cached)
+        observed = pool._listened or (_LEVELS.get(10) is not False and _log_enabled())
         core.observed = observed
-        core.release(self._conn, pool._time())
-        if observed or core.actions or core.timers.dirty:
+        if core.release(self._conn, pool._time()):
             pool._after_core()
 
 
@@ -187,15 +185,15 @@ class AsyncPool(Generic[C]):
         """Check out a connection, waiting at most ``timeout`` seconds (default:
         ``options.wait_queue_timeout``; ``None`` waits without limit)."""
         core = self._core
-        observed = self._listened or _LEVELS.get(10)  # 10: logging.DEBUG
-        if observed is None:
-            observed = _log_enabled()
-        if not observed:  # the fast path: an available connection, nobody listening
+        # The fast path: nobody listening (no listener, DEBUG known to be off: the logger's
+        # cached answer for level 10), and a connection available.
+        if not self._listened and _LEVELS.get(10) is False:
             conn = core.lease_idle(self._time() if self._clocked else 0.0)
             if conn is not None:
                 if core.actions:
                     self._after_core()
                 return _AsyncLease(conn, self)
+        observed = self._listened or _log_enabled()
         core.observed = observed
         now = self._time()
         if timeout is _DEFAULT:

@@ -100,10 +100,7 @@ class _ThreadLease(Lease[Any]):
             self._pool = pool._returned
             core = pool._core
             core.observed = observed
-            core.release(self._conn, pool._time())
-            actions = (
-                pool._take_locked() if (observed or core.actions or core.timers.dirty) else None
-            )
+            actions = pool._take_locked() if core.release(self._conn, pool._time()) else None
         if actions is not None:
             pool._carry_out(actions)
 

@@ -48,7 +48,7 @@ def ready(self: PoolCore, now: float) -> None:
         raise PoolClosedError(address=self.address, operation="mark ready a")
     if self.state is _READY:
         return
-    self.state = _READY
+    self._set_state(_READY, self.generation)
     if self.observed:
         self.events.append(PoolReadyEvent(address=self.address))
     self._maybe_connect(now, fill_min=True)
@@ -73,8 +73,7 @@ def clear(
         raise ValueError("clear(service_id=...) needs a pool with PoolOptions(load_balanced=True)")
     was_paused = self.state is _PAUSED
     old_generation = self.generation
-    self.generation += 1
-    self.state = _PAUSED
+    self._set_state(_PAUSED, self.generation + 1)
     self.clear_cause = cause
     if not was_paused and self.observed:
         self.events.append(
@@ -88,7 +87,7 @@ def clear(
 
 def _clear_service(self: PoolCore, now: float, service_id: Any, interrupt_in_use: bool) -> None:
     if service_id is None:
-        self.generation += 1
+        self._set_state(self.state, self.generation + 1)
         for entry in self.service_generations.values():
             entry[0] += 1
         generations = {sid: entry[0] - 1 for sid, entry in self.service_generations.items()}
@@ -123,7 +122,7 @@ def _interrupt(self: PoolCore, applies: Any) -> None:
 def close(self: PoolCore, now: float) -> None:
     if self.state is _CLOSED:
         return
-    self.state = _CLOSED
+    self._set_state(_CLOSED, self.generation)
     while self._idle:
         self._close(self._idle.popleft(), CLOSE_POOL_CLOSED)
     for conn in list(self.conns.values()):
@@ -145,7 +144,7 @@ def reset_after_fork(self: PoolCore) -> None:
     self._counts = [0] * len(ConnState)
     self._kept = 0
     self.service_generations.clear()
-    self.generation += 1
+    self._set_state(self.state, self.generation + 1)
     self.timers.clear()
     self._idle_sweep = self._background = None
     self.actions = []

@@ -14,6 +14,8 @@ Rules of this module
   read from the same table at import and which change no counter. Counters of states change only
   in ``_fire`` (and at a connection's birth in ``_start_connect``). ``total`` is ``len(conns)``;
   ``available`` is ``len(_idle)``; ``leased`` is what remains.
+* The pool's state and generation change only in ``_set_state``, which also refreshes the two
+  values the hot paths compare with (``_lease_gen``, ``_release_gen``).
 * Requests wait in one FIFO (an ``OrderedDict``: O(1) append, pop-oldest and cancel). A request
   that was served, failed, timed out or cancelled is out of the queue and is never handed a
   connection.
@@ -92,14 +94,17 @@ class PoolCore:
         self.observed = observed
         self.state = _PAUSED
         self.generation = 0
+        #: The generation an idle connection must have to be leased (released) with no further
+        #: check; -1 when every connection needs the full check. Derived from the state, the
+        #: generation and the options, and refreshed whenever they change (``_set_state``).
+        self._lease_gen = self._release_gen = -1
         self._lb = options.load_balanced
         self._max_idle = options.max_idle_time
         #: whether ``lease_idle`` reads ``now``; when false a front end may pass 0.0 there and skip
         #: the clock (it only closes perished connections, and starts nothing, on that path).
         #: Every other input needs the real time: a check-in, say, may start a connect.
         self.clocked = options.max_idle_time is not None
-        # whether an available connection needs more than a generation check to be leased
-        self._checked = self._lb or self.clocked
+        self._set_state(_PAUSED, 0)
         #: load-balanced mode: service id -> [generation, connection count]
         self.service_generations: dict[Any, list[int]] = {}
         #: every connection not closed, by id
@@ -214,14 +219,14 @@ class PoolCore:
         waiting, or nothing available). No events are built: the caller uses this only when
         nobody observes the pool.
         """
-        if self.state is not _READY or self._waiters:
+        if self._waiters:
             return None
         idle = self._idle
-        if not idle:
-            return None
-        conn = idle.pop()
-        if self._checked or conn.generation != self.generation:
-            idle.append(conn)
+        if idle and idle[-1].generation == self._lease_gen:
+            conn = idle.pop()  # ready, current, and no idle time or service to check
+        else:
+            if self.state is not _READY:
+                return None
             found = self._pop_idle(now)  # the full check; closes perished ones on the way
             if found is None:
                 return None
@@ -275,31 +280,38 @@ class PoolCore:
 
     # ------------------------------------------------------------------ check-in
 
-    def release(self, conn: Conn, now: float) -> None:
-        """A lease on ``conn`` came back (the front end checked that it was out)."""
-        if self.observed:
+    def release(self, conn: Conn, now: float) -> bool:
+        """A lease on ``conn`` came back (the front end checked that it was out).
+
+        Returns whether there may be output (actions, events, a new earliest timer) for the
+        front end to take: false only on the plain path, where the connection just goes back.
+        """
+        observed = self.observed
+        if observed:
             self.events.append(
                 ConnectionCheckedInEvent(address=self.address, connection_id=conn.id)
             )
         conn.streams -= 1
         if conn.streams or conn.state is not _LEASED:
             self._fire(conn, _RELEASE if conn.streams else _RELEASE_LAST)
-            return  # still leased, draining, or closed while it was out
+            return observed  # still leased, draining, or closed while it was out
         # _fire(conn, RELEASE_LAST) inlined: LEASED -> IDLE changes no counter (see _LEASED_IDLE).
         conn.state = _LEASED_IDLE
-        if self._lb or conn.generation != self.generation or self.state is _CLOSED:
+        if conn.generation != self._release_gen:  # stale, closed pool, or a service to check
             reason = self._perished(conn, now, check_idle=False)
             if reason is not None:
                 self._close(conn, reason)
                 self._dispatch(now)
-                return
+                return True
         conn.idle_since = now
         if self._waiters:
             self._serve(self._pop_waiter(), conn, now)
-        else:
-            self._idle.append(conn)
-            if self._max_idle is not None and self._idle_sweep is None:
-                self._arm_idle_sweep()
+            return True
+        self._idle.append(conn)
+        if self._max_idle is not None and self._idle_sweep is None:
+            self._arm_idle_sweep()
+            return True
+        return observed
 
     def discard(self, conn: Conn, now: float, error: BaseException | None = None) -> None:
         """A lease on ``conn`` came back to be closed (reason ``error``)."""
@@ -355,6 +367,14 @@ class PoolCore:
         self._maybe_connect(now, fill_min=False)
 
     # ------------------------------------------------------------------ internals
+
+    def _set_state(self, state: PoolState, generation: int) -> None:
+        """The one place the pool's state and generation change (with what derives from them)."""
+        self.state = state
+        self.generation = generation
+        plain = not self._lb
+        self._lease_gen = generation if plain and not self.clocked and state is _READY else -1
+        self._release_gen = generation if plain and state is not _CLOSED else -1
 
     def _fire(self, conn: Conn, event: ConnInput) -> ConnState:
         old = conn.state

@@ -91,9 +91,8 @@ class _ThreadLease(Lease[Any]):
         if type(pool) is not Pool:
             pool._release(self)  # the Returned marker: raises "already returned"
             return
-        observed = pool._listened or _LEVELS.get(10)  # 10: logging.DEBUG
-        if observed is None:
-            observed = _log_enabled()
+        # observed: a listener, or DEBUG on (cached answer for level 10; asked when not cached)
+        observed = pool._listened or (_LEVELS.get(10) is not False and _log_enabled())
         with pool._lock:
             if self._pool is not pool:  # released meanwhile by another thread
                 raise pool._invalid_lease(self)
@@ -212,11 +211,25 @@ class Pool(Generic[C]):
     def checkout(self, timeout: float | None = _DEFAULT) -> Lease[C]:
         """Check out a connection, waiting at most ``timeout`` seconds (default:
         ``options.wait_queue_timeout``; ``None`` waits without limit)."""
+        # The fast path: nobody listening (no listener, DEBUG known to be off: the logger's
+        # cached answer for level 10), and a connection available.
+        if not self._listened and _LEVELS.get(10) is False and timeout is _DEFAULT:
+            core = self._core
+            with self._lock:
+                conn = core.lease_idle(self._time() if self._clocked else 0.0)
+                if conn is not None:
+                    if not core.actions:
+                        return _ThreadLease(conn, self)
+                    actions = self._take_locked()  # perished connections met on the way
+            if conn is not None:
+                self._carry_out(actions)
+                return _ThreadLease(conn, self)
+        return self._checkout(timeout)
+
+    def _checkout(self, timeout: float | None) -> Lease[C]:
         if timeout is not _DEFAULT and timeout is not None:
             timeout = check_timeout(timeout)
-        observed = self._listened or _LEVELS.get(10)  # 10: logging.DEBUG
-        if observed is None:
-            observed = _log_enabled()
+        observed = self._listened or _log_enabled()
         core = self._core
         wait: Callable[[], Any] | None = None
         with self._lock:

@@ -416,3 +416,41 @@ def test_bad_constructor_arguments_name_the_argument() -> None:
         poolkit.AsyncPool(make_connect(), listeners=[42])  # type: ignore[list-item]
     with pytest.raises(ValueError, match="address"):
         poolkit.AsyncPool(make_connect(), address="")
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_cancellation_storm_loses_nothing(seed: int) -> None:
+    """Tasks cancelled at random points (waiting, just handed a connection, holding one) never
+    leak a connection nor leave a waiter behind."""
+    import random
+
+    rng = random.Random(seed)
+
+    async def main() -> None:
+        pool, made, events = pool_of(max_size=3, delay=0.01)
+        async with pool:
+
+            async def user() -> None:
+                async with pool.connection():
+                    await asyncio.sleep(rng.choice([0, 0.001, 0.01]))
+
+            tasks = [asyncio.create_task(user()) for _ in range(200)]
+            for _ in range(300):
+                await asyncio.sleep(rng.choice([0, 0, 0.0005, 0.002]))
+                victim = rng.choice(tasks)
+                victim.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            stats = pool.stats()
+            assert stats.in_use == 0 and stats.waiting == 0 and stats.pending == 0
+            assert stats.total <= 3
+            live = [c for c in made if not c.closed]
+            assert len(live) == stats.available
+        started = sum(isinstance(e, ev.ConnectionCheckOutStartedEvent) for e in events)
+        ended = sum(
+            isinstance(e, ev.ConnectionCheckedOutEvent | ev.ConnectionCheckOutFailedEvent)
+            for e in events
+        )
+        assert started == ended > 0  # every checkout that began ended once
+        assert all(c.closed == 1 for c in made)
+
+    run(main())

@@ -454,3 +454,16 @@ def test_cancellation_storm_loses_nothing(seed: int) -> None:
         assert all(c.closed == 1 for c in made)
 
     run(main())
+
+
+def test_invalid_timeout_fails_even_with_a_connection_available() -> None:
+    async def main() -> None:
+        pool = poolkit.AsyncPool(make_connect(), address="db:1")  # unobserved: fast path
+        async with pool:
+            (await pool.checkout()).release()
+            before = pool.stats()
+            with pytest.raises(ValueError, match=r"checkout\(timeout=...\)"):
+                await pool.checkout(timeout=-1)
+            assert pool.stats() == before
+
+    run(main())

@@ -344,3 +344,13 @@ def test_checkin_gets_the_real_time() -> None:
     assert waiter.lease.connection_id == 2
     waiter.lease.release()
     pool.close()
+
+
+def test_invalid_timeout_fails_even_with_a_connection_available() -> None:
+    pool = poolkit.Pool(lambda ctx: Conn(ctx.connection_id), address="db:1")  # unobserved
+    with pool:
+        pool.checkout().release()
+        before = pool.stats()
+        with pytest.raises(ValueError, match=r"checkout\(timeout=...\)"):
+            pool.checkout(timeout=float("nan"))
+        assert pool.stats() == before

@@ -61,7 +61,6 @@ _SERVED = RequestState.SERVED
 _WAITING = RequestState.WAITING
 
 
-
 class _AsyncLease(Lease[Any]):
     """AsyncPool's lease: ``release`` is the check-in fast path, inlined."""
 
@@ -184,6 +183,8 @@ class AsyncPool(Generic[C]):
     async def checkout(self, timeout: float | None = _DEFAULT) -> Lease[C]:
         """Check out a connection, waiting at most ``timeout`` seconds (default:
         ``options.wait_queue_timeout``; ``None`` waits without limit)."""
+        if timeout is not _DEFAULT and timeout is not None:
+            timeout = check_timeout(timeout)  # bad input fails before anything changes
         core = self._core
         # The fast path: nobody listening (no listener, DEBUG known to be off: the logger's
         # cached answer for level 10), and a connection available.
@@ -198,8 +199,6 @@ class AsyncPool(Generic[C]):
         now = self._time()
         if timeout is _DEFAULT:
             timeout = self.options.wait_queue_timeout
-        elif timeout is not None:
-            timeout = check_timeout(timeout)
         req = Request(now, None if timeout is None else now + timeout)
         core.request(req, now)
         if req.queued:

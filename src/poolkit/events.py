@@ -53,7 +53,6 @@ CHECKOUT_CONNECTION_ERROR: Final = "connectionError"
 CHECKOUT_CANCELLED: Final = "cancelled"
 
 
-
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class PoolEvent:
     """Base of every pool event. ``address`` is the pool's endpoint."""

@@ -211,9 +211,11 @@ class Pool(Generic[C]):
     def checkout(self, timeout: float | None = _DEFAULT) -> Lease[C]:
         """Check out a connection, waiting at most ``timeout`` seconds (default:
         ``options.wait_queue_timeout``; ``None`` waits without limit)."""
+        if timeout is not _DEFAULT and timeout is not None:
+            timeout = check_timeout(timeout)  # bad input fails before anything changes
         # The fast path: nobody listening (no listener, DEBUG known to be off: the logger's
         # cached answer for level 10), and a connection available.
-        if not self._listened and _LEVELS.get(10) is False and timeout is _DEFAULT:
+        if not self._listened and _LEVELS.get(10) is False:
             core = self._core
             with self._lock:
                 conn = core.lease_idle(self._time() if self._clocked else 0.0)
@@ -227,31 +229,21 @@ class Pool(Generic[C]):
         return self._checkout(timeout)
 
     def _checkout(self, timeout: float | None) -> Lease[C]:
-        if timeout is not _DEFAULT and timeout is not None:
-            timeout = check_timeout(timeout)
+        """The full checkout: events when observed, waiting when nothing is available."""
         observed = self._listened or _log_enabled()
         core = self._core
         wait: Callable[[], Any] | None = None
         with self._lock:
-            if not observed:  # the fast path: an available connection, nobody listening
-                conn = core.lease_idle(self._time() if self._clocked else 0.0)
-                if conn is not None and not core.actions:
-                    return _ThreadLease(conn, self)
-            else:
-                conn = None
-            if conn is None:
-                core.observed = observed
-                now = self._time()
-                if timeout is _DEFAULT:
-                    timeout = self.options.wait_queue_timeout
-                req = Request(now, None if timeout is None else now + timeout)
-                core.request(req, now)
-                if req.queued:
-                    wait, req.owner = self._new_signal()
+            core.observed = observed
+            now = self._time()
+            if timeout is _DEFAULT:
+                timeout = self.options.wait_queue_timeout
+            req = Request(now, None if timeout is None else now + timeout)
+            core.request(req, now)
+            if req.queued:
+                wait, req.owner = self._new_signal()
             actions = self._take_locked()
         self._carry_out(actions)
-        if conn is not None:  # the fast path, with perished connections to close first
-            return _ThreadLease(conn, self)
         if wait is not None:
             try:
                 wait()

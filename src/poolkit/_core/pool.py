@@ -92,12 +92,13 @@ class PoolCore:
         self.options: Final = options
         self.address: Final = address
         self.observed = observed
-        self.state = _PAUSED
-        self.generation = 0
         #: The generation an idle connection must have to be leased (released) with no further
         #: check; -1 when every connection needs the full check. Derived from the state, the
         #: generation and the options, and refreshed whenever they change (``_set_state``).
-        self._lease_gen = self._release_gen = -1
+        self._lease_gen: int
+        self._release_gen: int
+        self.state: PoolState  # these four are set by _set_state, below
+        self.generation: int
         self._lb = options.load_balanced
         self._max_idle = options.max_idle_time
         #: whether ``lease_idle`` reads ``now``; when false a front end may pass 0.0 there and skip

@@ -13,3 +13,14 @@ def skip_or_fail(reason: str) -> None:
     if REQUIRE:
         pytest.fail(f"{reason} (POOLKIT_REQUIRE_SERVICES=1)")
     pytest.skip(reason)
+
+
+class Conn:
+    """A connection double that counts its closes."""
+
+    def __init__(self, cid: int) -> None:
+        self.id = cid
+        self.closed = 0
+
+    def close(self) -> None:
+        self.closed += 1

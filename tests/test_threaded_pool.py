@@ -12,17 +12,9 @@ from typing import Any
 import pytest
 
 import poolkit
+from conftest import Conn
 from poolkit import events as ev
 from poolkit.testing import FakeClock
-
-
-class Conn:
-    def __init__(self, cid: int) -> None:
-        self.id = cid
-        self.closed = 0
-
-    def close(self) -> None:
-        self.closed += 1
 
 
 def pool_of(

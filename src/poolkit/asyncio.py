@@ -47,7 +47,7 @@ from ._frontend import (
 )
 from .errors import InvalidLeaseError
 from .events import Listener
-from .log import LEVELS as _LEVELS
+from .log import cached_level as _cached_level
 from .log import enabled as _log_enabled
 from .options import PoolOptions
 from .stats import PoolState, PoolStats
@@ -68,14 +68,22 @@ class _AsyncLease(Lease[Any]):
 
     def release(self) -> None:
         pool = self._pool
+        # The fast path: nobody listening (no listener, DEBUG known to be off: the logger's
+        # cached answer for level 10) and the core can take it back without more ado.
+        if (
+            type(pool) is AsyncPool
+            and not pool._listened
+            and _cached_level(10) is False
+            and pool._core.release_idle(self._conn)
+        ):
+            self._pool = pool._returned
+            return
         if type(pool) is not AsyncPool:
             pool._release(self)  # the Returned marker: raises "already returned"
             return
         self._pool = pool._returned
         core = pool._core
-        # observed: a listener, or DEBUG on (cached answer for level 10; asked when not cached)
-        observed = pool._listened or (_LEVELS.get(10) is not False and _log_enabled())
-        core.observed = observed
+        core.observed = pool._listened or _log_enabled()
         if core.release(self._conn, pool._time()):
             pool._after_core()
 
@@ -188,7 +196,7 @@ class AsyncPool(Generic[C]):
         core = self._core
         # The fast path: nobody listening (no listener, DEBUG known to be off: the logger's
         # cached answer for level 10), and a connection available.
-        if not self._listened and _LEVELS.get(10) is False:
+        if not self._listened and _cached_level(10) is False:
             conn = core.lease_idle(self._time() if self._clocked else 0.0)
             if conn is not None:
                 if core.actions:

@@ -12,7 +12,15 @@ from typing import Any, Final
 
 from . import events as ev
 
-__all__ = ["LEVELS", "LOGGER", "LogMessage", "enabled", "log_event", "split_address"]
+__all__ = [
+    "LEVELS",
+    "LOGGER",
+    "LogMessage",
+    "cached_level",
+    "enabled",
+    "log_event",
+    "split_address",
+]
 
 LOGGER: Final = logging.getLogger("poolkit.connection")
 _DEBUG: Final = logging.DEBUG
@@ -51,6 +59,10 @@ def enabled() -> bool:
 #: has no such cache this is an empty dict, and the fallback always runs.
 _cache = getattr(LOGGER, "_cache", None)
 LEVELS: Final[dict[int, bool]] = _cache if isinstance(_cache, dict) else {}
+#: ``LEVELS.get`` bound once: ``cached_level(10)`` is True/False when the logger's answer for DEBUG
+#: is cached, ``None`` when it is not (a bound builtin: the hot paths call it without an attribute
+#: lookup).
+cached_level: Final = LEVELS.get
 
 
 def split_address(address: str) -> tuple[str, int | None]:

@@ -49,7 +49,7 @@ from ._frontend import (
 )
 from .errors import InvalidLeaseError
 from .events import Listener
-from .log import LEVELS as _LEVELS
+from .log import cached_level as _cached_level
 from .log import enabled as _log_enabled
 from .options import PoolOptions
 from .stats import PoolState, PoolStats
@@ -88,11 +88,21 @@ class _ThreadLease(Lease[Any]):
 
     def release(self) -> None:
         pool = self._pool
+        # The fast path: nobody listening (no listener, DEBUG known to be off: the logger's
+        # cached answer for level 10) and the core can take it back without more ado.
+        if type(pool) is Pool and not pool._listened and _cached_level(10) is False:
+            lock = pool._lock
+            lock.acquire()  # not ``with``: half the cost, and nothing in between can raise
+            try:
+                if self._pool is pool and pool._core.release_idle(self._conn):
+                    self._pool = pool._returned
+                    return
+            finally:
+                lock.release()
         if type(pool) is not Pool:
             pool._release(self)  # the Returned marker: raises "already returned"
             return
-        # observed: a listener, or DEBUG on (cached answer for level 10; asked when not cached)
-        observed = pool._listened or (_LEVELS.get(10) is not False and _log_enabled())
+        observed = pool._listened or _log_enabled()
         with pool._lock:
             if self._pool is not pool:  # released meanwhile by another thread
                 raise pool._invalid_lease(self)
@@ -215,14 +225,18 @@ class Pool(Generic[C]):
             timeout = check_timeout(timeout)  # bad input fails before anything changes
         # The fast path: nobody listening (no listener, DEBUG known to be off: the logger's
         # cached answer for level 10), and a connection available.
-        if not self._listened and _LEVELS.get(10) is False:
+        if not self._listened and _cached_level(10) is False:
             core = self._core
-            with self._lock:
+            lock = self._lock
+            lock.acquire()  # not ``with``: half the cost, and nothing in between can raise
+            try:
                 conn = core.lease_idle(self._time() if self._clocked else 0.0)
                 if conn is not None:
                     if not core.actions:
                         return _ThreadLease(conn, self)
                     actions = self._take_locked()  # perished connections met on the way
+            finally:
+                lock.release()
             if conn is not None:
                 self._carry_out(actions)
                 return _ThreadLease(conn, self)

@@ -24,8 +24,10 @@ Rules of this module
   reach ``min_size``, and only while the pool is ready, under ``max_size`` and ``max_connecting``.
 * ``_idle`` is a stack: check-in pushes on the right, checkout pops from the right (the most
   recently used first), so the left end is always the longest idle.
-* Events are built only when ``observed`` is true. ``lease_idle`` (the fast path) never builds an
-  event, never touches the timer heap and allocates nothing.
+* Events are built only when ``observed`` is true. ``lease_idle`` and ``release_idle`` (the fast
+  paths) never build an event, never touch the timer heap and allocate nothing.
+* ``idle_since`` is kept only in a clocked pool (one that reads idle times); ``release_idle``
+  applies only in an unclocked one, so it needs no ``now``.
 """
 
 from __future__ import annotations
@@ -97,6 +99,7 @@ class PoolCore:
         #: generation and the options, and refreshed whenever they change (``_set_state``).
         self._lease_gen: int
         self._release_gen: int
+        self._quick_gen: int  # release_idle's: as _release_gen, and -1 when the pool is clocked
         self.state: PoolState  # these four are set by _set_state, below
         self.generation: int
         self._lb = options.load_balanced
@@ -281,6 +284,24 @@ class PoolCore:
 
     # ------------------------------------------------------------------ check-in
 
+    def release_idle(self, conn: Conn) -> bool:
+        """The fast check-in: put ``conn`` back as available at once, or return false.
+
+        False means the check-in must go through :meth:`release` (requests waiting, a stale or
+        multiplexed connection, a clocked or load-balanced pool, a closed pool) and nothing was
+        changed. Needs no ``now``: it applies only where the time of a check-in is never read.
+        The caller uses it only when nobody observes the pool (it builds no event).
+        """
+        if conn.generation != self._quick_gen or conn.streams != 1 or self._waiters:
+            return False
+        if conn.state is not _LEASED:
+            return False
+        # _fire(conn, RELEASE_LAST) inlined: LEASED -> IDLE changes no counter (see _LEASED_IDLE).
+        conn.streams = 0
+        conn.state = _LEASED_IDLE
+        self._idle.append(conn)
+        return True
+
     def release(self, conn: Conn, now: float) -> bool:
         """A lease on ``conn`` came back (the front end checked that it was out).
 
@@ -376,6 +397,7 @@ class PoolCore:
         plain = not self._lb
         self._lease_gen = generation if plain and not self.clocked and state is _READY else -1
         self._release_gen = generation if plain and state is not _CLOSED else -1
+        self._quick_gen = -1 if self.clocked else self._release_gen
 
     def _fire(self, conn: Conn, event: ConnInput) -> ConnState:
         old = conn.state

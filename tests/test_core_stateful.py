@@ -393,6 +393,28 @@ class PoolCoreMachine(RuleBasedStateMachine):
         if discard:
             assert self.c.conns.get(conn.id) is not conn
 
+    @precondition(lambda self: self.leases and not self.c.observed)
+    @rule(index=st.integers(min_value=0))
+    def release_quick(self, index: int) -> None:
+        """The front ends' check-in: ``release_idle`` first, the full one if it says no."""
+        conn = self.leases[index % len(self.leases)]
+        self._drop_lease(conn)
+        self.releases += 1
+        core = self.c
+        before = (conn.state, conn.streams, core.waiting, core.available, len(core.conns))
+        taken, actions, _ = self._do(lambda core: core.release_idle(conn))
+        assert actions == []
+        if taken:
+            assert before[0] is ConnState.LEASED and before[1] == 1 and before[2] == 0
+            assert not core.clocked and core.state is not PoolState.CLOSED
+            assert conn.generation == core.generation
+            assert conn.state is ConnState.IDLE and core.idle_connections()[-1] is conn
+            assert core.available == before[3] + 1
+        else:
+            after = (conn.state, conn.streams, core.waiting, core.available, len(core.conns))
+            assert after == before, "a refused quick release changed something"
+            self._do(lambda core: core.release(conn, self.now))
+
     @precondition(lambda self: self.owed)
     @rule(index=st.integers(min_value=0))
     def connected(self, index: int) -> None:
@@ -437,7 +459,8 @@ class PoolCoreMachine(RuleBasedStateMachine):
         ready = core.state is PoolState.READY
         lease = core.generation if plain and not core.clocked and ready else -1
         release = core.generation if plain and core.state is not PoolState.CLOSED else -1
-        assert (core._lease_gen, core._release_gen) == (lease, release)
+        quick = -1 if core.clocked else release
+        assert (core._lease_gen, core._release_gen, core._quick_gen) == (lease, release, quick)
 
     @invariant()
     def request_states(self) -> None:

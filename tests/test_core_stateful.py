@@ -402,15 +402,24 @@ class PoolCoreMachine(RuleBasedStateMachine):
         self.releases += 1
         core = self.c
         before = (conn.state, conn.streams, core.waiting, core.available, len(core.conns))
+        oldest = core.waiters()[:1]
         taken, actions, _ = self._do(lambda core: core.release_idle(conn))
-        assert actions == []
         if taken:
-            assert before[0] is ConnState.LEASED and before[1] == 1 and before[2] == 0
+            assert before[0] is ConnState.LEASED and before[1] == 1
             assert not core.clocked and core.state is not PoolState.CLOSED
             assert conn.generation == core.generation
-            assert conn.state is ConnState.IDLE and core.idle_connections()[-1] is conn
-            assert core.available == before[3] + 1
+            if oldest:  # handed straight to the oldest waiter
+                req = oldest[0]
+                assert req.state is RequestState.SERVED and req.conn is conn
+                assert [a.request for a in actions if isinstance(a, CompleteRequest)] == [req]
+                assert conn.state is ConnState.LEASED and conn.streams == 1
+                assert core.waiting == before[2] - 1 and core.available == before[3]
+            else:
+                assert actions == []
+                assert conn.state is ConnState.IDLE and core.idle_connections()[-1] is conn
+                assert core.available == before[3] + 1
         else:
+            assert actions == []
             after = (conn.state, conn.streams, core.waiting, core.available, len(core.conns))
             assert after == before, "a refused quick release changed something"
             self._do(lambda core: core.release(conn, self.now))

@@ -70,14 +70,13 @@ class _AsyncLease(Lease[Any]):
         pool = self._pool
         # The fast path: nobody listening (no listener, DEBUG known to be off: the logger's
         # cached answer for level 10) and the core can take it back without more ado.
-        if (
-            type(pool) is AsyncPool
-            and not pool._listened
-            and _cached_level(10) is False
-            and pool._core.release_idle(self._conn)
-        ):
-            self._pool = pool._returned
-            return
+        if type(pool) is AsyncPool and not pool._listened and _cached_level(10) is False:
+            core = pool._core
+            if core.release_idle(self._conn):
+                self._pool = pool._returned
+                if core.actions:  # handed to a waiter: wake it
+                    pool._after_core()
+                return
         if type(pool) is not AsyncPool:
             pool._release(self)  # the Returned marker: raises "already returned"
             return
@@ -202,8 +201,7 @@ class AsyncPool(Generic[C]):
                 if core.actions:
                     self._after_core()
                 return _AsyncLease(conn, self)
-        observed = self._listened or _log_enabled()
-        core.observed = observed
+        core.observed = self._listened or (_cached_level(10) is not False and _log_enabled())
         now = self._time()
         if timeout is _DEFAULT:
             timeout = self.options.wait_queue_timeout

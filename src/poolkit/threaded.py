@@ -91,14 +91,24 @@ class _ThreadLease(Lease[Any]):
         # The fast path: nobody listening (no listener, DEBUG known to be off: the logger's
         # cached answer for level 10) and the core can take it back without more ado.
         if type(pool) is Pool and not pool._listened and _cached_level(10) is False:
+            core = pool._core
             lock = pool._lock
             lock.acquire()  # not ``with``: half the cost, and nothing in between can raise
             try:
-                if self._pool is pool and pool._core.release_idle(self._conn):
+                if self._pool is pool and core.release_idle(self._conn):
                     self._pool = pool._returned
-                    return
+                    if not core.actions:
+                        return
+                    handed = core.take()[0]  # handed to a waiter: wake it, outside the lock
+                else:
+                    handed = None
             finally:
                 lock.release()
+            if handed is not None:
+                for action in handed:  # release_idle's only action: CompleteRequest
+                    if type(action) is CompleteRequest:
+                        action.request.owner()
+                return
         if type(pool) is not Pool:
             pool._release(self)  # the Returned marker: raises "already returned"
             return
@@ -244,7 +254,7 @@ class Pool(Generic[C]):
 
     def _checkout(self, timeout: float | None) -> Lease[C]:
         """The full checkout: events when observed, waiting when nothing is available."""
-        observed = self._listened or _log_enabled()
+        observed = self._listened or (_cached_level(10) is not False and _log_enabled())
         core = self._core
         wait: Callable[[], Any] | None = None
         with self._lock:

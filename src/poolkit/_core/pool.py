@@ -67,6 +67,7 @@ _READY: Final = PoolState.READY
 _PAUSED: Final = PoolState.PAUSED
 _CLOSED: Final = PoolState.CLOSED
 _WAITING: Final = RequestState.WAITING
+_SERVED: Final = RequestState.SERVED
 _IDLE: Final = ConnState.IDLE
 _CONNECTING: Final = ConnState.CONNECTING
 _LEASED: Final = ConnState.LEASED
@@ -104,6 +105,7 @@ class PoolCore:
         self.generation: int
         self._lb = options.load_balanced
         self._max_idle = options.max_idle_time
+        self._max_size = options.max_size or 1 << 62  # 0: no limit
         #: whether ``lease_idle`` reads ``now``; when false a front end may pass 0.0 there and skip
         #: the clock (it only closes perished connections, and starts nothing, on that path).
         #: Every other input needs the real time: a check-in, say, may start a connect.
@@ -259,11 +261,13 @@ class PoolCore:
         if req.deadline is not None and req.deadline <= now:
             self._fail_timeout(req, now)
             return
-        self._waiters[req] = None
+        waiters = self._waiters
+        waiters[req] = None
         req.queued = True
         if req.deadline is not None:
             self.timers.push(req.deadline, TimerKind.DEADLINE, req)
-        self._maybe_connect(now, fill_min=False)
+        if len(waiters) > self._counts[_CONNECTING] and len(self.conns) < self._max_size:
+            self._maybe_connect(now, fill_min=False)
 
     def cancel(self, req: Request, now: float) -> bool:
         """The requester gave up. True if it was still waiting (it is now cancelled)."""
@@ -285,17 +289,27 @@ class PoolCore:
     # ------------------------------------------------------------------ check-in
 
     def release_idle(self, conn: Conn) -> bool:
-        """The fast check-in: put ``conn`` back as available at once, or return false.
+        """The fast check-in: hand ``conn`` to the oldest waiter or put it back as available at
+        once, or return false.
 
-        False means the check-in must go through :meth:`release` (requests waiting, a stale or
-        multiplexed connection, a clocked or load-balanced pool, a closed pool) and nothing was
-        changed. Needs no ``now``: it applies only where the time of a check-in is never read.
-        The caller uses it only when nobody observes the pool (it builds no event).
+        False means the check-in must go through :meth:`release` (a stale or multiplexed
+        connection, a clocked or load-balanced pool, a closed pool) and nothing was changed.
+        Needs no ``now``: it applies only where the time of a check-in is never read (a hand-off's
+        time is read only for its event). The caller uses it only when nobody observes the pool
+        (it builds no event); a hand-off appends a ``CompleteRequest`` to ``actions``.
         """
-        if conn.generation != self._quick_gen or conn.streams != 1 or self._waiters:
+        if conn.generation != self._quick_gen or conn.streams != 1 or conn.state is not _LEASED:
             return False
-        if conn.state is not _LEASED:
-            return False
+        waiters = self._waiters
+        if waiters:
+            # _serve inlined: the connection stays leased, now on the waiter's behalf.
+            req, _ = waiters.popitem(last=False)
+            if req.deadline is not None:
+                self.timers.note_stale()
+            req.state = _SERVED
+            req.conn = conn
+            self.actions.append(CompleteRequest(req))
+            return True
         # _fire(conn, RELEASE_LAST) inlined: LEASED -> IDLE changes no counter (see _LEASED_IDLE).
         conn.streams = 0
         conn.state = _LEASED_IDLE
@@ -461,9 +475,12 @@ class PoolCore:
         return req
 
     def _serve(self, req: Request, conn: Conn, now: float) -> None:
-        self._fire(conn, _LEASE)
+        if conn.state is _IDLE:
+            conn.state = _IDLE_LEASE  # _fire(conn, LEASE) inlined: no counter (see _IDLE_LEASE)
+        else:
+            self._fire(conn, _LEASE)
         conn.streams += 1
-        req.state = RequestState.SERVED
+        req.state = _SERVED
         req.conn = conn
         if self.observed:
             self.events.append(

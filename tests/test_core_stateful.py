@@ -40,6 +40,7 @@ from poolkit.errors import (
     ConnectTimeoutError,
     PoolClearedError,
     PoolClosedError,
+    TooManyWaitersError,
     WaitQueueTimeoutError,
 )
 from poolkit.events import (
@@ -64,6 +65,7 @@ _FAILURE_ERRORS: dict[str, Any] = {
     "poolClosed": PoolClosedError,
     "connectionError": (PoolClearedError, ConnectTimeoutError, ConnectError),
     "cancelled": None,
+    "tooManyWaiters": TooManyWaitersError,
 }
 _TERMINAL = (RequestState.SERVED, RequestState.FAILED, RequestState.CANCELLED)
 
@@ -72,9 +74,14 @@ _TERMINAL = (RequestState.SERVED, RequestState.FAILED, RequestState.CANCELLED)
 def pool_options(draw: st.DrawFn) -> PoolOptions:
     max_size = draw(st.integers(0, 5))
     min_size = draw(st.integers(0, max_size if max_size else 3))
+    soft = draw(st.one_of(st.none(), st.integers(min_size, max_size if max_size else 5)))
     return PoolOptions(
         max_size=max_size,
         min_size=min_size,
+        soft_max_size=soft,
+        max_lifetime=draw(st.sampled_from([None, None, 1.5, 4.0])),
+        max_lifetime_jitter=draw(st.sampled_from([0.0, 0.1])),
+        max_waiting=draw(st.sampled_from([0, 0, 1, 3])),
         max_connecting=draw(st.integers(1, 3)),
         max_idle_time=draw(st.sampled_from([None, 1.0, 2.5])),
         background_interval=draw(st.sampled_from([0.5, 2.0, math.inf])),
@@ -210,8 +217,11 @@ class PoolCoreMachine(RuleBasedStateMachine):
         assert core.conns.get(conn.id) is conn, conn
         assert conn.state is ConnState.LEASED, conn
         assert conn.generation == core.generation, conn
-        max_idle = core.options.max_idle_time
-        assert max_idle is None or self.now - conn.idle_since < max_idle, conn
+        assert conn.streams <= conn.max_streams, f"{conn} leased beyond its stream limit"
+        assert conn.expires > self.now, f"{conn} leased after its lifetime"
+        if conn.streams == 1 and conn.role is not Role.KEPT:  # just taken from idle
+            max_idle = core.options.max_idle_time
+            assert max_idle is None or self.now - conn.idle_since < max_idle, conn
 
     def _check_events(self, actions: list[Any], events: list[Any]) -> None:
         created = [e.connection_id for e in events if isinstance(e, ConnectionCreatedEvent)]
@@ -329,6 +339,7 @@ class PoolCoreMachine(RuleBasedStateMachine):
             assert conn.state is ConnState.LEASED
             assert conn.id in self.c.conns
             assert conn.generation == self.c.generation
+            self._check_fresh(conn)
             self.leases.append(conn)
         assert not any(isinstance(a, StartConnect | CompleteRequest) for a in actions)
 
@@ -426,12 +437,45 @@ class PoolCoreMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: self.owed)
     @rule(index=st.integers(min_value=0))
-    def connected(self, index: int) -> None:
+    def connected(self, index: int, max_streams: int = 1) -> None:
         conn = self.owed.pop(index % len(self.owed))
         obj = ConnectionObject(conn.id)
         self.objects[conn.id] = obj
-        self._do(lambda core: core.connected(conn, self.now, obj))
+        self._do(lambda core: core.connected(conn, self.now, obj, None, max_streams))
         assert conn.connection is obj
+
+    @precondition(lambda self: self.owed)
+    @rule(index=st.integers(min_value=0), max_streams=st.sampled_from([2, 3]))
+    def connected_multiplexed(self, index: int, max_streams: int) -> None:
+        self.connected(index, max_streams)
+
+    @precondition(lambda self: self.c.conns)
+    @rule(index=st.integers(min_value=0), max_streams=st.sampled_from([1, 1, 2, 4]))
+    def set_max_streams(self, index: int, max_streams: int) -> None:
+        conns = list(self.c.conns.values())
+        conn = conns[index % len(conns)]
+        state = conn.state
+        waiting = self.c.waiting
+        known, _, _ = self._do(lambda core: core.set_max_streams(conn.id, max_streams, self.now))
+        assert known == (state not in (ConnState.CONNECTING, ConnState.BACKING_OFF))
+        if known:
+            assert conn.max_streams == max_streams
+            # an increase serves at most the new free streams (and other free connections)
+            assert self.c.waiting <= waiting
+
+    @precondition(lambda self: self.c.conns)
+    @rule(index=st.integers(min_value=0))
+    def will_close(self, index: int) -> None:
+        conns = list(self.c.conns.values())
+        conn = conns[index % len(conns)]
+        state = conn.state
+        known, _, _ = self._do(lambda core: core.will_close(conn.id, self.now))
+        if state is ConnState.IDLE:
+            assert known and conn.state is ConnState.CLOSED and conn.close_reason == "willClose"
+        elif state in (ConnState.LEASED, ConnState.DRAINING):
+            assert known and conn.state is ConnState.DRAINING
+        else:
+            assert not known and conn.state is state
 
     @precondition(lambda self: self.owed)
     @rule(index=st.integers(min_value=0))
@@ -467,7 +511,11 @@ class PoolCoreMachine(RuleBasedStateMachine):
         plain = not core.options.load_balanced
         ready = core.state is PoolState.READY
         lease = core.generation if plain and not core.clocked and ready else -1
-        release = core.generation if plain and core.state is not PoolState.CLOSED else -1
+        release = (
+            core.generation
+            if plain and core.state is not PoolState.CLOSED and core.options.max_lifetime is None
+            else -1
+        )
         quick = -1 if core.clocked else release
         assert (core._lease_gen, core._release_gen, core._quick_gen) == (lease, release, quick)
 
@@ -534,6 +582,22 @@ class PoolCoreMachine(RuleBasedStateMachine):
         assert len({c.id for c in idle}) == len(idle)
         assert {c.id for c in idle} == {c.id for c in conns if c.state is ConnState.IDLE}
         assert core._kept == sum(1 for c in conns if c.role is Role.KEPT)
+        assert core._overflow == sum(1 for c in conns if c.role is Role.OVERFLOW)
+        assert core._kept <= opts.min_size
+        soft = opts.soft_limit if opts.soft_max_size is not None or opts.max_size else None
+        if soft is not None and core.state is not PoolState.CLOSED:
+            # an overflow connection exists only while the others fill the soft limit
+            assert core._overflow == 0 or len(conns) - core._overflow >= soft
+        for conn in conns:
+            plain = conn.max_streams == 1 and conn.role is not Role.OVERFLOW
+            assert conn.gate == (conn.generation if plain else -2), conn
+        # multiplexed connections with a free stream, in use, are where leases go first
+        for conn in core._open:
+            assert conn.state is ConnState.LEASED and conn.max_streams > 1, conn
+            assert conn.streams < conn.max_streams, conn
+        for conn in conns:
+            if conn.state is ConnState.DRAINING:
+                assert conn not in core._open and conn.streams >= 1
 
     @invariant()
     def leases_match_streams(self) -> None:
@@ -578,8 +642,10 @@ class PoolCoreMachine(RuleBasedStateMachine):
         for conn in core.conns.values():
             if timeout is not None and conn.state is ConnState.CONNECTING:
                 assert conn.created_at + timeout > self.now, f"{conn} outlived connect_timeout"
-            if max_idle is not None and conn.state is ConnState.IDLE:
+            if max_idle is not None and conn.state is ConnState.IDLE and conn.role is not Role.KEPT:
                 assert self.now - conn.idle_since < max_idle, f"{conn} outlived max_idle_time"
+            if conn.state is ConnState.IDLE:
+                assert conn.role is not Role.OVERFLOW, f"{conn} is overflow and idle"
 
     @invariant()
     def progress(self) -> None:
@@ -662,7 +728,8 @@ TestPoolCore = PoolCoreMachine.TestCase
 class UnclockedLeaseMachine(PoolCoreMachine):
     """The same driver, but ``lease_idle`` gets ``now`` the way the front ends pass it.
 
-    ``PoolCore.clocked`` says that when it is false (no ``max_idle_time``) a front end may pass 0.0
+    ``PoolCore.clocked`` says that when it is false (no ``max_idle_time`` nor ``max_lifetime``) a
+    front end may pass 0.0
     to ``lease_idle`` and skip reading the clock; the front ends do so whenever the pool is not
     observed. Every other input gets the real time. (Passing 0.0 to ``release`` too was a bug: a
     check-in may start a connect, which then got a connect timeout long past;
@@ -677,7 +744,12 @@ class UnclockedLeaseMachine(PoolCoreMachine):
     @initialize(
         options=pool_options().map(
             lambda o: dataclasses.replace(
-                o, min_size=max(o.min_size, 1), max_idle_time=None, connect_timeout=1.0
+                o,
+                min_size=max(o.min_size, 1),
+                soft_max_size=None if o.soft_max_size is None else max(o.soft_max_size, 1),
+                max_idle_time=None,
+                max_lifetime=None,
+                connect_timeout=1.0,
             )
         ),
         start_ready=st.just(True),

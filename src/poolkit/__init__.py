@@ -12,6 +12,7 @@ from .errors import (
     PoolClearedError,
     PoolClosedError,
     PoolError,
+    TooManyWaitersError,
     WaitQueueTimeoutError,
 )
 from .events import PoolListener
@@ -35,6 +36,7 @@ __all__ = [
     "PoolOptions",
     "PoolState",
     "PoolStats",
+    "TooManyWaitersError",
     "WaitQueueTimeoutError",
 ]
 

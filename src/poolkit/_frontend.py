@@ -45,19 +45,34 @@ class Clock(Protocol):
 class Established(Generic[C]):
     """What a connect function may return instead of the bare connection, to tell the pool more.
 
+    ``max_streams``: how many leases the connection serves at once (a multiplexed protocol such as
+    HTTP/2 says so in its handshake); each lease is one stream. Change it later with the pool's
+    ``set_max_streams``.
     ``service_id``: in load-balanced mode, the id of the service behind the load balancer this
     connection reached (from the handshake); its generation is then the service's.
     """
 
     connection: C
+    max_streams: int = 1
     service_id: Any = None
 
+    def __post_init__(self) -> None:
+        n = self.max_streams
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"Established(max_streams=...) must be an int >= 1, got {n!r}")
 
-def unwrap(result: Any) -> tuple[Any, Any]:
-    """(connection, service_id) from what a connect function returned."""
+
+def check_max_streams(n: object) -> int:
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"set_max_streams(max_streams=...) must be an int >= 1, got {n!r}")
+    return n
+
+
+def unwrap(result: Any) -> tuple[Any, int, Any]:
+    """(connection, max_streams, service_id) from what a connect function returned."""
     if type(result) is Established:
-        return result.connection, result.service_id
-    return result, None
+        return result.connection, result.max_streams, result.service_id
+    return result, 1, None
 
 
 @final

@@ -16,6 +16,7 @@ __all__ = [
     "PoolClearedError",
     "PoolClosedError",
     "PoolError",
+    "TooManyWaitersError",
     "WaitQueueTimeoutError",
 ]
 
@@ -80,6 +81,23 @@ class WaitQueueTimeoutError(PoolError):
         self.stats = stats
 
 
+class TooManyWaitersError(PoolError):
+    """A checkout found ``PoolOptions.max_waiting`` checkouts already waiting and did not wait.
+
+    ``max_waiting`` is the limit. Retryable: the queue may be shorter a moment later.
+    """
+
+    retryable = True
+
+    def __init__(self, *, address: str, max_waiting: int) -> None:
+        super().__init__(
+            f"Too many checkouts waiting for a connection from the pool for {address} "
+            f"(max_waiting={max_waiting})",
+            address=address,
+        )
+        self.max_waiting = max_waiting
+
+
 class ConnectTimeoutError(PoolError):
     """A connect function ran longer than ``PoolOptions.connect_timeout``; it was abandoned."""
 
@@ -112,5 +130,6 @@ for _cls in (
     PoolClearedError,
     WaitQueueTimeoutError,
     InvalidLeaseError,
+    TooManyWaitersError,
 ):
     _cls.__module__ = "poolkit"

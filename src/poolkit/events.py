@@ -4,9 +4,11 @@ A listener is any callable taking one event, or a :class:`PoolListener` subclass
 (``pool_created``, ``connection_checked_out``...) are called by event type. A listener that raises
 is logged on ``poolkit.events`` and never breaks the pool.
 
-Durations are seconds as floats. ``reason`` values are the spec's strings (see the ``REASON_*``
-constants); poolkit adds ``"cancelled"`` for a checkout whose caller gave up (task cancelled), which
-the spec does not cover.
+Durations are seconds as floats. ``reason`` values are the spec's strings (the ``CLOSE_*`` and
+``CHECKOUT_*`` constants); poolkit adds, where the spec has no case: ``"cancelled"`` for a checkout
+whose caller gave up (task cancelled), ``"tooManyWaiters"`` for one refused by ``max_waiting``,
+``"lifetime"`` for a connection retired by ``max_lifetime`` and ``"willClose"`` for one that said
+it will close.
 """
 
 from __future__ import annotations
@@ -21,8 +23,11 @@ __all__ = [
     "CHECKOUT_CONNECTION_ERROR",
     "CHECKOUT_POOL_CLOSED",
     "CHECKOUT_TIMEOUT",
+    "CHECKOUT_TOO_MANY_WAITERS",
     "CLOSE_ERROR",
     "CLOSE_IDLE",
+    "CLOSE_LIFETIME",
+    "CLOSE_WILL_CLOSE",
     "CLOSE_POOL_CLOSED",
     "CLOSE_STALE",
     "ConnectionCheckOutFailedEvent",
@@ -46,11 +51,14 @@ CLOSE_STALE: Final = "stale"
 CLOSE_IDLE: Final = "idle"
 CLOSE_ERROR: Final = "error"
 CLOSE_POOL_CLOSED: Final = "poolClosed"
+CLOSE_LIFETIME: Final = "lifetime"  #: poolkit's: older than max_lifetime
+CLOSE_WILL_CLOSE: Final = "willClose"  #: poolkit's: the connection said it will close (GOAWAY)
 # ConnectionCheckOutFailedEvent.reason
 CHECKOUT_POOL_CLOSED: Final = "poolClosed"
 CHECKOUT_TIMEOUT: Final = "timeout"
 CHECKOUT_CONNECTION_ERROR: Final = "connectionError"
 CHECKOUT_CANCELLED: Final = "cancelled"
+CHECKOUT_TOO_MANY_WAITERS: Final = "tooManyWaiters"  #: poolkit's: max_waiting reached
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

@@ -73,6 +73,18 @@ class PoolOptions:
       (``ConnectContext.cancelled`` turns true) and counts it as failed; ``None`` for no limit.
     * ``load_balanced``: the pool serves a load balancer: connections carry the service id their
       connect function reports, and ``clear(service_id=...)`` clears one service.
+    * ``soft_max_size`` (the generic pool's soft limit; ``None``: the same as ``max_size``, no
+      overflow): connections up to ``min_size`` are *kept* (never closed for idleness); up to
+      ``soft_max_size`` they are *demand* connections, closed after ``max_idle_time`` idle; above
+      it, up to ``max_size``, *overflow* connections, closed as soon as they are idle. Between
+      ``min_size`` and ``max_size`` when those are set.
+    * ``max_lifetime``: seconds after which a connection is retired (closed with reason
+      ``"lifetime"`` when next met idle, at check-in, or in a background run); ``None`` for no
+      limit. Each connection's lifetime is shortened by a random fraction of up to
+      ``max_lifetime_jitter`` (default 0.1) so that connections made together do not all retire
+      together; ``0`` for exact lifetimes.
+    * ``max_waiting``: the most checkouts that may wait at once; one more fails at once with
+      :class:`~poolkit.TooManyWaitersError`. ``0``: no limit.
     """
 
     max_size: int = 100
@@ -83,9 +95,43 @@ class PoolOptions:
     background_interval: float = 1.0
     connect_timeout: float | None = 30.0
     load_balanced: bool = False
+    soft_max_size: int | None = None
+    max_lifetime: float | None = None
+    max_lifetime_jitter: float = 0.1
+    max_waiting: int = 0
 
     def __post_init__(self) -> None:
         setattr_ = object.__setattr__
+        setattr_(self, "max_waiting", _count("max_waiting", self.max_waiting, 0))
+        if self.soft_max_size is not None:
+            soft = _count("soft_max_size", self.soft_max_size, 0)
+            if soft < self.min_size or (self.max_size and soft > self.max_size):
+                limit = f" and <= max_size ({self.max_size})" if self.max_size else ""
+                raise ValueError(
+                    f"PoolOptions.soft_max_size ({soft}) must be >= min_size "
+                    f"({self.min_size}){limit}"
+                )
+        setattr_(
+            self,
+            "max_lifetime",
+            _seconds(
+                "max_lifetime",
+                self.max_lifetime,
+                allow_none=True,
+                allow_zero=False,
+                allow_inf=False,
+            ),
+        )
+        jitter = self.max_lifetime_jitter
+        if isinstance(jitter, bool) or not isinstance(jitter, int | float):
+            raise TypeError(
+                f"PoolOptions.max_lifetime_jitter must be a float, not {type(jitter).__name__}"
+            )
+        if not 0 <= jitter <= 0.5:
+            raise ValueError(
+                f"PoolOptions.max_lifetime_jitter must be a fraction in [0, 0.5], got {jitter!r}"
+            )
+        setattr_(self, "max_lifetime_jitter", float(jitter))
         setattr_(self, "max_size", _count("max_size", self.max_size, 0))
         setattr_(self, "min_size", _count("min_size", self.min_size, 0))
         setattr_(self, "max_connecting", _count("max_connecting", self.max_connecting, 1))
@@ -142,6 +188,11 @@ class PoolOptions:
             raise TypeError(
                 f"PoolOptions.load_balanced must be a bool, not {type(self.load_balanced).__name__}"
             )
+
+    @property
+    def soft_limit(self) -> int:
+        """The soft limit in force: ``soft_max_size``, else ``max_size`` (0: no limit)."""
+        return self.max_size if self.soft_max_size is None else self.soft_max_size
 
     def cmap_options(self) -> dict[str, Any]:
         """The options that differ from the defaults, by CMAP name, durations in integer ms.

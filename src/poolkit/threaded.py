@@ -41,6 +41,7 @@ from ._frontend import (
     Lease,
     Returned,
     call_close,
+    check_max_streams,
     check_timeout,
     invalid_lease,
     listener_tuple,
@@ -335,6 +336,34 @@ class Pool(Generic[C]):
             actions = self._take_locked()
         self._carry_out(actions)
 
+    # ------------------------------------------------------------------ what a connection says
+
+    def set_max_streams(self, connection_id: int, max_streams: int) -> bool:
+        """Connection ``connection_id`` now serves at most ``max_streams`` leases at once (its own
+        notice, e.g. HTTP/2 SETTINGS). An increase serves waiting checkouts at once; a decrease
+        takes no lease back but gives no new one until the connection's use falls below it.
+        Returns false (and changes nothing) if the pool has no such established connection."""
+        max_streams = check_max_streams(max_streams)
+        with self._lock:
+            core = self._core
+            core.observed = self._sink.observed()
+            known = core.set_max_streams(connection_id, max_streams, self._time())
+            actions = self._take_locked()
+        self._carry_out(actions)
+        return known
+
+    def connection_will_close(self, connection_id: int) -> bool:
+        """Connection ``connection_id`` said it will close (e.g. HTTP/2 GOAWAY): if available it
+        is closed now; if in use it drains (no new leases) and closes on its last check-in.
+        ``min_size`` is refilled. Returns false if the pool has no such connection."""
+        with self._lock:
+            core = self._core
+            core.observed = self._sink.observed()
+            known = core.will_close(connection_id, self._time())
+            actions = self._take_locked()
+        self._carry_out(actions)
+        return known
+
     # ------------------------------------------------------------------ views
 
     def stats(self) -> PoolStats:
@@ -398,11 +427,11 @@ class Pool(Generic[C]):
             if not isinstance(exc, Exception):
                 raise
             return
-        connection, service_id = unwrap(result)
+        connection, max_streams, service_id = unwrap(result)
         with self._lock:
             core = self._core
             core.observed = self._sink.observed()
-            core.connected(conn, self._time(), connection, service_id)
+            core.connected(conn, self._time(), connection, service_id, max_streams)
             actions = self._take_locked()
         self._carry_out(actions)
 

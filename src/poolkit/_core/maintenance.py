@@ -29,7 +29,7 @@ from ..events import (
     PoolReadyEvent,
 )
 from ..stats import PoolState
-from .records import Conn, ConnState, Request, RequestState
+from .records import Conn, ConnState, Request, RequestState, Role
 from .timers import TimerEntry, TimerKind
 
 if TYPE_CHECKING:
@@ -123,6 +123,7 @@ def close(self: PoolCore, now: float) -> None:
     if self.state is _CLOSED:
         return
     self._set_state(_CLOSED, self.generation)
+    self._open.clear()
     while self._idle:
         self._close(self._idle.popleft(), CLOSE_POOL_CLOSED)
     for conn in list(self.conns.values()):
@@ -140,9 +141,11 @@ def reset_after_fork(self: PoolCore) -> None:
     parent process) and move to a new generation; the pool keeps its state."""
     self.conns.clear()
     self._idle.clear()
+    self._open.clear()
     self._waiters.clear()
     self._counts = [0] * len(ConnState)
     self._kept = 0
+    self._overflow = 0
     self.service_generations.clear()
     self._set_state(self.state, self.generation + 1)
     self.timers.clear()
@@ -219,17 +222,30 @@ def _run_background(self: PoolCore, now: float) -> None:
 
 
 def _sweep_idle(self: PoolCore, now: float) -> None:
-    idle = self._idle
-    max_idle = self.options.max_idle_time
+    """Close the available connections idle for ``max_idle_time`` (kept ones never are)."""
+    max_idle = self._max_idle
     assert max_idle is not None
-    while idle and now - idle[0].idle_since >= max_idle:
-        self._close(idle.popleft(), CLOSE_IDLE)
-    if idle:
-        self._arm_idle_sweep()
-    self._maybe_connect(now, fill_min=True)
+    expired = [
+        conn
+        for conn in self._idle
+        if conn.role is not Role.KEPT and now - conn.idle_since >= max_idle
+    ]
+    if expired:
+        gone = set(expired)
+        self._idle = deque(conn for conn in self._idle if conn not in gone)
+        for conn in expired:
+            self._close(conn, CLOSE_IDLE)
+    self._arm_idle_sweep()
+    self._dispatch(now)
 
 
 def _arm_idle_sweep(self: PoolCore) -> None:
-    assert self._max_idle is not None
-    when = self._idle[0].idle_since + self._max_idle
-    self._idle_sweep = self.timers.push(when, TimerKind.IDLE_SWEEP)
+    """Arm the sweep for the longest-idle connection that may close for idleness, if any.
+    (``_idle`` is oldest first: check-in appends on the right.)"""
+    max_idle = self._max_idle
+    assert max_idle is not None
+    for conn in self._idle:
+        if conn.role is not Role.KEPT:
+            self._idle_sweep = self.timers.push(conn.idle_since + max_idle, TimerKind.IDLE_SWEEP)
+            return
+    self._idle_sweep = None

@@ -32,19 +32,29 @@ Rules of this module
 
 from __future__ import annotations
 
+import random
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from typing import Any, Final
 
-from ..errors import PoolClearedError, PoolClosedError, WaitQueueTimeoutError
+from ..errors import (
+    PoolClearedError,
+    PoolClosedError,
+    TooManyWaitersError,
+    WaitQueueTimeoutError,
+)
 from ..events import (
     CHECKOUT_CANCELLED,
     CHECKOUT_CONNECTION_ERROR,
     CHECKOUT_POOL_CLOSED,
     CHECKOUT_TIMEOUT,
+    CHECKOUT_TOO_MANY_WAITERS,
     CLOSE_ERROR,
     CLOSE_IDLE,
+    CLOSE_LIFETIME,
     CLOSE_POOL_CLOSED,
     CLOSE_STALE,
+    CLOSE_WILL_CLOSE,
     ConnectionCheckedInEvent,
     ConnectionCheckedOutEvent,
     ConnectionCheckOutFailedEvent,
@@ -75,6 +85,11 @@ _S_CLOSED: Final = ConnState.CLOSED
 _LEASE: Final = ConnInput.LEASE
 _RELEASE: Final = ConnInput.RELEASE
 _RELEASE_LAST: Final = ConnInput.RELEASE_LAST
+_DRAINING: Final = ConnState.DRAINING
+_KEPT: Final = Role.KEPT
+_DEMAND: Final = Role.DEMAND
+_OVERFLOW: Final = Role.OVERFLOW
+_NO_GATE: Final = -2  # a connection's gate that no fast path matches
 
 
 def _plain_step(state: ConnState, event: ConnInput) -> ConnState:
@@ -91,7 +106,50 @@ _LEASED_IDLE: Final = _plain_step(ConnState.LEASED, ConnInput.RELEASE_LAST)
 class PoolCore:
     """The state of one pool and the rules that change it."""
 
-    def __init__(self, options: PoolOptions, address: str, *, observed: bool = False) -> None:
+    # Slots: every attribute read on the hot paths is a slot read (with more than 30 instance
+    # attributes CPython 3.11 falls back to a per-instance dict and slower lookups).
+    __slots__ = (
+        "_background",
+        "_counts",
+        "_idle",
+        "_idle_sweep",
+        "_kept",
+        "_lb",
+        "_lease_gen",
+        "_lifetime",
+        "_max_idle",
+        "_max_size",
+        "_max_waiting",
+        "_next_id",
+        "_open",
+        "_overflow",
+        "_quick_gen",
+        "_rand",
+        "_release_gen",
+        "_soft",
+        "_waiters",
+        "actions",
+        "address",
+        "clear_cause",
+        "clocked",
+        "conns",
+        "events",
+        "generation",
+        "observed",
+        "options",
+        "service_generations",
+        "state",
+        "timers",
+    )
+
+    def __init__(
+        self,
+        options: PoolOptions,
+        address: str,
+        *,
+        observed: bool = False,
+        rand: Callable[[], float] = random.random,
+    ) -> None:
         self.options: Final = options
         self.address: Final = address
         self.observed = observed
@@ -106,19 +164,29 @@ class PoolCore:
         self._lb = options.load_balanced
         self._max_idle = options.max_idle_time
         self._max_size = options.max_size or 1 << 62  # 0: no limit
+        soft = options.soft_max_size
+        self._soft = self._max_size if soft is None else soft
+        self._lifetime = options.max_lifetime
+        self._max_waiting = options.max_waiting
+        #: ``max_lifetime``'s jitter: a uniform draw in [0, 1) (an input, like the time)
+        self._rand = rand
         #: whether ``lease_idle`` reads ``now``; when false a front end may pass 0.0 there and skip
         #: the clock (it only closes perished connections, and starts nothing, on that path).
         #: Every other input needs the real time: a check-in, say, may start a connect.
-        self.clocked = options.max_idle_time is not None
+        self.clocked = options.max_idle_time is not None or options.max_lifetime is not None
         self._set_state(_PAUSED, 0)
         #: load-balanced mode: service id -> [generation, connection count]
         self.service_generations: dict[Any, list[int]] = {}
         #: every connection not closed, by id
         self.conns: dict[int, Conn] = {}
         self._idle: deque[Conn] = deque()
+        #: multiplexed connections in use with a stream free (and not perished when put there):
+        #: an ordered set, oldest first; leases go here before they take an idle connection
+        self._open: dict[Conn, None] = {}
         self._waiters: OrderedDict[Request, None] = OrderedDict()
         self._counts = [0] * len(ConnState)  # connections per state, indexed by state
         self._kept = 0  # connections whose role is KEPT
+        self._overflow = 0  # connections whose role is OVERFLOW
         self._next_id = 1
         self.clear_cause: BaseException | None = None
         self.timers: Final = TimerHeap(self._timer_is_live)
@@ -228,19 +296,19 @@ class PoolCore:
         if self._waiters:
             return None
         idle = self._idle
-        if idle and idle[-1].generation == self._lease_gen:
-            conn = idle.pop()  # ready, current, and no idle time or service to check
-        else:
-            if self.state is not _READY:
-                return None
-            found = self._pop_idle(now)  # the full check; closes perished ones on the way
-            if found is None:
-                return None
-            conn = found
-        # _fire(conn, LEASE) inlined: IDLE -> LEASED changes no counter (see _IDLE_LEASE).
-        conn.state = _IDLE_LEASE
-        conn.streams += 1
-        return conn
+        if idle and idle[-1].gate == self._lease_gen:
+            # ready, a plain current connection, and no idle time, lifetime or service to check
+            conn = idle.pop()
+            # _fire(conn, LEASE) inlined: IDLE -> LEASED changes no counter (see _IDLE_LEASE).
+            conn.state = _IDLE_LEASE
+            conn.streams = 1
+            return conn
+        if self.state is not _READY:
+            return None
+        found = self._take(now)  # the full check; closes perished ones on the way
+        if found is not None:
+            self._lease(found)
+        return found
 
     def request(self, req: Request, now: float) -> None:
         """A checkout. On return ``req`` is served, failed, or queued (``req.queued``)."""
@@ -254,7 +322,7 @@ class PoolCore:
                 self._fail(req, self._cleared_error(), CHECKOUT_CONNECTION_ERROR, now)
             return
         if not self._waiters:
-            conn = self._pop_idle(now)
+            conn = self._take(now)
             if conn is not None:
                 self._serve(req, conn, now)
                 return
@@ -262,6 +330,10 @@ class PoolCore:
             self._fail_timeout(req, now)
             return
         waiters = self._waiters
+        if self._max_waiting and len(waiters) >= self._max_waiting:
+            error = TooManyWaitersError(address=self.address, max_waiting=self._max_waiting)
+            self._fail(req, error, CHECKOUT_TOO_MANY_WAITERS, now)
+            return
         waiters[req] = None
         req.queued = True
         if req.deadline is not None:
@@ -298,7 +370,7 @@ class PoolCore:
         time is read only for its event). The caller uses it only when nobody observes the pool
         (it builds no event); a hand-off appends a ``CompleteRequest`` to ``actions``.
         """
-        if conn.generation != self._quick_gen or conn.streams != 1 or conn.state is not _LEASED:
+        if conn.gate != self._quick_gen or conn.streams != 1 or conn.state is not _LEASED:
             return False
         waiters = self._waiters
         if waiters:
@@ -328,13 +400,24 @@ class PoolCore:
                 ConnectionCheckedInEvent(address=self.address, connection_id=conn.id)
             )
         conn.streams -= 1
-        if conn.streams or conn.state is not _LEASED:
+        if conn.state is not _LEASED:
+            if conn.state is _DRAINING and not conn.streams:
+                self._close(conn, CLOSE_WILL_CLOSE, how=_RELEASE_LAST)
+                self._dispatch(now)
+                return True
             self._fire(conn, _RELEASE if conn.streams else _RELEASE_LAST)
-            return observed  # still leased, draining, or closed while it was out
+            return observed  # draining, or closed while it was out
+        if conn.streams:
+            return self._release_stream(conn, now) or observed
         # _fire(conn, RELEASE_LAST) inlined: LEASED -> IDLE changes no counter (see _LEASED_IDLE).
         conn.state = _LEASED_IDLE
-        if conn.generation != self._release_gen:  # stale, closed pool, or a service to check
+        if conn.gate != self._release_gen:
+            # stale, closed pool, a service, lifetime, overflow or streams to check
+            if conn.max_streams > 1:
+                self._open.pop(conn, None)
             reason = self._perished(conn, now, check_idle=False)
+            if reason is None and conn.role is _OVERFLOW and not self._waiters:
+                reason = CLOSE_IDLE  # overflow connections close as soon as they are idle
             if reason is not None:
                 self._close(conn, reason)
                 self._dispatch(now)
@@ -348,6 +431,20 @@ class PoolCore:
             self._arm_idle_sweep()
             return True
         return observed
+
+    def _release_stream(self, conn: Conn, now: float) -> bool:
+        """One stream of a multiplexed connection came back and others are still in use."""
+        self._fire(conn, _RELEASE)
+        if self._perished(conn, now, check_idle=False) is not None:
+            self._open.pop(conn, None)  # no new leases; closed when its last lease comes back
+            return False
+        if conn.streams >= conn.max_streams:
+            return False  # its limit went down meanwhile: no new lease until use falls below it
+        if self._waiters:
+            self._serve(self._pop_waiter(), conn, now)
+            return True
+        self._open[conn] = None
+        return False
 
     def discard(self, conn: Conn, now: float, error: BaseException | None = None) -> None:
         """A lease on ``conn`` came back to be closed (reason ``error``)."""
@@ -364,8 +461,16 @@ class PoolCore:
 
     # ------------------------------------------------------------------ connect results
 
-    def connected(self, conn: Conn, now: float, connection: Any, service_id: Any = None) -> None:
-        """``conn``'s connect function returned ``connection``."""
+    def connected(
+        self,
+        conn: Conn,
+        now: float,
+        connection: Any,
+        service_id: Any = None,
+        max_streams: int = 1,
+    ) -> None:
+        """``conn``'s connect function returned ``connection`` (serving ``max_streams`` leases at
+        once)."""
         conn.connection = connection
         if conn.state is not _CONNECTING:
             # The pool gave up on this connect (interrupted, closed, timed out): close what came.
@@ -378,6 +483,8 @@ class PoolCore:
                 entry = self.service_generations[service_id] = [0, 0]
             entry[1] += 1
             conn.generation = entry[0]
+        conn.max_streams = max_streams
+        self._regate(conn)
         self._fire(conn, ConnInput.ESTABLISHED)
         if self.observed:
             self.events.append(
@@ -388,9 +495,51 @@ class PoolCore:
         conn.idle_since = now
         if self._waiters and self.state is _READY and self._perished(conn, now) is None:
             self._serve(self._pop_waiter(), conn, now)
+        elif conn.role is _OVERFLOW and self.state is not _CLOSED:
+            self._close(conn, CLOSE_IDLE)  # made for a waiter that is gone: idle at once
         else:
             self._push_idle(conn)
         self._dispatch(now)
+
+    # ------------------------------------------------------------------ what a connection says
+
+    def will_close(self, conn_id: int, now: float) -> bool:
+        """Connection ``conn_id`` said it will close (e.g. HTTP/2 GOAWAY): an available one closes
+        now, one in use drains (no new leases) and closes when its last lease comes back.
+        ``min_size`` is refilled. False if the pool has no such established connection."""
+        conn = self.conns.get(conn_id)
+        if conn is None:
+            return False
+        state = conn.state
+        if state is _IDLE:
+            self._idle.remove(conn)
+            self._close(conn, CLOSE_WILL_CLOSE, how=ConnInput.WILL_CLOSE)
+            self._dispatch(now)
+            return True
+        if state is _LEASED:
+            self._open.pop(conn, None)
+            self._fire(conn, ConnInput.WILL_CLOSE)
+            return True
+        return state is _DRAINING
+
+    def set_max_streams(self, conn_id: int, max_streams: int, now: float) -> bool:
+        """Connection ``conn_id`` now serves at most ``max_streams`` leases at once (e.g. HTTP/2
+        SETTINGS). An increase serves waiting requests at once; a decrease takes no lease back but
+        gives no new one until its use falls below the new limit. False if the pool has no such
+        established connection (the change is then ignored)."""
+        conn = self.conns.get(conn_id)
+        if conn is None or conn.state is _CONNECTING or conn.state is ConnState.BACKING_OFF:
+            return False
+        conn.max_streams = max_streams
+        self._regate(conn)
+        if conn.state is _LEASED:
+            if conn.streams < max_streams and self._perished(conn, now, check_idle=False) is None:
+                if max_streams > 1:
+                    self._open[conn] = None
+            else:
+                self._open.pop(conn, None)
+        self._dispatch(now)
+        return True
 
     def connect_failed(self, conn: Conn, now: float, error: BaseException) -> None:
         """``conn``'s connect function raised ``error``."""
@@ -410,8 +559,89 @@ class PoolCore:
         self.generation = generation
         plain = not self._lb
         self._lease_gen = generation if plain and not self.clocked and state is _READY else -1
-        self._release_gen = generation if plain and state is not _CLOSED else -1
+        plain_release = plain and state is not _CLOSED and self._lifetime is None
+        self._release_gen = generation if plain_release else -1
         self._quick_gen = -1 if self.clocked else self._release_gen
+
+    def _regate(self, conn: Conn) -> None:
+        """Refresh ``conn.gate`` after its generation, role or stream limit changed."""
+        plain = conn.max_streams == 1 and conn.role is not _OVERFLOW
+        conn.gate = conn.generation if plain else _NO_GATE
+
+    def _set_role(self, conn: Conn, role: Role) -> None:
+        """The one place an existing connection's role changes (with the role counters)."""
+        old = conn.role
+        if old is _KEPT:
+            self._kept -= 1
+        elif old is _OVERFLOW:
+            self._overflow -= 1
+        if role is _KEPT:
+            self._kept += 1
+        elif role is _OVERFLOW:
+            self._overflow += 1
+        conn.role = role
+        self._regate(conn)
+
+    def _new_role(self) -> Role:
+        """The role of a connection about to be made."""
+        if self._kept < self.options.min_size:
+            return _KEPT
+        if len(self.conns) - self._overflow < self._soft:
+            return _DEMAND
+        return _OVERFLOW
+
+    def _promote(self, freed: Role) -> None:
+        """A connection of role ``freed`` closed: the next role down moves up into its place.
+        A kept connection is replaced by a demand one (its idle time no longer counts), a demand
+        one by an overflow one (no longer closed as soon as it is idle). Established connections
+        are preferred; none is created here."""
+        if freed is _OVERFLOW:
+            return
+        if freed is _KEPT and self._kept >= self.options.min_size:
+            return
+        if freed is _DEMAND and len(self.conns) - self._overflow >= self._soft:
+            return
+        below = _DEMAND if freed is _KEPT else _OVERFLOW
+        chosen = None
+        for conn in self.conns.values():
+            if conn.role is below:
+                chosen = conn
+                if conn.state is not _CONNECTING:
+                    break
+        if chosen is None:
+            if below is _DEMAND:  # no demand connection: an overflow one becomes kept
+                for conn in self.conns.values():
+                    if conn.role is _OVERFLOW:
+                        self._set_role(conn, _KEPT)
+                        return
+            return
+        self._set_role(chosen, freed)
+        if below is _DEMAND:
+            self._promote(_DEMAND)  # a demand place is free now: an overflow one may take it
+
+    def _take(self, now: float) -> Conn | None:
+        """A connection to lease now, or ``None``: a multiplexed one in use with a stream free
+        first, then the most recently used available one (closing perished ones on the way)."""
+        open_ = self._open
+        while open_:
+            conn = next(iter(open_))
+            if self._perished(conn, now, check_idle=False) is None:
+                return conn
+            del open_[conn]  # no new leases; closed when its last lease comes back
+        return self._pop_idle(now)
+
+    def _lease(self, conn: Conn) -> None:
+        """One more lease on ``conn`` (idle, or multiplexed with a stream free)."""
+        if conn.state is _IDLE:
+            conn.state = _IDLE_LEASE  # _fire(conn, LEASE) inlined: no counter (see _IDLE_LEASE)
+        else:
+            self._fire(conn, _LEASE)
+        conn.streams += 1
+        if conn.max_streams > 1:
+            if conn.streams < conn.max_streams:
+                self._open[conn] = None
+            else:
+                self._open.pop(conn, None)
 
     def _fire(self, conn: Conn, event: ConnInput) -> ConnState:
         old = conn.state
@@ -437,8 +667,10 @@ class PoolCore:
             entry = self.service_generations.get(conn.service_id)
             if entry is None or conn.generation != entry[0]:
                 return CLOSE_STALE
-        if check_idle:
-            max_idle = self.options.max_idle_time
+        if conn.expires <= now:
+            return CLOSE_LIFETIME
+        if check_idle and conn.role is not _KEPT:
+            max_idle = self._max_idle
             if max_idle is not None and now - conn.idle_since >= max_idle:
                 return CLOSE_IDLE
         return None
@@ -447,16 +679,8 @@ class PoolCore:
         """Pop the most recently used available connection that is not perished, closing the
         perished ones met on the way (CMAP checkout)."""
         idle = self._idle
-        max_idle = self._max_idle
-        generation = self.generation
         while idle:
             conn = idle.pop()
-            if (
-                not self._lb
-                and conn.generation == generation
-                and (max_idle is None or now - conn.idle_since < max_idle)
-            ):
-                return conn
             reason = self._perished(conn, now)
             if reason is None:
                 return conn
@@ -475,11 +699,7 @@ class PoolCore:
         return req
 
     def _serve(self, req: Request, conn: Conn, now: float) -> None:
-        if conn.state is _IDLE:
-            conn.state = _IDLE_LEASE  # _fire(conn, LEASE) inlined: no counter (see _IDLE_LEASE)
-        else:
-            self._fire(conn, _LEASE)
-        conn.streams += 1
+        self._lease(conn)
         req.state = _SERVED
         req.conn = conn
         if self.observed:
@@ -518,8 +738,8 @@ class PoolCore:
     def _dispatch(self, now: float) -> None:
         """Hand available connections to waiters, oldest first; then connect if needed."""
         waiters = self._waiters
-        while waiters and self._idle:
-            conn = self._pop_idle(now)
+        while waiters and (self._idle or self._open):
+            conn = self._take(now)
             if conn is None:
                 break
             self._serve(self._pop_waiter(), conn, now)
@@ -539,11 +759,17 @@ class PoolCore:
             self._start_connect(now)
 
     def _start_connect(self, now: float) -> None:
-        role = Role.KEPT if self._kept < self.options.min_size else Role.DEMAND
+        role = self._new_role()
         conn = Conn(self._next_id, self.generation, role, now)
         self._next_id += 1
-        if role is Role.KEPT:
+        if role is _KEPT:
             self._kept += 1
+        elif role is _OVERFLOW:
+            self._overflow += 1
+        self._regate(conn)
+        lifetime = self._lifetime
+        if lifetime is not None:
+            conn.expires = now + lifetime * (1.0 - self.options.max_lifetime_jitter * self._rand())
         self.conns[conn.id] = conn
         self._counts[_CONNECTING] += 1
         if self.observed:
@@ -563,8 +789,13 @@ class PoolCore:
         """Close ``conn`` for ``reason``. An available connection must already be off ``_idle``."""
         self._fire(conn, how)
         del self.conns[conn.id]
-        if conn.role is Role.KEPT:
+        if conn.max_streams > 1:
+            self._open.pop(conn, None)
+        role = conn.role
+        if role is _KEPT:
             self._kept -= 1
+        elif role is _OVERFLOW:
+            self._overflow -= 1
         if self._lb and conn.connection is not None:
             entry = self.service_generations.get(conn.service_id)
             if entry is not None:
@@ -579,3 +810,5 @@ class PoolCore:
                 )
             )
         self.actions.append(CloseConnection(conn))
+        if self.state is not _CLOSED:
+            self._promote(role)

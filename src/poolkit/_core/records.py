@@ -45,7 +45,7 @@ class ConnInput(enum.IntEnum):
 class Role(enum.Enum):
     """Why the pool keeps a connection (the generic-pool proposal's three kinds)."""
 
-    KEPT = "kept"  #: made to reach min_size (CMAP still closes it when idle; then it is refilled)
+    KEPT = "kept"  #: one of the min_size connections: never closed for idleness
     DEMAND = "demand"  #: made for demand up to the soft limit; closed after max idle time
     OVERFLOW = "overflow"  #: above the soft limit; closed as soon as it is idle
 
@@ -129,6 +129,8 @@ class Conn:
         "close_reason",
         "connection",
         "created_at",
+        "expires",
+        "gate",
         "generation",
         "handle",
         "id",
@@ -153,6 +155,12 @@ class Conn:
         self.handle: Any = None  #: the front end's own data (connect context, task)
         self.created_at = now
         self.idle_since = now
+        #: when ``max_lifetime`` retires it (``inf``: never)
+        self.expires = float("inf")
+        #: what the core's fast paths compare with the pool's ``_lease_gen``/``_release_gen``: the
+        #: generation for a plain connection (one stream, not overflow), ``-2`` (never equal)
+        #: otherwise. Kept by ``PoolCore._regate`` whenever generation, role or streams change.
+        self.gate = generation
         self.close_reason: str | None = None
 
     def __repr__(self) -> str:

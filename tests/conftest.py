@@ -8,6 +8,12 @@ import pytest
 REQUIRE = os.environ.get("POOLKIT_REQUIRE_SERVICES") == "1"
 
 
+@pytest.fixture(params=["asyncio", "threads"])
+def front_kind(request: pytest.FixtureRequest) -> str:
+    """Which front end a scenario of ``frontends.drive`` runs on: each test runs on both."""
+    return str(request.param)
+
+
 def skip_or_fail(reason: str) -> None:
     """Skip with ``reason``, or fail with it when POOLKIT_REQUIRE_SERVICES=1."""
     if REQUIRE:

@@ -1,0 +1,215 @@
+"""One scenario, both front ends: adapters that let a test written once drive ``AsyncPool`` (on a
+virtual-time loop) and ``Pool`` (threads on a :class:`~poolkit.testing.FakeClock`).
+
+A scenario is an ``async def`` taking a :class:`Front`. On the threaded side every call is
+synchronous underneath (the scenario's coroutine never suspends); on the asyncio side the pool
+runs on the same loop as the scenario. Time moves only through ``advance``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import poolkit
+from conftest import Conn
+from poolkit import events as ev
+from poolkit.testing import FakeClock, run
+
+Scenario = Callable[["Front"], Awaitable[None]]
+
+
+class Pending:
+    """A checkout running in the background (a task, or a clock-tracked thread)."""
+
+    lease: poolkit.Lease[Conn] | None = None
+    error: BaseException | None = None
+    done = False
+
+    def _finish(self, lease: poolkit.Lease[Conn] | None, error: BaseException | None) -> None:
+        self.lease, self.error, self.done = lease, error, True
+
+
+class Front:
+    """What a scenario sees; subclasses bind it to one front end."""
+
+    name = ""
+    pool: Any
+
+    def __init__(self, options: poolkit.PoolOptions, streams: int | list[int] = 1) -> None:
+        self.options = options
+        self.made: list[Conn] = []
+        self.events: list[ev.PoolEvent] = []
+        #: max_streams each connect reports, in order (the last one repeats)
+        self._streams = [streams] if isinstance(streams, int) else list(streams)
+        self.connect_delay = 0.0
+        #: errors the next connects raise, in order (then they succeed)
+        self.connect_errors: list[BaseException] = []
+
+    def _made(self, ctx: poolkit.ConnectContext) -> Any:
+        if self.connect_errors:
+            raise self.connect_errors.pop(0)
+        conn = Conn(ctx.connection_id)
+        self.made.append(conn)
+        n = self._streams.pop(0) if len(self._streams) > 1 else self._streams[0]
+        return poolkit.Established(conn, max_streams=n) if n != 1 else conn
+
+    def closed(self) -> list[int]:
+        """Ids of the connections closed so far, in the order closed."""
+        return [e.connection_id for e in self.events if isinstance(e, ev.ConnectionClosedEvent)]
+
+    def close_reasons(self) -> dict[int, str]:
+        return {
+            e.connection_id: e.reason
+            for e in self.events
+            if isinstance(e, ev.ConnectionClosedEvent)
+        }
+
+    def created(self) -> int:
+        return sum(isinstance(e, ev.ConnectionCreatedEvent) for e in self.events)
+
+    def now(self) -> float:
+        raise NotImplementedError
+
+    async def lease(self, timeout: float | None = None) -> poolkit.Lease[Conn]:
+        raise NotImplementedError
+
+    def start(self, timeout: float | None = None) -> Pending:
+        raise NotImplementedError
+
+    async def settle(self) -> None:
+        raise NotImplementedError
+
+    async def advance(self, seconds: float) -> None:
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        raise NotImplementedError
+
+
+class AsyncFront(Front):
+    name = "asyncio"
+
+    def __init__(self, options: poolkit.PoolOptions, streams: int | list[int] = 1) -> None:
+        super().__init__(options, streams)
+
+        async def connect(ctx: poolkit.ConnectContext) -> Any:
+            if self.connect_delay:
+                await asyncio.sleep(self.connect_delay)
+            return self._made(ctx)
+
+        self.pool = poolkit.AsyncPool(
+            connect, address="db:1", options=options, listeners=[self.events.append]
+        )
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def now(self) -> float:
+        return asyncio.get_running_loop().time()
+
+    async def lease(self, timeout: float | None = None) -> poolkit.Lease[Conn]:
+        return await self.pool.checkout(timeout)  # type: ignore[no-any-return]
+
+    def start(self, timeout: float | None = None) -> Pending:
+        pending = Pending()
+
+        async def go() -> None:
+            try:
+                lease = await self.pool.checkout(timeout)
+            except Exception as exc:
+                pending._finish(None, exc)
+            else:
+                pending._finish(lease, None)
+
+        self._tasks.append(asyncio.create_task(go()))
+        return pending
+
+    async def settle(self) -> None:
+        for _ in range(50):
+            await asyncio.sleep(0)
+
+    async def advance(self, seconds: float) -> None:
+        await self.settle()
+        await asyncio.sleep(seconds)
+        await self.settle()
+
+    async def close(self) -> None:
+        await self.pool.close()
+        await asyncio.gather(*self._tasks)
+
+
+class ThreadFront(Front):
+    name = "threads"
+
+    def __init__(self, options: poolkit.PoolOptions, streams: int | list[int] = 1) -> None:
+        super().__init__(options, streams)
+        self.clock = clock = FakeClock()
+
+        def connect(ctx: poolkit.ConnectContext) -> Any:
+            if self.connect_delay:
+                clock.sleep(self.connect_delay)
+            return self._made(ctx)
+
+        self.pool = poolkit.Pool(
+            connect,
+            address="db:1",
+            options=options,
+            listeners=[self.events.append],
+            clock=clock,
+        )
+
+    def now(self) -> float:
+        return self.clock.monotonic()
+
+    async def lease(self, timeout: float | None = None) -> poolkit.Lease[Conn]:
+        return self.pool.checkout(timeout)  # type: ignore[no-any-return]
+
+    def start(self, timeout: float | None = None) -> Pending:
+        pending = Pending()
+
+        def go() -> None:
+            try:
+                lease = self.pool.checkout(timeout)
+            except Exception as exc:
+                pending._finish(None, exc)
+            else:
+                pending._finish(lease, None)
+
+        self.clock.start_thread(go)
+        return pending
+
+    async def settle(self) -> None:
+        self.clock.settle()
+
+    async def advance(self, seconds: float) -> None:
+        self.clock.advance(seconds)
+        self.clock.settle()
+
+    async def close(self) -> None:
+        self.pool.close()
+        self.clock.settle()
+        assert self.clock.errors == []
+
+
+def drive(kind: str, scenario: Scenario, streams: int | list[int] = 1, **options: Any) -> Front:
+    """Run ``scenario`` on a fresh ready pool of front end ``kind``; close it afterwards."""
+    opts = poolkit.PoolOptions(**options)
+    box: list[Front] = []
+
+    async def main() -> None:
+        front: Front = (
+            AsyncFront(opts, streams) if kind == "asyncio" else ThreadFront(opts, streams)
+        )
+        box.append(front)
+        front.pool.ready()
+        await front.settle()
+        try:
+            await scenario(front)
+        finally:
+            await front.close()
+
+    if kind == "asyncio":
+        run(main())
+    else:
+        asyncio.run(main())
+    return box[0]

@@ -300,3 +300,130 @@ def test_leases_after_close_fail(front_kind: str) -> None:
         assert f.closed() == [1]
 
     drive(front_kind, scenario, streams=3)
+
+
+# ---------------------------------------------------------------------- request objects
+
+
+class Req:
+    """A client library's request object: an id and a completion callback."""
+
+    def __init__(self, rid: object) -> None:
+        self.id = rid
+        self.results: list[object] = []
+
+    def complete(self, result: object) -> None:
+        self.results.append(result)
+
+    @property
+    def lease(self) -> poolkit.Lease[object]:
+        assert len(self.results) == 1 and isinstance(self.results[0], poolkit.Lease), self.results
+        return self.results[0]
+
+
+def test_batch_lease_is_served_in_order_sharing_the_queue_with_checkouts(front_kind: str) -> None:
+    async def scenario(f: Front) -> None:
+        reqs = [Req(i) for i in range(4)]
+        f.pool.lease_requests(reqs[:2])
+        await f.settle()
+        assert all(len(r.results) == 1 for r in reqs[:2])
+        f.pool.lease_request(reqs[2])
+        checkout = f.start()  # an awaitable checkout queues behind the request
+        await f.settle()
+        f.pool.lease_request(reqs[3])
+        assert f.pool.stats().waiting == 3
+        reqs[0].lease.release()
+        await f.settle()
+        assert len(reqs[2].results) == 1 and not checkout.done and reqs[3].results == []
+        reqs[1].lease.release()
+        await f.settle()
+        assert checkout.done and checkout.lease is not None and reqs[3].results == []
+        checkout.lease.release()
+        await f.settle()
+        assert len(reqs[3].results) == 1
+        reqs[2].lease.release()
+        reqs[3].lease.release()
+        assert all(len(r.results) == 1 for r in reqs), "completed exactly once"
+
+    drive(front_kind, scenario, max_size=2)
+
+
+def test_cancelled_request_is_completed_once_and_never_served(front_kind: str) -> None:
+    async def scenario(f: Front) -> None:
+        held = await f.lease()
+        a, b = Req("a"), Req("b")
+        f.pool.lease_requests([a, b])
+        assert f.pool.cancel_request("a") is True
+        assert len(a.results) == 1 and isinstance(a.results[0], poolkit.RequestCancelledError)
+        assert a.results[0].request_id == "a"
+        assert f.pool.cancel_request("a") is False
+        held.release()
+        await f.settle()
+        assert len(a.results) == 1, "a cancelled request is never served"
+        assert f.pool.cancel_request("b") is False, "already served"
+        b.lease.release()
+        # the id is free again once its request completed
+        again = Req("a")
+        f.pool.lease_request(again)
+        await f.settle()
+        again.lease.release()
+        reasons = [
+            e.reason for e in f.events if isinstance(e, ev.ConnectionCheckOutFailedEvent)
+        ]
+        assert reasons == ["cancelled"]
+
+    drive(front_kind, scenario, max_size=1)
+
+
+def test_timed_out_request_fails_and_is_never_served(front_kind: str) -> None:
+    async def scenario(f: Front) -> None:
+        held = await f.lease()
+        r = Req(1)
+        f.pool.lease_request(r)
+        await f.advance(2.0)
+        assert len(r.results) == 1 and isinstance(r.results[0], poolkit.WaitQueueTimeoutError)
+        held.release()
+        await f.settle()
+        assert len(r.results) == 1 and f.pool.stats().available == 1
+
+    drive(front_kind, scenario, max_size=1, wait_queue_timeout=2.0)
+
+
+def test_bad_requests_raise_before_anything_is_queued(front_kind: str) -> None:
+    async def scenario(f: Front) -> None:
+        held = await f.lease()
+        waiting = Req("w")
+        f.pool.lease_request(waiting)
+        before = f.pool.stats()
+        with pytest.raises(ValueError, match="already waiting"):
+            f.pool.lease_requests([Req("x"), Req("w")])
+        with pytest.raises(ValueError, match="twice"):
+            f.pool.lease_requests([Req("y"), Req("y")])
+        with pytest.raises(TypeError, match="complete"):
+            f.pool.lease_requests([Req("z"), object()])
+        with pytest.raises(TypeError, match="hashable"):
+            f.pool.lease_request(Req(["unhashable"]))
+        assert f.pool.stats() == before
+        held.release()
+        await f.settle()
+        waiting.lease.release()
+
+    drive(front_kind, scenario, max_size=1)
+
+
+def test_a_queued_batch_is_served_in_the_order_given(front_kind: str) -> None:
+    async def scenario(f: Front) -> None:
+        held = await f.lease()
+        reqs = [Req(i) for i in range(3)]
+        f.pool.lease_requests(reqs)
+        order = []
+        held.release()
+        for _ in reqs:
+            await f.settle()
+            served = [r for r in reqs if r.results and r.id not in order]
+            assert len(served) == 1
+            order.append(served[0].id)
+            served[0].lease.release()
+        assert order == [0, 1, 2]
+
+    drive(front_kind, scenario, max_size=1)

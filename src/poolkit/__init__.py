@@ -5,6 +5,7 @@ One pure core (``poolkit._core``) decides everything; :class:`AsyncPool` runs it
 """
 
 from ._frontend import Clock, ConnectContext, Established, Lease
+from ._requests import LeaseRequest
 from .asyncio import AsyncPool
 from .errors import (
     ConnectTimeoutError,
@@ -12,6 +13,7 @@ from .errors import (
     PoolClearedError,
     PoolClosedError,
     PoolError,
+    RequestCancelledError,
     TooManyWaitersError,
     WaitQueueTimeoutError,
 )
@@ -28,6 +30,7 @@ __all__ = [
     "Established",
     "InvalidLeaseError",
     "Lease",
+    "LeaseRequest",
     "Pool",
     "PoolClearedError",
     "PoolClosedError",
@@ -36,6 +39,7 @@ __all__ = [
     "PoolOptions",
     "PoolState",
     "PoolStats",
+    "RequestCancelledError",
     "TooManyWaitersError",
     "WaitQueueTimeoutError",
 ]

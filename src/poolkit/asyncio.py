@@ -46,7 +46,8 @@ from ._frontend import (
     register_for_fork,
     unwrap,
 )
-from .errors import InvalidLeaseError
+from ._requests import RequestBook, check_requests, deliver
+from .errors import InvalidLeaseError, RequestCancelledError
 from .events import Listener
 from .log import cached_level as _cached_level
 from .log import enabled as _log_enabled
@@ -59,6 +60,7 @@ C = TypeVar("C")
 _log = logging.getLogger("poolkit.pool")
 _DEFAULT: Any = object()
 _SERVED = RequestState.SERVED
+_Future: Any = asyncio.Future
 _WAITING = RequestState.WAITING
 
 
@@ -125,6 +127,7 @@ class AsyncPool(Generic[C]):
         self._sink = EventSink(listener_tuple(listeners))
         self._listened = bool(self._sink.listeners)
         self._returned = Returned(self)
+        self._book = RequestBook()
         self._core = PoolCore(options, address, observed=self._sink.observed())
         self._clocked = self._core.clocked
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -279,6 +282,64 @@ class AsyncPool(Generic[C]):
         if core.cancel(req, self._time()):
             self._after_core()
 
+    # ------------------------------------------------------------------ request objects
+
+    def lease_request(self, request: Any) -> None:
+        """Ask for a connection on behalf of ``request`` (an object with a hashable ``id`` and a
+        ``complete(result)`` method), without waiting. ``complete`` is called once, from the
+        event loop, with a :class:`~poolkit.Lease` or the error (a timeout after
+        ``wait_queue_timeout``, :class:`~poolkit.RequestCancelledError`...)."""
+        self.lease_requests((request,))
+
+    def lease_requests(self, requests: Iterable[Any]) -> None:
+        """:meth:`lease_request` for many requests at once, queued in the order given. A
+        malformed request or an id already waiting raises before any is queued."""
+        batch = check_requests(requests, "AsyncPool.lease_requests()")
+        self._book.check_free(batch, "AsyncPool.lease_requests()")
+        self._bind_loop("lease_requests")
+        core = self._core
+        core.observed = self._sink.observed()
+        now = self._time()
+        timeout = self.options.wait_queue_timeout
+        deadline = None if timeout is None else now + timeout
+        done: list[tuple[Request, Any]] = []
+        for request in batch:
+            req = Request(now, deadline)
+            core.request(req, now)
+            if req.queued:
+                req.owner = self._completer(req, request)
+                self._book.add(req, request)
+            else:
+                done.append((req, request))
+        self._after_core()
+        for req, request in done:
+            self._finish_request(req, request)
+
+    def cancel_request(self, request_id: Any) -> bool:
+        """Take the waiting request ``request_id`` out of the queue: its ``complete`` receives a
+        :class:`~poolkit.RequestCancelledError`. False if no such request is waiting (it may
+        have been served or failed already: then it is never served again)."""
+        entry = self._book.find(request_id)
+        if entry is None:
+            return False
+        req, request = entry
+        core = self._core
+        core.observed = self._sink.observed()
+        if not core.cancel(req, self._time()):
+            return False
+        self._book.forget(request, req)
+        self._after_core()
+        deliver(request, RequestCancelledError(address=self.address, request_id=request_id))
+        return True
+
+    def _completer(self, req: Request, request: Any) -> Callable[[], None]:
+        return lambda: self._finish_request(req, request)
+
+    def _finish_request(self, req: Request, request: Any) -> None:
+        self._book.forget(request, req)
+        conn = req.conn
+        deliver(request, _AsyncLease(conn, self) if conn is not None else req.error)
+
     # ------------------------------------------------------------------ what a connection says
 
     def set_max_streams(self, connection_id: int, max_streams: int) -> bool:
@@ -362,9 +423,12 @@ class AsyncPool(Generic[C]):
             if type(action) is CompleteRequest:
                 # A cancelled waiter's task resumes with CancelledError and gives back what
                 # it was handed (see checkout).
-                waiter: asyncio.Future[None] = action.request.owner
-                if not waiter.done():
-                    waiter.set_result(None)
+                waiter = action.request.owner
+                if type(waiter) is _Future or isinstance(waiter, asyncio.Future):
+                    if not waiter.done():
+                        waiter.set_result(None)
+                else:
+                    waiter()  # a request object's completion
             elif type(action) is StartConnect:
                 self._start_connect(action.conn)
             elif type(action) is CloseConnection:
@@ -469,6 +533,7 @@ class AsyncPool(Generic[C]):
     def _reset_after_fork(self) -> None:
         self._core.reset_after_fork()
         self._sink.reinit_after_fork()
+        self._book.clear()
         self._loop = None
         self._timer = None
         self._timer_at = None

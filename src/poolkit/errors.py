@@ -16,6 +16,7 @@ __all__ = [
     "PoolClearedError",
     "PoolClosedError",
     "PoolError",
+    "RequestCancelledError",
     "TooManyWaitersError",
     "WaitQueueTimeoutError",
 ]
@@ -81,6 +82,15 @@ class WaitQueueTimeoutError(PoolError):
         self.stats = stats
 
 
+class RequestCancelledError(PoolError):
+    """What a request object's ``complete`` receives when ``cancel_request`` took it out of the
+    queue. ``request_id`` is its id."""
+
+    def __init__(self, *, address: str, request_id: Any) -> None:
+        super().__init__(f"Request {request_id!r} to {address} was cancelled", address=address)
+        self.request_id = request_id
+
+
 class TooManyWaitersError(PoolError):
     """A checkout found ``PoolOptions.max_waiting`` checkouts already waiting and did not wait.
 
@@ -131,5 +141,6 @@ for _cls in (
     WaitQueueTimeoutError,
     InvalidLeaseError,
     TooManyWaitersError,
+    RequestCancelledError,
 ):
     _cls.__module__ = "poolkit"

@@ -48,7 +48,8 @@ from ._frontend import (
     register_for_fork,
     unwrap,
 )
-from .errors import InvalidLeaseError
+from ._requests import RequestBook, check_requests, deliver
+from .errors import InvalidLeaseError, RequestCancelledError
 from .events import Listener
 from .log import cached_level as _cached_level
 from .log import enabled as _log_enabled
@@ -170,6 +171,7 @@ class Pool(Generic[C]):
         self._sink = EventSink(listener_tuple(listeners))
         self._listened = bool(self._sink.listeners)
         self._returned = Returned(self)
+        self._book = RequestBook()
         self._core = PoolCore(options, address, observed=self._sink.observed())
         self._clocked = self._core.clocked
         register_for_fork(self)
@@ -335,6 +337,67 @@ class Pool(Generic[C]):
             self._core.release(conn, self._time())
             actions = self._take_locked()
         self._carry_out(actions)
+
+    # ------------------------------------------------------------------ request objects
+
+    def lease_request(self, request: Any) -> None:
+        """Ask for a connection on behalf of ``request`` (an object with a hashable ``id`` and a
+        ``complete(result)`` method), without blocking. ``complete`` is called once, outside the
+        pool's lock, with a :class:`~poolkit.Lease` or the error (a timeout after
+        ``wait_queue_timeout``, :class:`~poolkit.RequestCancelledError`...)."""
+        self.lease_requests((request,))
+
+    def lease_requests(self, requests: Iterable[Any]) -> None:
+        """:meth:`lease_request` for many requests at once, queued in the order given under one
+        lock. A malformed request or an id already waiting raises before any is queued."""
+        batch = check_requests(requests, "Pool.lease_requests()")
+        done: list[tuple[Request, Any]] = []
+        with self._lock:
+            self._book.check_free(batch, "Pool.lease_requests()")
+            core = self._core
+            core.observed = self._sink.observed()
+            now = self._time()
+            timeout = self.options.wait_queue_timeout
+            deadline = None if timeout is None else now + timeout
+            for request in batch:
+                req = Request(now, deadline)
+                core.request(req, now)
+                if req.queued:
+                    req.owner = self._completer(req, request)
+                    self._book.add(req, request)
+                else:
+                    done.append((req, request))
+            actions = self._take_locked()
+        self._carry_out(actions)
+        for req, request in done:
+            self._finish_request(req, request)
+
+    def cancel_request(self, request_id: Any) -> bool:
+        """Take the waiting request ``request_id`` out of the queue: its ``complete`` receives a
+        :class:`~poolkit.RequestCancelledError`. False if no such request is waiting (it may
+        have been served or failed already: then it is never served again)."""
+        with self._lock:
+            entry = self._book.find(request_id)
+            if entry is None:
+                return False
+            req, request = entry
+            core = self._core
+            core.observed = self._sink.observed()
+            if not core.cancel(req, self._time()):
+                return False
+            self._book.forget(request, req)
+            actions = self._take_locked()
+        self._carry_out(actions)
+        deliver(request, RequestCancelledError(address=self.address, request_id=request_id))
+        return True
+
+    def _completer(self, req: Request, request: Any) -> Callable[[], None]:
+        return lambda: self._finish_request(req, request)
+
+    def _finish_request(self, req: Request, request: Any) -> None:
+        self._book.forget(request, req)
+        conn = req.conn
+        deliver(request, _ThreadLease(conn, self) if conn is not None else req.error)
 
     # ------------------------------------------------------------------ what a connection says
 
@@ -506,4 +569,5 @@ class Pool(Generic[C]):
         self._timer_handle = None
         self._timer_thread = False
         self._sink.reinit_after_fork()
+        self._book.clear()
         self._core.reset_after_fork()

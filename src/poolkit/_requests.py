@@ -16,10 +16,10 @@ Rules of this module
 from __future__ import annotations
 
 import logging
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from typing import Any, Protocol, runtime_checkable
 
-from ._core import Request, RequestState
+from ._core import PoolCore, Request, RequestState
 
 __all__ = ["LeaseRequest", "RequestBook", "check_requests"]
 
@@ -73,16 +73,53 @@ class RequestBook:
             if entry is not None and entry[0].state is _WAITING:
                 raise ValueError(f"{call}: request id {request.id!r} is already waiting")
 
-    def add(self, req: Request, request: Any) -> None:
-        self._waiting[request.id] = (req, request)
+    def enqueue(
+        self,
+        core: PoolCore,
+        batch: list[Any],
+        now: float,
+        timeout: float | None,
+        make_lease: Callable[[Any], Any],
+    ) -> list[Callable[[], None]]:
+        """One core request per request object, in order (under the front end's lock). A request
+        left waiting is completed through its owner when the core says; the completions of those
+        served or failed at once are returned, for the caller to run outside its lock."""
+        deadline = None if timeout is None else now + timeout
+        done: list[Callable[[], None]] = []
+        for request in batch:
+            req = Request(now, deadline)
+            core.request(req, now)
+            finish = self._finisher(req, request, make_lease)
+            if req.queued:
+                req.owner = finish
+                self._waiting[request.id] = (req, request)
+            else:
+                done.append(finish)
+        return done
 
-    def find(self, request_id: Any) -> tuple[Request, Any] | None:
-        return self._waiting.get(request_id)
+    def cancel(self, core: PoolCore, request_id: Any, now: float) -> Any:
+        """Take the waiting request ``request_id`` out of the core's queue (under the front end's
+        lock); the request object, or ``None`` if none such is waiting."""
+        entry = self._waiting.get(request_id)
+        if entry is None:
+            return None
+        req, request = entry
+        if not core.cancel(req, now):
+            return None
+        del self._waiting[request_id]
+        return request
 
-    def forget(self, request: Any, req: Request) -> None:
-        entry = self._waiting.get(request.id)
-        if entry is not None and entry[0] is req:
-            del self._waiting[request.id]
+    def _finisher(
+        self, req: Request, request: Any, make_lease: Callable[[Any], Any]
+    ) -> Callable[[], None]:
+        def finish() -> None:
+            entry = self._waiting.get(request.id)
+            if entry is not None and entry[0] is req:
+                del self._waiting[request.id]
+            conn = req.conn
+            deliver(request, make_lease(conn) if conn is not None else req.error)
+
+        return finish
 
     def clear(self) -> None:
         self._waiting.clear()

@@ -299,46 +299,27 @@ class AsyncPool(Generic[C]):
         self._bind_loop("lease_requests")
         core = self._core
         core.observed = self._sink.observed()
-        now = self._time()
         timeout = self.options.wait_queue_timeout
-        deadline = None if timeout is None else now + timeout
-        done: list[tuple[Request, Any]] = []
-        for request in batch:
-            req = Request(now, deadline)
-            core.request(req, now)
-            if req.queued:
-                req.owner = self._completer(req, request)
-                self._book.add(req, request)
-            else:
-                done.append((req, request))
+        done = self._book.enqueue(core, batch, self._time(), timeout, self._make_lease)
         self._after_core()
-        for req, request in done:
-            self._finish_request(req, request)
+        for finish in done:
+            finish()
 
     def cancel_request(self, request_id: Any) -> bool:
         """Take the waiting request ``request_id`` out of the queue: its ``complete`` receives a
         :class:`~poolkit.RequestCancelledError`. False if no such request is waiting (it may
         have been served or failed already: then it is never served again)."""
-        entry = self._book.find(request_id)
-        if entry is None:
-            return False
-        req, request = entry
         core = self._core
         core.observed = self._sink.observed()
-        if not core.cancel(req, self._time()):
+        request = self._book.cancel(core, request_id, self._time())
+        if request is None:
             return False
-        self._book.forget(request, req)
         self._after_core()
         deliver(request, RequestCancelledError(address=self.address, request_id=request_id))
         return True
 
-    def _completer(self, req: Request, request: Any) -> Callable[[], None]:
-        return lambda: self._finish_request(req, request)
-
-    def _finish_request(self, req: Request, request: Any) -> None:
-        self._book.forget(request, req)
-        conn = req.conn
-        deliver(request, _AsyncLease(conn, self) if conn is not None else req.error)
+    def _make_lease(self, conn: Conn) -> Lease[C]:
+        return _AsyncLease(conn, self)
 
     # ------------------------------------------------------------------ what a connection says
 

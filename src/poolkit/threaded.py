@@ -351,53 +351,34 @@ class Pool(Generic[C]):
         """:meth:`lease_request` for many requests at once, queued in the order given under one
         lock. A malformed request or an id already waiting raises before any is queued."""
         batch = check_requests(requests, "Pool.lease_requests()")
-        done: list[tuple[Request, Any]] = []
         with self._lock:
             self._book.check_free(batch, "Pool.lease_requests()")
             core = self._core
             core.observed = self._sink.observed()
-            now = self._time()
             timeout = self.options.wait_queue_timeout
-            deadline = None if timeout is None else now + timeout
-            for request in batch:
-                req = Request(now, deadline)
-                core.request(req, now)
-                if req.queued:
-                    req.owner = self._completer(req, request)
-                    self._book.add(req, request)
-                else:
-                    done.append((req, request))
+            done = self._book.enqueue(core, batch, self._time(), timeout, self._make_lease)
             actions = self._take_locked()
         self._carry_out(actions)
-        for req, request in done:
-            self._finish_request(req, request)
+        for finish in done:
+            finish()
 
     def cancel_request(self, request_id: Any) -> bool:
         """Take the waiting request ``request_id`` out of the queue: its ``complete`` receives a
         :class:`~poolkit.RequestCancelledError`. False if no such request is waiting (it may
         have been served or failed already: then it is never served again)."""
         with self._lock:
-            entry = self._book.find(request_id)
-            if entry is None:
-                return False
-            req, request = entry
             core = self._core
             core.observed = self._sink.observed()
-            if not core.cancel(req, self._time()):
+            request = self._book.cancel(core, request_id, self._time())
+            if request is None:
                 return False
-            self._book.forget(request, req)
             actions = self._take_locked()
         self._carry_out(actions)
         deliver(request, RequestCancelledError(address=self.address, request_id=request_id))
         return True
 
-    def _completer(self, req: Request, request: Any) -> Callable[[], None]:
-        return lambda: self._finish_request(req, request)
-
-    def _finish_request(self, req: Request, request: Any) -> None:
-        self._book.forget(request, req)
-        conn = req.conn
-        deliver(request, _ThreadLease(conn, self) if conn is not None else req.error)
+    def _make_lease(self, conn: Conn) -> Lease[C]:
+        return _ThreadLease(conn, self)
 
     # ------------------------------------------------------------------ what a connection says
 

@@ -57,14 +57,12 @@ class Established(Generic[C]):
     service_id: Any = None
 
     def __post_init__(self) -> None:
-        n = self.max_streams
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"Established(max_streams=...) must be an int >= 1, got {n!r}")
+        check_max_streams(self.max_streams, "Established")
 
 
-def check_max_streams(n: object) -> int:
+def check_max_streams(n: object, call: str = "set_max_streams") -> int:
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"set_max_streams(max_streams=...) must be an int >= 1, got {n!r}")
+        raise ValueError(f"{call}(max_streams=...) must be an int >= 1, got {n!r}")
     return n
 
 

@@ -60,7 +60,6 @@ C = TypeVar("C")
 _log = logging.getLogger("poolkit.pool")
 _DEFAULT: Any = object()
 _SERVED = RequestState.SERVED
-_Future: Any = asyncio.Future
 _WAITING = RequestState.WAITING
 
 
@@ -405,7 +404,7 @@ class AsyncPool(Generic[C]):
                 # A cancelled waiter's task resumes with CancelledError and gives back what
                 # it was handed (see checkout).
                 waiter = action.request.owner
-                if type(waiter) is _Future or isinstance(waiter, asyncio.Future):
+                if isinstance(waiter, asyncio.Future):
                     if not waiter.done():
                         waiter.set_result(None)
                 else:

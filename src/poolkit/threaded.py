@@ -107,9 +107,7 @@ class _ThreadLease(Lease[Any]):
             finally:
                 lock.release()
             if handed is not None:
-                for action in handed:  # release_idle's only action: CompleteRequest
-                    if type(action) is CompleteRequest:
-                        action.request.owner()
+                pool._carry_out(handed)
                 return
         if type(pool) is not Pool:
             pool._release(self)  # the Returned marker: raises "already returned"

@@ -372,12 +372,9 @@ class PoolCore:
         """
         if conn.gate != self._quick_gen or conn.streams != 1 or conn.state is not _LEASED:
             return False
-        waiters = self._waiters
-        if waiters:
-            # _serve inlined: the connection stays leased, now on the waiter's behalf.
-            req, _ = waiters.popitem(last=False)
-            if req.deadline is not None:
-                self.timers.note_stale()
+        if self._waiters:
+            # _serve without _lease: the connection stays leased, now on the waiter's behalf.
+            req = self._pop_waiter()
             req.state = _SERVED
             req.conn = conn
             self.actions.append(CompleteRequest(req))

@@ -421,16 +421,17 @@ class PoolCoreMachine(RuleBasedStateMachine):
             assert conn.generation == core.generation
             if oldest:  # handed straight to the oldest waiter
                 req = oldest[0]
-                assert req.state is RequestState.SERVED and req.conn is conn
-                assert [a.request for a in actions if isinstance(a, CompleteRequest)] == [req]
+                assert taken is req and req.state is RequestState.SERVED and req.conn is conn
+                assert actions == []  # the caller wakes the request it was given
+                self._apply([CompleteRequest(req)])  # ...which the model checks as one
                 assert conn.state is ConnState.LEASED and conn.streams == 1
                 assert core.waiting == before[2] - 1 and core.available == before[3]
             else:
-                assert actions == []
+                assert taken is True and actions == []
                 assert conn.state is ConnState.IDLE and core.idle_connections()[-1] is conn
                 assert core.available == before[3] + 1
         else:
-            assert actions == []
+            assert taken is False and actions == []
             after = (conn.state, conn.streams, core.waiting, core.available, len(core.conns))
             assert after == before, "a refused quick release changed something"
             self._do(lambda core: core.release(conn, self.now))

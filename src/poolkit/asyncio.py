@@ -63,6 +63,17 @@ _SERVED = RequestState.SERVED
 _WAITING = RequestState.WAITING
 
 
+def _wake(waiter: Any) -> None:
+    """Tell a completed request's owner: a checkout's future (a cancelled waiter's task resumes
+    with CancelledError and gives back what it was handed, see checkout), or a request object's
+    completion."""
+    if isinstance(waiter, asyncio.Future):
+        if not waiter.done():
+            waiter.set_result(None)
+    else:
+        waiter()
+
+
 class _AsyncLease(Lease[Any]):
     """AsyncPool's lease: ``release`` is the check-in fast path, inlined."""
 
@@ -74,10 +85,11 @@ class _AsyncLease(Lease[Any]):
         # cached answer for level 10) and the core can take it back without more ado.
         if type(pool) is AsyncPool and not pool._listened and _cached_level(10) is False:
             core = pool._core
-            if core.release_idle(self._conn):
+            taken = core.release_idle(self._conn)
+            if taken is not False:
                 self._pool = pool._returned
-                if core.actions:  # handed to a waiter: wake it
-                    pool._after_core()
+                if taken is not True:  # handed to a waiter: wake it
+                    _wake(taken.owner)
                 return
         if type(pool) is not AsyncPool:
             pool._release(self)  # the Returned marker: raises "already returned"
@@ -401,14 +413,7 @@ class AsyncPool(Generic[C]):
             self._rearm()
         for action in actions:
             if type(action) is CompleteRequest:
-                # A cancelled waiter's task resumes with CancelledError and gives back what
-                # it was handed (see checkout).
-                waiter = action.request.owner
-                if isinstance(waiter, asyncio.Future):
-                    if not waiter.done():
-                        waiter.set_result(None)
-                else:
-                    waiter()  # a request object's completion
+                _wake(action.request.owner)
             elif type(action) is StartConnect:
                 self._start_connect(action.conn)
             elif type(action) is CloseConnection:

@@ -97,17 +97,15 @@ class _ThreadLease(Lease[Any]):
             lock = pool._lock
             lock.acquire()  # not ``with``: half the cost, and nothing in between can raise
             try:
-                if self._pool is pool and core.release_idle(self._conn):
+                taken = self._pool is pool and core.release_idle(self._conn)
+                if taken is not False:
                     self._pool = pool._returned
-                    if not core.actions:
-                        return
-                    handed = core.take()[0]  # handed to a waiter: wake it, outside the lock
-                else:
-                    handed = None
             finally:
                 lock.release()
-            if handed is not None:
-                pool._carry_out(handed)
+            if taken is True:
+                return
+            if taken is not False:
+                taken.owner()  # handed to a waiter: wake it, outside the lock
                 return
         if type(pool) is not Pool:
             pool._release(self)  # the Returned marker: raises "already returned"
@@ -235,56 +233,68 @@ class Pool(Generic[C]):
         if timeout is not _DEFAULT and timeout is not None:
             timeout = check_timeout(timeout)  # bad input fails before anything changes
         # The fast path: nobody listening (no listener, DEBUG known to be off: the logger's
-        # cached answer for level 10), and a connection available.
+        # cached answer for level 10). One turn of the lock leases an available connection or
+        # queues the request.
         if not self._listened and _cached_level(10) is False:
             core = self._core
             lock = self._lock
             lock.acquire()  # not ``with``: half the cost, and nothing in between can raise
             try:
                 conn = core.lease_idle(self._time() if self._clocked else 0.0)
-                if conn is not None:
-                    if not core.actions:
-                        return _ThreadLease(conn, self)
-                    actions = self._take_locked()  # perished connections met on the way
+                if conn is None:
+                    core.observed = False
+                    req, wait = self._enqueue(timeout)
+                elif not core.actions:
+                    return _ThreadLease(conn, self)
+                # perished connections met on the way, connects, a deadline to arm
+                actions = self._take_locked() if core.actions or core.timers.dirty else None
             finally:
                 lock.release()
+            if actions:
+                self._carry_out(actions)
             if conn is not None:
-                self._carry_out(actions)
                 return _ThreadLease(conn, self)
-        return self._checkout(timeout)
-
-    def _checkout(self, timeout: float | None) -> Lease[C]:
-        """The full checkout: events when observed, waiting when nothing is available."""
-        observed = self._listened or (_cached_level(10) is not False and _log_enabled())
-        core = self._core
-        wait: Callable[[], Any] | None = None
-        with self._lock:
-            core.observed = observed
-            now = self._time()
-            if timeout is _DEFAULT:
-                timeout = self.options.wait_queue_timeout
-            req = Request(now, None if timeout is None else now + timeout)
-            core.request(req, now)
-            if req.queued:
-                wait, req.owner = self._new_signal()
-            actions = self._take_locked()
-        self._carry_out(actions)
+        else:
+            observed = self._listened or _log_enabled()
+            with self._lock:
+                self._core.observed = observed
+                req, wait = self._enqueue(timeout)
+                actions = self._take_locked()
+            self._carry_out(actions)
         if wait is not None:
-            try:
-                wait()
-            except BaseException:
-                # Interrupted (KeyboardInterrupt...): leave the queue, or give back what came.
-                with self._lock:
-                    cancelled = core.cancel(req, self._time())
-                    actions = self._take_locked()
-                self._carry_out(actions)
-                if not cancelled and req.state is _SERVED and req.conn is not None:
-                    self._give_back(req.conn)
-                raise
+            self._wait(req, wait)
         if req.conn is not None:
             return _ThreadLease(req.conn, self)
         assert req.error is not None
         raise req.error
+
+    def _enqueue(self, timeout: float | None) -> tuple[Request, Callable[[], Any] | None]:
+        """Under the lock: the full checkout (events when observed). Returns the request and,
+        if it was queued, the wait for its completion."""
+        now = self._time()
+        if timeout is _DEFAULT:
+            timeout = self.options.wait_queue_timeout
+        req = Request(now, None if timeout is None else now + timeout)
+        self._core.request(req, now)
+        if not req.queued:
+            return req, None
+        wait, req.owner = self._new_signal()
+        return req, wait
+
+    def _wait(self, req: Request, wait: Callable[[], Any]) -> None:
+        """Outside the lock: wait until ``req`` is completed."""
+        try:
+            wait()
+        except BaseException:
+            # Interrupted (KeyboardInterrupt...): leave the queue, or give back what came.
+            core = self._core
+            with self._lock:
+                cancelled = core.cancel(req, self._time())
+                actions = self._take_locked()
+            self._carry_out(actions)
+            if not cancelled and req.state is _SERVED and req.conn is not None:
+                self._give_back(req.conn)
+            raise
 
     def checkin(self, lease: Lease[C]) -> None:
         """Give ``lease`` back (same as ``lease.release()``)."""

@@ -360,15 +360,17 @@ class PoolCore:
 
     # ------------------------------------------------------------------ check-in
 
-    def release_idle(self, conn: Conn) -> bool:
+    def release_idle(self, conn: Conn) -> Request | bool:
         """The fast check-in: hand ``conn`` to the oldest waiter or put it back as available at
         once, or return false.
 
         False means the check-in must go through :meth:`release` (a stale or multiplexed
-        connection, a clocked or load-balanced pool, a closed pool) and nothing was changed.
-        Needs no ``now``: it applies only where the time of a check-in is never read (a hand-off's
-        time is read only for its event). The caller uses it only when nobody observes the pool
-        (it builds no event); a hand-off appends a ``CompleteRequest`` to ``actions``.
+        connection, a clocked or load-balanced pool, a closed pool) and nothing was changed. True
+        means the connection is available again. A ``Request`` means it was handed to that
+        waiting request, now served, which the caller must wake (nothing is appended to
+        ``actions``). Needs no ``now``: it applies only where the time of a check-in is never
+        read (a hand-off's time is read only for its event). The caller uses it only when nobody
+        observes the pool (it builds no event).
         """
         if conn.gate != self._quick_gen or conn.streams != 1 or conn.state is not _LEASED:
             return False
@@ -377,8 +379,7 @@ class PoolCore:
             req = self._pop_waiter()
             req.state = _SERVED
             req.conn = conn
-            self.actions.append(CompleteRequest(req))
-            return True
+            return req
         # _fire(conn, RELEASE_LAST) inlined: LEASED -> IDLE changes no counter (see _LEASED_IDLE).
         conn.streams = 0
         conn.state = _LEASED_IDLE

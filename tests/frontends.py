@@ -9,6 +9,7 @@ runs on the same loop as the scenario. Time moves only through ``advance``.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -41,6 +42,13 @@ class Front:
         self.options = options
         self.made: list[Conn] = []
         self.events: list[ev.PoolEvent] = []
+        #: (time, event) for every event, in order
+        self.timed: list[tuple[float, ev.PoolEvent]] = []
+        #: (time, connection id) of every keep-alive probe started
+        self.probes: list[tuple[float, int]] = []
+        #: how long each probe takes; errors the next probes raise, in order (then they succeed)
+        self.probe_delay = 0.0
+        self.probe_errors: list[BaseException] = []
         #: max_streams each connect reports, in order (the last one repeats)
         self._streams = [streams] if isinstance(streams, int) else list(streams)
         self.connect_delay = 0.0
@@ -54,6 +62,32 @@ class Front:
         self.made.append(conn)
         n = self._streams.pop(0) if len(self._streams) > 1 else self._streams[0]
         return poolkit.Established(conn, max_streams=n) if n != 1 else conn
+
+    def _record(self, event: ev.PoolEvent) -> None:
+        self.events.append(event)
+        self.timed.append((self.now(), event))
+
+    def _probe_started(self, conn: Conn) -> BaseException | None:
+        self.probes.append((self.now(), conn.id))
+        return self.probe_errors.pop(0) if self.probe_errors else None
+
+    def with_keep_alive(
+        self, options: poolkit.PoolOptions, probe: Callable[[Any], Any]
+    ) -> poolkit.PoolOptions:
+        """``options`` with its ``keep_alive`` probe replaced by this front end's ``probe``."""
+        if options.keep_alive is None:
+            return options
+        return dataclasses.replace(
+            options, keep_alive=dataclasses.replace(options.keep_alive, probe=probe)
+        )
+
+    def at(self, kind: type[ev.PoolEvent]) -> list[float]:
+        """The times of the events of type ``kind``."""
+        return [t for t, e in self.timed if isinstance(e, kind)]
+
+    def of(self, kind: type[Any]) -> list[Any]:
+        """The events of type ``kind``."""
+        return [e for e in self.events if isinstance(e, kind)]
 
     def closed(self) -> list[int]:
         """Ids of the connections closed so far, in the order closed."""
@@ -99,8 +133,16 @@ class AsyncFront(Front):
                 await asyncio.sleep(self.connect_delay)
             return self._made(ctx)
 
+        async def probe(conn: Conn) -> None:
+            error = self._probe_started(conn)
+            if self.probe_delay:
+                await asyncio.sleep(self.probe_delay)
+            if error is not None:
+                raise error
+
+        self.options = options = self.with_keep_alive(options, probe)
         self.pool = poolkit.AsyncPool(
-            connect, address="db:1", options=options, listeners=[self.events.append]
+            connect, address="db:1", options=options, listeners=[self._record]
         )
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -150,11 +192,19 @@ class ThreadFront(Front):
                 clock.sleep(self.connect_delay)
             return self._made(ctx)
 
+        def probe(conn: Conn) -> None:
+            error = self._probe_started(conn)
+            if self.probe_delay:
+                clock.sleep(self.probe_delay)
+            if error is not None:
+                raise error
+
+        self.options = options = self.with_keep_alive(options, probe)
         self.pool = poolkit.Pool(
             connect,
             address="db:1",
             options=options,
-            listeners=[self.events.append],
+            listeners=[self._record],
             clock=clock,
         )
 

@@ -394,11 +394,19 @@ def test_connect_failure_fails_the_head_waiter_with_the_same_error() -> None:
     assert second.state is RequestState.WAITING
     assert kinds(events) == [
         "ConnectionClosedEvent",
+        "ConnectAttemptFailedEvent",
         "ConnectionCheckOutFailedEvent",
         "ConnectionCreatedEvent",
     ]
     assert events[0].reason == "error" and events[0].error is boom
-    assert events[1].reason == "connectionError" and events[1].error is boom
+    attempt = events[1]
+    assert (attempt.connection_id, attempt.error, attempt.failures, attempt.retry_in) == (
+        conn.id,
+        boom,
+        1,
+        None,
+    )
+    assert events[2].reason == "connectionError" and events[2].error is boom
     assert conn.state is ConnState.CLOSED and core.pending == 1
 
 
@@ -425,7 +433,11 @@ def test_connect_timeout() -> None:
     assert kinds(actions) == ["CloseConnection", "CompleteRequest"]  # no waiter left: no connect
     assert actions[0].conn is conn and conn.close_reason == "error"
     assert isinstance(waiter.error, ConnectTimeoutError) and waiter.error.timeout == 2.0
-    assert kinds(events)[:2] == ["ConnectionClosedEvent", "ConnectionCheckOutFailedEvent"]
+    assert kinds(events)[:3] == [
+        "ConnectionClosedEvent",
+        "ConnectAttemptFailedEvent",
+        "ConnectionCheckOutFailedEvent",
+    ]
     # the abandoned connect reports late: its connection is closed; a late failure is ignored
     core.connected(conn, 3.0, "late")
     actions, events = core.take()

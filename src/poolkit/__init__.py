@@ -8,8 +8,10 @@ from ._frontend import Clock, ConnectContext, Established, Lease
 from ._requests import LeaseRequest
 from .asyncio import AsyncPool
 from .errors import (
+    CircuitOpenError,
     ConnectTimeoutError,
     InvalidLeaseError,
+    KeepAliveTimeoutError,
     PoolClearedError,
     PoolClosedError,
     PoolError,
@@ -18,17 +20,21 @@ from .errors import (
     WaitQueueTimeoutError,
 )
 from .events import PoolListener
-from .options import PoolOptions
+from .options import Backoff, KeepAlive, PoolOptions
 from .stats import PoolState, PoolStats
 from .threaded import Pool
 
 __all__ = [
     "AsyncPool",
+    "Backoff",
+    "CircuitOpenError",
     "Clock",
     "ConnectContext",
     "ConnectTimeoutError",
     "Established",
     "InvalidLeaseError",
+    "KeepAlive",
+    "KeepAliveTimeoutError",
     "Lease",
     "LeaseRequest",
     "Pool",

@@ -31,6 +31,7 @@ from ._core import (
     Request,
     RequestState,
     StartConnect,
+    StartKeepAlive,
 )
 from ._frontend import (
     Clock,
@@ -418,6 +419,8 @@ class AsyncPool(Generic[C]):
                 self._start_connect(action.conn)
             elif type(action) is CloseConnection:
                 self._close_connection(action.conn)
+            elif type(action) is StartKeepAlive:
+                self._start_keep_alive(action.conn)
         if events:
             sink = self._sink
             sink.push(events)
@@ -456,7 +459,37 @@ class AsyncPool(Generic[C]):
         core.connected(conn, self._time(), connection, service_id, max_streams)
         self._after_core()
 
+    def _start_keep_alive(self, conn: Conn) -> None:
+        loop = self._loop
+        assert loop is not None  # probes follow connects, which bind the loop
+        task = loop.create_task(self._run_keep_alive(conn), name=f"poolkit-keep-alive-{conn.id}")
+        conn.handle = task  # the connect context is done with; a close cancels the probe
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _run_keep_alive(self, conn: Conn) -> None:
+        keep_alive = self.options.keep_alive
+        assert keep_alive is not None
+        error: BaseException | None = None
+        try:
+            result = keep_alive.probe(conn.connection)
+            if inspect.isawaitable(result):
+                await result
+        except BaseException as exc:  # CancelledError too: the pool closed the connection
+            error = exc
+        if conn.handle is asyncio.current_task():
+            conn.handle = None  # over: a close from here on has nothing to cancel
+        core = self._core
+        core.observed = self._sink.observed()
+        core.keep_alive_done(conn, self._time(), error)
+        self._after_core()
+        if error is not None and not isinstance(error, Exception | asyncio.CancelledError):
+            raise error
+
     def _close_connection(self, conn: Conn) -> None:
+        handle = conn.handle
+        if isinstance(handle, asyncio.Future) and not handle.done():
+            handle.cancel()  # a keep-alive probe in flight
         connection = conn.connection
         if connection is None:
             ctx: ConnectContext | None = conn.handle

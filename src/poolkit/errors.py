@@ -11,8 +11,10 @@ if TYPE_CHECKING:
     from .stats import PoolStats
 
 __all__ = [
+    "CircuitOpenError",
     "ConnectTimeoutError",
     "InvalidLeaseError",
+    "KeepAliveTimeoutError",
     "PoolClearedError",
     "PoolClosedError",
     "PoolError",
@@ -121,6 +123,40 @@ class ConnectTimeoutError(PoolError):
         self.timeout = timeout
 
 
+class KeepAliveTimeoutError(PoolError):
+    """A keep-alive probe ran longer than ``KeepAlive.timeout``; its connection was closed."""
+
+    def __init__(self, *, address: str, connection_id: int, timeout: float) -> None:
+        super().__init__(
+            f"Keep-alive probe of connection {connection_id} to {address} took longer than "
+            f"{timeout:g} s",
+            address=address,
+        )
+        self.connection_id = connection_id
+        self.timeout = timeout
+
+
+class CircuitOpenError(PoolError):
+    """Connects to the pool's endpoint have failed for ``failing_for`` seconds in a row and no
+    connection is open (``PoolOptions.connect_retry``): the checkout fails at once instead of
+    waiting. ``failures`` is the number of failed connects, ``cause`` the last one's error.
+    Retryable: the pool goes on retrying and closes the circuit when a connect succeeds."""
+
+    retryable = True
+
+    def __init__(
+        self, *, address: str, failing_for: float, failures: int, cause: BaseException | None
+    ) -> None:
+        super().__init__(
+            f"Circuit open for {address}: connects have failed for {failing_for:g} s "
+            f"({failures} attempts); last error: {cause!r}",
+            address=address,
+        )
+        self.failing_for = failing_for
+        self.failures = failures
+        self.cause = cause
+
+
 class InvalidLeaseError(PoolError, ValueError):
     """A check-in of a lease this pool did not give out, or one already returned.
 
@@ -142,5 +178,7 @@ for _cls in (
     InvalidLeaseError,
     TooManyWaitersError,
     RequestCancelledError,
+    KeepAliveTimeoutError,
+    CircuitOpenError,
 ):
     _cls.__module__ = "poolkit"

@@ -7,8 +7,11 @@ is logged on ``poolkit.events`` and never breaks the pool.
 Durations are seconds as floats. ``reason`` values are the spec's strings (the ``CLOSE_*`` and
 ``CHECKOUT_*`` constants); poolkit adds, where the spec has no case: ``"cancelled"`` for a checkout
 whose caller gave up (task cancelled), ``"tooManyWaiters"`` for one refused by ``max_waiting``,
-``"lifetime"`` for a connection retired by ``max_lifetime`` and ``"willClose"`` for one that said
-it will close.
+``"circuitOpen"`` for one refused by ``connect_retry``'s open circuit, ``"lifetime"`` for a
+connection retired by ``max_lifetime`` and ``"willClose"`` for one that said it will close.
+
+Beside the CMAP events the pool has its own (connect attempts, keep-alive probes, draining,
+stream limits, the circuit breaker, leaked leases), delivered the same way.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ __all__ = [
     "CHECKOUT_CONNECTION_ERROR",
     "CHECKOUT_POOL_CLOSED",
     "CHECKOUT_TIMEOUT",
+    "CHECKOUT_CIRCUIT_OPEN",
     "CHECKOUT_TOO_MANY_WAITERS",
     "CLOSE_ERROR",
     "CLOSE_IDLE",
@@ -30,14 +34,23 @@ __all__ = [
     "CLOSE_WILL_CLOSE",
     "CLOSE_POOL_CLOSED",
     "CLOSE_STALE",
+    "CircuitClosedEvent",
+    "CircuitOpenedEvent",
+    "ConnectAttemptFailedEvent",
     "ConnectionCheckOutFailedEvent",
     "ConnectionCheckOutStartedEvent",
     "ConnectionCheckedInEvent",
     "ConnectionCheckedOutEvent",
     "ConnectionClosedEvent",
     "ConnectionCreatedEvent",
+    "ConnectionDrainingEvent",
     "ConnectionReadyEvent",
+    "KeepAliveFailedEvent",
+    "KeepAliveStartedEvent",
+    "KeepAliveSucceededEvent",
+    "LeaseLeakedEvent",
     "Listener",
+    "MaxStreamsChangedEvent",
     "PoolClearedEvent",
     "PoolClosedEvent",
     "PoolCreatedEvent",
@@ -59,6 +72,7 @@ CHECKOUT_TIMEOUT: Final = "timeout"
 CHECKOUT_CONNECTION_ERROR: Final = "connectionError"
 CHECKOUT_CANCELLED: Final = "cancelled"
 CHECKOUT_TOO_MANY_WAITERS: Final = "tooManyWaiters"  #: poolkit's: max_waiting reached
+CHECKOUT_CIRCUIT_OPEN: Final = "circuitOpen"  #: poolkit's: connect_retry's circuit is open
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -161,6 +175,93 @@ class ConnectionCheckedInEvent(PoolEvent):
     connection_id: int
 
 
+# ---------------------------------------------------------------------- poolkit's own events
+# (the generic pool's; no CMAP counterpart, so their ``cmap_name`` is empty)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ConnectAttemptFailedEvent(PoolEvent):
+    """A connect function raised (or ran out of ``connect_timeout``). ``failures``: connects
+    failed in a row; ``retry_in``: seconds until the pool retries (``connect_retry``), ``None``
+    when it does not."""
+
+    connection_id: int
+    error: BaseException
+    failures: int
+    retry_in: float | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class KeepAliveStartedEvent(PoolEvent):
+    """An idle connection's keep-alive probe started."""
+
+    connection_id: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class KeepAliveSucceededEvent(PoolEvent):
+    """A keep-alive probe returned after ``duration`` seconds."""
+
+    connection_id: int
+    duration: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class KeepAliveFailedEvent(PoolEvent):
+    """A keep-alive probe raised (or timed out); the connection is closed (reason ``error``)."""
+
+    connection_id: int
+    duration: float
+    error: BaseException
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ConnectionDrainingEvent(PoolEvent):
+    """A connection in use said it will close: no new leases; it closes when ``streams_in_use``
+    leases have come back."""
+
+    connection_id: int
+    streams_in_use: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class MaxStreamsChangedEvent(PoolEvent):
+    """A connection's stream limit changed (``set_max_streams``)."""
+
+    connection_id: int
+    max_streams: int
+    previous: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class CircuitOpenedEvent(PoolEvent):
+    """Connects have failed for ``failing_for`` seconds with no connection open: checkouts fail
+    at once with :class:`~poolkit.CircuitOpenError` until a connect succeeds."""
+
+    failing_for: float
+    failures: int
+    error: BaseException
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class CircuitClosedEvent(PoolEvent):
+    """A connect succeeded after the circuit had opened; checkouts are served again."""
+
+    failing_for: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class LeaseLeakedEvent(PoolEvent):
+    """A lease was held longer than ``leak_timeout`` (``collected`` false: reported once, the
+    lease stays valid) or was garbage-collected without being given back (``collected`` true:
+    its connection is closed). ``stack``: where it was checked out."""
+
+    connection_id: int
+    held: float
+    stack: str
+    collected: bool
+
+
 Listener = Callable[[PoolEvent], object]
 
 
@@ -181,6 +282,15 @@ class PoolListener:
     def connection_check_out_failed(self, event: ConnectionCheckOutFailedEvent) -> None: ...
     def connection_checked_out(self, event: ConnectionCheckedOutEvent) -> None: ...
     def connection_checked_in(self, event: ConnectionCheckedInEvent) -> None: ...
+    def connect_attempt_failed(self, event: ConnectAttemptFailedEvent) -> None: ...
+    def keep_alive_started(self, event: KeepAliveStartedEvent) -> None: ...
+    def keep_alive_succeeded(self, event: KeepAliveSucceededEvent) -> None: ...
+    def keep_alive_failed(self, event: KeepAliveFailedEvent) -> None: ...
+    def connection_draining(self, event: ConnectionDrainingEvent) -> None: ...
+    def max_streams_changed(self, event: MaxStreamsChangedEvent) -> None: ...
+    def circuit_opened(self, event: CircuitOpenedEvent) -> None: ...
+    def circuit_closed(self, event: CircuitClosedEvent) -> None: ...
+    def lease_leaked(self, event: LeaseLeakedEvent) -> None: ...
 
     def __call__(self, event: PoolEvent) -> None:
         getattr(self, _METHODS[type(event)])(event)
@@ -198,6 +308,15 @@ _METHODS: Final[dict[type[PoolEvent], str]] = {
     ConnectionCheckOutFailedEvent: "connection_check_out_failed",
     ConnectionCheckedOutEvent: "connection_checked_out",
     ConnectionCheckedInEvent: "connection_checked_in",
+    ConnectAttemptFailedEvent: "connect_attempt_failed",
+    KeepAliveStartedEvent: "keep_alive_started",
+    KeepAliveSucceededEvent: "keep_alive_succeeded",
+    KeepAliveFailedEvent: "keep_alive_failed",
+    ConnectionDrainingEvent: "connection_draining",
+    MaxStreamsChangedEvent: "max_streams_changed",
+    CircuitOpenedEvent: "circuit_opened",
+    CircuitClosedEvent: "circuit_closed",
+    LeaseLeakedEvent: "lease_leaked",
 }
 
 _log = logging.getLogger("poolkit.events")

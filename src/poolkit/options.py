@@ -9,40 +9,167 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, Final
 
-__all__ = ["PoolOptions"]
+__all__ = ["Backoff", "KeepAlive", "PoolOptions"]
 
 Seconds = float | int | timedelta
 
 
 def _seconds(
-    name: str, value: object, *, allow_none: bool, allow_zero: bool, allow_inf: bool
+    name: str,
+    value: object,
+    *,
+    allow_none: bool,
+    allow_zero: bool,
+    allow_inf: bool,
+    owner: str = "PoolOptions",
 ) -> float | None:
+    name = f"{owner}.{name}"
     if value is None:
         if allow_none:
             return None
-        raise TypeError(f"PoolOptions.{name} must be a number of seconds, not None")
+        raise TypeError(f"{name} must be a number of seconds, not None")
     if isinstance(value, timedelta):
         value = value.total_seconds()
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise TypeError(
-            f"PoolOptions.{name} must be seconds as a float or a timedelta, "
-            f"not {type(value).__name__}"
+            f"{name} must be seconds as a float or a timedelta, not {type(value).__name__}"
         )
     seconds = float(value)
     if math.isnan(seconds):
-        raise ValueError(f"PoolOptions.{name} must be a number of seconds, not NaN")
+        raise ValueError(f"{name} must be a number of seconds, not NaN")
     if math.isinf(seconds) and not allow_inf:
-        raise ValueError(
-            f"PoolOptions.{name} must be finite (use None for no limit), got {value!r}"
-        )
+        raise ValueError(f"{name} must be finite (use None for no limit), got {value!r}")
     if seconds < 0 or (seconds == 0 and not allow_zero):
         rule = ">= 0" if allow_zero else "> 0"
         none = " or None (no limit)" if allow_none else ""
-        raise ValueError(f"PoolOptions.{name} must be {rule} seconds{none}, got {value!r}")
+        raise ValueError(f"{name} must be {rule} seconds{none}, got {value!r}")
     return seconds
+
+
+def _fraction(name: str, value: object, high: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name} must be a float, not {type(value).__name__}")
+    if not 0 <= value <= high:
+        raise ValueError(f"{name} must be a fraction in [0, {high}], got {value!r}")
+    return float(value)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class KeepAlive:
+    """Probe idle connections: ``PoolOptions(keep_alive=KeepAlive(interval, probe))``.
+
+    A connection that has sat available for ``interval`` seconds is probed: ``probe(connection)``
+    (an async function for :class:`~poolkit.AsyncPool`, a plain one for :class:`~poolkit.Pool`)
+    runs outside the pool's lock while the probe occupies one of the connection's streams. If it
+    returns, the connection is available again and probed ``interval`` later; if it raises (or
+    takes longer than ``timeout`` seconds, when set), the connection is closed with reason
+    ``"error"`` and ``min_size`` is refilled. A probe does not count as use: a demand
+    connection's idle time runs on through it.
+    """
+
+    interval: float
+    probe: Callable[[Any], Any]
+    timeout: float | None = None
+
+    def __post_init__(self) -> None:
+        interval = _seconds(
+            "interval",
+            self.interval,
+            allow_none=False,
+            allow_zero=False,
+            allow_inf=False,
+            owner="KeepAlive",
+        )
+        object.__setattr__(self, "interval", interval)
+        timeout = _seconds(
+            "timeout",
+            self.timeout,
+            allow_none=True,
+            allow_zero=False,
+            allow_inf=False,
+            owner="KeepAlive",
+        )
+        object.__setattr__(self, "timeout", timeout)
+        if not callable(self.probe):
+            raise TypeError(
+                f"KeepAlive.probe must be a function of the connection, not "
+                f"{type(self.probe).__name__}"
+            )
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Backoff:
+    """Retry failed connects: ``PoolOptions(connect_retry=Backoff())``.
+
+    When a connect fails, the checkouts waiting keep waiting (until their own deadlines) while
+    the pool retries one connection after ``min(base * factor ** (n - 1), max_delay)`` seconds
+    for the n-th failure in a row, each delay moved by a uniform random fraction of up to
+    ``jitter`` either way (the defaults are PostgresNIO's: 100 ms, x1.25, 60 s cap, +-3%). No
+    other connect starts meanwhile. If connects have failed for ``circuit_breaker_after`` seconds
+    and the pool has no open connection, the circuit opens: every waiting and every new checkout
+    fails at once with :class:`~poolkit.CircuitOpenError` until a connect succeeds (retries go
+    on). ``None`` never opens it.
+    """
+
+    base: float = 0.1
+    factor: float = 1.25
+    max_delay: float = 60.0
+    jitter: float = 0.03
+    circuit_breaker_after: float | None = 30.0
+
+    def __post_init__(self) -> None:
+        base = _seconds(
+            "base",
+            self.base,
+            allow_none=False,
+            allow_zero=False,
+            allow_inf=False,
+            owner="Backoff",
+        )
+        cap = _seconds(
+            "max_delay",
+            self.max_delay,
+            allow_none=False,
+            allow_zero=False,
+            allow_inf=False,
+            owner="Backoff",
+        )
+        trip = _seconds(
+            "circuit_breaker_after",
+            self.circuit_breaker_after,
+            allow_none=True,
+            allow_zero=True,
+            allow_inf=False,
+            owner="Backoff",
+        )
+        factor = self.factor
+        if isinstance(factor, bool) or not isinstance(factor, int | float):
+            raise TypeError(f"Backoff.factor must be a float, not {type(factor).__name__}")
+        if not 1 <= factor < math.inf:
+            raise ValueError(f"Backoff.factor must be a finite number >= 1, got {factor!r}")
+        assert base is not None and cap is not None
+        if cap < base:
+            raise ValueError(f"Backoff.max_delay ({cap}) must be >= Backoff.base ({base})")
+        setattr_ = object.__setattr__
+        setattr_(self, "base", base)
+        setattr_(self, "max_delay", cap)
+        setattr_(self, "factor", float(factor))
+        setattr_(self, "jitter", _fraction("Backoff.jitter", self.jitter, 0.5))
+        setattr_(self, "circuit_breaker_after", trip)
+
+    def delay(self, failures: int, rand: float = 0.5) -> float:
+        """The wait before the retry after ``failures`` failed connects in a row; ``rand`` is a
+        uniform draw in [0, 1) (0.5: no jitter)."""
+        exponent = min(failures - 1, 10_000)
+        try:
+            raw = self.base * self.factor**exponent
+        except OverflowError:
+            raw = self.max_delay
+        return min(raw, self.max_delay) * (1.0 + self.jitter * (2.0 * rand - 1.0))
 
 
 def _count(name: str, value: object, minimum: int) -> int:
@@ -85,6 +212,10 @@ class PoolOptions:
       together; ``0`` for exact lifetimes.
     * ``max_waiting``: the most checkouts that may wait at once; one more fails at once with
       :class:`~poolkit.TooManyWaitersError`. ``0``: no limit.
+    * ``keep_alive``: a :class:`KeepAlive` to probe idle connections; ``None``: no probes.
+    * ``connect_retry``: a :class:`Backoff` to retry failed connects while checkouts wait (and
+      trip a circuit breaker); ``None`` (the CMAP behaviour): a failed connect fails the checkout
+      that needed it.
     """
 
     max_size: int = 100
@@ -99,6 +230,8 @@ class PoolOptions:
     max_lifetime: float | None = None
     max_lifetime_jitter: float = 0.1
     max_waiting: int = 0
+    keep_alive: KeepAlive | None = None
+    connect_retry: Backoff | None = None
 
     def __post_init__(self) -> None:
         setattr_ = object.__setattr__
@@ -122,16 +255,18 @@ class PoolOptions:
                 allow_inf=False,
             ),
         )
-        jitter = self.max_lifetime_jitter
-        if isinstance(jitter, bool) or not isinstance(jitter, int | float):
+        jitter = _fraction("PoolOptions.max_lifetime_jitter", self.max_lifetime_jitter, 0.5)
+        setattr_(self, "max_lifetime_jitter", jitter)
+        if self.keep_alive is not None and not isinstance(self.keep_alive, KeepAlive):
             raise TypeError(
-                f"PoolOptions.max_lifetime_jitter must be a float, not {type(jitter).__name__}"
+                "PoolOptions.keep_alive must be a poolkit.KeepAlive or None, not "
+                f"{type(self.keep_alive).__name__}"
             )
-        if not 0 <= jitter <= 0.5:
-            raise ValueError(
-                f"PoolOptions.max_lifetime_jitter must be a fraction in [0, 0.5], got {jitter!r}"
+        if self.connect_retry is not None and not isinstance(self.connect_retry, Backoff):
+            raise TypeError(
+                "PoolOptions.connect_retry must be a poolkit.Backoff or None, not "
+                f"{type(self.connect_retry).__name__}"
             )
-        setattr_(self, "max_lifetime_jitter", float(jitter))
         setattr_(self, "max_size", _count("max_size", self.max_size, 0))
         setattr_(self, "min_size", _count("min_size", self.min_size, 0))
         setattr_(self, "max_connecting", _count("max_connecting", self.max_connecting, 1))
@@ -223,4 +358,4 @@ _CMAP_NAMES: Final[dict[str, tuple[str, bool]]] = {
 
 _DEFAULTS: Final[dict[str, Any]] = {f.name: f.default for f in dataclasses.fields(PoolOptions)}
 
-PoolOptions.__module__ = "poolkit"
+PoolOptions.__module__ = KeepAlive.__module__ = Backoff.__module__ = "poolkit"

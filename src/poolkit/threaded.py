@@ -33,6 +33,7 @@ from ._core import (
     Request,
     RequestState,
     StartConnect,
+    StartKeepAlive,
 )
 from ._frontend import (
     Clock,
@@ -459,6 +460,8 @@ class Pool(Generic[C]):
                 self._start_connect(action.conn)
             elif type(action) is CloseConnection:
                 self._close_connection(action.conn)
+            elif type(action) is StartKeepAlive:
+                self._start_keep_alive(action.conn)
         self._sink.flush()
 
     def _start_connect(self, conn: Conn) -> None:
@@ -486,6 +489,26 @@ class Pool(Generic[C]):
             core.connected(conn, self._time(), connection, service_id, max_streams)
             actions = self._take_locked()
         self._carry_out(actions)
+
+    def _start_keep_alive(self, conn: Conn) -> None:
+        self._start_thread(lambda: self._run_keep_alive(conn), f"poolkit-keep-alive-{conn.id}")
+
+    def _run_keep_alive(self, conn: Conn) -> None:
+        keep_alive = self.options.keep_alive
+        assert keep_alive is not None
+        error: BaseException | None = None
+        try:
+            keep_alive.probe(conn.connection)
+        except BaseException as exc:
+            error = exc
+        with self._lock:
+            core = self._core
+            core.observed = self._sink.observed()
+            core.keep_alive_done(conn, self._time(), error)
+            actions = self._take_locked()
+        self._carry_out(actions)
+        if error is not None and not isinstance(error, Exception):
+            raise error
 
     def _close_connection(self, conn: Conn) -> None:
         connection = conn.connection

@@ -1,6 +1,6 @@
 """The pure core of poolkit: records, actions, timers and the decisions of the pool."""
 
-from .actions import Action, CloseConnection, CompleteRequest, StartConnect
+from .actions import Action, CloseConnection, CompleteRequest, StartConnect, StartKeepAlive
 from .pool import PoolCore
 from .records import (
     TRANSITIONS,
@@ -29,6 +29,7 @@ __all__ = [
     "RequestState",
     "Role",
     "StartConnect",
+    "StartKeepAlive",
     "TimerEntry",
     "TimerHeap",
     "TimerKind",

@@ -9,6 +9,8 @@ Rules of this module
   ``conn.connection`` is set, close it; if the connect is still running, abandon it (cancel the
   task, mark its context cancelled). The same record may be named twice: once when the core
   abandons a pending connect and once more if that connect returns a connection anyway.
+* ``StartKeepAlive``: run the keep-alive probe on ``conn.connection`` and report
+  ``keep_alive_done`` back to the core (with the error if it raised).
 * ``CompleteRequest``: ``request`` left the wait queue with ``conn`` or ``error`` set; wake its
   owner.
 """
@@ -44,6 +46,17 @@ class CloseConnection(Action):
 
     def __repr__(self) -> str:
         return f"CloseConnection({self.conn.id}, {self.conn.close_reason!r})"
+
+
+@final
+class StartKeepAlive(Action):
+    __slots__ = ("conn",)
+
+    def __init__(self, conn: Conn) -> None:
+        self.conn = conn
+
+    def __repr__(self) -> str:
+        return f"StartKeepAlive({self.conn.id})"
 
 
 @final

@@ -127,8 +127,13 @@ def close(self: PoolCore, now: float) -> None:
     while self._idle:
         self._close(self._idle.popleft(), CLOSE_POOL_CLOSED)
     for conn in list(self.conns.values()):
-        if conn.state is _CONNECTING or conn.state is ConnState.BACKING_OFF:
+        if conn.state is _CONNECTING:
             self._close(conn, CLOSE_POOL_CLOSED)
+        elif conn.state is ConnState.BACKING_OFF:
+            self._drop(conn)  # a slot for a retry: never announced
+        elif conn.probe_started is not None:
+            self._end_probe_at_close(conn)  # the pool's own lease: given back now
+    self._failing = None
     self._fail_all_waiters(now, lambda: PoolClosedError(address=self.address), CHECKOUT_POOL_CLOSED)
     self.timers.clear()
     self._idle_sweep = self._background = None
@@ -147,6 +152,7 @@ def reset_after_fork(self: PoolCore) -> None:
     self._kept = 0
     self._overflow = 0
     self.service_generations.clear()
+    self._failing = None
     self._set_state(self.state, self.generation + 1)
     self.timers.clear()
     self._idle_sweep = self._background = None
@@ -173,6 +179,12 @@ def fire_timers(self: PoolCore, now: float) -> None:
         elif kind is TimerKind.BACKGROUND:
             self._background = None
             self._run_background(now)
+        elif kind is TimerKind.KEEP_ALIVE:
+            self._start_probe(entry.target, now)
+        elif kind is TimerKind.PROBE_TIMEOUT:
+            self._probe_timed_out(entry.target, now)
+        elif kind is TimerKind.BACKOFF:
+            self._backoff_over(entry.target, now)
         else:  # CONNECT_TIMEOUT
             conn: Conn = entry.target
             timeout = self.options.connect_timeout
@@ -191,8 +203,10 @@ def _timer_is_live(self: PoolCore, entry: TimerEntry) -> bool:
         return entry is self._idle_sweep
     if kind is TimerKind.BACKGROUND:
         return entry is self._background
-    conn: Conn = entry.target
-    return conn.state is _CONNECTING
+    if kind is TimerKind.CONNECT_TIMEOUT:
+        conn: Conn = entry.target
+        return conn.state is _CONNECTING
+    return self._health_timer_is_live(entry)
 
 
 def _schedule_background(self: PoolCore, when: float) -> None:
@@ -222,7 +236,11 @@ def _run_background(self: PoolCore, now: float) -> None:
 
 
 def _sweep_idle(self: PoolCore, now: float) -> None:
-    """Close the available connections idle for ``max_idle_time`` (kept ones never are)."""
+    """Close the available connections idle for ``max_idle_time`` (kept ones never are).
+
+    Waiting requests are served first: an available connection a waiter can take is used, not
+    closed (with hand-off at once this is only a safeguard)."""
+    self._dispatch(now)
     max_idle = self._max_idle
     assert max_idle is not None
     expired = [
@@ -240,12 +258,12 @@ def _sweep_idle(self: PoolCore, now: float) -> None:
 
 
 def _arm_idle_sweep(self: PoolCore) -> None:
-    """Arm the sweep for the longest-idle connection that may close for idleness, if any.
-    (``_idle`` is oldest first: check-in appends on the right.)"""
+    """Arm the sweep for the available connection that may next close for idleness, if any.
+    (Not always the leftmost: a keep-alive probe returns a connection to the right end with its
+    idle time running on.)"""
     max_idle = self._max_idle
     assert max_idle is not None
-    for conn in self._idle:
-        if conn.role is not Role.KEPT:
-            self._idle_sweep = self.timers.push(conn.idle_since + max_idle, TimerKind.IDLE_SWEEP)
-            return
-    self._idle_sweep = None
+    since = min((c.idle_since for c in self._idle if c.role is not Role.KEPT), default=None)
+    self._idle_sweep = (
+        None if since is None else self.timers.push(since + max_idle, TimerKind.IDLE_SWEEP)
+    )

@@ -45,6 +45,7 @@ from ..errors import (
 )
 from ..events import (
     CHECKOUT_CANCELLED,
+    CHECKOUT_CIRCUIT_OPEN,
     CHECKOUT_CONNECTION_ERROR,
     CHECKOUT_POOL_CLOSED,
     CHECKOUT_TIMEOUT,
@@ -67,6 +68,7 @@ from ..events import (
 )
 from ..options import PoolOptions
 from ..stats import PoolState, PoolStats
+from . import health as _h
 from . import maintenance as _m
 from .actions import Action, CloseConnection, CompleteRequest, StartConnect
 from .records import STEPS as _STEPS
@@ -111,8 +113,11 @@ class PoolCore:
     __slots__ = (
         "_background",
         "_counts",
+        "_fail_row",
+        "_failing",
         "_idle",
         "_idle_sweep",
+        "_keep_alive",
         "_kept",
         "_lb",
         "_lease_gen",
@@ -126,12 +131,14 @@ class PoolCore:
         "_quick_gen",
         "_rand",
         "_release_gen",
+        "_retry",
         "_soft",
         "_waiters",
         "actions",
         "address",
         "clear_cause",
         "clocked",
+        "connect_failures",
         "conns",
         "events",
         "generation",
@@ -168,12 +175,22 @@ class PoolCore:
         self._soft = self._max_size if soft is None else soft
         self._lifetime = options.max_lifetime
         self._max_waiting = options.max_waiting
+        self._keep_alive = options.keep_alive
+        self._retry = options.connect_retry
+        #: connect_retry's failing state (``health.Failing``), ``None`` while connects succeed
+        self._failing: _h.Failing | None = None
+        self.connect_failures = 0  #: connects failed, ever
+        self._fail_row = 0  #: connects failed since the last one that succeeded
         #: ``max_lifetime``'s jitter: a uniform draw in [0, 1) (an input, like the time)
         self._rand = rand
         #: whether ``lease_idle`` reads ``now``; when false a front end may pass 0.0 there and skip
         #: the clock (it only closes perished connections, and starts nothing, on that path).
         #: Every other input needs the real time: a check-in, say, may start a connect.
-        self.clocked = options.max_idle_time is not None or options.max_lifetime is not None
+        self.clocked = (
+            options.max_idle_time is not None
+            or options.max_lifetime is not None
+            or options.keep_alive is not None
+        )
         self._set_state(_PAUSED, 0)
         #: load-balanced mode: service id -> [generation, connection count]
         self.service_generations: dict[Any, list[int]] = {}
@@ -284,6 +301,24 @@ class PoolCore:
     _sweep_idle = _m._sweep_idle
     _arm_idle_sweep = _m._arm_idle_sweep
 
+    # ------------------------------------------------------------------ health and notices
+    # (in ``health``)
+
+    keep_alive_done = _h.keep_alive_done
+    connect_failed = _h.connect_failed
+    will_close = _h.will_close
+    set_max_streams = _h.set_max_streams
+    _arm_keep_alive = _h._arm_keep_alive
+    _start_probe = _h._start_probe
+    _probe_timed_out = _h._probe_timed_out
+    _end_probe_at_close = _h._end_probe_at_close
+    _attempt_failed = _h._attempt_failed
+    _open_circuit = _h._open_circuit
+    _circuit_error = _h._circuit_error
+    _recovered = _h._recovered
+    _backoff_over = _h._backoff_over
+    _health_timer_is_live = _h._health_timer_is_live
+
     # ------------------------------------------------------------------ checkout
 
     def lease_idle(self, now: float) -> Conn | None:
@@ -328,6 +363,10 @@ class PoolCore:
                 return
         if req.deadline is not None and req.deadline <= now:
             self._fail_timeout(req, now)
+            return
+        failing = self._failing
+        if failing is not None and failing.open:
+            self._fail(req, self._circuit_error(now), CHECKOUT_CIRCUIT_OPEN, now)
             return
         waiters = self._waiters
         if self._max_waiting and len(waiters) >= self._max_waiting:
@@ -392,11 +431,18 @@ class PoolCore:
         Returns whether there may be output (actions, events, a new earliest timer) for the
         front end to take: false only on the plain path, where the connection just goes back.
         """
-        observed = self.observed
-        if observed:
+        if self.observed:
             self.events.append(
                 ConnectionCheckedInEvent(address=self.address, connection_id=conn.id)
             )
+            self._give_back(conn, now, now)
+            return True
+        return self._give_back(conn, now, now)
+
+    def _give_back(self, conn: Conn, now: float, idle_since: float) -> bool:
+        """One stream of ``conn`` came back (a lease's, or a keep-alive probe's); if it was the
+        last, the connection has been idle since ``idle_since``. Returns whether there may be
+        output (actions, a new earliest timer) besides events."""
         conn.streams -= 1
         if conn.state is not _LEASED:
             if conn.state is _DRAINING and not conn.streams:
@@ -404,9 +450,9 @@ class PoolCore:
                 self._dispatch(now)
                 return True
             self._fire(conn, _RELEASE if conn.streams else _RELEASE_LAST)
-            return observed  # draining, or closed while it was out
+            return False  # draining, or closed while it was out
         if conn.streams:
-            return self._release_stream(conn, now) or observed
+            return self._release_stream(conn, now)
         # _fire(conn, RELEASE_LAST) inlined: LEASED -> IDLE changes no counter (see _LEASED_IDLE).
         conn.state = _LEASED_IDLE
         if conn.gate != self._release_gen:
@@ -420,19 +466,20 @@ class PoolCore:
                 self._close(conn, reason)
                 self._dispatch(now)
                 return True
-        conn.idle_since = now
+        conn.idle_since = idle_since
         if self._waiters:
             self._serve(self._pop_waiter(), conn, now)
             return True
         self._idle.append(conn)
-        if self._max_idle is not None and self._idle_sweep is None:
-            self._arm_idle_sweep()
-            return True
-        return observed
+        if self.clocked:
+            return self._parked(conn, now)
+        return False
 
     def _release_stream(self, conn: Conn, now: float) -> bool:
         """One stream of a multiplexed connection came back and others are still in use."""
         self._fire(conn, _RELEASE)
+        if conn.streams == 1 and conn.probe_started is not None:
+            conn.idle_since = now  # only the keep-alive probe is left: idle from now
         if self._perished(conn, now, check_idle=False) is not None:
             self._open.pop(conn, None)  # no new leases; closed when its last lease comes back
             return False
@@ -484,6 +531,9 @@ class PoolCore:
         conn.max_streams = max_streams
         self._regate(conn)
         self._fire(conn, ConnInput.ESTABLISHED)
+        self._fail_row = 0
+        if self._failing is not None:
+            self._recovered(now)
         if self.observed:
             self.events.append(
                 ConnectionReadyEvent(
@@ -496,58 +546,8 @@ class PoolCore:
         elif conn.role is _OVERFLOW and self.state is not _CLOSED:
             self._close(conn, CLOSE_IDLE)  # made for a waiter that is gone: idle at once
         else:
-            self._push_idle(conn)
+            self._push_idle(conn, now)
         self._dispatch(now)
-
-    # ------------------------------------------------------------------ what a connection says
-
-    def will_close(self, conn_id: int, now: float) -> bool:
-        """Connection ``conn_id`` said it will close (e.g. HTTP/2 GOAWAY): an available one closes
-        now, one in use drains (no new leases) and closes when its last lease comes back.
-        ``min_size`` is refilled. False if the pool has no such established connection."""
-        conn = self.conns.get(conn_id)
-        if conn is None:
-            return False
-        state = conn.state
-        if state is _IDLE:
-            self._idle.remove(conn)
-            self._close(conn, CLOSE_WILL_CLOSE, how=ConnInput.WILL_CLOSE)
-            self._dispatch(now)
-            return True
-        if state is _LEASED:
-            self._open.pop(conn, None)
-            self._fire(conn, ConnInput.WILL_CLOSE)
-            return True
-        return state is _DRAINING
-
-    def set_max_streams(self, conn_id: int, max_streams: int, now: float) -> bool:
-        """Connection ``conn_id`` now serves at most ``max_streams`` leases at once (e.g. HTTP/2
-        SETTINGS). An increase serves waiting requests at once; a decrease takes no lease back but
-        gives no new one until its use falls below the new limit. False if the pool has no such
-        established connection (the change is then ignored)."""
-        conn = self.conns.get(conn_id)
-        if conn is None or conn.state is _CONNECTING or conn.state is ConnState.BACKING_OFF:
-            return False
-        conn.max_streams = max_streams
-        self._regate(conn)
-        if conn.state is _LEASED:
-            if conn.streams < max_streams and self._perished(conn, now, check_idle=False) is None:
-                if max_streams > 1:
-                    self._open[conn] = None
-            else:
-                self._open.pop(conn, None)
-        self._dispatch(now)
-        return True
-
-    def connect_failed(self, conn: Conn, now: float, error: BaseException) -> None:
-        """``conn``'s connect function raised ``error``."""
-        if conn.state is not _CONNECTING:
-            return
-        self._close(conn, CLOSE_ERROR, error, ConnInput.CONNECT_FAILED)
-        # CMAP: the checkout that needed this connection fails with the connect error.
-        if len(self._waiters) > self._counts[_CONNECTING]:
-            self._fail(self._pop_waiter(), error, CHECKOUT_CONNECTION_ERROR, now)
-        self._maybe_connect(now, fill_min=False)
 
     # ------------------------------------------------------------------ internals
 
@@ -632,6 +632,9 @@ class PoolCore:
         """One more lease on ``conn`` (idle, or multiplexed with a stream free)."""
         if conn.state is _IDLE:
             conn.state = _IDLE_LEASE  # _fire(conn, LEASE) inlined: no counter (see _IDLE_LEASE)
+            if conn.ka_timer is not None:  # its keep-alive probe is off
+                conn.ka_timer = None
+                self.timers.note_stale()
         else:
             self._fire(conn, _LEASE)
         conn.streams += 1
@@ -685,10 +688,28 @@ class PoolCore:
             self._close(conn, reason)
         return None
 
-    def _push_idle(self, conn: Conn) -> None:
+    def _push_idle(self, conn: Conn, now: float) -> None:
         self._idle.append(conn)
-        if self._max_idle is not None and self._idle_sweep is None:
-            self._arm_idle_sweep()
+        if self.clocked:
+            self._parked(conn, now)
+
+    def _parked(self, conn: Conn, now: float) -> bool:
+        """``conn`` was just put on ``_idle`` in a clocked pool: arm its keep-alive probe and
+        the idle sweep for it. Returns whether a timer was pushed."""
+        pushed = False
+        if self._keep_alive is not None:
+            self._arm_keep_alive(conn, now)
+            pushed = True
+        max_idle = self._max_idle
+        if max_idle is not None and conn.role is not _KEPT:
+            when = conn.idle_since + max_idle
+            sweep = self._idle_sweep
+            if sweep is None or when < sweep.when:
+                if sweep is not None:
+                    self.timers.note_stale()
+                self._idle_sweep = self.timers.push(when, TimerKind.IDLE_SWEEP)
+                pushed = True
+        return pushed
 
     def _pop_waiter(self) -> Request:
         req, _ = self._waiters.popitem(last=False)
@@ -748,34 +769,67 @@ class PoolCore:
             return
         opts = self.options
         counts = self._counts
-        while counts[_CONNECTING] < opts.max_connecting and (
-            not opts.max_size or len(self.conns) < opts.max_size
-        ):
+        failing = self._failing
+        if failing is not None:
+            # connect_retry: no connect but the one retried (or, none planned, the next needed)
+            if (
+                failing.pending is None
+                and len(self.conns) < self._max_size
+                and (
+                    (fill_min and len(self.conns) < opts.min_size)
+                    or len(self._waiters) > counts[_CONNECTING]
+                )
+            ):
+                failing.pending = self._start_connect(now)
+            return
+        while counts[_CONNECTING] < opts.max_connecting and len(self.conns) < self._max_size:
             missing = opts.min_size - len(self.conns) if fill_min else 0
             if missing <= 0 and len(self._waiters) <= counts[_CONNECTING]:
                 return
             self._start_connect(now)
 
-    def _start_connect(self, now: float) -> None:
+    def _start_connect(self, now: float) -> Conn:
+        conn = self._new_record(now, _CONNECTING)
+        self._begin_connect(conn, now)
+        return conn
+
+    def _new_record(self, now: float, state: ConnState) -> Conn:
+        """A new connection record (connecting, or a backing-off slot), counted."""
         role = self._new_role()
-        conn = Conn(self._next_id, self.generation, role, now)
+        conn = Conn(self._next_id, self.generation, role, now, state)
         self._next_id += 1
         if role is _KEPT:
             self._kept += 1
         elif role is _OVERFLOW:
             self._overflow += 1
         self._regate(conn)
+        self.conns[conn.id] = conn
+        self._counts[state] += 1
+        return conn
+
+    def _begin_connect(self, conn: Conn, now: float) -> None:
+        """``conn`` is connecting from ``now``: announce it and ask the front end to connect."""
         lifetime = self._lifetime
         if lifetime is not None:
             conn.expires = now + lifetime * (1.0 - self.options.max_lifetime_jitter * self._rand())
-        self.conns[conn.id] = conn
-        self._counts[_CONNECTING] += 1
         if self.observed:
             self.events.append(ConnectionCreatedEvent(address=self.address, connection_id=conn.id))
         timeout = self.options.connect_timeout
         if timeout is not None:
             self.timers.push(now + timeout, TimerKind.CONNECT_TIMEOUT, conn)
         self.actions.append(StartConnect(conn))
+
+    def _drop(self, slot: Conn) -> None:
+        """Forget a backing-off slot (never announced to the front end or listeners)."""
+        self._fire(slot, ConnInput.CLOSE)
+        del self.conns[slot.id]
+        role = slot.role
+        if role is _KEPT:
+            self._kept -= 1
+        elif role is _OVERFLOW:
+            self._overflow -= 1
+        if self.state is not _CLOSED:
+            self._promote(role)
 
     def _close(
         self,

@@ -34,7 +34,7 @@ class ConnInput(enum.IntEnum):
 
     ESTABLISHED = 0
     CONNECT_FAILED = 1
-    RETRY = 2
+    RETRY = 2  #: a backing-off slot's retry starts
     LEASE = 3
     RELEASE = 4  #: a lease came back and others remain
     RELEASE_LAST = 5  #: the last lease came back
@@ -70,6 +70,8 @@ TRANSITIONS: Final[dict[tuple[ConnState, ConnInput], ConnState]] = {
     (_S.CONNECTING, _I.ESTABLISHED): _S.IDLE,
     (_S.CONNECTING, _I.CONNECT_FAILED): _S.CLOSED,
     (_S.CONNECTING, _I.CLOSE): _S.CLOSED,
+    # A backing-off record is a slot the pool holds for its next connect attempt (connect_retry):
+    # born in BACKING_OFF, it becomes CONNECTING when its retry starts.
     (_S.BACKING_OFF, _I.RETRY): _S.CONNECTING,
     (_S.BACKING_OFF, _I.CLOSE): _S.CLOSED,
     (_S.IDLE, _I.LEASE): _S.LEASED,
@@ -135,19 +137,28 @@ class Conn:
         "handle",
         "id",
         "idle_since",
+        "ka_timer",
         "max_streams",
+        "probe_started",
         "role",
         "service_id",
         "state",
         "streams",
     )
 
-    def __init__(self, conn_id: int, generation: int, role: Role, now: float) -> None:
+    def __init__(
+        self,
+        conn_id: int,
+        generation: int,
+        role: Role,
+        now: float,
+        state: ConnState = ConnState.CONNECTING,
+    ) -> None:
         self.id: Final = conn_id
         #: the pool's generation (or the service's, once known) when the connection was made
         self.generation = generation
         self.service_id: Any = None
-        self.state = ConnState.CONNECTING
+        self.state = state
         self.role = role
         self.max_streams = 1
         self.streams = 0  #: streams in use (leases out)
@@ -162,6 +173,10 @@ class Conn:
         #: otherwise. Kept by ``PoolCore._regate`` whenever generation, role or streams change.
         self.gate = generation
         self.close_reason: str | None = None
+        #: keep-alive: while idle, the timer of its next probe; while probed, the probe's timeout
+        self.ka_timer: Any = None
+        #: when the keep-alive probe in flight started (it holds one stream); ``None``: no probe
+        self.probe_started: float | None = None
 
     def __repr__(self) -> str:
         return f"<Conn {self.id} {self.state.name} gen={self.generation} streams={self.streams}>"

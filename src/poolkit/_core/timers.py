@@ -25,6 +25,9 @@ class TimerKind(enum.IntEnum):
     IDLE_SWEEP = 2  #: the oldest available connection reaches max_idle_time
     BACKGROUND = 3  #: a background maintenance run
     CONNECT_TIMEOUT = 4  #: a connect attempt ran out of time
+    KEEP_ALIVE = 5  #: an idle connection is due for a keep-alive probe
+    PROBE_TIMEOUT = 6  #: a keep-alive probe ran out of time
+    BACKOFF = 7  #: a backing-off slot's wait before its connect retry is over
 
 
 @final

@@ -1,0 +1,275 @@
+"""Keep-alive probes, connect retries with backoff and the circuit breaker: the generic pool's
+scenarios, each run on both front ends with time driven by a fake clock."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import poolkit
+from frontends import Front, drive
+from poolkit import events as ev
+
+
+def _replaced(connection: Any) -> None:  # pragma: no cover - the front end puts its own probe
+    raise AssertionError("the test front end replaces this probe")
+
+
+def keep_alive(interval: float, timeout: float | None = None) -> poolkit.KeepAlive:
+    return poolkit.KeepAlive(interval, _replaced, timeout)
+
+
+# ---------------------------------------------------------------------- keep-alive
+
+
+def test_idle_connections_are_probed_at_exact_instants(front_kind: str) -> None:
+    async def scenario(f: Front) -> None:
+        t0 = f.now()
+        assert f.pool.stats().total == 2
+        await f.advance(9.999)
+        assert f.probes == []
+        await f.advance(0.001)
+        assert sorted(f.probes) == [(t0 + 10, 1), (t0 + 10, 2)]
+        assert [e.connection_id for e in f.of(ev.KeepAliveSucceededEvent)] == [1, 2]
+        await f.advance(5)
+        lease = await f.lease()  # leased: not probed while out
+        await f.advance(5)
+        assert f.probes[2:] == [(t0 + 20, 3 - lease.connection_id)]
+        await f.advance(2)
+        lease.release()  # parked at 22: next probe one interval later
+        await f.advance(7.9)
+        assert len(f.probes) == 3
+        await f.advance(0.1)
+        assert f.probes[3:] == [(t0 + 30, 3 - lease.connection_id)]
+        await f.advance(1.9)
+        assert len(f.probes) == 4
+        await f.advance(0.1)
+        assert f.probes[4:] == [(t0 + 32, lease.connection_id)]
+        assert f.close_reasons() == {}
+
+    drive(front_kind, scenario, min_size=2, max_size=2, keep_alive=keep_alive(10))
+
+
+def test_failed_probe_closes_and_min_size_is_refilled(front_kind: str) -> None:
+    async def scenario(f: Front) -> None:
+        t0 = f.now()
+        f.probe_errors.append(ConnectionResetError("gone"))
+        await f.advance(10)
+        assert f.close_reasons() == {1: "error"}
+        (failed,) = f.of(ev.KeepAliveFailedEvent)
+        assert failed.connection_id == 1 and isinstance(failed.error, ConnectionResetError)
+        assert f.pool.stats().total == 1 and f.created() == 2  # the replacement
+        await f.advance(10)
+        assert f.probes == [(t0 + 10, 1), (t0 + 20, 2)]
+        assert f.close_reasons() == {1: "error"}
+
+    drive(front_kind, scenario, min_size=1, max_size=3, keep_alive=keep_alive(10))
+
+
+def test_a_probe_holds_the_connection_a_lease_waits_or_takes_another(front_kind: str) -> None:
+    async def scenario(f: Front) -> None:
+        f.probe_delay = 5.0
+        first = await f.lease()  # connection 1, made on demand
+        first.release()
+        await f.advance(11)  # probe of 1 runs from 10 to 15
+        assert f.pool.stats().in_use == 1
+        other = await f.lease()  # max_size 2: another connection, made for it
+        assert other.connection_id == 2
+        waiting = f.start()  # the pool is full: waits for the probe
+        await f.settle()
+        assert not waiting.done
+        await f.advance(4)
+        assert waiting.done and waiting.lease is not None and waiting.lease.connection_id == 1
+        waiting.lease.release()
+        other.release()
+
+    drive(front_kind, scenario, max_size=2, keep_alive=keep_alive(10))
+
+
+def test_idle_timer_firing_while_a_request_waits_is_rescheduled(front_kind: str) -> None:
+    # PostgresNIO's race: soft = hard = 1, keep-alive running, a lease queued, the idle timer
+    # fires: the connection is not closed; when the probe ends the queued lease gets it.
+    async def scenario(f: Front) -> None:
+        f.probe_delay = 5.0
+        lease = await f.lease()
+        lease.release()
+        await f.advance(11)  # probe from 10 to 15
+        waiting = f.start()
+        await f.advance(2)  # 13: past the 12 s idle deadline
+        assert not waiting.done and f.close_reasons() == {}
+        await f.advance(2)  # 15: the probe returns
+        assert waiting.done and waiting.lease is not None and waiting.lease.connection_id == 1
+        assert f.close_reasons() == {}
+        waiting.lease.release()  # idle since 15 now: closes at 27
+        f.probe_delay = 0.0
+        await f.advance(11.9)
+        assert f.probes[-1] == (f.now() - 1.9, 1)  # probed at 25: a probe is not use
+        assert f.close_reasons() == {}
+        await f.advance(0.1)
+        assert f.close_reasons() == {1: "idle"}
+
+    drive(front_kind, scenario, max_size=1, max_idle_time=12, keep_alive=keep_alive(10))
+
+
+def test_a_probe_takes_one_stream_of_a_multiplexed_connection(front_kind: str) -> None:
+    async def scenario(f: Front) -> None:
+        f.probe_delay = 5.0
+        (await f.lease()).release()
+        await f.advance(11)  # probe from 10 to 15 on one of the two streams
+        lease = await f.lease()
+        assert lease.connection_id == 1
+        waiting = f.start()  # both streams taken
+        await f.settle()
+        assert not waiting.done
+        await f.advance(4)
+        assert waiting.done and waiting.lease is not None and waiting.lease.connection_id == 1
+        for held in (lease, waiting.lease):
+            held.release()
+
+    drive(front_kind, scenario, streams=2, max_size=1, keep_alive=keep_alive(10))
+
+
+def test_a_probe_that_hangs_past_its_timeout_closes_the_connection(front_kind: str) -> None:
+    async def scenario(f: Front) -> None:
+        f.probe_delay = 100.0
+        await f.advance(12.9)
+        assert f.close_reasons() == {}
+        await f.advance(0.1)
+        assert f.close_reasons() == {1: "error"}
+        (failed,) = f.of(ev.KeepAliveFailedEvent)
+        assert isinstance(failed.error, poolkit.KeepAliveTimeoutError)
+        assert failed.error.timeout == 3.0 and failed.duration == pytest.approx(3.0)
+        assert f.pool.stats().total == 1  # refilled
+        f.probe_delay = 0.0
+        await f.advance(100)  # the hung probe returns at last: ignored
+        assert f.close_reasons() == {1: "error"}
+        assert len(f.of(ev.KeepAliveSucceededEvent)) == 10  # connection 2, every 10 s
+
+    drive(front_kind, scenario, min_size=1, keep_alive=keep_alive(10, timeout=3.0))
+
+
+def test_close_during_a_probe_closes_the_probed_connection(front_kind: str) -> None:
+    async def scenario(f: Front) -> None:
+        f.probe_delay = 5.0
+        await f.advance(11)
+        assert f.pool.stats().in_use == 1
+        await f.close()
+        assert f.close_reasons() == {1: "poolClosed"}
+        assert f.pool.stats().total == 0
+        await f.advance(10)  # the probe's end changes nothing
+        assert f.close_reasons() == {1: "poolClosed"}
+
+    drive(front_kind, scenario, min_size=1, keep_alive=keep_alive(10))
+
+
+# ---------------------------------------------------------------------- connect retries
+
+
+def test_backoff_delays_follow_the_formula(front_kind: str) -> None:
+    retry = poolkit.Backoff(jitter=0.0, circuit_breaker_after=None)
+
+    async def scenario(f: Front) -> None:
+        t0 = f.now()
+        f.connect_errors.extend(ConnectionRefusedError(n) for n in range(6))
+        waiting = f.start()
+        await f.advance(60)
+        assert waiting.done and waiting.lease is not None and waiting.error is None
+        delays = [e.retry_in for e in f.of(ev.ConnectAttemptFailedEvent)]
+        assert delays == pytest.approx([0.1 * 1.25 ** (n - 1) for n in range(1, 7)])
+        assert [e.failures for e in f.of(ev.ConnectAttemptFailedEvent)] == [1, 2, 3, 4, 5, 6]
+        starts = [t - t0 for t in f.at(ev.ConnectionCreatedEvent)]
+        expected = [0.0]
+        for delay in delays:
+            expected.append(expected[-1] + delay)
+        assert starts == pytest.approx(expected)
+        assert f.pool.stats().total == 1  # one attempt at a time, no slot left over
+        waiting.lease.release()
+
+    drive(front_kind, scenario, max_size=4, connect_retry=retry)
+
+
+def test_backoff_jitter_stays_within_its_fraction(front_kind: str) -> None:
+    retry = poolkit.Backoff(base=1.0, factor=2.0, max_delay=8.0, circuit_breaker_after=None)
+
+    async def scenario(f: Front) -> None:
+        f.connect_errors.extend(OSError(n) for n in range(8))
+        waiting = f.start()
+        await f.advance(100)
+        delays = [e.retry_in for e in f.of(ev.ConnectAttemptFailedEvent)]
+        formula = [1.0, 2.0, 4.0, 8.0, 8.0, 8.0, 8.0, 8.0]  # capped at max_delay
+        assert len(delays) == 8
+        for delay, exact in zip(delays, formula, strict=True):
+            assert exact * 0.97 <= delay <= exact * 1.03
+        assert waiting.lease is not None
+        waiting.lease.release()
+
+    drive(front_kind, scenario, connect_retry=retry)
+
+
+def test_waiters_keep_waiting_until_their_own_deadline(front_kind: str) -> None:
+    retry = poolkit.Backoff(jitter=0.0, circuit_breaker_after=None)
+
+    async def scenario(f: Front) -> None:
+        f.connect_errors.extend(OSError(n) for n in range(100))
+        waiting = f.start(timeout=0.5)
+        await f.advance(0.49)
+        assert not waiting.done
+        await f.advance(0.01)
+        assert isinstance(waiting.error, poolkit.WaitQueueTimeoutError)
+        assert [e.reason for e in f.of(ev.ConnectionCheckOutFailedEvent)] == ["timeout"]
+
+    drive(front_kind, scenario, connect_retry=retry)
+
+
+def test_circuit_breaker_trips_and_recovers(front_kind: str) -> None:
+    retry = poolkit.Backoff(
+        base=1.0, factor=2.0, max_delay=8.0, jitter=0.0, circuit_breaker_after=5.0
+    )
+
+    async def scenario(f: Front) -> None:
+        t0 = f.now()
+        f.connect_errors.extend(OSError(n) for n in range(4))  # fail at 0, 1, 3, 7
+        waiting = f.start()
+        await f.advance(6.9)
+        assert not waiting.done and f.of(ev.CircuitOpenedEvent) == []
+        await f.advance(0.1)  # 7: failing for 7 s with no connection open
+        assert isinstance(waiting.error, poolkit.CircuitOpenError)
+        assert waiting.error.failures == 4 and waiting.error.retryable
+        (opened,) = f.of(ev.CircuitOpenedEvent)
+        assert opened.failing_for == pytest.approx(7.0) and opened.failures == 4
+        assert f.of(ev.ConnectionCheckOutFailedEvent)[-1].reason == "circuitOpen"
+        await f.advance(1)
+        with pytest.raises(poolkit.CircuitOpenError):
+            await f.lease()  # at once, without waiting
+        await f.advance(7)  # 15: the retry (after 8 s) succeeds
+        (closed,) = f.of(ev.CircuitClosedEvent)
+        assert closed.failing_for == pytest.approx(15.0)
+        assert [t - t0 for t in f.at(ev.CircuitClosedEvent)] == pytest.approx([15.0])
+        lease = await f.lease()
+        assert lease.connection_id == 5
+        lease.release()
+
+    drive(front_kind, scenario, connect_retry=retry)
+
+
+def test_close_with_backing_off_connecting_and_leased_connections(front_kind: str) -> None:
+    retry = poolkit.Backoff(jitter=0.0, circuit_breaker_after=None)
+
+    async def scenario(f: Front) -> None:
+        held = await f.lease()  # connection 1, leased
+        f.connect_errors.append(OSError("refused"))
+        waiting = f.start()
+        await f.settle()  # connection 2 failed: a slot backs off
+        assert f.pool.stats().total == 2
+        await f.close()
+        assert isinstance(waiting.error, poolkit.PoolClosedError)
+        assert f.pool.stats().total == 1  # only the leased one, closed when it comes back
+        created = f.created()
+        await f.advance(10)
+        assert f.created() == created  # no retry after close
+        held.release()
+        assert f.close_reasons() == {2: "error", 1: "poolClosed"}
+        assert f.pool.stats().total == 0
+
+    drive(front_kind, scenario, max_size=2, connect_retry=retry)

@@ -24,7 +24,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-from poolkit import PoolOptions
+from poolkit import Backoff, KeepAlive, PoolOptions
 from poolkit._core import (
     CloseConnection,
     CompleteRequest,
@@ -35,8 +35,10 @@ from poolkit._core import (
     RequestState,
     Role,
     StartConnect,
+    StartKeepAlive,
 )
 from poolkit.errors import (
+    CircuitOpenError,
     ConnectTimeoutError,
     PoolClearedError,
     PoolClosedError,
@@ -66,7 +68,22 @@ _FAILURE_ERRORS: dict[str, Any] = {
     "connectionError": (PoolClearedError, ConnectTimeoutError, ConnectError),
     "cancelled": None,
     "tooManyWaiters": TooManyWaitersError,
+    "circuitOpen": CircuitOpenError,
 }
+
+
+def _no_probe(connection: Any) -> None:  # pragma: no cover - the machine reports probes itself
+    raise AssertionError("never called: the core only asks for probes")
+
+
+_KEEP_ALIVES = [None, None, KeepAlive(1.0, _no_probe), KeepAlive(0.5, _no_probe, timeout=0.25)]
+_RETRIES = [
+    None,
+    None,
+    Backoff(base=0.25, factor=2.0, max_delay=1.0, jitter=0.0, circuit_breaker_after=None),
+    Backoff(base=0.25, factor=2.0, max_delay=1.0, jitter=0.03, circuit_breaker_after=0.0),
+    Backoff(base=0.5, factor=1.5, max_delay=2.0, circuit_breaker_after=1.0),
+]
 _TERMINAL = (RequestState.SERVED, RequestState.FAILED, RequestState.CANCELLED)
 
 
@@ -86,6 +103,8 @@ def pool_options(draw: st.DrawFn) -> PoolOptions:
         max_idle_time=draw(st.sampled_from([None, 1.0, 2.5])),
         background_interval=draw(st.sampled_from([0.5, 2.0, math.inf])),
         connect_timeout=draw(st.sampled_from([None, 1.0, 3.0])),
+        keep_alive=draw(st.sampled_from(_KEEP_ALIVES)),
+        connect_retry=draw(st.sampled_from(_RETRIES)),
     )
 
 
@@ -129,6 +148,8 @@ class PoolCoreMachine(RuleBasedStateMachine):
         #: queued requests served, in the order the core served them
         self.served_order: list[Request] = []
         self.releases = 0
+        #: connections the core asked to probe whose result the driver still owes
+        self.probing: list[Conn] = []
         #: events seen: checkouts started, checkouts ended (out or failed), check-ins
         self.ev_started = self.ev_ended = self.ev_checked_in = 0
 
@@ -188,6 +209,12 @@ class PoolCoreMachine(RuleBasedStateMachine):
                 if conn.id in self.objects:
                     assert conn.connection is self.objects[conn.id]
                     self.object_closed.add(conn.id)
+            elif isinstance(action, StartKeepAlive):
+                conn = action.conn
+                assert conn.state is ConnState.LEASED and conn.probe_started == self.now, conn
+                assert conn.connection is self.objects[conn.id]
+                assert conn not in self.probing
+                self.probing.append(conn)
             elif isinstance(action, CompleteRequest):
                 req = action.request
                 key = id(req)
@@ -316,7 +343,10 @@ class PoolCoreMachine(RuleBasedStateMachine):
             assert isinstance(req.error, PoolClearedError)
         if interrupt:
             for conn in self.c.conns.values():
-                assert conn.state is ConnState.IDLE or conn.generation == self.c.generation
+                assert (
+                    conn.state in (ConnState.IDLE, ConnState.BACKING_OFF)  # (slots: see _retry)
+                    or conn.generation == self.c.generation
+                )
 
     def close(self) -> None:
         waiting = self.c.waiters()
@@ -491,7 +521,37 @@ class PoolCoreMachine(RuleBasedStateMachine):
             assert actions == []
         for req in head:
             if req.state is RequestState.FAILED:
-                assert req.error is error
+                if self.c.options.connect_retry is None:
+                    assert req.error is error
+                else:  # waiters keep waiting, unless the circuit opened
+                    assert isinstance(req.error, CircuitOpenError), req
+        if (
+            was_connecting
+            and self.c.options.connect_retry is not None
+            and self.c.state is not PoolState.CLOSED
+        ):
+            failing = self.c._failing
+            assert failing is not None and failing.failures >= 1
+            slot = failing.pending
+            if slot is not None:
+                assert slot.state in (ConnState.BACKING_OFF, ConnState.CONNECTING), slot
+
+    @precondition(lambda self: self.probing)
+    @rule(index=st.integers(min_value=0), fail=st.booleans())
+    def probe_done(self, index: int, fail: bool) -> None:
+        """A keep-alive probe returns (or raises), possibly after the core ended it itself."""
+        conn = self.probing.pop(index % len(self.probing))
+        was_probing = conn.probe_started is not None
+        streams = conn.streams
+        error = ConnectError(f"probe of {conn.id} failed") if fail else None
+        _, actions, _ = self._do(lambda core: core.keep_alive_done(conn, self.now, error))
+        assert conn.probe_started is None
+        if not was_probing:
+            assert actions == [] and conn.streams == streams, "a late probe result changed things"
+        elif fail:
+            assert conn.state is ConnState.CLOSED and conn.close_reason in ("error", "stale"), conn
+        if self.now == self.fired_at:
+            self.advance(0.0)  # as a front end re-arms its timer: what fell due runs now
 
     @rule(dt=st.sampled_from([0.0, 0.25, 0.5, 1.0, 2.0, 5.0]))
     def advance(self, dt: float) -> None:
@@ -578,7 +638,17 @@ class PoolCoreMachine(RuleBasedStateMachine):
         assert by_state[ConnState.CLOSED] == 0
         for conn_id, conn in core.conns.items():
             assert conn.id == conn_id
-            assert conn_id in self.started
+            # a backing-off slot is the core's own until its retry starts
+            assert conn_id in self.started or conn.state is ConnState.BACKING_OFF, conn
+            if conn.state is ConnState.BACKING_OFF:
+                assert core._failing is not None and core._failing.pending is conn, conn
+        failing = core._failing
+        if failing is not None and failing.pending is not None:
+            assert core.conns.get(failing.pending.id) is failing.pending
+        if failing is None or not failing.open:
+            pass
+        else:
+            assert core.waiting == 0, "requests wait while the circuit is open"
         idle = core.idle_connections()
         assert len({c.id for c in idle}) == len(idle)
         assert {c.id for c in idle} == {c.id for c in conns if c.state is ConnState.IDLE}
@@ -604,11 +674,15 @@ class PoolCoreMachine(RuleBasedStateMachine):
     def leases_match_streams(self) -> None:
         if self.core is None:
             return
+        probes = [c for c in self.started.values() if c.probe_started is not None]
         live = sum(1 for c in self.leases if self.c.conns.get(c.id) is c)
+        live += sum(1 for c in probes if self.c.conns.get(c.id) is c)
         assert sum(c.streams for c in self.c.conns.values()) == live
         per_conn: dict[int, int] = {}
-        for c in self.leases:
+        for c in self.leases + probes:
             per_conn[c.id] = per_conn.get(c.id, 0) + 1
+        for c in probes:
+            assert c in self.probing, f"{c} probed with no StartKeepAlive outstanding"
         for conn in self.started.values():
             assert conn.streams == per_conn.get(conn.id, 0), conn
             if conn.state in (ConnState.IDLE, ConnState.CONNECTING):
@@ -647,6 +721,15 @@ class PoolCoreMachine(RuleBasedStateMachine):
                 assert self.now - conn.idle_since < max_idle, f"{conn} outlived max_idle_time"
             if conn.state is ConnState.IDLE:
                 assert conn.role is not Role.OVERFLOW, f"{conn} is overflow and idle"
+                if core.options.keep_alive is not None:  # an idle connection's probe is due
+                    timer = conn.ka_timer
+                    assert timer is not None and timer.when > self.now, conn
+                    assert timer.when - conn.idle_since <= core.options.keep_alive.interval or (
+                        timer.when - self.now <= core.options.keep_alive.interval
+                    ), conn
+            timeout_ka = core.options.keep_alive and core.options.keep_alive.timeout
+            if conn.probe_started is not None and timeout_ka:
+                assert self.now - conn.probe_started < timeout_ka, f"{conn} probe outlived"
 
     @invariant()
     def progress(self) -> None:
@@ -658,6 +741,12 @@ class PoolCoreMachine(RuleBasedStateMachine):
             return
         opts = core.options
         room = not opts.max_size or core.total < opts.max_size
+        failing = core._failing
+        if failing is not None:
+            # connect_retry: one attempt at a time, backing off or connecting
+            assert failing.pending is not None or not room, "failing with no retry planned"
+            assert core.available == 0, "a connection is available while a request waits"
+            return
         assert core.pending > 0 or not room, "a waiter is stuck with no connect on its way"
         # stronger: every waiter not covered by a connect in flight gets one while there is room
         if room and core.pending < opts.max_connecting:
@@ -690,12 +779,15 @@ class PoolCoreMachine(RuleBasedStateMachine):
         self.close()
         while self.leases:
             self.release(0, False)
-        while self.owed:
-            conn = self.owed[0]
-            if conn.id % 2:
-                self.connected(0)
-            else:
-                self.connect_failed(0)
+        while self.owed or self.probing:
+            while self.owed:
+                conn = self.owed[0]
+                if conn.id % 2:
+                    self.connected(0)
+                else:
+                    self.connect_failed(0)
+            while self.probing:
+                self.probe_done(0, False)
         self.advance(1000.0)
         core = self.c
         assert core.conns == {}, f"left over after close: {core.conns}"

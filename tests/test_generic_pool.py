@@ -367,9 +367,7 @@ def test_cancelled_request_is_completed_once_and_never_served(front_kind: str) -
         f.pool.lease_request(again)
         await f.settle()
         again.lease.release()
-        reasons = [
-            e.reason for e in f.events if isinstance(e, ev.ConnectionCheckOutFailedEvent)
-        ]
+        reasons = [e.reason for e in f.events if isinstance(e, ev.ConnectionCheckOutFailedEvent)]
         assert reasons == ["cancelled"]
 
     drive(front_kind, scenario, max_size=1)

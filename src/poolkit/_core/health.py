@@ -29,6 +29,7 @@ from ..events import (
     CHECKOUT_CIRCUIT_OPEN,
     CHECKOUT_CONNECTION_ERROR,
     CLOSE_ERROR,
+    CLOSE_IDLE,
     CLOSE_POOL_CLOSED,
     CLOSE_WILL_CLOSE,
     CircuitClosedEvent,
@@ -42,7 +43,7 @@ from ..events import (
 )
 from ..stats import PoolState
 from .actions import StartKeepAlive
-from .records import Conn, ConnInput, ConnState
+from .records import Conn, ConnInput, ConnState, Role
 from .timers import TimerEntry, TimerKind
 
 if TYPE_CHECKING:
@@ -133,6 +134,21 @@ def keep_alive_done(
                 )
             )
     if error is None or conn.state is _S_CLOSED:
+        max_idle = self._max_idle
+        if (
+            max_idle is not None
+            and conn.streams == 1
+            and conn.state is _LEASED
+            and conn.role is not Role.KEPT
+            and not self._waiters
+            and now - conn.idle_since >= max_idle
+        ):
+            # Its idle time ran out during the probe: closed now rather than parked.
+            conn.streams = 0
+            self._fire(conn, ConnInput.RELEASE_LAST)
+            self._close(conn, CLOSE_IDLE)
+            self._dispatch(now)
+            return
         # The probe's stream comes back like a lease; a probe is not use: idle time runs on.
         self._give_back(conn, now, conn.idle_since)
         return
@@ -266,6 +282,9 @@ def _recovered(self: PoolCore, now: float) -> None:
     failing = self._failing
     assert failing is not None
     self._failing = None
+    slot = failing.pending
+    if slot is not None and slot.state is _BACKING_OFF:
+        self._drop(slot)  # no retry needed any more: the connects needed start as usual
     if failing.open and self.observed:
         self.events.append(
             CircuitClosedEvent(address=self.address, failing_for=now - failing.since)

@@ -115,8 +115,9 @@ def _clear_service(self: PoolCore, now: float, service_id: Any, interrupt_in_use
 def _interrupt(self: PoolCore, applies: Any) -> None:
     """Close in-use and pending connections of the cleared generation (CMAP interrupt)."""
     for conn in list(self.conns.values()):
-        if conn.state is not _IDLE and applies(conn):
-            self._close(conn, CLOSE_STALE)
+        state = conn.state
+        if state is not _IDLE and state is not ConnState.BACKING_OFF and applies(conn):
+            self._close(conn, CLOSE_STALE)  # (a backing-off slot takes the new generation)
 
 
 def close(self: PoolCore, now: float) -> None:

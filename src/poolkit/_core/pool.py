@@ -822,6 +822,9 @@ class PoolCore:
     def _drop(self, slot: Conn) -> None:
         """Forget a backing-off slot (never announced to the front end or listeners)."""
         self._fire(slot, ConnInput.CLOSE)
+        failing = self._failing
+        if failing is not None and failing.pending is slot:
+            failing.pending = None
         del self.conns[slot.id]
         role = slot.role
         if role is _KEPT:
@@ -840,6 +843,9 @@ class PoolCore:
     ) -> None:
         """Close ``conn`` for ``reason``. An available connection must already be off ``_idle``."""
         self._fire(conn, how)
+        failing = self._failing
+        if failing is not None and failing.pending is conn:
+            failing.pending = None  # the retry is gone (interrupted, closed): plan another
         del self.conns[conn.id]
         if conn.max_streams > 1:
             self._open.pop(conn, None)

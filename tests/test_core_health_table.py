@@ -1,0 +1,292 @@
+"""Exact-action tests of the core's health inputs: keep-alive probes and their timers, connect
+retries with backoff, the circuit breaker, and the notices of a connection (draining, stream
+limits). Each input, the actions and events it must produce."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from poolkit import Backoff, KeepAlive, PoolOptions
+from poolkit._core import Conn, ConnState, PoolCore, Request, RequestState
+from poolkit.errors import CircuitOpenError, KeepAliveTimeoutError
+from test_core_table import ADDRESS, kinds, queue, started
+
+
+def _probe(connection: Any) -> None:  # pragma: no cover - the core never calls it
+    raise AssertionError
+
+
+def make(rand: float = 0.5, **options: Any) -> PoolCore:
+    """An observed ready core; ``rand`` is every random draw (0.5: no jitter)."""
+    options.setdefault("background_interval", float("inf"))
+    options.setdefault("connect_timeout", None)
+    core = PoolCore(PoolOptions(**options), ADDRESS, observed=True, rand=lambda: rand)
+    core.ready(0.0)
+    core.take()
+    return core
+
+
+def parked(core: PoolCore, now: float = 0.0) -> Conn:
+    """A connection made for a request at ``now``, then released: available."""
+    req = queue(core, now)
+    (conn,) = started(core.take()[0])
+    core.connected(conn, now, object())
+    core.take()
+    assert req.conn is conn
+    core.release(conn, now)
+    core.take()
+    assert conn.state is ConnState.IDLE
+    return conn
+
+
+def timers(core: PoolCore) -> list[tuple[float, str]]:
+    """The live timers, earliest first."""
+    live = [e for e in core.timers._heap if core._timer_is_live(e)]
+    return sorted((e.when, e.kind.name) for e in live)
+
+
+# ---------------------------------------------------------------------- keep-alive
+
+
+def test_a_parked_connection_is_probed_one_interval_later() -> None:
+    core = make(keep_alive=KeepAlive(10.0, _probe))
+    conn = parked(core, 1.0)
+    assert timers(core) == [(11.0, "KEEP_ALIVE")]
+    core.fire_timers(10.999)
+    assert core.take() == ([], [])
+    core.fire_timers(11.0)
+    actions, events = core.take()
+    assert kinds(actions) == ["StartKeepAlive"] and actions[0].conn is conn
+    assert kinds(events) == ["KeepAliveStartedEvent"]
+    assert conn.state is ConnState.LEASED and conn.streams == 1 and core.available == 0
+    core.keep_alive_done(conn, 11.5)
+    actions, events = core.take()
+    assert actions == [] and kinds(events) == ["KeepAliveSucceededEvent"]
+    assert events[0].duration == 0.5
+    assert conn.state is ConnState.IDLE and conn.idle_since == 1.0  # a probe is not use
+    assert timers(core) == [(21.5, "KEEP_ALIVE")]
+
+
+def test_a_lease_cancels_the_probe_and_a_release_rearms_it() -> None:
+    core = make(keep_alive=KeepAlive(10.0, _probe))
+    conn = parked(core, 0.0)
+    req = queue_or_serve(core, 5.0)
+    assert req.conn is conn and timers(core) == []
+    core.fire_timers(10.0)
+    assert core.take() == ([], [])
+    core.release(conn, 12.0)
+    core.take()
+    assert timers(core) == [(22.0, "KEEP_ALIVE")]
+
+
+def queue_or_serve(core: PoolCore, now: float) -> Request:
+    req = Request(started=now, deadline=None)
+    core.request(req, now)
+    core.take()
+    assert req.state is RequestState.SERVED
+    return req
+
+
+def test_a_failed_probe_closes_and_refills_min_size() -> None:
+    core = make(min_size=1, keep_alive=KeepAlive(10.0, _probe))
+    (conn,) = core.conns.values()  # min_size's connect, started on ready
+    core.connected(conn, 0.0, object())
+    core.take()
+    core.fire_timers(10.0)
+    core.take()
+    boom = ConnectionResetError()
+    core.keep_alive_done(conn, 10.25, boom)
+    actions, events = core.take()
+    assert kinds(actions) == ["CloseConnection", "StartConnect"]
+    assert kinds(events) == [
+        "KeepAliveFailedEvent",
+        "ConnectionClosedEvent",
+        "ConnectionCreatedEvent",
+    ]
+    assert events[0].error is boom and events[1].reason == "error" and events[1].error is boom
+    assert core.total == 1 and conn.state is ConnState.CLOSED
+
+
+def test_a_probe_past_its_timeout_fails_and_its_late_result_is_ignored() -> None:
+    core = make(keep_alive=KeepAlive(10.0, _probe, timeout=2.0))
+    conn = parked(core, 0.0)
+    core.fire_timers(10.0)
+    core.take()
+    assert timers(core) == [(12.0, "PROBE_TIMEOUT")]
+    core.fire_timers(12.0)
+    actions, events = core.take()
+    assert kinds(actions) == ["CloseConnection"]
+    assert kinds(events) == ["KeepAliveFailedEvent", "ConnectionClosedEvent"]
+    assert isinstance(events[0].error, KeepAliveTimeoutError)
+    core.keep_alive_done(conn, 30.0)
+    assert core.take() == ([], []) and conn.streams == 0
+
+
+def test_a_probe_whose_idle_time_ran_out_closes_the_connection_idle() -> None:
+    core = make(max_idle_time=12.0, keep_alive=KeepAlive(10.0, _probe))
+    conn = parked(core, 0.0)
+    core.fire_timers(10.0)
+    core.take()
+    core.fire_timers(12.0)  # the idle sweep: the connection is being probed, not available
+    assert core.take() == ([], [])
+    core.keep_alive_done(conn, 13.0)
+    actions, events = core.take()
+    assert kinds(actions) == ["CloseConnection"] and conn.close_reason == "idle"
+    assert kinds(events) == ["KeepAliveSucceededEvent", "ConnectionClosedEvent"]
+
+
+def test_a_waiter_gets_the_probed_connection_when_the_probe_returns() -> None:
+    core = make(max_size=1, max_idle_time=12.0, keep_alive=KeepAlive(10.0, _probe))
+    conn = parked(core, 0.0)
+    core.fire_timers(10.0)
+    core.take()
+    req = queue(core, 11.0)
+    actions, events = core.take()
+    assert actions == [] and kinds(events) == ["ConnectionCheckOutStartedEvent"]
+    core.fire_timers(12.0)
+    assert core.take() == ([], [])
+    core.keep_alive_done(conn, 15.0)
+    actions, events = core.take()
+    assert kinds(actions) == ["CompleteRequest"] and req.conn is conn
+    assert kinds(events) == ["KeepAliveSucceededEvent", "ConnectionCheckedOutEvent"]
+
+
+def test_close_gives_a_probed_connection_back_and_closes_it() -> None:
+    core = make(keep_alive=KeepAlive(10.0, _probe))
+    conn = parked(core, 0.0)
+    core.fire_timers(10.0)
+    core.take()
+    core.close(11.0)
+    actions, events = core.take()
+    assert kinds(actions) == ["CloseConnection"] and conn.close_reason == "poolClosed"
+    assert kinds(events) == ["ConnectionClosedEvent", "PoolClosedEvent"]
+    core.keep_alive_done(conn, 12.0, ConnectionResetError())
+    assert core.take() == ([], []) and core.conns == {}
+
+
+# ---------------------------------------------------------------------- connect retries
+
+
+def test_a_failed_connect_backs_off_and_the_waiter_keeps_waiting() -> None:
+    core = make(connect_retry=Backoff())
+    req = queue(core, 0.0)
+    (conn,) = started(core.take()[0])
+    boom = ConnectionRefusedError()
+    core.connect_failed(conn, 0.5, boom)
+    actions, events = core.take()
+    assert kinds(actions) == ["CloseConnection"]
+    assert kinds(events) == ["ConnectionClosedEvent", "ConnectAttemptFailedEvent"]
+    assert (events[1].failures, events[1].retry_in) == (1, pytest.approx(0.1))
+    assert req.state is RequestState.WAITING
+    (slot,) = [c for c in core.conns.values()]
+    assert slot.state is ConnState.BACKING_OFF and slot.id == conn.id + 1
+    assert timers(core) == [(pytest.approx(0.6), "BACKOFF")]
+    # no other connect while failing, however many wait
+    queue(core, 0.55)
+    assert kinds(core.take()[0]) == []
+    core.fire_timers(0.6)
+    actions, events = core.take()
+    assert kinds(actions) == ["StartConnect"] and actions[0].conn is slot
+    assert kinds(events) == ["ConnectionCreatedEvent"]
+    assert slot.state is ConnState.CONNECTING and slot.created_at == 0.6
+    core.connected(slot, 0.7, object())
+    actions, _ = core.take()
+    assert kinds(actions) == ["CompleteRequest", "StartConnect"]  # then connects as usual
+    assert req.conn is slot and core._failing is None
+
+
+@pytest.mark.parametrize(
+    ("rand", "factor"),
+    [(0.0, 0.97), (0.5, 1.0), (0.999999, 1.03)],
+)
+def test_the_delay_is_the_formula_with_its_jitter(rand: float, factor: float) -> None:
+    core = make(rand=rand, connect_retry=Backoff())
+    queue(core, 0.0)
+    conn = started(core.take()[0])[0]
+    now = 0.0
+    for n in range(1, 32):
+        core.connect_failed(conn, now, OSError())
+        _, events = core.take()
+        delay = events[-1].retry_in
+        assert delay == pytest.approx(min(0.1 * 1.25 ** (n - 1), 60.0) * factor, rel=1e-5)
+        now += delay
+        core.fire_timers(now)
+        (conn,) = started(core.take()[0])
+
+
+def test_the_circuit_opens_only_with_no_connection_open_and_closes_on_success() -> None:
+    core = make(max_size=2, connect_retry=Backoff(base=1.0, circuit_breaker_after=5.0))
+    first = queue(core, 0.0)
+    (a,) = started(core.take()[0])
+    core.connected(a, 0.0, object())
+    core.take()
+    assert first.conn is a  # one connection open, leased
+    waiter = queue(core, 1.0)
+    (b,) = started(core.take()[0])
+    now = 1.0
+    for _ in range(6):  # fails for longer than 5 s, but connection a is open
+        core.connect_failed(b, now, OSError())
+        now += core.take()[1][-1].retry_in
+        core.fire_timers(now)
+        (b,) = started(core.take()[0])
+    assert waiter.state is RequestState.WAITING
+    core.discard(a, now)  # the open connection goes
+    core.take()
+    core.connect_failed(b, now, OSError("last"))
+    actions, events = core.take()
+    assert kinds(actions) == ["CloseConnection", "CompleteRequest"]
+    assert kinds(events) == [
+        "ConnectionClosedEvent",
+        "CircuitOpenedEvent",
+        "ConnectionCheckOutFailedEvent",
+        "ConnectAttemptFailedEvent",
+    ]
+    assert isinstance(waiter.error, CircuitOpenError) and events[2].reason == "circuitOpen"
+    assert waiter.error.failures == 7 and str(waiter.error.cause) == "last"
+    refused = Request(started=now, deadline=None)
+    core.request(refused, now)
+    assert isinstance(refused.error, CircuitOpenError) and not refused.queued
+    now += events[-1].retry_in
+    core.fire_timers(now)
+    (b,) = started(core.take()[0])
+    core.connected(b, now, object())
+    _, events = core.take()
+    assert "CircuitClosedEvent" in kinds(events)
+    assert queue_or_serve(core, now).conn is b
+
+
+def test_a_success_elsewhere_ends_the_failing_state_and_drops_the_slot() -> None:
+    core = make(max_connecting=2, connect_retry=Backoff())
+    queue(core, 0.0)
+    queue(core, 0.0)
+    a, b = started(core.take()[0])
+    core.connect_failed(a, 0.1, OSError())
+    core.take()
+    (slot,) = [c for c in core.conns.values() if c.state is ConnState.BACKING_OFF]
+    core.connected(b, 0.15, object())
+    actions, _ = core.take()
+    assert kinds(actions) == ["CompleteRequest", "StartConnect"]  # the other waiter's connect
+    assert slot.state is ConnState.CLOSED and slot.id not in core.conns
+    core.fire_timers(10.0)  # the slot's timer is stale
+    assert kinds(core.take()[0]) == []
+
+
+# ---------------------------------------------------------------------- a connection's notices
+
+
+def test_draining_and_stream_limit_events() -> None:
+    core = make()
+    req = queue(core, 0.0)
+    (conn,) = started(core.take()[0])
+    core.connected(conn, 0.0, object(), max_streams=4)
+    core.take()
+    assert req.conn is conn
+    assert core.set_max_streams(conn.id, 2, 1.0)
+    _, events = core.take()
+    assert kinds(events) == ["MaxStreamsChangedEvent"]
+    assert (events[0].max_streams, events[0].previous) == (2, 4)
+    assert core.will_close(conn.id, 2.0)
+    _, events = core.take()
+    assert kinds(events) == ["ConnectionDrainingEvent"] and events[0].streams_in_use == 1

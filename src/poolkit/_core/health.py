@@ -179,9 +179,11 @@ def _end_probe_at_close(self: PoolCore, conn: Conn) -> None:
         return
     if conn.streams:
         self._fire(conn, ConnInput.RELEASE)
-        return
-    self._fire(conn, ConnInput.RELEASE_LAST)  # -> IDLE, off _idle: then closed
-    self._close(conn, CLOSE_POOL_CLOSED)
+    elif conn.state is _DRAINING:
+        self._close(conn, CLOSE_WILL_CLOSE, how=ConnInput.RELEASE_LAST)
+    else:
+        self._fire(conn, ConnInput.RELEASE_LAST)  # -> IDLE, off _idle: then closed
+        self._close(conn, CLOSE_POOL_CLOSED)
 
 
 # ---------------------------------------------------------------------- connect results

@@ -148,6 +148,8 @@ class PoolCoreMachine(RuleBasedStateMachine):
         #: queued requests served, in the order the core served them
         self.served_order: list[Request] = []
         self.releases = 0
+        self.served_total = 0  #: leases handed out, ever
+        self.established_ids: set[int] = set()  #: connects the core accepted as established
         #: connections the core asked to probe whose result the driver still owes
         self.probing: list[Conn] = []
         #: events seen: checkouts started, checkouts ended (out or failed), check-ins
@@ -225,7 +227,7 @@ class PoolCoreMachine(RuleBasedStateMachine):
                 if req.state is RequestState.SERVED:
                     assert req.conn is not None and req.error is None
                     self._check_fresh(req.conn)
-                    self.leases.append(req.conn)
+                    self._leased(req.conn)
                     self.served_order.append(req)
                 else:
                     assert req.state is RequestState.FAILED, req
@@ -282,6 +284,10 @@ class PoolCoreMachine(RuleBasedStateMachine):
 
     def _lease_idle_time(self) -> float:
         return self.now
+
+    def _leased(self, conn: Conn) -> None:
+        self.leases.append(conn)
+        self.served_total += 1
 
     def _drop_lease(self, conn: Conn) -> None:
         for i, leased in enumerate(self.leases):
@@ -370,7 +376,7 @@ class PoolCoreMachine(RuleBasedStateMachine):
             assert conn.id in self.c.conns
             assert conn.generation == self.c.generation
             self._check_fresh(conn)
-            self.leases.append(conn)
+            self._leased(conn)
         assert not any(isinstance(a, StartConnect | CompleteRequest) for a in actions)
 
     @rule(timeout=st.sampled_from([None, None, 0.0, 0.5, 1.0, 3.0]))
@@ -388,7 +394,7 @@ class PoolCoreMachine(RuleBasedStateMachine):
             assert state is PoolState.READY
             assert req.conn is not None
             self._check_fresh(req.conn)
-            self.leases.append(req.conn)
+            self._leased(req.conn)
         else:
             assert req.state is RequestState.FAILED, req
             if state is PoolState.CLOSED:
@@ -444,7 +450,7 @@ class PoolCoreMachine(RuleBasedStateMachine):
         core = self.c
         before = (conn.state, conn.streams, core.waiting, core.available, len(core.conns))
         oldest = core.waiters()[:1]
-        taken, actions, _ = self._do(lambda core: core.release_idle(conn))
+        taken, actions, _ = self._do(lambda core: core.release_idle(conn, lambda: self.now))
         if taken:
             assert before[0] is ConnState.LEASED and before[1] == 1
             assert not core.clocked and core.state is not PoolState.CLOSED
@@ -472,6 +478,8 @@ class PoolCoreMachine(RuleBasedStateMachine):
         conn = self.owed.pop(index % len(self.owed))
         obj = ConnectionObject(conn.id)
         self.objects[conn.id] = obj
+        if conn.state is ConnState.CONNECTING:
+            self.established_ids.add(conn.id)
         self._do(lambda core: core.connected(conn, self.now, obj, None, max_streams))
         assert conn.connection is obj
 
@@ -669,6 +677,39 @@ class PoolCoreMachine(RuleBasedStateMachine):
         for conn in conns:
             if conn.state is ConnState.DRAINING:
                 assert conn not in core._open and conn.streams >= 1
+
+    @invariant()
+    def statistics(self) -> None:
+        """The snapshot agrees with the connections and with what the driver saw."""
+        if self.core is None:
+            return
+        core = self.c
+        stats = core.stats()
+        conns = list(core.conns.values())
+        assert stats.kept + stats.demand + stats.overflow == stats.total
+        assert stats.backing_off == sum(c.state is ConnState.BACKING_OFF for c in conns)
+        assert stats.streams_in_use == sum(c.streams for c in conns)
+        assert stats.stream_capacity == sum(
+            c.max_streams for c in conns if c.state in (ConnState.IDLE, ConnState.LEASED)
+        )
+        assert stats.checkouts == self.served_total
+        closed = sum(c.state is ConnState.CLOSED for c in self.started.values())
+        assert sum(stats.connections_closed.values()) == closed
+        assert stats.connections_closed.keys() <= {
+            "stale",
+            "idle",
+            "error",
+            "poolClosed",
+            "lifetime",
+            "willClose",
+        }
+        assert stats.connect_attempts == len(self.started)
+        assert stats.connections_created == len(self.established_ids)
+        finished = [r for r in self.requests if r.state is not RequestState.WAITING]
+        failed = sum(r.state is not RequestState.SERVED for r in finished)
+        assert sum(stats.checkout_failures.values()) == failed
+        assert stats.waits == sum(r.queued for r in finished)
+        assert stats.wait_time_max <= self.now and stats.wait_time_total >= stats.wait_time_max
 
     @invariant()
     def leases_match_streams(self) -> None:

@@ -3,13 +3,16 @@ scenarios, each run on both front ends with time driven by a fake clock."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 
 import poolkit
+from conftest import Conn
 from frontends import Front, drive
 from poolkit import events as ev
+from poolkit.testing import FakeClock, run
 
 
 def _replaced(connection: Any) -> None:  # pragma: no cover - the front end puts its own probe
@@ -273,3 +276,103 @@ def test_close_with_backing_off_connecting_and_leased_connections(front_kind: st
         assert f.pool.stats().total == 0
 
     drive(front_kind, scenario, max_size=2, connect_retry=retry)
+
+
+# ---------------------------------------------------------------------- statistics
+
+
+def test_stats_count_roles_streams_and_totals(front_kind: str) -> None:
+    async def scenario(f: Front) -> None:
+        leases = [await f.lease() for _ in range(3)]  # kept (made on ready), demand, overflow
+        stats = f.pool.stats()
+        assert (stats.kept, stats.demand, stats.overflow) == (1, 1, 1)
+        assert (stats.streams_in_use, stats.stream_capacity, stats.in_use) == (3, 3, 3)
+        late = f.start(timeout=2.0)
+        await f.advance(2.0)
+        assert isinstance(late.error, poolkit.WaitQueueTimeoutError)
+        leases.pop().release()  # the overflow connection closes as soon as it is idle
+        stats = f.pool.stats()
+        assert stats.total == 2 and stats.overflow == 0
+        assert dict(stats.connections_closed) == {"idle": 1}
+        assert dict(stats.checkout_failures) == {"timeout": 1}
+        assert (stats.checkouts, stats.connect_attempts, stats.connections_created) == (3, 3, 3)
+        assert stats.connect_failures == 0 and not stats.circuit_open
+        assert stats.waits == 3  # the two that waited for their connect, and the one timed out
+        assert stats.wait_time_max == pytest.approx(2.0)
+        assert stats.wait_time_total == pytest.approx(2.0)
+        for lease in leases:
+            lease.release()
+
+    drive(front_kind, scenario, min_size=1, soft_max_size=2, max_size=3)
+
+
+def test_stats_streams_of_a_multiplexed_connection(front_kind: str) -> None:
+    async def scenario(f: Front) -> None:
+        leases = [await f.lease() for _ in range(2)]
+        stats = f.pool.stats()
+        assert (stats.total, stats.streams_in_use, stats.stream_capacity) == (1, 2, 4)
+        for lease in leases:
+            lease.release()
+        assert f.pool.stats().streams_in_use == 0
+
+    drive(front_kind, scenario, streams=4, max_size=1)
+
+
+def test_stats_wait_of_a_hand_off_on_the_fast_check_in_asyncio() -> None:
+    # No listener and DEBUG off: the check-in takes the fast path and times the hand-off itself.
+    async def main() -> poolkit.PoolStats:
+        async def connect(ctx: poolkit.ConnectContext) -> Conn:
+            return Conn(ctx.connection_id)
+
+        options = poolkit.PoolOptions(max_size=1)
+        async with poolkit.AsyncPool(connect, address="db:1", options=options) as pool:
+            held = await pool.checkout()
+            waiter = asyncio.ensure_future(pool.checkout())
+            await asyncio.sleep(3.0)
+            held.release()
+            (await waiter).release()
+            return pool.stats()
+
+    stats = run(main())
+    assert stats.wait_time_max == pytest.approx(3.0) and stats.waits == 2
+    assert stats.checkouts == 2
+
+
+def test_stats_wait_of_a_hand_off_on_the_fast_check_in_threads() -> None:
+    clock = FakeClock()
+    options = poolkit.PoolOptions(max_size=1)
+    pool = poolkit.Pool(
+        lambda ctx: Conn(ctx.connection_id), address="db:1", options=options, clock=clock
+    )
+    with pool:
+        held = pool.checkout()
+        got: list[poolkit.Lease[Conn]] = []
+        clock.start_thread(lambda: got.append(pool.checkout()))
+        clock.settle()
+        clock.advance(3.0)
+        held.release()
+        clock.settle()
+        got[0].release()
+        stats = pool.stats()
+    assert clock.errors == []
+    assert stats.wait_time_max == pytest.approx(3.0) and stats.waits == 2  # its connect, too
+    assert stats.checkouts == 2
+
+
+def test_stats_count_failed_connects_and_the_open_circuit(front_kind: str) -> None:
+    retry = poolkit.Backoff(base=1.0, factor=1.0, jitter=0.0, circuit_breaker_after=2.0)
+
+    async def scenario(f: Front) -> None:
+        f.connect_errors.extend(OSError(n) for n in range(3))
+        waiting = f.start()
+        await f.advance(2.0)  # failures at 0, 1, 2: the third trips the circuit
+        assert isinstance(waiting.error, poolkit.CircuitOpenError)
+        stats = f.pool.stats()
+        assert stats.circuit_open and stats.backing_off == 1
+        assert (stats.connect_attempts, stats.connect_failures) == (3, 3)
+        assert dict(stats.connections_closed) == {"error": 3}
+        assert dict(stats.checkout_failures) == {"circuitOpen": 1}
+        await f.advance(1.0)
+        assert not f.pool.stats().circuit_open and f.pool.stats().available == 1
+
+    drive(front_kind, scenario, connect_retry=retry)

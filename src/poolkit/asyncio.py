@@ -86,7 +86,7 @@ class _AsyncLease(Lease[Any]):
         # cached answer for level 10) and the core can take it back without more ado.
         if type(pool) is AsyncPool and not pool._listened and _cached_level(10) is False:
             core = pool._core
-            taken = core.release_idle(self._conn)
+            taken = core.release_idle(self._conn, pool._time)
             if taken is not False:
                 self._pool = pool._returned
                 if taken is not True:  # handed to a waiter: wake it

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+from collections.abc import Mapping
 
 __all__ = ["PoolState", "PoolStats"]
 
@@ -20,10 +21,27 @@ class PoolState(enum.Enum):
 class PoolStats:
     """A consistent snapshot of a pool, taken under its lock.
 
-    * ``total``: connections that exist (pending + available + in use), the CMAP
+    Now:
+
+    * ``total``: connections that exist (pending + available + in use + backing off), the CMAP
       ``totalConnectionCount``; ``available``, ``pending``: CMAP's counts of the same names;
-      ``in_use``: connections checked out.
+      ``in_use``: connections with at least one lease out (or a keep-alive probe running);
+      ``backing_off``: slots waiting to retry a failed connect (``connect_retry``).
     * ``waiting``: checkouts queued for a connection.
+    * ``kept``, ``demand``, ``overflow``: connections by role (see ``PoolOptions.soft_max_size``).
+    * ``streams_in_use``: leases out (and probes running); ``stream_capacity``: the streams the
+      established connections that take leases can serve at once (sum of their limits).
+    * ``circuit_open``: whether checkouts are refused by ``connect_retry``'s circuit breaker.
+
+    Since the pool was created:
+
+    * ``connections_created``: connections established; ``connections_closed``: closed, by
+      reason (``"idle"``, ``"stale"``, ``"error"``, ...); ``connect_attempts``,
+      ``connect_failures``: connects started, and those that raised or timed out.
+    * ``checkouts``: checkouts served; ``checkout_failures``: failed, by reason (``"timeout"``,
+      ``"connectionError"``, ``"cancelled"``, ...).
+    * ``waits``: checkouts that had to queue; ``wait_time_total``, ``wait_time_max``: the seconds
+      they waited, in all and at most.
     """
 
     state: PoolState
@@ -33,6 +51,22 @@ class PoolStats:
     pending: int
     in_use: int
     waiting: int
+    backing_off: int = 0
+    kept: int = 0
+    demand: int = 0
+    overflow: int = 0
+    streams_in_use: int = 0
+    stream_capacity: int = 0
+    circuit_open: bool = False
+    connections_created: int = 0
+    connections_closed: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    connect_attempts: int = 0
+    connect_failures: int = 0
+    checkouts: int = 0
+    checkout_failures: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    waits: int = 0
+    wait_time_total: float = 0.0
+    wait_time_max: float = 0.0
 
 
 PoolState.__module__ = "poolkit"

@@ -98,7 +98,7 @@ class _ThreadLease(Lease[Any]):
             lock = pool._lock
             lock.acquire()  # not ``with``: half the cost, and nothing in between can raise
             try:
-                taken = self._pool is pool and core.release_idle(self._conn)
+                taken = self._pool is pool and core.release_idle(self._conn, pool._time)
                 if taken is not False:
                     self._pool = pool._returned
             finally:

@@ -193,7 +193,7 @@ def connect_failed(self: PoolCore, conn: Conn, now: float, error: BaseException)
     """``conn``'s connect function raised ``error`` (or ran out of ``connect_timeout``)."""
     if conn.state is not _CONNECTING:
         return
-    self.connect_failures += 1
+    self.tally.connect_failures += 1
     self._fail_row += 1
     self._close(conn, CLOSE_ERROR, error, ConnInput.CONNECT_FAILED)
     retry = self._retry

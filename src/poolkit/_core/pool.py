@@ -73,6 +73,7 @@ from . import maintenance as _m
 from .actions import Action, CloseConnection, CompleteRequest, StartConnect
 from .records import STEPS as _STEPS
 from .records import Conn, ConnInput, ConnState, InvalidTransition, Request, RequestState, Role
+from .tally import Tally, snapshot
 from .timers import TimerEntry, TimerHeap, TimerKind
 
 _READY: Final = PoolState.READY
@@ -136,9 +137,9 @@ class PoolCore:
         "_waiters",
         "actions",
         "address",
+        "checkouts",
         "clear_cause",
         "clocked",
-        "connect_failures",
         "conns",
         "events",
         "generation",
@@ -146,6 +147,7 @@ class PoolCore:
         "options",
         "service_generations",
         "state",
+        "tally",
         "timers",
     )
 
@@ -179,7 +181,8 @@ class PoolCore:
         self._retry = options.connect_retry
         #: connect_retry's failing state (``health.Failing``), ``None`` while connects succeed
         self._failing: _h.Failing | None = None
-        self.connect_failures = 0  #: connects failed, ever
+        self.tally: Final = Tally()  #: cumulative counts (``stats``)
+        self.checkouts = 0  #: checkouts served, ever (the one count the fast paths keep)
         self._fail_row = 0  #: connects failed since the last one that succeeded
         #: ``max_lifetime``'s jitter: a uniform draw in [0, 1) (an input, like the time)
         self._rand = rand
@@ -254,15 +257,7 @@ class PoolCore:
         return self._counts[state]
 
     def stats(self) -> PoolStats:
-        return PoolStats(
-            state=self.state,
-            generation=self.generation,
-            total=len(self.conns),
-            available=len(self._idle),
-            pending=self._counts[_CONNECTING],
-            in_use=self.in_use,
-            waiting=len(self._waiters),
-        )
+        return snapshot(self)
 
     def waiters(self) -> list[Request]:
         """The waiting requests, oldest first (for tests and diagnostics)."""
@@ -337,12 +332,14 @@ class PoolCore:
             # _fire(conn, LEASE) inlined: IDLE -> LEASED changes no counter (see _IDLE_LEASE).
             conn.state = _IDLE_LEASE
             conn.streams = 1
+            self.checkouts += 1
             return conn
         if self.state is not _READY:
             return None
         found = self._take(now)  # the full check; closes perished ones on the way
         if found is not None:
             self._lease(found)
+            self.checkouts += 1
         return found
 
     def request(self, req: Request, now: float) -> None:
@@ -389,6 +386,9 @@ class PoolCore:
             if req.deadline is not None:
                 self.timers.note_stale()
         req.state = RequestState.CANCELLED
+        self.tally.count(self.tally.failed, CHECKOUT_CANCELLED)
+        if req.queued:
+            self.tally.waited(now - req.started)
         if self.observed:
             self.events.append(
                 ConnectionCheckOutFailedEvent(
@@ -399,7 +399,7 @@ class PoolCore:
 
     # ------------------------------------------------------------------ check-in
 
-    def release_idle(self, conn: Conn) -> Request | bool:
+    def release_idle(self, conn: Conn, clock: Callable[[], float]) -> Request | bool:
         """The fast check-in: hand ``conn`` to the oldest waiter or put it back as available at
         once, or return false.
 
@@ -408,8 +408,8 @@ class PoolCore:
         means the connection is available again. A ``Request`` means it was handed to that
         waiting request, now served, which the caller must wake (nothing is appended to
         ``actions``). Needs no ``now``: it applies only where the time of a check-in is never
-        read (a hand-off's time is read only for its event). The caller uses it only when nobody
-        observes the pool (it builds no event).
+        read; a hand-off reads ``clock`` once, for the wait it ended. The caller uses it only
+        when nobody observes the pool (it builds no event).
         """
         if conn.gate != self._quick_gen or conn.streams != 1 or conn.state is not _LEASED:
             return False
@@ -418,6 +418,8 @@ class PoolCore:
             req = self._pop_waiter()
             req.state = _SERVED
             req.conn = conn
+            self.checkouts += 1
+            self.tally.waited(clock() - req.started)
             return req
         # _fire(conn, RELEASE_LAST) inlined: LEASED -> IDLE changes no counter (see _LEASED_IDLE).
         conn.streams = 0
@@ -531,6 +533,7 @@ class PoolCore:
         conn.max_streams = max_streams
         self._regate(conn)
         self._fire(conn, ConnInput.ESTABLISHED)
+        self.tally.created += 1
         self._fail_row = 0
         if self._failing is not None:
             self._recovered(now)
@@ -721,6 +724,7 @@ class PoolCore:
         self._lease(conn)
         req.state = _SERVED
         req.conn = conn
+        self.checkouts += 1
         if self.observed:
             self.events.append(
                 ConnectionCheckedOutEvent(
@@ -728,11 +732,16 @@ class PoolCore:
                 )
             )
         if req.queued:
+            self.tally.waited(now - req.started)
             self.actions.append(CompleteRequest(req))
 
     def _fail(self, req: Request, error: BaseException, reason: str, now: float) -> None:
         req.state = RequestState.FAILED
         req.error = error
+        tally = self.tally
+        tally.count(tally.failed, reason)
+        if req.queued:
+            tally.waited(now - req.started)
         if self.observed:
             self.events.append(
                 ConnectionCheckOutFailedEvent(
@@ -812,6 +821,7 @@ class PoolCore:
         lifetime = self._lifetime
         if lifetime is not None:
             conn.expires = now + lifetime * (1.0 - self.options.max_lifetime_jitter * self._rand())
+        self.tally.connect_attempts += 1
         if self.observed:
             self.events.append(ConnectionCreatedEvent(address=self.address, connection_id=conn.id))
         timeout = self.options.connect_timeout
@@ -861,6 +871,7 @@ class PoolCore:
                 if entry[1] == 0:
                     del self.service_generations[conn.service_id]
         conn.close_reason = reason
+        self.tally.count(self.tally.closed, reason)
         if self.observed:
             self.events.append(
                 ConnectionClosedEvent(

@@ -4,6 +4,8 @@ scenarios, each run on both front ends with time driven by a fake clock."""
 from __future__ import annotations
 
 import asyncio
+import gc
+import math
 from typing import Any
 
 import pytest
@@ -376,3 +378,80 @@ def test_stats_count_failed_connects_and_the_open_circuit(front_kind: str) -> No
         assert not f.pool.stats().circuit_open and f.pool.stats().available == 1
 
     drive(front_kind, scenario, connect_retry=retry)
+
+
+# ---------------------------------------------------------------------- leaked leases
+
+
+def test_a_lease_held_past_leak_timeout_is_reported_once(
+    front_kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def scenario(f: Front) -> None:
+        lease = await f.lease()  # the checkout whose stack the report shows
+        await f.advance(4.9)
+        assert f.of(ev.LeaseLeakedEvent) == []
+        await f.advance(0.1)
+        (leak,) = f.of(ev.LeaseLeakedEvent)
+        assert leak.connection_id == lease.connection_id and not leak.collected
+        assert leak.held == pytest.approx(5.0)
+        assert "in scenario" in leak.stack and "lease = await f.lease()" in leak.stack
+        assert "poolkit/" not in leak.stack.replace("tests/", "")  # poolkit's own frames cut
+        await f.advance(100)
+        assert len(f.of(ev.LeaseLeakedEvent)) == 1  # once
+        lease.release()  # still a valid lease
+        assert f.pool.stats().available == 1
+
+    with caplog.at_level("WARNING", logger="poolkit.pool"):
+        drive(front_kind, scenario, leak_timeout=5.0, background_interval=math.inf)
+    (record,) = [r for r in caplog.records if r.name == "poolkit.pool"]
+    assert record.levelname == "WARNING" and "has been out for 5.000 s" in record.getMessage()
+
+
+def test_a_lease_given_back_in_time_is_not_reported(front_kind: str) -> None:
+    async def scenario(f: Front) -> None:
+        first = await f.lease()
+        second = await f.lease()
+        await f.advance(4.0)
+        first.release()
+        second.discard()
+        await f.advance(10.0)
+        assert f.of(ev.LeaseLeakedEvent) == []
+
+    drive(front_kind, scenario, leak_timeout=5.0, background_interval=math.inf)
+
+
+def test_a_garbage_collected_lease_is_reported_and_its_connection_closed(
+    front_kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def scenario(f: Front) -> None:
+        lease = await f.lease()
+        conn_id = lease.connection_id
+        del lease
+        gc.collect()
+        await f.advance(1.0)
+        assert f.of(ev.LeaseLeakedEvent) == []  # noticed at the pool's next step
+        again = await f.lease()
+        (leak,) = f.of(ev.LeaseLeakedEvent)
+        assert leak.collected and leak.connection_id == conn_id
+        assert f.close_reasons() == {conn_id: "error"}  # closed, not lost
+        assert again.connection_id != conn_id
+        again.release()
+        stats = f.pool.stats()
+        assert (stats.total, stats.in_use, stats.available) == (1, 0, 1)
+
+    with caplog.at_level("WARNING", logger="poolkit.pool"):
+        drive(front_kind, scenario, leak_timeout=60.0, background_interval=math.inf)
+    assert any("garbage-collected" in r.getMessage() for r in caplog.records)
+
+
+def test_a_garbage_collected_lease_is_reported_by_its_leak_timer(front_kind: str) -> None:
+    async def scenario(f: Front) -> None:
+        lease = await f.lease()
+        del lease
+        gc.collect()
+        await f.advance(5.0)  # no other call into the pool: the leak timer finds it
+        (leak,) = f.of(ev.LeaseLeakedEvent)
+        assert leak.collected
+        assert f.pool.stats().total == 0
+
+    drive(front_kind, scenario, leak_timeout=5.0, background_interval=math.inf)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import threading
+import traceback
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -282,6 +283,16 @@ def check_timeout(timeout: Any, what: str = "checkout(timeout=...)") -> float:
     ):
         raise ValueError(f"{what} must be seconds >= 0 (or None for no limit), got {timeout!r}")
     return float(timeout)
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def checkout_stack() -> str:
+    """Where the caller's code checked out a lease: the current stack, poolkit's frames left
+    out (for leak reports)."""
+    frames = [f for f in traceback.extract_stack() if not f.filename.startswith(_PACKAGE_DIR)]
+    return "".join(traceback.format_list(frames))
 
 
 def call_close(connection: Any) -> Any:

@@ -20,6 +20,7 @@ import contextlib
 import inspect
 import logging
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any, Generic, TypeVar, final
 
@@ -33,6 +34,7 @@ from ._core import (
     StartConnect,
     StartKeepAlive,
 )
+from ._core.records import Hold
 from ._frontend import (
     Clock,
     ConnectContext,
@@ -42,6 +44,7 @@ from ._frontend import (
     call_close,
     check_max_streams,
     check_timeout,
+    checkout_stack,
     invalid_lease,
     listener_tuple,
     register_for_fork,
@@ -84,7 +87,7 @@ class _AsyncLease(Lease[Any]):
         pool = self._pool
         # The fast path: nobody listening (no listener, DEBUG known to be off: the logger's
         # cached answer for level 10) and the core can take it back without more ado.
-        if type(pool) is AsyncPool and not pool._listened and _cached_level(10) is False:
+        if type(pool) is AsyncPool and pool._quick and _cached_level(10) is False:
             core = pool._core
             taken = core.release_idle(self._conn, pool._time)
             if taken is not False:
@@ -100,6 +103,33 @@ class _AsyncLease(Lease[Any]):
         core.observed = pool._listened or _log_enabled()
         if core.release(self._conn, pool._time()):
             pool._after_core()
+
+
+class _WatchedAsyncLease(_AsyncLease):
+    """A lease watched for leaks (``leak_timeout``)."""
+
+    __slots__ = ("_held",)
+
+    def __init__(self, conn: Conn, pool: AsyncPool[Any], held: Hold) -> None:
+        super().__init__(conn, pool)
+        self._held = held
+
+    def release(self) -> None:
+        pool = self._pool
+        if type(pool) is AsyncPool:
+            pool._unhold(self._held)
+        super().release()
+
+    def discard(self, error: BaseException | None = None) -> None:
+        pool = self._pool
+        if type(pool) is AsyncPool:
+            pool._unhold(self._held)
+        super().discard(error)
+
+    def __del__(self) -> None:
+        pool = self._pool
+        if type(pool) is AsyncPool:  # never given back: the pool reports it at its next step
+            pool._orphans.append(self._held)
 
 
 @final
@@ -138,6 +168,10 @@ class AsyncPool(Generic[C]):
         self._call_at: Any = getattr(clock, "call_at", None)
         self._sink = EventSink(listener_tuple(listeners))
         self._listened = bool(self._sink.listeners)
+        #: whether the fast paths may run at all (no listener; leases not watched for leaks)
+        self._quick = not self._listened and options.leak_timeout is None
+        #: watched leases garbage-collected while out (appended by their ``__del__``)
+        self._orphans: deque[Hold] = deque()
         self._returned = Returned(self)
         self._book = RequestBook()
         self._core = PoolCore(options, address, observed=self._sink.observed())
@@ -211,12 +245,14 @@ class AsyncPool(Generic[C]):
         core = self._core
         # The fast path: nobody listening (no listener, DEBUG known to be off: the logger's
         # cached answer for level 10), and a connection available.
-        if not self._listened and _cached_level(10) is False:
+        if self._quick and _cached_level(10) is False:
             conn = core.lease_idle(self._time() if self._clocked else 0.0)
             if conn is not None:
                 if core.actions:
                     self._after_core()
                 return _AsyncLease(conn, self)
+        if self._orphans:
+            self._reap()
         core.observed = self._listened or (_cached_level(10) is not False and _log_enabled())
         now = self._time()
         if timeout is _DEFAULT:
@@ -239,7 +275,7 @@ class AsyncPool(Generic[C]):
         else:
             self._after_core()
         if req.conn is not None:
-            return _AsyncLease(req.conn, self)
+            return self._make_lease(req.conn)
         assert req.error is not None
         raise req.error
 
@@ -331,7 +367,27 @@ class AsyncPool(Generic[C]):
         return True
 
     def _make_lease(self, conn: Conn) -> Lease[C]:
-        return _AsyncLease(conn, self)
+        if self.options.leak_timeout is None:
+            return _AsyncLease(conn, self)
+        held = Hold(conn, self._time(), checkout_stack())
+        self._core.hold(held, held.since)
+        if self._core.timers.dirty:
+            self._rearm()
+        return _WatchedAsyncLease(conn, self, held)
+
+    def _unhold(self, held: Hold) -> None:
+        self._core.unhold(held)
+        if self._orphans:
+            self._reap()
+
+    def _reap(self) -> None:
+        """Report the watched leases garbage-collected while out, and close their connections."""
+        core = self._core
+        orphans = self._orphans
+        while orphans:
+            core.observed = self._sink.observed()
+            core.lease_collected(orphans.popleft(), self._time())
+        self._after_core()
 
     # ------------------------------------------------------------------ what a connection says
 
@@ -543,6 +599,8 @@ class AsyncPool(Generic[C]):
         if armed is not None and now < armed:
             now = armed
         core = self._core
+        if self._orphans:
+            self._reap()
         core.observed = self._sink.observed()
         core.fire_timers(now)
         core.timers.dirty = True

@@ -7,6 +7,7 @@ logger is enabled for DEBUG: the pools ask :func:`enabled` before they build eve
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any, Final
 
@@ -171,13 +172,34 @@ def build(event: ev.PoolEvent) -> LogMessage:
             fields["message"] = "Connection checked in"
             text = f"Connection checked in: address={where}, driver-generated ID={cid}"
         case _:
+            # poolkit's own events: the name, and every field but the stack
             fields["message"] = type(event).__name__
-            text = f"{type(event).__name__} for {where}"
+            for field in dataclasses.fields(event):
+                if field.name not in ("address", "connection_id", "stack"):
+                    fields[field.name] = getattr(event, field.name)
+            text = f"{type(event).__name__} for {where}: " + ", ".join(
+                f"{k}={v!r}" for k, v in fields.items() if k not in ("message", "serverHost")
+            )
     return LogMessage(fields, text)
 
 
+_POOL_LOGGER: Final = logging.getLogger("poolkit.pool")
+
+
 def log_event(event: ev.PoolEvent) -> None:
-    """Log ``event`` as its CMAP message if DEBUG is on for ``poolkit.connection``."""
+    """Log ``event`` as its CMAP message if DEBUG is on for ``poolkit.connection``; a leaked
+    lease also as a warning on ``poolkit.pool``."""
+    if type(event) is ev.LeaseLeakedEvent:
+        how = "was garbage-collected while out (its connection is closed)" if event.collected else (
+            f"has been out for {event.held:.3f} s"
+        )
+        _POOL_LOGGER.warning(
+            "poolkit: a lease on connection %d of %s %s; it was checked out at:\n%s",
+            event.connection_id,
+            event.address,
+            how,
+            event.stack,
+        )
     if LOGGER.isEnabledFor(_DEBUG):
         message = build(event)
         LOGGER.debug(message, extra={"cmap": message.fields})

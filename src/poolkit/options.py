@@ -216,6 +216,11 @@ class PoolOptions:
     * ``connect_retry``: a :class:`Backoff` to retry failed connects while checkouts wait (and
       trip a circuit breaker); ``None`` (the CMAP behaviour): a failed connect fails the checkout
       that needed it.
+    * ``leak_timeout``: seconds after which a lease still out is reported as a leak, once (a
+      warning on logger ``poolkit.pool`` and a :class:`~poolkit.events.LeaseLeakedEvent`, with
+      the stack of its checkout); a lease garbage-collected while out is reported too and its
+      connection closed. ``None``: leases are not watched (watching records a stack at each
+      checkout and turns the fast paths off: a diagnostic setting).
     """
 
     max_size: int = 100
@@ -232,6 +237,7 @@ class PoolOptions:
     max_waiting: int = 0
     keep_alive: KeepAlive | None = None
     connect_retry: Backoff | None = None
+    leak_timeout: float | None = None
 
     def __post_init__(self) -> None:
         setattr_ = object.__setattr__
@@ -257,6 +263,17 @@ class PoolOptions:
         )
         jitter = _fraction("PoolOptions.max_lifetime_jitter", self.max_lifetime_jitter, 0.5)
         setattr_(self, "max_lifetime_jitter", jitter)
+        setattr_(
+            self,
+            "leak_timeout",
+            _seconds(
+                "leak_timeout",
+                self.leak_timeout,
+                allow_none=True,
+                allow_zero=False,
+                allow_inf=False,
+            ),
+        )
         if self.keep_alive is not None and not isinstance(self.keep_alive, KeepAlive):
             raise TypeError(
                 "PoolOptions.keep_alive must be a poolkit.KeepAlive or None, not "

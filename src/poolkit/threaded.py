@@ -21,6 +21,7 @@ import logging
 import threading
 import time
 from _thread import allocate_lock as _allocate_lock
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Generic, TypeVar, final
 
@@ -35,6 +36,7 @@ from ._core import (
     StartConnect,
     StartKeepAlive,
 )
+from ._core.records import Hold
 from ._frontend import (
     Clock,
     ConnectContext,
@@ -44,6 +46,7 @@ from ._frontend import (
     call_close,
     check_max_streams,
     check_timeout,
+    checkout_stack,
     invalid_lease,
     listener_tuple,
     register_for_fork,
@@ -93,7 +96,7 @@ class _ThreadLease(Lease[Any]):
         pool = self._pool
         # The fast path: nobody listening (no listener, DEBUG known to be off: the logger's
         # cached answer for level 10) and the core can take it back without more ado.
-        if type(pool) is Pool and not pool._listened and _cached_level(10) is False:
+        if type(pool) is Pool and pool._quick and _cached_level(10) is False:
             core = pool._core
             lock = pool._lock
             lock.acquire()  # not ``with``: half the cost, and nothing in between can raise
@@ -121,6 +124,33 @@ class _ThreadLease(Lease[Any]):
             actions = pool._take_locked() if core.release(self._conn, pool._time()) else None
         if actions is not None:
             pool._carry_out(actions)
+
+
+class _WatchedThreadLease(_ThreadLease):
+    """A lease watched for leaks (``leak_timeout``)."""
+
+    __slots__ = ("_held",)
+
+    def __init__(self, conn: Conn, pool: Pool[Any], held: Hold) -> None:
+        super().__init__(conn, pool)
+        self._held = held
+
+    def release(self) -> None:
+        pool = self._pool
+        if type(pool) is Pool:
+            pool._unhold(self._held)
+        super().release()
+
+    def discard(self, error: BaseException | None = None) -> None:
+        pool = self._pool
+        if type(pool) is Pool:
+            pool._unhold(self._held)
+        super().discard(error)
+
+    def __del__(self) -> None:
+        pool = self._pool
+        if type(pool) is Pool:  # never given back: the pool reports it at its next step
+            pool._orphans.append(self._held)  # (a deque append: safe from any thread, no lock)
 
 
 @final
@@ -167,6 +197,10 @@ class Pool(Generic[C]):
         self._timer_thread = False
         self._sink = EventSink(listener_tuple(listeners))
         self._listened = bool(self._sink.listeners)
+        #: whether the fast paths may run at all (no listener; leases not watched for leaks)
+        self._quick = not self._listened and options.leak_timeout is None
+        #: watched leases garbage-collected while out (appended by their ``__del__``)
+        self._orphans: deque[Hold] = deque()
         self._returned = Returned(self)
         self._book = RequestBook()
         self._core = PoolCore(options, address, observed=self._sink.observed())
@@ -236,7 +270,7 @@ class Pool(Generic[C]):
         # The fast path: nobody listening (no listener, DEBUG known to be off: the logger's
         # cached answer for level 10). One turn of the lock leases an available connection or
         # queues the request.
-        if not self._listened and _cached_level(10) is False:
+        if self._quick and _cached_level(10) is False:
             core = self._core
             lock = self._lock
             lock.acquire()  # not ``with``: half the cost, and nothing in between can raise
@@ -256,6 +290,8 @@ class Pool(Generic[C]):
             if conn is not None:
                 return _ThreadLease(conn, self)
         else:
+            if self._orphans:
+                self._reap()
             observed = self._listened or _log_enabled()
             with self._lock:
                 self._core.observed = observed
@@ -265,7 +301,7 @@ class Pool(Generic[C]):
         if wait is not None:
             self._wait(req, wait)
         if req.conn is not None:
-            return _ThreadLease(req.conn, self)
+            return self._make_lease(req.conn)
         assert req.error is not None
         raise req.error
 
@@ -387,7 +423,34 @@ class Pool(Generic[C]):
         return True
 
     def _make_lease(self, conn: Conn) -> Lease[C]:
-        return _ThreadLease(conn, self)
+        """The lease on ``conn``, just handed out (outside the lock)."""
+        if self.options.leak_timeout is None:
+            return _ThreadLease(conn, self)
+        stack = checkout_stack()
+        with self._lock:
+            held = Hold(conn, self._time(), stack)
+            self._core.hold(held, held.since)
+            actions = self._take_locked()
+        self._carry_out(actions)
+        return _WatchedThreadLease(conn, self, held)
+
+    def _unhold(self, held: Hold) -> None:
+        with self._lock:
+            self._core.unhold(held)
+        if self._orphans:
+            self._reap()
+
+    def _reap(self) -> None:
+        """Report the watched leases garbage-collected while out, and close their connections."""
+        observed = self._sink.observed()
+        with self._lock:
+            core = self._core
+            core.observed = observed
+            orphans = self._orphans
+            while orphans:
+                core.lease_collected(orphans.popleft(), self._time())
+            actions = self._take_locked()
+        self._carry_out(actions)
 
     # ------------------------------------------------------------------ what a connection says
 
@@ -569,6 +632,9 @@ class Pool(Generic[C]):
                 now = armed
             core = self._core
             core.observed = self._sink.observed()
+            orphans = self._orphans
+            while orphans:  # watched leases garbage-collected while out
+                core.lease_collected(orphans.popleft(), now)
             core.fire_timers(now)
             core.timers.dirty = True
             actions = self._take_locked()

@@ -39,11 +39,12 @@ from ..events import (
     KeepAliveFailedEvent,
     KeepAliveStartedEvent,
     KeepAliveSucceededEvent,
+    LeaseLeakedEvent,
     MaxStreamsChangedEvent,
 )
 from ..stats import PoolState
 from .actions import StartKeepAlive
-from .records import Conn, ConnInput, ConnState, Role
+from .records import Conn, ConnInput, ConnState, Hold, Role
 from .timers import TimerEntry, TimerKind
 
 if TYPE_CHECKING:
@@ -370,7 +371,54 @@ def set_max_streams(self: PoolCore, conn_id: int, max_streams: int, now: float) 
     return True
 
 
+# ---------------------------------------------------------------------- leaked leases
+
+
+def hold(self: PoolCore, held: Hold, now: float) -> None:
+    """Watch the lease ``held`` (just checked out): report it if still out ``leak_timeout``
+    seconds from now."""
+    timeout = self.options.leak_timeout
+    assert timeout is not None
+    self.timers.push(now + timeout, TimerKind.LEAK, held)
+
+
+def unhold(self: PoolCore, held: Hold) -> None:
+    """The watched lease ``held`` was given back."""
+    if not held.done:
+        held.done = True
+        self.timers.note_stale()
+
+
+def lease_collected(self: PoolCore, held: Hold, now: float) -> None:
+    """The watched lease ``held`` was garbage-collected while still out: report it and close its
+    connection (it may be mid-protocol), so that it is not lost."""
+    if held.done:
+        return
+    held.done = True
+    self.timers.note_stale()
+    self._report_leak(held, now, collected=True)
+    error = ResourceWarning(f"lease on connection {held.conn.id} garbage-collected while out")
+    self.discard(held.conn, now, error)
+
+
+def _report_leak(self: PoolCore, held: Hold, now: float, *, collected: bool) -> None:
+    # Built whether or not the pool is observed: a leak is always reported (the front end logs
+    # a warning for it).
+    self.events.append(
+        LeaseLeakedEvent(
+            address=self.address,
+            connection_id=held.conn.id,
+            held=now - held.since,
+            stack=held.stack,
+            collected=collected,
+        )
+    )
+
+
 def _health_timer_is_live(self: PoolCore, entry: TimerEntry) -> bool:
+    if entry.kind is TimerKind.LEAK:
+        held: Hold = entry.target
+        return not held.done
     conn: Conn = entry.target
     if entry.kind is TimerKind.BACKOFF:
         return conn.state is _BACKING_OFF

@@ -186,6 +186,8 @@ def fire_timers(self: PoolCore, now: float) -> None:
             self._probe_timed_out(entry.target, now)
         elif kind is TimerKind.BACKOFF:
             self._backoff_over(entry.target, now)
+        elif kind is TimerKind.LEAK:
+            self._report_leak(entry.target, now, collected=False)  # once: not re-armed
         else:  # CONNECT_TIMEOUT
             conn: Conn = entry.target
             timeout = self.options.connect_timeout

@@ -313,6 +313,10 @@ class PoolCore:
     _recovered = _h._recovered
     _backoff_over = _h._backoff_over
     _health_timer_is_live = _h._health_timer_is_live
+    hold = _h.hold
+    unhold = _h.unhold
+    lease_collected = _h.lease_collected
+    _report_leak = _h._report_leak
 
     # ------------------------------------------------------------------ checkout
 

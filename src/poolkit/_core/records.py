@@ -211,3 +211,21 @@ class Request:
 
     def __repr__(self) -> str:
         return f"<Request {self.state.value} started={self.started} deadline={self.deadline}>"
+
+
+@final
+class Hold:
+    """A lease the pool watches for leaks (``leak_timeout``): made by the front end at checkout
+    with the stack where it happened (text, opaque to the core)."""
+
+    __slots__ = ("conn", "done", "since", "stack")
+
+    def __init__(self, conn: Conn, since: float, stack: str) -> None:
+        self.conn = conn
+        self.since = since
+        self.stack = stack
+        #: given back (released, discarded) or reported as garbage-collected: watched no more
+        self.done = False
+
+    def __repr__(self) -> str:
+        return f"<Hold conn={self.conn.id} since={self.since} done={self.done}>"

@@ -28,6 +28,7 @@ class TimerKind(enum.IntEnum):
     KEEP_ALIVE = 5  #: an idle connection is due for a keep-alive probe
     PROBE_TIMEOUT = 6  #: a keep-alive probe ran out of time
     BACKOFF = 7  #: a backing-off slot's wait before its connect retry is over
+    LEAK = 8  #: a watched lease has been out for leak_timeout
 
 
 @final

@@ -263,21 +263,30 @@ def test_close_with_backing_off_connecting_and_leased_connections(front_kind: st
 
     async def scenario(f: Front) -> None:
         held = await f.lease()  # connection 1, leased
+        f.connect_delay = 5.0
+        slow = f.start()  # connection 2: connecting for 5 s
+        await f.settle()
+        f.connect_delay = 0.0
         f.connect_errors.append(OSError("refused"))
-        waiting = f.start()
-        await f.settle()  # connection 2 failed: a slot backs off
-        assert f.pool.stats().total == 2
+        failed = f.start()  # connection 3 fails at once: a slot backs off
+        await f.settle()
+        stats = f.pool.stats()
+        assert (stats.in_use, stats.pending, stats.backing_off) == (1, 1, 1)
         await f.close()
-        assert isinstance(waiting.error, poolkit.PoolClosedError)
+        for pending in (slow, failed):
+            assert isinstance(pending.error, poolkit.PoolClosedError)
         assert f.pool.stats().total == 1  # only the leased one, closed when it comes back
         created = f.created()
         await f.advance(10)
         assert f.created() == created  # no retry after close
+        # the abandoned connect: cancelled (asyncio), or what it returns is closed (threads)
+        late = [conn.closed for conn in f.made if conn.id == 2]
+        assert late == ([] if f.name == "asyncio" else [1])
         held.release()
-        assert f.close_reasons() == {2: "error", 1: "poolClosed"}
+        assert f.close_reasons() == {3: "error", 2: "poolClosed", 1: "poolClosed"}
         assert f.pool.stats().total == 0
 
-    drive(front_kind, scenario, max_size=2, connect_retry=retry)
+    drive(front_kind, scenario, max_size=3, connect_retry=retry)
 
 
 # ---------------------------------------------------------------------- statistics

@@ -190,8 +190,10 @@ def log_event(event: ev.PoolEvent) -> None:
     """Log ``event`` as its CMAP message if DEBUG is on for ``poolkit.connection``; a leaked
     lease also as a warning on ``poolkit.pool``."""
     if type(event) is ev.LeaseLeakedEvent:
-        how = "was garbage-collected while out (its connection is closed)" if event.collected else (
-            f"has been out for {event.held:.3f} s"
+        how = (
+            "was garbage-collected while out (its connection is closed)"
+            if event.collected
+            else (f"has been out for {event.held:.3f} s")
         )
         _POOL_LOGGER.warning(
             "poolkit: a lease on connection %d of %s %s; it was checked out at:\n%s",

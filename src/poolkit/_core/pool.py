@@ -60,17 +60,15 @@ from ..events import (
     ConnectionCheckedOutEvent,
     ConnectionCheckOutFailedEvent,
     ConnectionCheckOutStartedEvent,
-    ConnectionClosedEvent,
-    ConnectionCreatedEvent,
-    ConnectionReadyEvent,
     PoolCreatedEvent,
     PoolEvent,
 )
 from ..options import PoolOptions
 from ..stats import PoolState, PoolStats
+from . import connections as _c
 from . import health as _h
 from . import maintenance as _m
-from .actions import Action, CloseConnection, CompleteRequest, StartConnect
+from .actions import Action, CompleteRequest
 from .records import STEPS as _STEPS
 from .records import Conn, ConnInput, ConnState, InvalidTransition, Request, RequestState, Role
 from .tally import Tally, snapshot
@@ -296,6 +294,21 @@ class PoolCore:
     _sweep_idle = _m._sweep_idle
     _arm_idle_sweep = _m._arm_idle_sweep
 
+    # ------------------------------------------------------------------ connections
+    # (in ``connections``)
+
+    connected = _c.connected
+    _regate = _c._regate
+    _set_role = _c._set_role
+    _new_role = _c._new_role
+    _promote = _c._promote
+    _maybe_connect = _c._maybe_connect
+    _start_connect = _c._start_connect
+    _new_record = _c._new_record
+    _begin_connect = _c._begin_connect
+    _drop = _c._drop
+    _close = _c._close
+
     # ------------------------------------------------------------------ health and notices
     # (in ``health``)
 
@@ -512,50 +525,6 @@ class PoolCore:
 
     # ------------------------------------------------------------------ connect results
 
-    def connected(
-        self,
-        conn: Conn,
-        now: float,
-        connection: Any,
-        service_id: Any = None,
-        max_streams: int = 1,
-    ) -> None:
-        """``conn``'s connect function returned ``connection`` (serving ``max_streams`` leases at
-        once)."""
-        conn.connection = connection
-        if conn.state is not _CONNECTING:
-            # The pool gave up on this connect (interrupted, closed, timed out): close what came.
-            self.actions.append(CloseConnection(conn))
-            return
-        if self._lb:
-            conn.service_id = service_id
-            entry = self.service_generations.get(service_id)
-            if entry is None:
-                entry = self.service_generations[service_id] = [0, 0]
-            entry[1] += 1
-            conn.generation = entry[0]
-        conn.max_streams = max_streams
-        self._regate(conn)
-        self._fire(conn, ConnInput.ESTABLISHED)
-        self.tally.created += 1
-        self._fail_row = 0
-        if self._failing is not None:
-            self._recovered(now)
-        if self.observed:
-            self.events.append(
-                ConnectionReadyEvent(
-                    address=self.address, connection_id=conn.id, duration=now - conn.created_at
-                )
-            )
-        conn.idle_since = now
-        if self._waiters and self.state is _READY and self._perished(conn, now) is None:
-            self._serve(self._pop_waiter(), conn, now)
-        elif conn.role is _OVERFLOW and self.state is not _CLOSED:
-            self._close(conn, CLOSE_IDLE)  # made for a waiter that is gone: idle at once
-        else:
-            self._push_idle(conn, now)
-        self._dispatch(now)
-
     # ------------------------------------------------------------------ internals
 
     def _set_state(self, state: PoolState, generation: int) -> None:
@@ -567,62 +536,6 @@ class PoolCore:
         plain_release = plain and state is not _CLOSED and self._lifetime is None
         self._release_gen = generation if plain_release else -1
         self._quick_gen = -1 if self.clocked else self._release_gen
-
-    def _regate(self, conn: Conn) -> None:
-        """Refresh ``conn.gate`` after its generation, role or stream limit changed."""
-        plain = conn.max_streams == 1 and conn.role is not _OVERFLOW
-        conn.gate = conn.generation if plain else _NO_GATE
-
-    def _set_role(self, conn: Conn, role: Role) -> None:
-        """The one place an existing connection's role changes (with the role counters)."""
-        old = conn.role
-        if old is _KEPT:
-            self._kept -= 1
-        elif old is _OVERFLOW:
-            self._overflow -= 1
-        if role is _KEPT:
-            self._kept += 1
-        elif role is _OVERFLOW:
-            self._overflow += 1
-        conn.role = role
-        self._regate(conn)
-
-    def _new_role(self) -> Role:
-        """The role of a connection about to be made."""
-        if self._kept < self.options.min_size:
-            return _KEPT
-        if len(self.conns) - self._overflow < self._soft:
-            return _DEMAND
-        return _OVERFLOW
-
-    def _promote(self, freed: Role) -> None:
-        """A connection of role ``freed`` closed: the next role down moves up into its place.
-        A kept connection is replaced by a demand one (its idle time no longer counts), a demand
-        one by an overflow one (no longer closed as soon as it is idle). Established connections
-        are preferred; none is created here."""
-        if freed is _OVERFLOW:
-            return
-        if freed is _KEPT and self._kept >= self.options.min_size:
-            return
-        if freed is _DEMAND and len(self.conns) - self._overflow >= self._soft:
-            return
-        below = _DEMAND if freed is _KEPT else _OVERFLOW
-        chosen = None
-        for conn in self.conns.values():
-            if conn.role is below:
-                chosen = conn
-                if conn.state is not _CONNECTING:
-                    break
-        if chosen is None:
-            if below is _DEMAND:  # no demand connection: an overflow one becomes kept
-                for conn in self.conns.values():
-                    if conn.role is _OVERFLOW:
-                        self._set_role(conn, _KEPT)
-                        return
-            return
-        self._set_role(chosen, freed)
-        if below is _DEMAND:
-            self._promote(_DEMAND)  # a demand place is free now: an overflow one may take it
 
     def _take(self, now: float) -> Conn | None:
         """A connection to lease now, or ``None``: a multiplexed one in use with a stream free
@@ -776,112 +689,3 @@ class PoolCore:
                 break
             self._serve(self._pop_waiter(), conn, now)
         self._maybe_connect(now, fill_min=True)
-
-    def _maybe_connect(self, now: float, *, fill_min: bool) -> None:
-        if self.state is not _READY:
-            return
-        opts = self.options
-        counts = self._counts
-        failing = self._failing
-        if failing is not None:
-            # connect_retry: no connect but the one retried (or, none planned, the next needed)
-            if (
-                failing.pending is None
-                and len(self.conns) < self._max_size
-                and (
-                    (fill_min and len(self.conns) < opts.min_size)
-                    or len(self._waiters) > counts[_CONNECTING]
-                )
-            ):
-                failing.pending = self._start_connect(now)
-            return
-        while counts[_CONNECTING] < opts.max_connecting and len(self.conns) < self._max_size:
-            missing = opts.min_size - len(self.conns) if fill_min else 0
-            if missing <= 0 and len(self._waiters) <= counts[_CONNECTING]:
-                return
-            self._start_connect(now)
-
-    def _start_connect(self, now: float) -> Conn:
-        conn = self._new_record(now, _CONNECTING)
-        self._begin_connect(conn, now)
-        return conn
-
-    def _new_record(self, now: float, state: ConnState) -> Conn:
-        """A new connection record (connecting, or a backing-off slot), counted."""
-        role = self._new_role()
-        conn = Conn(self._next_id, self.generation, role, now, state)
-        self._next_id += 1
-        if role is _KEPT:
-            self._kept += 1
-        elif role is _OVERFLOW:
-            self._overflow += 1
-        self._regate(conn)
-        self.conns[conn.id] = conn
-        self._counts[state] += 1
-        return conn
-
-    def _begin_connect(self, conn: Conn, now: float) -> None:
-        """``conn`` is connecting from ``now``: announce it and ask the front end to connect."""
-        lifetime = self._lifetime
-        if lifetime is not None:
-            conn.expires = now + lifetime * (1.0 - self.options.max_lifetime_jitter * self._rand())
-        self.tally.connect_attempts += 1
-        if self.observed:
-            self.events.append(ConnectionCreatedEvent(address=self.address, connection_id=conn.id))
-        timeout = self.options.connect_timeout
-        if timeout is not None:
-            self.timers.push(now + timeout, TimerKind.CONNECT_TIMEOUT, conn)
-        self.actions.append(StartConnect(conn))
-
-    def _drop(self, slot: Conn) -> None:
-        """Forget a backing-off slot (never announced to the front end or listeners)."""
-        self._fire(slot, ConnInput.CLOSE)
-        failing = self._failing
-        if failing is not None and failing.pending is slot:
-            failing.pending = None
-        del self.conns[slot.id]
-        role = slot.role
-        if role is _KEPT:
-            self._kept -= 1
-        elif role is _OVERFLOW:
-            self._overflow -= 1
-        if self.state is not _CLOSED:
-            self._promote(role)
-
-    def _close(
-        self,
-        conn: Conn,
-        reason: str,
-        error: BaseException | None = None,
-        how: ConnInput = ConnInput.CLOSE,
-    ) -> None:
-        """Close ``conn`` for ``reason``. An available connection must already be off ``_idle``."""
-        self._fire(conn, how)
-        failing = self._failing
-        if failing is not None and failing.pending is conn:
-            failing.pending = None  # the retry is gone (interrupted, closed): plan another
-        del self.conns[conn.id]
-        if conn.max_streams > 1:
-            self._open.pop(conn, None)
-        role = conn.role
-        if role is _KEPT:
-            self._kept -= 1
-        elif role is _OVERFLOW:
-            self._overflow -= 1
-        if self._lb and conn.connection is not None:
-            entry = self.service_generations.get(conn.service_id)
-            if entry is not None:
-                entry[1] -= 1
-                if entry[1] == 0:
-                    del self.service_generations[conn.service_id]
-        conn.close_reason = reason
-        self.tally.count(self.tally.closed, reason)
-        if self.observed:
-            self.events.append(
-                ConnectionClosedEvent(
-                    address=self.address, connection_id=conn.id, reason=reason, error=error
-                )
-            )
-        self.actions.append(CloseConnection(conn))
-        if self.state is not _CLOSED:
-            self._promote(role)

@@ -1,0 +1,262 @@
+"""A connection's life in the pool: made (and retried), established, given a role, closed.
+These are methods of :class:`~poolkit._core.pool.PoolCore` (bound there by name), kept in a
+module of their own so that each module has one concern; they work on the same state.
+
+Rules of this module
+--------------------
+* Same as ``pool``: pure, ``now`` from the caller, output only through ``actions``/``events``.
+* A record is counted from its birth (``_new_record``) to its close (``_close``, or ``_drop``
+  for a backing-off slot never announced): ``conns``, the state counters and the role counters
+  change together, here.
+* Roles are fields (``Conn.role``); they change only in ``_set_role``, and a connection that
+  closes frees its role for the next one down (``_promote``) before anything new is made.
+* A connect starts only while the pool is ready, under ``max_size`` and ``max_connecting``, for a
+  waiter not covered by the connects in flight or to reach ``min_size``; while connects fail with
+  ``connect_retry`` only the one retried attempt may run.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Final
+
+from ..events import (
+    CLOSE_IDLE,
+    ConnectionClosedEvent,
+    ConnectionCreatedEvent,
+    ConnectionReadyEvent,
+)
+from ..stats import PoolState
+from .actions import CloseConnection, StartConnect
+from .records import Conn, ConnInput, ConnState, Role
+from .timers import TimerKind
+
+if TYPE_CHECKING:
+    from .pool import PoolCore
+
+_READY: Final = PoolState.READY
+_CLOSED: Final = PoolState.CLOSED
+_CONNECTING: Final = ConnState.CONNECTING
+_KEPT: Final = Role.KEPT
+_DEMAND: Final = Role.DEMAND
+_OVERFLOW: Final = Role.OVERFLOW
+_NO_GATE: Final = -2  # a connection's gate that no fast path matches
+
+
+def connected(
+    self: PoolCore,
+    conn: Conn,
+    now: float,
+    connection: Any,
+    service_id: Any = None,
+    max_streams: int = 1,
+) -> None:
+    """``conn``'s connect function returned ``connection`` (serving ``max_streams`` leases at
+    once)."""
+    conn.connection = connection
+    if conn.state is not _CONNECTING:
+        # The pool gave up on this connect (interrupted, closed, timed out): close what came.
+        self.actions.append(CloseConnection(conn))
+        return
+    if self._lb:
+        conn.service_id = service_id
+        entry = self.service_generations.get(service_id)
+        if entry is None:
+            entry = self.service_generations[service_id] = [0, 0]
+        entry[1] += 1
+        conn.generation = entry[0]
+    conn.max_streams = max_streams
+    self._regate(conn)
+    self._fire(conn, ConnInput.ESTABLISHED)
+    self.tally.created += 1
+    self._fail_row = 0
+    if self._failing is not None:
+        self._recovered(now)
+    if self.observed:
+        self.events.append(
+            ConnectionReadyEvent(
+                address=self.address, connection_id=conn.id, duration=now - conn.created_at
+            )
+        )
+    conn.idle_since = now
+    if self._waiters and self.state is _READY and self._perished(conn, now) is None:
+        self._serve(self._pop_waiter(), conn, now)
+    elif conn.role is _OVERFLOW and self.state is not _CLOSED:
+        self._close(conn, CLOSE_IDLE)  # made for a waiter that is gone: idle at once
+    else:
+        self._push_idle(conn, now)
+    self._dispatch(now)
+
+
+def _regate(self: PoolCore, conn: Conn) -> None:
+    """Refresh ``conn.gate`` after its generation, role or stream limit changed."""
+    plain = conn.max_streams == 1 and conn.role is not _OVERFLOW
+    conn.gate = conn.generation if plain else _NO_GATE
+
+
+def _set_role(self: PoolCore, conn: Conn, role: Role) -> None:
+    """The one place an existing connection's role changes (with the role counters)."""
+    old = conn.role
+    if old is _KEPT:
+        self._kept -= 1
+    elif old is _OVERFLOW:
+        self._overflow -= 1
+    if role is _KEPT:
+        self._kept += 1
+    elif role is _OVERFLOW:
+        self._overflow += 1
+    conn.role = role
+    self._regate(conn)
+
+
+def _new_role(self: PoolCore) -> Role:
+    """The role of a connection about to be made."""
+    if self._kept < self.options.min_size:
+        return _KEPT
+    if len(self.conns) - self._overflow < self._soft:
+        return _DEMAND
+    return _OVERFLOW
+
+
+def _promote(self: PoolCore, freed: Role) -> None:
+    """A connection of role ``freed`` closed: the next role down moves up into its place.
+    A kept connection is replaced by a demand one (its idle time no longer counts), a demand
+    one by an overflow one (no longer closed as soon as it is idle). Established connections
+    are preferred; none is created here."""
+    if freed is _OVERFLOW:
+        return
+    if freed is _KEPT and self._kept >= self.options.min_size:
+        return
+    if freed is _DEMAND and len(self.conns) - self._overflow >= self._soft:
+        return
+    below = _DEMAND if freed is _KEPT else _OVERFLOW
+    chosen = None
+    for conn in self.conns.values():
+        if conn.role is below:
+            chosen = conn
+            if conn.state is not _CONNECTING:
+                break
+    if chosen is None:
+        if below is _DEMAND:  # no demand connection: an overflow one becomes kept
+            for conn in self.conns.values():
+                if conn.role is _OVERFLOW:
+                    self._set_role(conn, _KEPT)
+                    return
+        return
+    self._set_role(chosen, freed)
+    if below is _DEMAND:
+        self._promote(_DEMAND)  # a demand place is free now: an overflow one may take it
+
+
+def _maybe_connect(self: PoolCore, now: float, *, fill_min: bool) -> None:
+    if self.state is not _READY:
+        return
+    opts = self.options
+    counts = self._counts
+    failing = self._failing
+    if failing is not None:
+        # connect_retry: no connect but the one retried (or, none planned, the next needed)
+        if (
+            failing.pending is None
+            and len(self.conns) < self._max_size
+            and (
+                (fill_min and len(self.conns) < opts.min_size)
+                or len(self._waiters) > counts[_CONNECTING]
+            )
+        ):
+            failing.pending = self._start_connect(now)
+        return
+    while counts[_CONNECTING] < opts.max_connecting and len(self.conns) < self._max_size:
+        missing = opts.min_size - len(self.conns) if fill_min else 0
+        if missing <= 0 and len(self._waiters) <= counts[_CONNECTING]:
+            return
+        self._start_connect(now)
+
+
+def _start_connect(self: PoolCore, now: float) -> Conn:
+    conn = self._new_record(now, _CONNECTING)
+    self._begin_connect(conn, now)
+    return conn
+
+
+def _new_record(self: PoolCore, now: float, state: ConnState) -> Conn:
+    """A new connection record (connecting, or a backing-off slot), counted."""
+    role = self._new_role()
+    conn = Conn(self._next_id, self.generation, role, now, state)
+    self._next_id += 1
+    if role is _KEPT:
+        self._kept += 1
+    elif role is _OVERFLOW:
+        self._overflow += 1
+    self._regate(conn)
+    self.conns[conn.id] = conn
+    self._counts[state] += 1
+    return conn
+
+
+def _begin_connect(self: PoolCore, conn: Conn, now: float) -> None:
+    """``conn`` is connecting from ``now``: announce it and ask the front end to connect."""
+    lifetime = self._lifetime
+    if lifetime is not None:
+        conn.expires = now + lifetime * (1.0 - self.options.max_lifetime_jitter * self._rand())
+    self.tally.connect_attempts += 1
+    if self.observed:
+        self.events.append(ConnectionCreatedEvent(address=self.address, connection_id=conn.id))
+    timeout = self.options.connect_timeout
+    if timeout is not None:
+        self.timers.push(now + timeout, TimerKind.CONNECT_TIMEOUT, conn)
+    self.actions.append(StartConnect(conn))
+
+
+def _drop(self: PoolCore, slot: Conn) -> None:
+    """Forget a backing-off slot (never announced to the front end or listeners)."""
+    self._fire(slot, ConnInput.CLOSE)
+    failing = self._failing
+    if failing is not None and failing.pending is slot:
+        failing.pending = None
+    del self.conns[slot.id]
+    role = slot.role
+    if role is _KEPT:
+        self._kept -= 1
+    elif role is _OVERFLOW:
+        self._overflow -= 1
+    if self.state is not _CLOSED:
+        self._promote(role)
+
+
+def _close(
+    self: PoolCore,
+    conn: Conn,
+    reason: str,
+    error: BaseException | None = None,
+    how: ConnInput = ConnInput.CLOSE,
+) -> None:
+    """Close ``conn`` for ``reason``. An available connection must already be off ``_idle``."""
+    self._fire(conn, how)
+    failing = self._failing
+    if failing is not None and failing.pending is conn:
+        failing.pending = None  # the retry is gone (interrupted, closed): plan another
+    del self.conns[conn.id]
+    if conn.max_streams > 1:
+        self._open.pop(conn, None)
+    role = conn.role
+    if role is _KEPT:
+        self._kept -= 1
+    elif role is _OVERFLOW:
+        self._overflow -= 1
+    if self._lb and conn.connection is not None:
+        entry = self.service_generations.get(conn.service_id)
+        if entry is not None:
+            entry[1] -= 1
+            if entry[1] == 0:
+                del self.service_generations[conn.service_id]
+    conn.close_reason = reason
+    self.tally.count(self.tally.closed, reason)
+    if self.observed:
+        self.events.append(
+            ConnectionClosedEvent(
+                address=self.address, connection_id=conn.id, reason=reason, error=error
+            )
+        )
+    self.actions.append(CloseConnection(conn))
+    if self.state is not _CLOSED:
+        self._promote(role)

@@ -1,7 +1,9 @@
 """The pool's pure core: every decision, no I/O, no clock, no threads, no asyncio.
 
-This module holds the state, checkout, check-in and connect results; ``maintenance`` holds the
-pool's lifecycle (ready, clear, close, fork) and its timers, bound into ``PoolCore`` by name.
+This module holds the state, checkout, check-in and hand-off. Bound into ``PoolCore`` by name from
+modules of their own: ``connections`` (a connection's life: connects, roles, close),
+``maintenance`` (the pool's lifecycle: ready, clear, close, fork, and its timers), ``health``
+(keep-alive, connect retries, leaks, a connection's notices) and ``tally`` (counts and stats).
 
 Rules of this module
 --------------------
@@ -12,8 +14,8 @@ Rules of this module
 * Connection states change only as the table in ``records`` says: through ``_fire``, except the
   two hot transitions (idle -> leased on checkout, leased -> idle on check-in), whose result is
   read from the same table at import and which change no counter. Counters of states change only
-  in ``_fire`` (and at a connection's birth in ``_start_connect``). ``total`` is ``len(conns)``;
-  ``available`` is ``len(_idle)``; ``leased`` is what remains.
+  in ``_fire`` (and at a connection's birth in ``connections._new_record``). ``total`` is
+  ``len(conns)``; ``available`` is ``len(_idle)``; ``leased`` is what remains.
 * The pool's state and generation change only in ``_set_state``, which also refreshes the two
   values the hot paths compare with (``_lease_gen``, ``_release_gen``).
 * Requests wait in one FIFO (an ``OrderedDict``: O(1) append, pop-oldest and cancel). A request
@@ -23,7 +25,8 @@ Rules of this module
   waiter". A new connect starts only for a waiter not covered by the connects in flight, or to
   reach ``min_size``, and only while the pool is ready, under ``max_size`` and ``max_connecting``.
 * ``_idle`` is a stack: check-in pushes on the right, checkout pops from the right (the most
-  recently used first), so the left end is always the longest idle.
+  recently used first), so the left end is the longest parked (a connection back from a
+  keep-alive probe is parked anew, its idle time running on).
 * Events are built only when ``observed`` is true. ``lease_idle`` and ``release_idle`` (the fast
   paths) never build an event, never touch the timer heap and allocate nothing.
 * ``idle_since`` is kept only in a clocked pool (one that reads idle times); ``release_idle``
@@ -64,14 +67,15 @@ from ..events import (
     PoolEvent,
 )
 from ..options import PoolOptions
-from ..stats import PoolState, PoolStats
+from ..stats import PoolState
 from . import connections as _c
 from . import health as _h
 from . import maintenance as _m
+from . import tally as _t
 from .actions import Action, CompleteRequest
 from .records import STEPS as _STEPS
 from .records import Conn, ConnInput, ConnState, InvalidTransition, Request, RequestState, Role
-from .tally import Tally, snapshot
+from .tally import Tally
 from .timers import TimerEntry, TimerHeap, TimerKind
 
 _READY: Final = PoolState.READY
@@ -215,55 +219,17 @@ class PoolCore:
         if observed:
             self.events.append(PoolCreatedEvent(address=address, options=options.cmap_options()))
 
-    # ------------------------------------------------------------------ views
+    # ------------------------------------------------------------------ views (in ``tally``)
 
-    @property
-    def total(self) -> int:
-        return len(self.conns)
-
-    @property
-    def available(self) -> int:
-        return len(self._idle)
-
-    @property
-    def pending(self) -> int:
-        return self._counts[_CONNECTING]
-
-    @property
-    def in_use(self) -> int:
-        return self.count(_LEASED) + self._counts[ConnState.DRAINING]
-
-    @property
-    def waiting(self) -> int:
-        return len(self._waiters)
-
-    def count(self, state: ConnState) -> int:
-        """Connections in ``state`` (closed ones are not kept: 0)."""
-        if state is _IDLE:
-            return len(self._idle)
-        if state is _LEASED:
-            counts = self._counts
-            return (
-                len(self.conns)
-                - len(self._idle)
-                - counts[_CONNECTING]
-                - counts[ConnState.BACKING_OFF]
-                - counts[ConnState.DRAINING]
-            )
-        if state is _S_CLOSED:
-            return 0
-        return self._counts[state]
-
-    def stats(self) -> PoolStats:
-        return snapshot(self)
-
-    def waiters(self) -> list[Request]:
-        """The waiting requests, oldest first (for tests and diagnostics)."""
-        return list(self._waiters)
-
-    def idle_connections(self) -> list[Conn]:
-        """Available connections, longest idle first (for tests and diagnostics)."""
-        return list(self._idle)
+    total = property(_t.total)
+    available = property(_t.available)
+    pending = property(_t.pending)
+    in_use = property(_t.in_use)
+    waiting = property(_t.waiting)
+    count = _t.count
+    stats = _t.snapshot
+    waiters = _t.waiters
+    idle_connections = _t.idle_connections
 
     def take(self) -> tuple[list[Action], list[PoolEvent]]:
         """Hand the pending actions and events to the front end and start fresh lists."""

@@ -11,13 +11,18 @@ Rules of this module
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, final
+from typing import TYPE_CHECKING, Final, final
 
 from ..stats import PoolStats
-from .records import ConnState, Role
+from .records import Conn, ConnState, Request, Role
 
 if TYPE_CHECKING:
     from .pool import PoolCore
+
+_IDLE: Final = ConnState.IDLE
+_LEASED: Final = ConnState.LEASED
+_CONNECTING: Final = ConnState.CONNECTING
+_S_CLOSED: Final = ConnState.CLOSED
 
 
 @final
@@ -53,6 +58,58 @@ class Tally:
 
     def count(self, table: dict[str, int], reason: str) -> None:
         table[reason] = table.get(reason, 0) + 1
+
+
+# ---------------------------------------------------------------------- views of the core
+# (methods and properties of PoolCore, bound there by name)
+
+
+def total(self: PoolCore) -> int:
+    return len(self.conns)
+
+
+def available(self: PoolCore) -> int:
+    return len(self._idle)
+
+
+def pending(self: PoolCore) -> int:
+    return self._counts[_CONNECTING]
+
+
+def in_use(self: PoolCore) -> int:
+    return self.count(_LEASED) + self._counts[ConnState.DRAINING]
+
+
+def waiting(self: PoolCore) -> int:
+    return len(self._waiters)
+
+
+def count(self: PoolCore, state: ConnState) -> int:
+    """Connections in ``state`` (closed ones are not kept: 0)."""
+    if state is _IDLE:
+        return len(self._idle)
+    if state is _LEASED:
+        counts = self._counts
+        return (
+            len(self.conns)
+            - len(self._idle)
+            - counts[_CONNECTING]
+            - counts[ConnState.BACKING_OFF]
+            - counts[ConnState.DRAINING]
+        )
+    if state is _S_CLOSED:
+        return 0
+    return self._counts[state]
+
+
+def waiters(self: PoolCore) -> list[Request]:
+    """The waiting requests, oldest first (for tests and diagnostics)."""
+    return list(self._waiters)
+
+
+def idle_connections(self: PoolCore) -> list[Conn]:
+    """Available connections, longest parked first (for tests and diagnostics)."""
+    return list(self._idle)
 
 
 def snapshot(core: PoolCore) -> PoolStats:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from poolkit import Backoff, KeepAlive, PoolOptions
-from poolkit._core import Conn, ConnState, PoolCore, Request, RequestState
+from poolkit._core import Conn, ConnState, Hold, PoolCore, Request, RequestState
 from poolkit.errors import CircuitOpenError, KeepAliveTimeoutError
 from test_core_table import ADDRESS, kinds, queue, started
 
@@ -290,3 +290,62 @@ def test_draining_and_stream_limit_events() -> None:
     assert core.will_close(conn.id, 2.0)
     _, events = core.take()
     assert kinds(events) == ["ConnectionDrainingEvent"] and events[0].streams_in_use == 1
+
+
+# ---------------------------------------------------------------------- leaked leases
+
+
+def test_a_watched_lease_is_reported_once_when_out_too_long() -> None:
+    core = make(leak_timeout=5.0)
+    conn = parked(core, 0.0)
+    req = queue_or_serve(core, 1.0)
+    assert req.conn is conn
+    held = Hold(conn, 1.0, "  File stack\n")
+    core.hold(held, 1.0)
+    assert timers(core) == [(6.0, "LEAK")]
+    core.fire_timers(5.999)
+    assert core.take() == ([], [])
+    core.fire_timers(6.0)
+    actions, events = core.take()
+    assert actions == [] and kinds(events) == ["LeaseLeakedEvent"]
+    leak = events[0]
+    assert (leak.connection_id, leak.held, leak.stack, leak.collected) == (
+        conn.id,
+        5.0,
+        "  File stack\n",
+        False,
+    )
+    assert timers(core) == []  # once
+    core.unhold(held)
+    core.release(conn, 7.0)
+    assert conn.state is ConnState.IDLE
+
+
+def test_a_lease_given_back_in_time_is_never_reported() -> None:
+    core = make(leak_timeout=5.0)
+    conn = parked(core, 0.0)
+    queue_or_serve(core, 0.0)
+    held = Hold(conn, 0.0, "")
+    core.hold(held, 0.0)
+    core.unhold(held)
+    core.release(conn, 1.0)
+    core.take()
+    core.fire_timers(100.0)
+    assert core.take() == ([], [])
+
+
+def test_a_collected_lease_is_reported_and_its_connection_closed_even_unobserved() -> None:
+    core = make(leak_timeout=5.0)
+    core.observed = False
+    conn = parked(core, 0.0)
+    queue_or_serve(core, 0.0)
+    held = Hold(conn, 0.0, "stack")
+    core.hold(held, 0.0)
+    core.lease_collected(held, 2.0)
+    actions, events = core.take()
+    assert kinds(actions) == ["CloseConnection"] and conn.close_reason == "error"
+    assert kinds(events) == ["LeaseLeakedEvent"] and events[0].collected  # a leak is always told
+    assert core.total == 0
+    core.lease_collected(held, 3.0)  # reported once, closed once
+    core.fire_timers(10.0)
+    assert core.take() == ([], [])

@@ -30,6 +30,7 @@ from poolkit._core import (
     CompleteRequest,
     Conn,
     ConnState,
+    Hold,
     PoolCore,
     Request,
     RequestState,
@@ -53,6 +54,7 @@ from poolkit.events import (
     ConnectionClosedEvent,
     ConnectionCreatedEvent,
     ConnectionReadyEvent,
+    LeaseLeakedEvent,
     PoolClearedEvent,
 )
 from poolkit.stats import PoolState
@@ -105,6 +107,7 @@ def pool_options(draw: st.DrawFn) -> PoolOptions:
         connect_timeout=draw(st.sampled_from([None, 1.0, 3.0])),
         keep_alive=draw(st.sampled_from(_KEEP_ALIVES)),
         connect_retry=draw(st.sampled_from(_RETRIES)),
+        leak_timeout=draw(st.sampled_from([None, None, 1.0])),
     )
 
 
@@ -149,6 +152,8 @@ class PoolCoreMachine(RuleBasedStateMachine):
         self.served_order: list[Request] = []
         self.releases = 0
         self.served_total = 0  #: leases handed out, ever
+        self.holds: list[Hold | None] = []  #: the leak watch of each lease in ``leases``
+        self.reported: set[str] = set()  #: the watched leases reported as out too long
         self.established_ids: set[int] = set()  #: connects the core accepted as established
         #: connections the core asked to probe whose result the driver still owes
         self.probing: list[Conn] = []
@@ -177,12 +182,16 @@ class PoolCoreMachine(RuleBasedStateMachine):
         """Run one input, then carry out and check its actions and events."""
         result = fn(self.c)
         actions, events = self.c.take()
+        for e in events:
+            if isinstance(e, LeaseLeakedEvent) and not e.collected:
+                assert e.stack not in self.reported, f"{e.stack} reported twice"
+                self.reported.add(e.stack)
         assert self.c.actions == [] and self.c.events == []
         self._apply(actions)
         if self.c.observed:
             self._check_events(actions, events)
-        else:
-            assert events == []
+        else:  # only a leak is told when nobody observes
+            assert all(isinstance(e, LeaseLeakedEvent) for e in events), events
         return result, actions, events
 
     def _apply(self, actions: list[Any]) -> None:
@@ -288,12 +297,20 @@ class PoolCoreMachine(RuleBasedStateMachine):
     def _leased(self, conn: Conn) -> None:
         self.leases.append(conn)
         self.served_total += 1
+        held = None
+        if self.c.options.leak_timeout is not None:  # as a front end watching leases does
+            held = Hold(conn, self.now, f"lease {self.served_total}")
+            self.c.hold(held, self.now)
+        self.holds.append(held)
 
-    def _drop_lease(self, conn: Conn) -> None:
+    def _drop_lease(self, conn: Conn) -> Hold | None:
         for i, leased in enumerate(self.leases):
             if leased is conn:
                 del self.leases[i]
-                return
+                held = self.holds.pop(i)
+                if held is not None:
+                    self.c.unhold(held)
+                return held
         raise AssertionError(f"no lease on {conn}")  # pragma: no cover
 
     # ------------------------------------------------------------------ rules
@@ -544,6 +561,19 @@ class PoolCoreMachine(RuleBasedStateMachine):
             if slot is not None:
                 assert slot.state in (ConnState.BACKING_OFF, ConnState.CONNECTING), slot
 
+    @precondition(lambda self: self.leases and self.c.options.leak_timeout is not None)
+    @rule(index=st.integers(min_value=0))
+    def lease_collected(self, index: int) -> None:
+        """A watched lease is garbage-collected while out: reported, its connection closed."""
+        i = index % len(self.leases)
+        conn, held = self.leases.pop(i), self.holds.pop(i)
+        assert held is not None
+        self.releases += 1  # it comes back, to be closed
+        _, _, events = self._do(lambda core: core.lease_collected(held, self.now))
+        leaks = [e for e in events if isinstance(e, LeaseLeakedEvent)]
+        assert len(leaks) == 1 and leaks[0].collected and leaks[0].connection_id == conn.id
+        assert conn.state is ConnState.CLOSED
+
     @precondition(lambda self: self.probing)
     @rule(index=st.integers(min_value=0), fail=st.booleans())
     def probe_done(self, index: int, fail: bool) -> None:
@@ -753,6 +783,11 @@ class PoolCoreMachine(RuleBasedStateMachine):
         core = self.c
         for req in core.waiters():
             assert req.deadline is None or req.deadline > self.now, f"{req} outlived its deadline"
+        leak_timeout = core.options.leak_timeout
+        for held in self.holds:
+            if held is not None and leak_timeout is not None:
+                out_too_long = self.now - held.since >= leak_timeout
+                assert out_too_long == (held.stack in self.reported), held
         timeout = core.options.connect_timeout
         max_idle = core.options.max_idle_time
         for conn in core.conns.values():

@@ -175,3 +175,76 @@ def test_pool_logs_cmap_messages_only_at_debug(caplog: pytest.LogCaptureFixture)
     record = caplog.records[4]
     assert record.cmap["driverConnectionId"] == 1 and "durationMS" in record.cmap
     pool.close()
+
+
+def _probe(connection: Any) -> None:  # pragma: no cover - never called
+    pass
+
+
+@pytest.mark.parametrize(
+    ("make", "error", "words"),
+    [
+        (lambda: poolkit.KeepAlive(0, _probe), ValueError, "KeepAlive.interval must be > 0"),
+        (lambda: poolkit.KeepAlive(1, "ping"), TypeError, "KeepAlive.probe must be a function"),
+        (lambda: poolkit.KeepAlive(1, _probe, timeout=-1), ValueError, "KeepAlive.timeout"),
+        (lambda: poolkit.Backoff(base=0), ValueError, "Backoff.base must be > 0"),
+        (lambda: poolkit.Backoff(factor=0.5), ValueError, "Backoff.factor must be"),
+        (lambda: poolkit.Backoff(max_delay=0.05), ValueError, "Backoff.max_delay (0.05) must be"),
+        (lambda: poolkit.Backoff(jitter=0.9), ValueError, "Backoff.jitter must be a fraction"),
+        (
+            lambda: poolkit.Backoff(circuit_breaker_after=-1),
+            ValueError,
+            "Backoff.circuit_breaker_after",
+        ),
+        (lambda: poolkit.PoolOptions(keep_alive=5), TypeError, "PoolOptions.keep_alive must be"),
+        (
+            lambda: poolkit.PoolOptions(connect_retry=True),
+            TypeError,
+            "PoolOptions.connect_retry must be",
+        ),
+        (lambda: poolkit.PoolOptions(leak_timeout=0), ValueError, "PoolOptions.leak_timeout"),
+    ],
+)
+def test_invalid_health_options_name_option_and_rule(make: Any, error: type, words: str) -> None:
+    with pytest.raises(error) as info:
+        make()
+    assert words in str(info.value)
+
+
+def test_backoff_delay_is_the_formula_capped_with_jitter_either_way() -> None:
+    backoff = poolkit.Backoff()
+    assert backoff.delay(1) == pytest.approx(0.1)
+    assert backoff.delay(5) == pytest.approx(0.1 * 1.25**4)
+    assert backoff.delay(29) == pytest.approx(0.1 * 1.25**28)  # 51.7 s
+    assert backoff.delay(30) == 60.0 and backoff.delay(10**9) == 60.0  # capped
+    assert backoff.delay(1, rand=0.0) == pytest.approx(0.097)
+    assert backoff.delay(1, rand=1.0) == pytest.approx(0.103)
+
+
+def test_poolkit_events_log_their_fields() -> None:
+    event = ev.ConnectAttemptFailedEvent(
+        address="db:27017", connection_id=3, error=OSError("refused"), failures=2, retry_in=0.125
+    )
+    message = build(event)
+    assert message.fields["message"] == "ConnectAttemptFailedEvent"
+    assert message.fields["driverConnectionId"] == 3
+    assert message.fields["failures"] == 2 and message.fields["retry_in"] == 0.125
+    assert "failures=2" in str(message) and "retry_in=0.125" in str(message)
+    leak = build(
+        ev.LeaseLeakedEvent(address="h:1", connection_id=1, held=2, stack="s", collected=False)
+    )
+    assert "stack" not in leak.fields  # in the warning, not in every debug line
+
+
+def test_a_leak_is_a_warning_even_with_debug_off(caplog: pytest.LogCaptureFixture) -> None:
+    from poolkit.log import log_event
+
+    event = ev.LeaseLeakedEvent(
+        address="h:1", connection_id=7, held=3.5, stack='  File "app.py", line 9\n', collected=False
+    )
+    with caplog.at_level(logging.WARNING, logger="poolkit"):
+        log_event(event)
+    (record,) = caplog.records
+    assert record.name == "poolkit.pool" and record.levelno == logging.WARNING
+    assert "connection 7 of h:1 has been out for 3.500 s" in record.getMessage()
+    assert 'File "app.py", line 9' in record.getMessage()

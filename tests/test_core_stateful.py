@@ -154,6 +154,7 @@ class PoolCoreMachine(RuleBasedStateMachine):
         self.served_total = 0  #: leases handed out, ever
         self.holds: list[Hold | None] = []  #: the leak watch of each lease in ``leases``
         self.reported: set[str] = set()  #: the watched leases reported as out too long
+        self.closed_at = math.inf  #: when the pool was closed
         self.established_ids: set[int] = set()  #: connects the core accepted as established
         #: connections the core asked to probe whose result the driver still owes
         self.probing: list[Conn] = []
@@ -373,6 +374,8 @@ class PoolCoreMachine(RuleBasedStateMachine):
 
     def close(self) -> None:
         waiting = self.c.waiters()
+        if self.c.state is not PoolState.CLOSED:
+            self.closed_at = self.now
         self._do(lambda core: core.close(self.now))
         assert self.c.state is PoolState.CLOSED
         assert self.c.waiting == 0
@@ -786,7 +789,9 @@ class PoolCoreMachine(RuleBasedStateMachine):
         leak_timeout = core.options.leak_timeout
         for held in self.holds:
             if held is not None and leak_timeout is not None:
-                out_too_long = self.now - held.since >= leak_timeout
+                # watched while the pool is open: reported once its time is up, never before
+                watched_until = min(self.now, self.closed_at)
+                out_too_long = watched_until - held.since >= leak_timeout
                 assert out_too_long == (held.stack in self.reported), held
         timeout = core.options.connect_timeout
         max_idle = core.options.max_idle_time

@@ -154,6 +154,8 @@ def test_stream_limit_increase_serves_waiters_at_once(front_kind: str) -> None:
         assert not any(w.done for w in waiters)
         assert f.pool.set_max_streams(1, 5) is True  # three more streams: three waiters served
         await f.settle()
+        (changed,) = [e for e in f.events if isinstance(e, ev.MaxStreamsChangedEvent)]
+        assert (changed.connection_id, changed.max_streams, changed.previous) == (1, 5, 2)
         assert [w.done for w in waiters] == [True, True, True, False, False]
         assert f.pool.stats().waiting == 2
         for w in waiters[:3]:
@@ -202,6 +204,9 @@ def test_will_close_on_a_leased_connection_drains_it(front_kind: str) -> None:
         a, b = await f.lease(), await f.lease()
         assert a.connection_id == b.connection_id == 1
         assert f.pool.connection_will_close(1) is True
+        await f.settle()
+        (draining,) = [e for e in f.events if isinstance(e, ev.ConnectionDrainingEvent)]
+        assert draining.connection_id == 1 and draining.streams_in_use == 2
         c = await f.lease()  # a draining connection takes no new lease
         assert c.connection_id == 2
         a.release()

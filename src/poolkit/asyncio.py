@@ -89,10 +89,11 @@ class _AsyncLease(Lease[Any]):
         # cached answer for level 10) and the core can take it back without more ado.
         if type(pool) is AsyncPool and pool._quick and _cached_level(10) is False:
             core = pool._core
-            taken = core.release_idle(self._conn, pool._time)
+            taken = core.release_idle(self._conn)
             if taken is not False:
                 self._pool = pool._returned
                 if taken is not True:  # handed to a waiter: wake it
+                    core.note_wait(taken, pool._time())
                     _wake(taken.owner)
                 return
         if type(pool) is not AsyncPool:

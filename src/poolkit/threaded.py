@@ -101,9 +101,11 @@ class _ThreadLease(Lease[Any]):
             lock = pool._lock
             lock.acquire()  # not ``with``: half the cost, and nothing in between can raise
             try:
-                taken = self._pool is pool and core.release_idle(self._conn, pool._time)
+                taken = self._pool is pool and core.release_idle(self._conn)
                 if taken is not False:
                     self._pool = pool._returned
+                    if taken is not True:
+                        core.note_wait(taken, pool._time())
             finally:
                 lock.release()
             if taken is True:

@@ -382,7 +382,7 @@ class PoolCore:
 
     # ------------------------------------------------------------------ check-in
 
-    def release_idle(self, conn: Conn, clock: Callable[[], float]) -> Request | bool:
+    def release_idle(self, conn: Conn) -> Request | bool:
         """The fast check-in: hand ``conn`` to the oldest waiter or put it back as available at
         once, or return false.
 
@@ -390,9 +390,9 @@ class PoolCore:
         connection, a clocked or load-balanced pool, a closed pool) and nothing was changed. True
         means the connection is available again. A ``Request`` means it was handed to that
         waiting request, now served, which the caller must wake (nothing is appended to
-        ``actions``). Needs no ``now``: it applies only where the time of a check-in is never
-        read; a hand-off reads ``clock`` once, for the wait it ended. The caller uses it only
-        when nobody observes the pool (it builds no event).
+        ``actions``) and the caller reports the wait it ended (``note_wait``). Needs no ``now``:
+        it applies only where the time of a check-in is never read. The caller uses it only when
+        nobody observes the pool (it builds no event).
         """
         if conn.gate != self._quick_gen or conn.streams != 1 or conn.state is not _LEASED:
             return False
@@ -402,13 +402,16 @@ class PoolCore:
             req.state = _SERVED
             req.conn = conn
             self.checkouts += 1
-            self.tally.waited(clock() - req.started)
             return req
         # _fire(conn, RELEASE_LAST) inlined: LEASED -> IDLE changes no counter (see _LEASED_IDLE).
         conn.streams = 0
         conn.state = _LEASED_IDLE
         self._idle.append(conn)
         return True
+
+    def note_wait(self, req: Request, now: float) -> None:
+        """``req``, handed a connection by ``release_idle``, stopped waiting at ``now``."""
+        self.tally.waited(now - req.started)
 
     def release(self, conn: Conn, now: float) -> bool:
         """A lease on ``conn`` came back (the front end checked that it was out).

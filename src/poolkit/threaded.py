@@ -104,14 +104,14 @@ class _ThreadLease(Lease[Any]):
                 taken = self._pool is pool and core.release_idle(self._conn)
                 if taken is not False:
                     self._pool = pool._returned
-                    if taken is not True:
-                        core.note_wait(taken, pool._time())
             finally:
                 lock.release()
             if taken is True:
                 return
             if taken is not False:
-                taken.owner()  # handed to a waiter: wake it, outside the lock
+                # handed to a waiter: its wait is noted and it is woken, outside the lock
+                pool._handoff_waits.append(pool._time() - taken.started)
+                taken.owner()
                 return
         if type(pool) is not Pool:
             pool._release(self)  # the Returned marker: raises "already returned"
@@ -203,6 +203,9 @@ class Pool(Generic[C]):
         self._quick = not self._listened and options.leak_timeout is None
         #: watched leases garbage-collected while out (appended by their ``__del__``)
         self._orphans: deque[Hold] = deque()
+        #: waits ended by fast hand-offs, noted outside the lock (a deque append is atomic) and
+        #: added to the core's tally when the statistics are read
+        self._handoff_waits: deque[float] = deque()
         self._returned = Returned(self)
         self._book = RequestBook()
         self._core = PoolCore(options, address, observed=self._sink.observed())
@@ -487,7 +490,11 @@ class Pool(Generic[C]):
     def stats(self) -> PoolStats:
         """A snapshot of the pool's state and counts, taken under the lock."""
         with self._lock:
-            return self._core.stats()
+            core = self._core
+            waits = self._handoff_waits
+            while waits:
+                core.tally.waited(waits.popleft())
+            return core.stats()
 
     @property
     def state(self) -> PoolState:

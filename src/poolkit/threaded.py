@@ -191,7 +191,8 @@ class Pool(Generic[C]):
         self._start_thread: Callable[[Callable[[], None], str], Any] = getattr(
             clock, "start_thread", _start_daemon
         )
-        self._new_signal = _clock_signal(clock) if hasattr(clock, "new_signal") else _lock_signal
+        self._fake_signals = hasattr(clock, "new_signal")
+        self._new_signal = _clock_signal(clock) if self._fake_signals else _lock_signal
         self._lock = threading.Lock()
         self._timer_cv = threading.Condition(self._lock)
         self._timer_at: float | None = None
@@ -199,6 +200,7 @@ class Pool(Generic[C]):
         self._timer_thread = False
         self._sink = EventSink(listener_tuple(listeners))
         self._listened = bool(self._sink.listeners)
+        self._wait_timeout = options.wait_queue_timeout
         #: whether the fast paths may run at all (no listener; leases not watched for leaks)
         self._quick = not self._listened and options.leak_timeout is None
         #: watched leases garbage-collected while out (appended by their ``__del__``)
@@ -282,8 +284,22 @@ class Pool(Generic[C]):
             try:
                 conn = core.lease_idle(self._time() if self._clocked else 0.0)
                 if conn is None:
+                    # _enqueue inlined: this is the path of every checkout that waits
                     core.observed = False
-                    req, wait = self._enqueue(timeout)
+                    now = self._time()
+                    if timeout is _DEFAULT:
+                        timeout = self._wait_timeout
+                    req = Request(now, None if timeout is None else now + timeout)
+                    core.request(req, now)
+                    wait: Callable[[], Any] | None = None
+                    if req.queued:
+                        if self._fake_signals:
+                            wait, req.owner = self._new_signal()
+                        else:  # _lock_signal inlined
+                            signal = _allocate_lock()
+                            signal.acquire()
+                            wait = signal.acquire
+                            req.owner = signal.release
                 elif not core.actions:
                     return _ThreadLease(conn, self)
                 # perished connections met on the way, connects, a deadline to arm
@@ -304,9 +320,14 @@ class Pool(Generic[C]):
                 actions = self._take_locked()
             self._carry_out(actions)
         if wait is not None:
-            self._wait(req, wait)
-        if req.conn is not None:
-            return self._make_lease(req.conn)
+            try:
+                wait()
+            except BaseException:
+                self._abandon(req)
+                raise
+        conn = req.conn
+        if conn is not None:
+            return _ThreadLease(conn, self) if self._quick else self._make_lease(conn)
         assert req.error is not None
         raise req.error
 
@@ -323,20 +344,16 @@ class Pool(Generic[C]):
         wait, req.owner = self._new_signal()
         return req, wait
 
-    def _wait(self, req: Request, wait: Callable[[], Any]) -> None:
-        """Outside the lock: wait until ``req`` is completed."""
-        try:
-            wait()
-        except BaseException:
-            # Interrupted (KeyboardInterrupt...): leave the queue, or give back what came.
-            core = self._core
-            with self._lock:
-                cancelled = core.cancel(req, self._time())
-                actions = self._take_locked()
-            self._carry_out(actions)
-            if not cancelled and req.state is _SERVED and req.conn is not None:
-                self._give_back(req.conn)
-            raise
+    def _abandon(self, req: Request) -> None:
+        """The wait for ``req`` was interrupted (KeyboardInterrupt...): leave the queue, or give
+        back what came."""
+        core = self._core
+        with self._lock:
+            cancelled = core.cancel(req, self._time())
+            actions = self._take_locked()
+        self._carry_out(actions)
+        if not cancelled and req.state is _SERVED and req.conn is not None:
+            self._give_back(req.conn)
 
     def checkin(self, lease: Lease[C]) -> None:
         """Give ``lease`` back (same as ``lease.release()``)."""

@@ -396,9 +396,12 @@ class PoolCore:
         """
         if conn.gate != self._quick_gen or conn.streams != 1 or conn.state is not _LEASED:
             return False
-        if self._waiters:
+        waiters = self._waiters
+        if waiters:
             # _serve without _lease: the connection stays leased, now on the waiter's behalf.
-            req = self._pop_waiter()
+            req = waiters.popitem(last=False)[0]  # _pop_waiter inlined
+            if req.deadline is not None:
+                self.timers.note_stale()
             req.state = _SERVED
             req.conn = conn
             self.checkouts += 1

@@ -703,8 +703,18 @@ class PoolCoreMachine(RuleBasedStateMachine):
             # an overflow connection exists only while the others fill the soft limit
             assert core._overflow == 0 or len(conns) - core._overflow >= soft
         for conn in conns:
-            plain = conn.max_streams == 1 and conn.role is not Role.OVERFLOW
-            assert conn.gate == (conn.generation if plain else -2), conn
+            plain = (
+                conn.max_streams == 1
+                and conn.streams <= 1
+                and conn.role is not Role.OVERFLOW
+                and conn.state is not ConnState.DRAINING
+            )
+            # a gate only on a plain connection, and then its generation (-2 is always safe)
+            assert conn.gate == -2 or (plain and conn.gate == conn.generation), conn
+            if plain and conn.state in (ConnState.IDLE, ConnState.CONNECTING):
+                assert conn.gate == conn.generation, f"{conn} kept off the fast paths"
+            if conn.gate == core._quick_gen and conn.state is ConnState.LEASED:
+                assert conn.streams == 1, conn  # what release_idle relies on
         # multiplexed connections with a free stream, in use, are where leases go first
         for conn in core._open:
             assert conn.state is ConnState.LEASED and conn.max_streams > 1, conn

@@ -88,8 +88,17 @@ def connected(
 
 
 def _regate(self: PoolCore, conn: Conn) -> None:
-    """Refresh ``conn.gate`` after its generation, role or stream limit changed."""
-    plain = conn.max_streams == 1 and conn.role is not _OVERFLOW
+    """Refresh ``conn.gate`` after its generation, role, stream limit or state changed: its
+    generation while it is plain (one stream, not overflow, neither draining nor closed), that
+    is while the fast paths may lease and take it back as is; else ``_NO_GATE``, which is always
+    safe (a plain connection that has it takes the full paths until it is re-gated)."""
+    plain = (
+        conn.max_streams == 1
+        and conn.streams <= 1  # (a limit lowered to 1 under two leases: not yet)
+        and conn.role is not _OVERFLOW
+        and conn.state is not ConnState.DRAINING
+        and conn.state is not ConnState.CLOSED
+    )
     conn.gate = conn.generation if plain else _NO_GATE
 
 
@@ -232,6 +241,7 @@ def _close(
 ) -> None:
     """Close ``conn`` for ``reason``. An available connection must already be off ``_idle``."""
     self._fire(conn, how)
+    conn.gate = _NO_GATE
     failing = self._failing
     if failing is not None and failing.pending is conn:
         failing.pending = None  # the retry is gone (interrupted, closed): plan another

@@ -331,6 +331,7 @@ def will_close(self: PoolCore, conn_id: int, now: float) -> bool:
     if state is _LEASED:
         self._open.pop(conn, None)
         self._fire(conn, ConnInput.WILL_CLOSE)
+        conn.gate = -2  # draining: no fast path (see _regate)
         if self.observed:
             self.events.append(
                 ConnectionDrainingEvent(

@@ -336,28 +336,31 @@ class PoolCore:
             else:
                 self._fail(req, self._cleared_error(), CHECKOUT_CONNECTION_ERROR, now)
             return
-        if not self._waiters:
+        waiters = self._waiters
+        if not waiters:
             conn = self._take(now)
             if conn is not None:
                 self._serve(req, conn, now)
                 return
-        if req.deadline is not None and req.deadline <= now:
+        deadline = req.deadline
+        if deadline is not None and deadline <= now:
             self._fail_timeout(req, now)
             return
         failing = self._failing
         if failing is not None and failing.open:
             self._fail(req, self._circuit_error(now), CHECKOUT_CIRCUIT_OPEN, now)
             return
-        waiters = self._waiters
-        if self._max_waiting and len(waiters) >= self._max_waiting:
-            error = TooManyWaitersError(address=self.address, max_waiting=self._max_waiting)
+        max_waiting = self._max_waiting
+        if max_waiting and len(waiters) >= max_waiting:
+            error = TooManyWaitersError(address=self.address, max_waiting=max_waiting)
             self._fail(req, error, CHECKOUT_TOO_MANY_WAITERS, now)
             return
         waiters[req] = None
         req.queued = True
-        if req.deadline is not None:
-            self.timers.push(req.deadline, TimerKind.DEADLINE, req)
-        if len(waiters) > self._counts[_CONNECTING] and len(self.conns) < self._max_size:
+        if deadline is not None:
+            self.timers.push(deadline, TimerKind.DEADLINE, req)
+        # (room first: a pool with waiters is most often full)
+        if len(self.conns) < self._max_size and len(waiters) > self._counts[_CONNECTING]:
             self._maybe_connect(now, fill_min=False)
 
     def cancel(self, req: Request, now: float) -> bool:
@@ -394,7 +397,7 @@ class PoolCore:
         it applies only where the time of a check-in is never read. The caller uses it only when
         nobody observes the pool (it builds no event).
         """
-        if conn.gate != self._quick_gen or conn.streams != 1 or conn.state is not _LEASED:
+        if conn.gate != self._quick_gen:  # (a plain connection out: leased, one stream)
             return False
         waiters = self._waiters
         if waiters:
@@ -450,6 +453,8 @@ class PoolCore:
             # stale, closed pool, a service, lifetime, overflow or streams to check
             if conn.max_streams > 1:
                 self._open.pop(conn, None)
+            else:
+                self._regate(conn)  # (no lease left: plain again if its limit went back to 1)
             reason = self._perished(conn, now, check_idle=False)
             if reason is None and conn.role is _OVERFLOW and not self._waiters:
                 reason = CLOSE_IDLE  # overflow connections close as soon as they are idle

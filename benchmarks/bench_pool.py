@@ -445,7 +445,9 @@ def print_table(med: dict[str, dict[str, Figures]], checks: list[tuple[str, floa
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument(
+        "--repeat", type=int, default=9, help="interleaved runs of each workload (default 9)"
+    )
     ap.add_argument("--cycles", type=int, default=100_000)
     ap.add_argument("--json", metavar="PATH")
     ap.add_argument("--only", choices=("async", "threads"))

@@ -459,3 +459,20 @@ def test_invalid_timeout_fails_even_with_a_connection_available() -> None:
             assert pool.stats() == before
 
     run(main())
+
+
+def test_a_plain_connect_fails_the_checkout_clearly_and_closes_what_it_made() -> None:
+    made: list[Conn] = []
+
+    def connect(ctx: poolkit.ConnectContext) -> Conn:
+        made.append(Conn(ctx.connection_id))
+        return made[-1]
+
+    async def main() -> None:
+        async with poolkit.AsyncPool(connect, address="db:1") as pool:  # type: ignore[arg-type]
+            with pytest.raises(TypeError, match="must be an async function"):
+                await pool.checkout()
+            assert pool.stats().total == 0
+
+    run(main())
+    assert [c.closed for c in made] == [1]

@@ -346,3 +346,33 @@ def test_invalid_timeout_fails_even_with_a_connection_available() -> None:
         with pytest.raises(ValueError, match=r"checkout\(timeout=...\)"):
             pool.checkout(timeout=float("nan"))
         assert pool.stats() == before
+
+
+def test_an_async_connect_or_probe_is_refused_with_a_clear_error() -> None:
+    async def connect(ctx: poolkit.ConnectContext) -> Conn:  # pragma: no cover - never run
+        return Conn(ctx.connection_id)
+
+    with pytest.raises(TypeError, match=r"Pool\(connect=...\) must be a plain function"):
+        poolkit.Pool(connect, address="db:1")
+
+    async def probe(conn: Conn) -> None:  # pragma: no cover - never run
+        pass
+
+    options = poolkit.PoolOptions(keep_alive=poolkit.KeepAlive(10, probe))
+    with pytest.raises(TypeError, match=r"keep_alive\.probe must be a plain function for Pool"):
+        poolkit.Pool(lambda ctx: Conn(ctx.connection_id), address="db:1", options=options)
+
+
+def test_a_connect_object_returning_a_coroutine_fails_the_checkout_clearly() -> None:
+    class AsyncConnect:  # an async __call__: not told apart before it is called
+        async def __call__(self, ctx: poolkit.ConnectContext) -> Conn:  # pragma: no cover
+            return Conn(ctx.connection_id)
+
+    clock = FakeClock()
+    pool = poolkit.Pool(AsyncConnect(), address="db:1", clock=clock)
+    with pool:
+        with pytest.raises(TypeError, match="returned an awaitable"):
+            pool.checkout()
+        assert pool.stats().total == 0  # nothing left behind
+    clock.settle()
+    assert clock.errors == []

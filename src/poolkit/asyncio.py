@@ -67,6 +67,16 @@ _SERVED = RequestState.SERVED
 _WAITING = RequestState.WAITING
 
 
+def _close_quietly(connection: Any) -> None:
+    """Close what a misused connect function returned, so that nothing leaks."""
+    try:
+        result = call_close(connection)
+        if inspect.iscoroutine(result):
+            result.close()
+    except Exception:
+        _log.exception("closing %r raised", connection)
+
+
 def _wake(waiter: Any) -> None:
     """Tell a completed request's owner: a checkout's future (a cancelled waiter's task resumes
     with CancelledError and gives back what it was handed, see checkout), or a request object's
@@ -497,7 +507,14 @@ class AsyncPool(Generic[C]):
     async def _run_connect(self, conn: Conn, ctx: ConnectContext) -> None:
         core = self._core
         try:
-            result = await self._connect(ctx)
+            pending = self._connect(ctx)
+            if not inspect.isawaitable(pending):
+                _close_quietly(pending)
+                raise TypeError(
+                    f"AsyncPool's connect function returned {pending!r}, not an awaitable: it "
+                    "must be an async function (for a plain one use poolkit.Pool)"
+                )
+            result = await pending
         except asyncio.CancelledError as exc:
             # Abandoned by the pool (then the core already closed the record) or cancelled from
             # outside (loop shutdown): either way the connect failed.

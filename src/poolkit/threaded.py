@@ -17,6 +17,7 @@ Rules of this module
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 import threading
 import time
@@ -81,6 +82,13 @@ def _clock_signal(clock: Any) -> Callable[[], tuple[Callable[[], Any], Callable[
         return signal.wait, signal.set
 
     return make
+
+
+def _discard_awaitable(awaitable: Any) -> None:
+    """Close a coroutine a plain function should not have returned (no "never awaited")."""
+    close = getattr(awaitable, "close", None)
+    if close is not None:
+        close()
 
 
 def _start_daemon(target: Callable[[], None], name: str) -> None:
@@ -175,11 +183,21 @@ class Pool(Generic[C]):
     ) -> None:
         if not callable(connect):
             raise TypeError(f"Pool(connect=...) must be a function, got {connect!r}")
+        if inspect.iscoroutinefunction(connect):
+            raise TypeError(
+                f"Pool(connect=...) must be a plain function (Pool runs on threads), got the "
+                f"async function {connect!r}: use poolkit.AsyncPool for it"
+            )
         if options is None:
             options = PoolOptions()
         elif not isinstance(options, PoolOptions):
             raise TypeError(
                 f"Pool(options=...) must be a PoolOptions, got {type(options).__name__}"
+            )
+        if options.keep_alive is not None and inspect.iscoroutinefunction(options.keep_alive.probe):
+            raise TypeError(
+                "PoolOptions.keep_alive.probe must be a plain function for Pool, got the async "
+                f"function {options.keep_alive.probe!r}"
             )
         if not isinstance(address, str) or not address:
             raise ValueError(f"Pool(address=...) must be a non-empty string, got {address!r}")
@@ -561,6 +579,12 @@ class Pool(Generic[C]):
     def _run_connect(self, conn: Conn, ctx: ConnectContext) -> None:
         try:
             result = self._connect(ctx)
+            if inspect.isawaitable(result):
+                _discard_awaitable(result)
+                raise TypeError(
+                    f"Pool's connect function returned an awaitable ({result!r}), not a "
+                    "connection: an async connect needs poolkit.AsyncPool"
+                )
         except BaseException as exc:
             with self._lock:
                 core = self._core
@@ -587,7 +611,13 @@ class Pool(Generic[C]):
         assert keep_alive is not None
         error: BaseException | None = None
         try:
-            keep_alive.probe(conn.connection)
+            result = keep_alive.probe(conn.connection)
+            if inspect.isawaitable(result):
+                _discard_awaitable(result)
+                raise TypeError(
+                    f"KeepAlive.probe returned an awaitable ({result!r}): Pool needs a plain "
+                    "function"
+                )
         except BaseException as exc:
             error = exc
         with self._lock:

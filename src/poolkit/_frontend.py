@@ -173,6 +173,40 @@ class Lease(Generic[C]):
         return f"<Lease connection_id={self._conn.id} {state} address={self._pool.address!r}>"
 
 
+def watched(base: Any) -> Any:
+    """A subclass of the front end lease class ``base`` for leases watched for leaks
+    (``leak_timeout``): it tells the pool (``_unhold``) when given back, and hands its watch to
+    the pool's ``_orphans`` when garbage-collected while out (a deque append: safe from any
+    thread and under any lock; the pool reports it at its next step)."""
+
+    class Watched(base):  # type: ignore[misc]
+        __slots__ = ("_held",)
+
+        def __init__(self, conn: Any, pool: Any, held: Any) -> None:
+            super().__init__(conn, pool)
+            self._held = held
+
+        def release(self) -> None:
+            pool = self._pool
+            if type(pool) is not Returned:
+                pool._unhold(self._held)
+            super().release()
+
+        def discard(self, error: BaseException | None = None) -> None:
+            pool = self._pool
+            if type(pool) is not Returned:
+                pool._unhold(self._held)
+            super().discard(error)
+
+        def __del__(self) -> None:
+            pool = self._pool
+            if type(pool) is not Returned:  # never given back
+                pool._orphans.append(self._held)
+
+    Watched.__name__ = Watched.__qualname__ = f"Watched{base.__name__}"
+    return Watched
+
+
 def invalid_lease(pool: Any, returned: Returned, lease: Lease[Any]) -> InvalidLeaseError:
     """The error for checking in ``lease`` to ``pool`` when it is not out from that pool."""
     if lease._pool is returned:

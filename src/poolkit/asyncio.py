@@ -49,6 +49,7 @@ from ._frontend import (
     listener_tuple,
     register_for_fork,
     unwrap,
+    watched,
 )
 from ._requests import RequestBook, check_requests, deliver
 from .errors import InvalidLeaseError, RequestCancelledError
@@ -116,31 +117,7 @@ class _AsyncLease(Lease[Any]):
             pool._after_core()
 
 
-class _WatchedAsyncLease(_AsyncLease):
-    """A lease watched for leaks (``leak_timeout``)."""
-
-    __slots__ = ("_held",)
-
-    def __init__(self, conn: Conn, pool: AsyncPool[Any], held: Hold) -> None:
-        super().__init__(conn, pool)
-        self._held = held
-
-    def release(self) -> None:
-        pool = self._pool
-        if type(pool) is AsyncPool:
-            pool._unhold(self._held)
-        super().release()
-
-    def discard(self, error: BaseException | None = None) -> None:
-        pool = self._pool
-        if type(pool) is AsyncPool:
-            pool._unhold(self._held)
-        super().discard(error)
-
-    def __del__(self) -> None:
-        pool = self._pool
-        if type(pool) is AsyncPool:  # never given back: the pool reports it at its next step
-            pool._orphans.append(self._held)
+_WatchedAsyncLease = watched(_AsyncLease)
 
 
 @final
@@ -384,7 +361,8 @@ class AsyncPool(Generic[C]):
         self._core.hold(held, held.since)
         if self._core.timers.dirty:
             self._rearm()
-        return _WatchedAsyncLease(conn, self, held)
+        lease: Lease[C] = _WatchedAsyncLease(conn, self, held)
+        return lease
 
     def _unhold(self, held: Hold) -> None:
         self._core.unhold(held)

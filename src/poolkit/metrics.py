@@ -156,18 +156,14 @@ def prometheus_collector(
     class PoolCollector(Collector):
         def collect(self) -> Iterable[Any]:
             stats = read_stats(pool)
-            for name, doc, read, label in _GAUGES:
-                keys = names + ([label] if label else [])
-                gauge = GaugeMetricFamily(f"{prefix}_{name}", doc, labels=keys)
-                for extra, value in _series(read(stats), label):
-                    gauge.add_metric([const[k] for k in names] + list(extra.values()), value)
-                yield gauge
-            for name, doc, read, label in _COUNTERS:
-                keys = names + ([label] if label else [])
-                counter = CounterMetricFamily(f"{prefix}_{name}", doc, labels=keys)
-                for extra, value in _series(read(stats), label):
-                    counter.add_metric([const[k] for k in names] + list(extra.values()), value)
-                yield counter
+            for family, table in ((GaugeMetricFamily, _GAUGES), (CounterMetricFamily, _COUNTERS)):
+                for name, doc, read, label in table:
+                    metric = family(
+                        f"{prefix}_{name}", doc, labels=names + ([label] if label else [])
+                    )
+                    for extra, value in _series(read(stats), label):
+                        metric.add_metric([const[k] for k in names] + list(extra.values()), value)
+                    yield metric
 
     return PoolCollector()
 
@@ -222,18 +218,14 @@ def bind_opentelemetry(
         return callback
 
     instruments = []
-    for name, doc, read, label in _GAUGES:
-        unit = "s" if name.endswith("seconds") else "1"
-        instruments.append(
-            meter.create_observable_gauge(
-                f"{prefix}.{name}", callbacks=[observe(read, label)], unit=unit, description=doc
+    for create, table in (
+        (meter.create_observable_gauge, _GAUGES),
+        (meter.create_observable_counter, _COUNTERS),
+    ):
+        for name, doc, read, label in table:
+            unit = "s" if name.endswith("seconds") else "1"
+            callbacks = [observe(read, label)]
+            instruments.append(
+                create(f"{prefix}.{name}", callbacks=callbacks, unit=unit, description=doc)
             )
-        )
-    for name, doc, read, label in _COUNTERS:
-        unit = "s" if name.endswith("seconds") else "1"
-        instruments.append(
-            meter.create_observable_counter(
-                f"{prefix}.{name}", callbacks=[observe(read, label)], unit=unit, description=doc
-            )
-        )
     return instruments

@@ -50,6 +50,18 @@ def _seconds(
     return seconds
 
 
+def _finite_seconds(owner: str, obj: object) -> Callable[..., float | None]:
+    """``seconds(field, none=..., zero=...)``: ``obj``'s field checked as finite seconds."""
+
+    def seconds(field: str, *, none: bool, zero: bool) -> float | None:
+        value = getattr(obj, field)
+        return _seconds(
+            field, value, allow_none=none, allow_zero=zero, allow_inf=False, owner=owner
+        )
+
+    return seconds
+
+
 def _fraction(name: str, value: object, high: float) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise TypeError(f"{name} must be a float, not {type(value).__name__}")
@@ -76,24 +88,9 @@ class KeepAlive:
     timeout: float | None = None
 
     def __post_init__(self) -> None:
-        interval = _seconds(
-            "interval",
-            self.interval,
-            allow_none=False,
-            allow_zero=False,
-            allow_inf=False,
-            owner="KeepAlive",
-        )
-        object.__setattr__(self, "interval", interval)
-        timeout = _seconds(
-            "timeout",
-            self.timeout,
-            allow_none=True,
-            allow_zero=False,
-            allow_inf=False,
-            owner="KeepAlive",
-        )
-        object.__setattr__(self, "timeout", timeout)
+        seconds = _finite_seconds("KeepAlive", self)
+        object.__setattr__(self, "interval", seconds("interval", none=False, zero=False))
+        object.__setattr__(self, "timeout", seconds("timeout", none=True, zero=False))
         if not callable(self.probe):
             raise TypeError(
                 f"KeepAlive.probe must be a function of the connection, not "
@@ -122,30 +119,10 @@ class Backoff:
     circuit_breaker_after: float | None = 30.0
 
     def __post_init__(self) -> None:
-        base = _seconds(
-            "base",
-            self.base,
-            allow_none=False,
-            allow_zero=False,
-            allow_inf=False,
-            owner="Backoff",
-        )
-        cap = _seconds(
-            "max_delay",
-            self.max_delay,
-            allow_none=False,
-            allow_zero=False,
-            allow_inf=False,
-            owner="Backoff",
-        )
-        trip = _seconds(
-            "circuit_breaker_after",
-            self.circuit_breaker_after,
-            allow_none=True,
-            allow_zero=True,
-            allow_inf=False,
-            owner="Backoff",
-        )
+        seconds = _finite_seconds("Backoff", self)
+        base = seconds("base", none=False, zero=False)
+        cap = seconds("max_delay", none=False, zero=False)
+        trip = seconds("circuit_breaker_after", none=True, zero=True)
         factor = self.factor
         if isinstance(factor, bool) or not isinstance(factor, int | float):
             raise TypeError(f"Backoff.factor must be a float, not {type(factor).__name__}")

@@ -52,6 +52,7 @@ from ._frontend import (
     listener_tuple,
     register_for_fork,
     unwrap,
+    watched,
 )
 from ._requests import RequestBook, check_requests, deliver
 from .errors import InvalidLeaseError, RequestCancelledError
@@ -136,31 +137,7 @@ class _ThreadLease(Lease[Any]):
             pool._carry_out(actions)
 
 
-class _WatchedThreadLease(_ThreadLease):
-    """A lease watched for leaks (``leak_timeout``)."""
-
-    __slots__ = ("_held",)
-
-    def __init__(self, conn: Conn, pool: Pool[Any], held: Hold) -> None:
-        super().__init__(conn, pool)
-        self._held = held
-
-    def release(self) -> None:
-        pool = self._pool
-        if type(pool) is Pool:
-            pool._unhold(self._held)
-        super().release()
-
-    def discard(self, error: BaseException | None = None) -> None:
-        pool = self._pool
-        if type(pool) is Pool:
-            pool._unhold(self._held)
-        super().discard(error)
-
-    def __del__(self) -> None:
-        pool = self._pool
-        if type(pool) is Pool:  # never given back: the pool reports it at its next step
-            pool._orphans.append(self._held)  # (a deque append: safe from any thread, no lock)
+_WatchedThreadLease = watched(_ThreadLease)
 
 
 @final
@@ -472,7 +449,8 @@ class Pool(Generic[C]):
             self._core.hold(held, held.since)
             actions = self._take_locked()
         self._carry_out(actions)
-        return _WatchedThreadLease(conn, self, held)
+        lease: Lease[C] = _WatchedThreadLease(conn, self, held)
+        return lease
 
     def _unhold(self, held: Hold) -> None:
         with self._lock:

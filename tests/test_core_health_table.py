@@ -349,3 +349,42 @@ def test_a_collected_lease_is_reported_and_its_connection_closed_even_unobserved
     core.lease_collected(held, 3.0)  # reported once, closed once
     core.fire_timers(10.0)
     assert core.take() == ([], [])
+
+
+def test_will_close_on_a_connection_used_only_by_its_probe_closes_it_now() -> None:
+    core = make(keep_alive=KeepAlive(10.0, _probe))
+    conn = parked(core, 0.0)
+    core.fire_timers(10.0)
+    core.take()
+    assert core.will_close(conn.id, 11.0)
+    actions, events = core.take()
+    assert kinds(actions) == ["CloseConnection"] and conn.close_reason == "willClose"
+    assert kinds(events) == ["ConnectionClosedEvent"]  # not draining: closed at once
+    assert conn.probe_started is None and conn.streams == 0
+    core.keep_alive_done(conn, 12.0)  # the probe's late result
+    assert core.take() == ([], [])
+
+
+def test_a_draining_connection_closes_on_its_last_release_without_waiting_for_its_probe() -> None:
+    # PostgresNIO's testConnectionWillCloseOnLeasedWithKeepAlive_ClosesOnRelease
+    core = make(keep_alive=KeepAlive(10.0, _probe))
+    req = queue(core, 0.0)
+    (conn,) = started(core.take()[0])
+    core.connected(conn, 0.0, object(), max_streams=100)
+    core.take()
+    assert req.conn is conn
+    core.release(conn, 0.0)  # idle: probed at 10
+    core.take()
+    core.fire_timers(10.0)
+    core.take()
+    lease = queue_or_serve(core, 10.5)  # a user lease beside the probe
+    assert lease.conn is conn and conn.streams == 2
+    assert core.will_close(conn.id, 11.0)
+    core.take()
+    assert conn.state is ConnState.DRAINING
+    core.release(conn, 12.0)
+    actions, events = core.take()
+    assert kinds(actions) == ["CloseConnection"] and conn.close_reason == "willClose"
+    assert kinds(events) == ["ConnectionCheckedInEvent", "ConnectionClosedEvent"]
+    core.keep_alive_done(conn, 13.0)
+    assert core.take() == ([], []) and conn.streams == 0

@@ -530,9 +530,12 @@ class PoolCoreMachine(RuleBasedStateMachine):
         conns = list(self.c.conns.values())
         conn = conns[index % len(conns)]
         state = conn.state
+        probe_only = conn.streams == 1 and conn.probe_started is not None
         known, _, _ = self._do(lambda core: core.will_close(conn.id, self.now))
-        if state is ConnState.IDLE:
+        if state is ConnState.IDLE or (state is ConnState.LEASED and probe_only):
+            # available, or used only by its keep-alive probe: closed now
             assert known and conn.state is ConnState.CLOSED and conn.close_reason == "willClose"
+            assert conn.probe_started is None
         elif state in (ConnState.LEASED, ConnState.DRAINING):
             assert known and conn.state is ConnState.DRAINING
         else:

@@ -169,12 +169,20 @@ def _probe_timed_out(self: PoolCore, conn: Conn, now: float) -> None:
     self.keep_alive_done(conn, now, error)
 
 
+def _drop_probe(self: PoolCore, conn: Conn) -> None:
+    """Forget the probe in flight on ``conn`` (its result will be ignored) and the stream it
+    holds; the caller fires the connection's transition."""
+    conn.probe_started = None
+    if conn.ka_timer is not None:
+        conn.ka_timer = None
+        self.timers.note_stale()
+    conn.streams -= 1
+
+
 def _end_probe_at_close(self: PoolCore, conn: Conn) -> None:
     """The pool closes: a probe in flight gives its stream back now (its result is ignored);
     a connection used by nothing else then closes."""
-    conn.probe_started = None
-    conn.ka_timer = None
-    conn.streams -= 1
+    self._drop_probe(conn)
     self._open.pop(conn, None)
     if conn.state is _S_CLOSED:
         return
@@ -330,6 +338,12 @@ def will_close(self: PoolCore, conn_id: int, now: float) -> bool:
         return True
     if state is _LEASED:
         self._open.pop(conn, None)
+        if conn.streams == 1 and conn.probe_started is not None:
+            # in use only by its keep-alive probe: as good as idle, closed now
+            self._drop_probe(conn)
+            self._close(conn, CLOSE_WILL_CLOSE)
+            self._dispatch(now)
+            return True
         self._fire(conn, ConnInput.WILL_CLOSE)
         conn.gate = -2  # draining: no fast path (see _regate)
         if self.observed:

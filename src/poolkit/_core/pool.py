@@ -286,6 +286,7 @@ class PoolCore:
     _start_probe = _h._start_probe
     _probe_timed_out = _h._probe_timed_out
     _end_probe_at_close = _h._end_probe_at_close
+    _drop_probe = _h._drop_probe
     _attempt_failed = _h._attempt_failed
     _open_circuit = _h._open_circuit
     _circuit_error = _h._circuit_error
@@ -439,10 +440,13 @@ class PoolCore:
         output (actions, a new earliest timer) besides events."""
         conn.streams -= 1
         if conn.state is not _LEASED:
-            if conn.state is _DRAINING and not conn.streams:
-                self._close(conn, CLOSE_WILL_CLOSE, how=_RELEASE_LAST)
-                self._dispatch(now)
-                return True
+            if conn.state is _DRAINING:
+                if conn.streams == 1 and conn.probe_started is not None:
+                    self._drop_probe(conn)  # only its keep-alive probe left: not waited for
+                if not conn.streams:
+                    self._close(conn, CLOSE_WILL_CLOSE, how=_RELEASE_LAST)
+                    self._dispatch(now)
+                    return True
             self._fire(conn, _RELEASE if conn.streams else _RELEASE_LAST)
             return False  # draining, or closed while it was out
         if conn.streams:

@@ -10,7 +10,9 @@ Rules of this module
   one-stream connection is not available while probed and a multiplexed one has a stream less.
   ``probe_started`` is set exactly while a probe is in flight; its end (``keep_alive_done``, a
   timeout, or the pool giving the stream back at close) clears it first, so a late result of a
-  probe already ended is ignored. A probe is not use: it leaves ``idle_since`` alone.
+  probe already ended is ignored. A probe is not use: it leaves ``idle_since`` alone, and a
+  connection that only its probe holds counts as available for will-close and draining (the
+  probe is dropped, not waited for).
 * Only idle connections are probed: the probe timer of a connection (``ka_timer``) is armed when
   it is parked and goes stale when it is leased or closed.
 * With ``connect_retry`` a failed connect does not fail a waiter. The pool enters the *failing*

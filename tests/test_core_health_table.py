@@ -388,3 +388,18 @@ def test_a_draining_connection_closes_on_its_last_release_without_waiting_for_it
     assert kinds(events) == ["ConnectionCheckedInEvent", "ConnectionClosedEvent"]
     core.keep_alive_done(conn, 13.0)
     assert core.take() == ([], []) and conn.streams == 0
+
+
+def test_an_unwatched_collected_lease_is_reported_without_time_or_stack() -> None:
+    core = make(max_size=1)
+    conn = parked(core, 0.0)
+    queue_or_serve(core, 0.0)
+    waiter = queue(core, 1.0)
+    core.take()
+    core.lease_collected(conn, 2.0)
+    actions, events = core.take()
+    assert kinds(actions) == ["CloseConnection", "StartConnect"]  # for the waiter
+    leak = events[0]
+    assert kinds(events)[0] == "LeaseLeakedEvent" and leak.collected
+    assert (leak.held, leak.stack) == (None, "")
+    assert waiter.state is RequestState.WAITING and core.total == 1

@@ -569,15 +569,16 @@ class PoolCoreMachine(RuleBasedStateMachine):
             if slot is not None:
                 assert slot.state in (ConnState.BACKING_OFF, ConnState.CONNECTING), slot
 
-    @precondition(lambda self: self.leases and self.c.options.leak_timeout is not None)
+    @precondition(lambda self: self.leases)
     @rule(index=st.integers(min_value=0))
     def lease_collected(self, index: int) -> None:
-        """A watched lease is garbage-collected while out: reported, its connection closed."""
+        """A lease is garbage-collected while out (watched or not): reported, its connection
+        closed."""
         i = index % len(self.leases)
         conn, held = self.leases.pop(i), self.holds.pop(i)
-        assert held is not None
         self.releases += 1  # it comes back, to be closed
-        _, _, events = self._do(lambda core: core.lease_collected(held, self.now))
+        lost = conn if held is None else held
+        _, _, events = self._do(lambda core: core.lease_collected(lost, self.now))
         leaks = [e for e in events if isinstance(e, LeaseLeakedEvent)]
         assert len(leaks) == 1 and leaks[0].collected and leaks[0].connection_id == conn.id
         assert conn.state is ConnState.CLOSED

@@ -464,3 +464,27 @@ def test_a_garbage_collected_lease_is_reported_by_its_leak_timer(front_kind: str
         assert f.pool.stats().total == 0
 
     drive(front_kind, scenario, leak_timeout=5.0, background_interval=math.inf)
+
+
+def test_an_unwatched_lease_lost_to_the_garbage_collector_is_reclaimed(
+    front_kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # No leak_timeout: the lease is not watched, but its connection is still not lost.
+    async def scenario(f: Front) -> None:
+        lease = await f.lease()
+        conn_id = lease.connection_id
+        del lease
+        gc.collect()
+        again = await f.lease()  # the pool is full: this checkout's wait reclaims it
+        (leak,) = f.of(ev.LeaseLeakedEvent)
+        assert leak.collected and leak.connection_id == conn_id
+        assert leak.held is None and leak.stack == ""
+        assert f.close_reasons() == {conn_id: "error"}
+        assert again.connection_id != conn_id
+        again.release()
+        assert f.pool.stats().total == 1
+
+    with caplog.at_level("WARNING", logger="poolkit.pool"):
+        drive(front_kind, scenario, max_size=1, background_interval=math.inf)
+    (record,) = [r for r in caplog.records if r.name == "poolkit.pool"]
+    assert "set PoolOptions.leak_timeout to see where" in record.getMessage()

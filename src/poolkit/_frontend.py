@@ -168,6 +168,14 @@ class Lease(Generic[C]):
         """Give the connection back to be closed (reason ``error``), e.g. after a network error."""
         self._pool._discard(self, error)
 
+    def __del__(self) -> None:
+        pool = self._pool
+        if type(pool) is not Returned:  # garbage-collected while out: the pool closes its
+            try:  # connection at its next step (a deque append: safe from any thread and lock)
+                pool._orphans.append(self._conn)  # type: ignore[attr-defined]
+            except Exception:  # pragma: no cover - interpreter shutdown
+                pass
+
     def __repr__(self) -> str:
         state = "out" if self.active else "returned"
         return f"<Lease connection_id={self._conn.id} {state} address={self._pool.address!r}>"
@@ -201,7 +209,10 @@ def watched(base: Any) -> Any:
         def __del__(self) -> None:
             pool = self._pool
             if type(pool) is not Returned:  # never given back
-                pool._orphans.append(self._held)
+                try:
+                    pool._orphans.append(self._held)
+                except Exception:  # pragma: no cover - interpreter shutdown
+                    pass
 
     Watched.__name__ = Watched.__qualname__ = f"Watched{base.__name__}"
     return Watched

@@ -158,8 +158,9 @@ class AsyncPool(Generic[C]):
         self._listened = bool(self._sink.listeners)
         #: whether the fast paths may run at all (no listener; leases not watched for leaks)
         self._quick = not self._listened and options.leak_timeout is None
-        #: watched leases garbage-collected while out (appended by their ``__del__``)
-        self._orphans: deque[Hold] = deque()
+        #: leases garbage-collected while out, appended by their ``__del__``: the watch of a
+        #: watched one, the connection of another
+        self._orphans: deque[Hold | Conn] = deque()
         self._returned = Returned(self)
         self._book = RequestBook()
         self._core = PoolCore(options, address, observed=self._sink.observed())
@@ -370,7 +371,7 @@ class AsyncPool(Generic[C]):
             self._reap()
 
     def _reap(self) -> None:
-        """Report the watched leases garbage-collected while out, and close their connections."""
+        """Report the leases garbage-collected while out, and close their connections."""
         core = self._core
         orphans = self._orphans
         while orphans:

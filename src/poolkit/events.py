@@ -254,10 +254,11 @@ class CircuitClosedEvent(PoolEvent):
 class LeaseLeakedEvent(PoolEvent):
     """A lease was held longer than ``leak_timeout`` (``collected`` false: reported once, the
     lease stays valid) or was garbage-collected without being given back (``collected`` true:
-    its connection is closed). ``stack``: where it was checked out."""
+    its connection is closed). ``held``: seconds it was out, and ``stack``: where it was checked
+    out, both known only for leases watched with ``leak_timeout`` (else ``None`` and ``""``)."""
 
     connection_id: int
-    held: float
+    held: float | None
     stack: str
     collected: bool
 

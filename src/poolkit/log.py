@@ -190,17 +190,21 @@ def log_event(event: ev.PoolEvent) -> None:
     """Log ``event`` as its CMAP message if DEBUG is on for ``poolkit.connection``; a leaked
     lease also as a warning on ``poolkit.pool``."""
     if type(event) is ev.LeaseLeakedEvent:
-        how = (
-            "was garbage-collected while out (its connection is closed)"
-            if event.collected
-            else (f"has been out for {event.held:.3f} s")
+        if event.collected:
+            how = "was garbage-collected while out (its connection is closed)"
+        else:
+            how = f"has been out for {event.held or 0.0:.3f} s"
+        where = (
+            f"it was checked out at:\n{event.stack}"
+            if event.stack
+            else "set PoolOptions.leak_timeout to see where it was checked out"
         )
         _POOL_LOGGER.warning(
-            "poolkit: a lease on connection %d of %s %s; it was checked out at:\n%s",
+            "poolkit: a lease on connection %d of %s %s; %s",
             event.connection_id,
             event.address,
             how,
-            event.stack,
+            where,
         )
     if LOGGER.isEnabledFor(_DEBUG):
         message = build(event)

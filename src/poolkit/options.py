@@ -195,9 +195,10 @@ class PoolOptions:
       that needed it.
     * ``leak_timeout``: seconds after which a lease still out is reported as a leak, once (a
       warning on logger ``poolkit.pool`` and a :class:`~poolkit.events.LeaseLeakedEvent`, with
-      the stack of its checkout), while the pool is open; a lease garbage-collected while out is
-      reported too and its connection closed. ``None``: leases are not watched (watching
-      records a stack at each checkout and turns the fast paths off: a diagnostic setting).
+      the stack of its checkout), while the pool is open. ``None``: leases are not watched
+      (watching records a stack at each checkout and turns the fast paths off: a diagnostic
+      setting). Watched or not, a lease garbage-collected while out is reported and its
+      connection closed, never lost.
     """
 
     max_size: int = 100

@@ -198,8 +198,9 @@ class Pool(Generic[C]):
         self._wait_timeout = options.wait_queue_timeout
         #: whether the fast paths may run at all (no listener; leases not watched for leaks)
         self._quick = not self._listened and options.leak_timeout is None
-        #: watched leases garbage-collected while out (appended by their ``__del__``)
-        self._orphans: deque[Hold] = deque()
+        #: leases garbage-collected while out, appended by their ``__del__``: the watch of a
+        #: watched one, the connection of another
+        self._orphans: deque[Hold | Conn] = deque()
         #: waits ended by fast hand-offs, noted outside the lock (a deque append is atomic) and
         #: added to the core's tally when the statistics are read
         self._handoff_waits: deque[float] = deque()
@@ -315,6 +316,8 @@ class Pool(Generic[C]):
                 actions = self._take_locked()
             self._carry_out(actions)
         if wait is not None:
+            if self._orphans:
+                self._reap()  # a lease lost to the garbage collector may free a connection
             try:
                 wait()
             except BaseException:
@@ -459,7 +462,7 @@ class Pool(Generic[C]):
             self._reap()
 
     def _reap(self) -> None:
-        """Report the watched leases garbage-collected while out, and close their connections."""
+        """Report the leases garbage-collected while out, and close their connections."""
         observed = self._sink.observed()
         with self._lock:
             core = self._core

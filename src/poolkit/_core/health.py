@@ -406,16 +406,27 @@ def unhold(self: PoolCore, held: Hold) -> None:
         self.timers.note_stale()
 
 
-def lease_collected(self: PoolCore, held: Hold, now: float) -> None:
-    """The watched lease ``held`` was garbage-collected while still out: report it and close its
-    connection (it may be mid-protocol), so that it is not lost."""
-    if held.done:
-        return
-    held.done = True
-    self.timers.note_stale()
-    self._report_leak(held, now, collected=True)
-    error = ResourceWarning(f"lease on connection {held.conn.id} garbage-collected while out")
-    self.discard(held.conn, now, error)
+def lease_collected(self: PoolCore, lease: Hold | Conn, now: float) -> None:
+    """A lease was garbage-collected while still out (``lease``: its watch if it was watched,
+    else its connection): report it and close its connection (it may be mid-protocol), so that
+    it is not lost. Reported whether or not the pool is observed."""
+    if type(lease) is Hold:
+        if lease.done:
+            return
+        lease.done = True
+        self.timers.note_stale()
+        self._report_leak(lease, now, collected=True)
+        conn = lease.conn
+    else:
+        assert type(lease) is Conn
+        conn = lease
+        self.events.append(
+            LeaseLeakedEvent(
+                address=self.address, connection_id=conn.id, held=None, stack="", collected=True
+            )
+        )
+    error = ResourceWarning(f"lease on connection {conn.id} garbage-collected while out")
+    self.discard(conn, now, error)
 
 
 def _report_leak(self: PoolCore, held: Hold, now: float, *, collected: bool) -> None:

@@ -21,6 +21,9 @@ from typing import TYPE_CHECKING, Any, Final
 
 from ..events import (
     CLOSE_IDLE,
+    CLOSE_LIFETIME,
+    CLOSE_POOL_CLOSED,
+    CLOSE_STALE,
     ConnectionClosedEvent,
     ConnectionCreatedEvent,
     ConnectionReadyEvent,
@@ -270,3 +273,23 @@ def _close(
     self.actions.append(CloseConnection(conn))
     if self.state is not _CLOSED:
         self._promote(role)
+
+
+def _perished(self: PoolCore, conn: Conn, now: float, *, check_idle: bool = True) -> str | None:
+    """Why ``conn`` must not be used any more, or ``None`` (CMAP "perished")."""
+    if self.state is _CLOSED:
+        return CLOSE_POOL_CLOSED
+    if not self._lb:
+        if conn.generation != self.generation:
+            return CLOSE_STALE
+    else:
+        entry = self.service_generations.get(conn.service_id)
+        if entry is None or conn.generation != entry[0]:
+            return CLOSE_STALE
+    if conn.expires <= now:
+        return CLOSE_LIFETIME
+    if check_idle and conn.role is not _KEPT:
+        max_idle = self._max_idle
+        if max_idle is not None and now - conn.idle_since >= max_idle:
+            return CLOSE_IDLE
+    return None

@@ -1,6 +1,7 @@
 """The pool's life and its timers: ready, clear, close, fork; deadlines, idle sweeps, background
-runs. These are methods of :class:`~poolkit._core.pool.PoolCore` (bound there by name), kept in a
-module of their own so that each module has one concern; they work on the same state.
+runs; parking a connection (which arms its timers) and failing requests. These are methods of
+:class:`~poolkit._core.pool.PoolCore` (bound there by name), kept in a module of their own so
+that each module has one concern; they work on the same state.
 
 Rules of this module
 --------------------
@@ -17,18 +18,21 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING, Any, Final
 
-from ..errors import ConnectTimeoutError, PoolClosedError
+from ..errors import ConnectTimeoutError, PoolClearedError, PoolClosedError, WaitQueueTimeoutError
 from ..events import (
     CHECKOUT_CONNECTION_ERROR,
     CHECKOUT_POOL_CLOSED,
+    CHECKOUT_TIMEOUT,
     CLOSE_IDLE,
     CLOSE_POOL_CLOSED,
     CLOSE_STALE,
+    ConnectionCheckOutFailedEvent,
     PoolClearedEvent,
     PoolClosedEvent,
     PoolReadyEvent,
 )
 from ..stats import PoolState
+from .actions import CompleteRequest
 from .records import Conn, ConnState, Request, RequestState, Role
 from .timers import TimerEntry, TimerKind
 
@@ -41,6 +45,7 @@ _CLOSED: Final = PoolState.CLOSED
 _WAITING: Final = RequestState.WAITING
 _IDLE: Final = ConnState.IDLE
 _CONNECTING: Final = ConnState.CONNECTING
+_KEPT: Final = Role.KEPT
 
 
 def ready(self: PoolCore, now: float) -> None:
@@ -270,3 +275,63 @@ def _arm_idle_sweep(self: PoolCore) -> None:
     self._idle_sweep = (
         None if since is None else self.timers.push(since + max_idle, TimerKind.IDLE_SWEEP)
     )
+
+
+# ---------------------------------------------------------------------- parking, failing requests
+
+
+def _push_idle(self: PoolCore, conn: Conn, now: float) -> None:
+    self._idle.append(conn)
+    if self.clocked:
+        self._parked(conn, now)
+
+
+def _parked(self: PoolCore, conn: Conn, now: float) -> bool:
+    """``conn`` was just put on ``_idle`` in a clocked pool: arm its keep-alive probe and
+    the idle sweep for it. Returns whether a timer was pushed."""
+    pushed = False
+    if self._keep_alive is not None:
+        self._arm_keep_alive(conn, now)
+        pushed = True
+    max_idle = self._max_idle
+    if max_idle is not None and conn.role is not _KEPT:
+        when = conn.idle_since + max_idle
+        sweep = self._idle_sweep
+        if sweep is None or when < sweep.when:
+            if sweep is not None:
+                self.timers.note_stale()
+            self._idle_sweep = self.timers.push(when, TimerKind.IDLE_SWEEP)
+            pushed = True
+    return pushed
+
+
+def _fail(self: PoolCore, req: Request, error: BaseException, reason: str, now: float) -> None:
+    req.state = RequestState.FAILED
+    req.error = error
+    tally = self.tally
+    tally.count(tally.failed, reason)
+    if req.queued:
+        tally.waited(now - req.started)
+    if self.observed:
+        self.events.append(
+            ConnectionCheckOutFailedEvent(
+                address=self.address, reason=reason, duration=now - req.started, error=error
+            )
+        )
+    if req.queued:
+        self.actions.append(CompleteRequest(req))
+
+
+def _fail_timeout(self: PoolCore, req: Request, now: float) -> None:
+    error = WaitQueueTimeoutError(address=self.address, waited=now - req.started, stats=None)
+    self._fail(req, error, CHECKOUT_TIMEOUT, now)
+    error.stats = self.stats()
+
+
+def _fail_all_waiters(self: PoolCore, now: float, make_error: Any, reason: str) -> None:
+    while self._waiters:
+        self._fail(self._pop_waiter(), make_error(), reason, now)
+
+
+def _cleared_error(self: PoolCore) -> PoolClearedError:
+    return PoolClearedError(address=self.address, cause=self.clear_cause)

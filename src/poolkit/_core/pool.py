@@ -41,23 +41,17 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from ..errors import (
-    PoolClearedError,
     PoolClosedError,
     TooManyWaitersError,
-    WaitQueueTimeoutError,
 )
 from ..events import (
     CHECKOUT_CANCELLED,
     CHECKOUT_CIRCUIT_OPEN,
     CHECKOUT_CONNECTION_ERROR,
     CHECKOUT_POOL_CLOSED,
-    CHECKOUT_TIMEOUT,
     CHECKOUT_TOO_MANY_WAITERS,
     CLOSE_ERROR,
     CLOSE_IDLE,
-    CLOSE_LIFETIME,
-    CLOSE_POOL_CLOSED,
-    CLOSE_STALE,
     CLOSE_WILL_CLOSE,
     ConnectionCheckedInEvent,
     ConnectionCheckedOutEvent,
@@ -262,6 +256,14 @@ class PoolCore:
 
     # ------------------------------------------------------------------ connections
     # (in ``connections``)
+
+    _perished = _c._perished
+    _fail = _m._fail
+    _fail_timeout = _m._fail_timeout
+    _fail_all_waiters = _m._fail_all_waiters
+    _cleared_error = _m._cleared_error
+    _push_idle = _m._push_idle
+    _parked = _m._parked
 
     connected = _c.connected
     _regate = _c._regate
@@ -558,25 +560,6 @@ class PoolCore:
             counts[new] += 1
         return new
 
-    def _perished(self, conn: Conn, now: float, *, check_idle: bool = True) -> str | None:
-        """Why ``conn`` must not be used any more, or ``None`` (CMAP "perished")."""
-        if self.state is _CLOSED:
-            return CLOSE_POOL_CLOSED
-        if not self._lb:
-            if conn.generation != self.generation:
-                return CLOSE_STALE
-        else:
-            entry = self.service_generations.get(conn.service_id)
-            if entry is None or conn.generation != entry[0]:
-                return CLOSE_STALE
-        if conn.expires <= now:
-            return CLOSE_LIFETIME
-        if check_idle and conn.role is not _KEPT:
-            max_idle = self._max_idle
-            if max_idle is not None and now - conn.idle_since >= max_idle:
-                return CLOSE_IDLE
-        return None
-
     def _pop_idle(self, now: float) -> Conn | None:
         """Pop the most recently used available connection that is not perished, closing the
         perished ones met on the way (CMAP checkout)."""
@@ -588,29 +571,6 @@ class PoolCore:
                 return conn
             self._close(conn, reason)
         return None
-
-    def _push_idle(self, conn: Conn, now: float) -> None:
-        self._idle.append(conn)
-        if self.clocked:
-            self._parked(conn, now)
-
-    def _parked(self, conn: Conn, now: float) -> bool:
-        """``conn`` was just put on ``_idle`` in a clocked pool: arm its keep-alive probe and
-        the idle sweep for it. Returns whether a timer was pushed."""
-        pushed = False
-        if self._keep_alive is not None:
-            self._arm_keep_alive(conn, now)
-            pushed = True
-        max_idle = self._max_idle
-        if max_idle is not None and conn.role is not _KEPT:
-            when = conn.idle_since + max_idle
-            sweep = self._idle_sweep
-            if sweep is None or when < sweep.when:
-                if sweep is not None:
-                    self.timers.note_stale()
-                self._idle_sweep = self.timers.push(when, TimerKind.IDLE_SWEEP)
-                pushed = True
-        return pushed
 
     def _pop_waiter(self) -> Request:
         req, _ = self._waiters.popitem(last=False)
@@ -632,34 +592,6 @@ class PoolCore:
         if req.queued:
             self.tally.waited(now - req.started)
             self.actions.append(CompleteRequest(req))
-
-    def _fail(self, req: Request, error: BaseException, reason: str, now: float) -> None:
-        req.state = RequestState.FAILED
-        req.error = error
-        tally = self.tally
-        tally.count(tally.failed, reason)
-        if req.queued:
-            tally.waited(now - req.started)
-        if self.observed:
-            self.events.append(
-                ConnectionCheckOutFailedEvent(
-                    address=self.address, reason=reason, duration=now - req.started, error=error
-                )
-            )
-        if req.queued:
-            self.actions.append(CompleteRequest(req))
-
-    def _fail_timeout(self, req: Request, now: float) -> None:
-        error = WaitQueueTimeoutError(address=self.address, waited=now - req.started, stats=None)
-        self._fail(req, error, CHECKOUT_TIMEOUT, now)
-        error.stats = self.stats()
-
-    def _fail_all_waiters(self, now: float, make_error: Any, reason: str) -> None:
-        while self._waiters:
-            self._fail(self._pop_waiter(), make_error(), reason, now)
-
-    def _cleared_error(self) -> PoolClearedError:
-        return PoolClearedError(address=self.address, cause=self.clear_cause)
 
     def _dispatch(self, now: float) -> None:
         """Hand available connections to waiters, oldest first; then connect if needed."""

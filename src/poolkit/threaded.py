@@ -26,16 +26,12 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Generic, TypeVar, final
 
+from . import _threaded_io as _io
 from ._core import (
-    Action,
-    CloseConnection,
-    CompleteRequest,
     Conn,
     PoolCore,
     Request,
     RequestState,
-    StartConnect,
-    StartKeepAlive,
 )
 from ._core.records import Hold
 from ._frontend import (
@@ -44,14 +40,12 @@ from ._frontend import (
     EventSink,
     Lease,
     Returned,
-    call_close,
     check_max_streams,
     check_timeout,
     checkout_stack,
     invalid_lease,
     listener_tuple,
     register_for_fork,
-    unwrap,
     watched,
 )
 from ._requests import RequestBook, check_requests, deliver
@@ -83,17 +77,6 @@ def _clock_signal(clock: Any) -> Callable[[], tuple[Callable[[], Any], Callable[
         return signal.wait, signal.set
 
     return make
-
-
-def _discard_awaitable(awaitable: Any) -> None:
-    """Close a coroutine a plain function should not have returned (no "never awaited")."""
-    close = getattr(awaitable, "close", None)
-    if close is not None:
-        close()
-
-
-def _start_daemon(target: Callable[[], None], name: str) -> None:
-    threading.Thread(target=target, name=name, daemon=True).start()
 
 
 class _ThreadLease(Lease[Any]):
@@ -184,7 +167,7 @@ class Pool(Generic[C]):
         self._time: Callable[[], float] = clock.monotonic if clock is not None else time.monotonic
         self._call_at: Any = getattr(clock, "call_at", None)
         self._start_thread: Callable[[Callable[[], None], str], Any] = getattr(
-            clock, "start_thread", _start_daemon
+            clock, "start_thread", _io._start_daemon
         )
         self._fake_signals = hasattr(clock, "new_signal")
         self._new_signal = _clock_signal(clock) if self._fake_signals else _lock_signal
@@ -527,155 +510,19 @@ class Pool(Generic[C]):
             f"pending={s.pending} in_use={s.in_use} waiting={s.waiting}>"
         )
 
-    # ------------------------------------------------------------------ carrying out actions
+    # ------------------------------------------------------------------ carrying out actions, timer
+    # (in ``_threaded_io``)
 
-    def _take_locked(self) -> list[Action]:
-        """Under the lock: take the core's output, queue its events, re-arm the timer."""
-        core = self._core
-        actions, events = core.take()
-        if events:
-            self._sink.push(events)
-        if core.timers.dirty:
-            self._rearm_locked()
-        return actions
-
-    def _carry_out(self, actions: list[Action]) -> None:
-        """Outside the lock: do what the core asked, then deliver the events."""
-        for action in actions:
-            if type(action) is CompleteRequest:
-                action.request.owner()  # the waiter's wake-up
-            elif type(action) is StartConnect:
-                self._start_connect(action.conn)
-            elif type(action) is CloseConnection:
-                self._close_connection(action.conn)
-            elif type(action) is StartKeepAlive:
-                self._start_keep_alive(action.conn)
-        self._sink.flush()
-
-    def _start_connect(self, conn: Conn) -> None:
-        ctx = ConnectContext(conn.id, self.address, self, conn.generation)
-        conn.handle = ctx
-        self._start_thread(lambda: self._run_connect(conn, ctx), f"poolkit-connect-{conn.id}")
-
-    def _run_connect(self, conn: Conn, ctx: ConnectContext) -> None:
-        try:
-            result = self._connect(ctx)
-            if inspect.isawaitable(result):
-                _discard_awaitable(result)
-                raise TypeError(
-                    f"Pool's connect function returned an awaitable ({result!r}), not a "
-                    "connection: an async connect needs poolkit.AsyncPool"
-                )
-        except BaseException as exc:
-            with self._lock:
-                core = self._core
-                core.observed = self._sink.observed()
-                core.connect_failed(conn, self._time(), exc)
-                actions = self._take_locked()
-            self._carry_out(actions)
-            if not isinstance(exc, Exception):
-                raise
-            return
-        connection, max_streams, service_id = unwrap(result)
-        with self._lock:
-            core = self._core
-            core.observed = self._sink.observed()
-            core.connected(conn, self._time(), connection, service_id, max_streams)
-            actions = self._take_locked()
-        self._carry_out(actions)
-
-    def _start_keep_alive(self, conn: Conn) -> None:
-        self._start_thread(lambda: self._run_keep_alive(conn), f"poolkit-keep-alive-{conn.id}")
-
-    def _run_keep_alive(self, conn: Conn) -> None:
-        keep_alive = self.options.keep_alive
-        assert keep_alive is not None
-        error: BaseException | None = None
-        try:
-            result = keep_alive.probe(conn.connection)
-            if inspect.isawaitable(result):
-                _discard_awaitable(result)
-                raise TypeError(
-                    f"KeepAlive.probe returned an awaitable ({result!r}): Pool needs a plain "
-                    "function"
-                )
-        except BaseException as exc:
-            error = exc
-        with self._lock:
-            core = self._core
-            core.observed = self._sink.observed()
-            core.keep_alive_done(conn, self._time(), error)
-            actions = self._take_locked()
-        self._carry_out(actions)
-        if error is not None and not isinstance(error, Exception):
-            raise error
-
-    def _close_connection(self, conn: Conn) -> None:
-        connection = conn.connection
-        if connection is None:
-            ctx: ConnectContext | None = conn.handle
-            if ctx is not None:
-                ctx._cancelled = True
-            return
-        try:
-            call_close(connection)
-        except Exception:
-            _log.exception("closing connection %d of %s raised", conn.id, self.address)
-
-    # ------------------------------------------------------------------ the timer
-
-    def _rearm_locked(self) -> None:
-        when = self._core.next_deadline()
-        if when == self._timer_at:
-            return
-        self._timer_at = when
-        if self._call_at is not None:
-            if self._timer_handle is not None:
-                self._timer_handle.cancel()
-            self._timer_handle = None if when is None else self._call_at(when, self._on_timer)
-            return
-        if when is None:
-            return
-        if not self._timer_thread:
-            self._timer_thread = True
-            _start_daemon(self._timer_loop, f"poolkit-timer-{self.address}")
-        self._timer_cv.notify()
-
-    def _timer_loop(self) -> None:
-        cv = self._timer_cv
-        while True:
-            with cv:
-                while True:
-                    if self._core.state is PoolState.CLOSED:
-                        self._timer_thread = False
-                        return
-                    at = self._timer_at
-                    if at is None:
-                        cv.wait()
-                        continue
-                    delay = at - self._time()
-                    if delay <= 0:
-                        break
-                    cv.wait(delay)
-            self._on_timer()
-
-    def _on_timer(self) -> None:
-        with self._lock:
-            armed = self._timer_at
-            self._timer_at = None
-            self._timer_handle = None
-            now = self._time()
-            if armed is not None and now < armed:
-                now = armed
-            core = self._core
-            core.observed = self._sink.observed()
-            orphans = self._orphans
-            while orphans:  # watched leases garbage-collected while out
-                core.lease_collected(orphans.popleft(), now)
-            core.fire_timers(now)
-            core.timers.dirty = True
-            actions = self._take_locked()
-        self._carry_out(actions)
+    _take_locked = _io._take_locked
+    _carry_out = _io._carry_out
+    _start_connect = _io._start_connect
+    _run_connect = _io._run_connect
+    _start_keep_alive = _io._start_keep_alive
+    _run_keep_alive = _io._run_keep_alive
+    _close_connection = _io._close_connection
+    _rearm_locked = _io._rearm_locked
+    _timer_loop = _io._timer_loop
+    _on_timer = _io._on_timer
 
     def _reset_after_fork(self) -> None:
         self._lock = threading.Lock()

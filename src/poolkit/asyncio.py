@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import logging
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any, Generic, TypeVar, final
 
+from . import _asyncio_io as _io
 from ._core import (
     CloseConnection,
     CompleteRequest,
@@ -41,14 +41,12 @@ from ._frontend import (
     EventSink,
     Lease,
     Returned,
-    call_close,
     check_max_streams,
     check_timeout,
     checkout_stack,
     invalid_lease,
     listener_tuple,
     register_for_fork,
-    unwrap,
     watched,
 )
 from ._requests import RequestBook, check_requests, deliver
@@ -66,16 +64,6 @@ _log = logging.getLogger("poolkit.pool")
 _DEFAULT: Any = object()
 _SERVED = RequestState.SERVED
 _WAITING = RequestState.WAITING
-
-
-def _close_quietly(connection: Any) -> None:
-    """Close what a misused connect function returned, so that nothing leaks."""
-    try:
-        result = call_close(connection)
-        if inspect.iscoroutine(result):
-            result.close()
-    except Exception:
-        _log.exception("closing %r raised", connection)
 
 
 def _wake(waiter: Any) -> None:
@@ -472,136 +460,15 @@ class AsyncPool(Generic[C]):
             sink.push(events)
             sink.flush()
 
-    def _start_connect(self, conn: Conn) -> None:
-        loop = self._loop
-        if loop is None:  # pragma: no cover - the core only connects once ready, which binds
-            raise RuntimeError("AsyncPool has no event loop to connect on")
-        ctx = ConnectContext(conn.id, self.address, self, conn.generation)
-        conn.handle = ctx
-        task = loop.create_task(self._run_connect(conn, ctx), name=f"poolkit-connect-{conn.id}")
-        ctx._task = task
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _run_connect(self, conn: Conn, ctx: ConnectContext) -> None:
-        core = self._core
-        try:
-            pending = self._connect(ctx)
-            if not inspect.isawaitable(pending):
-                _close_quietly(pending)
-                raise TypeError(
-                    f"AsyncPool's connect function returned {pending!r}, not an awaitable: it "
-                    "must be an async function (for a plain one use poolkit.Pool)"
-                )
-            result = await pending
-        except asyncio.CancelledError as exc:
-            # Abandoned by the pool (then the core already closed the record) or cancelled from
-            # outside (loop shutdown): either way the connect failed.
-            core.connect_failed(conn, self._time(), exc)
-            self._after_core()
-            return
-        except BaseException as exc:
-            core.observed = self._sink.observed()
-            core.connect_failed(conn, self._time(), exc)
-            self._after_core()
-            if not isinstance(exc, Exception):
-                raise
-            return
-        connection, max_streams, service_id = unwrap(result)
-        core.observed = self._sink.observed()
-        core.connected(conn, self._time(), connection, service_id, max_streams)
-        self._after_core()
-
-    def _start_keep_alive(self, conn: Conn) -> None:
-        loop = self._loop
-        assert loop is not None  # probes follow connects, which bind the loop
-        task = loop.create_task(self._run_keep_alive(conn), name=f"poolkit-keep-alive-{conn.id}")
-        conn.handle = task  # the connect context is done with; a close cancels the probe
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _run_keep_alive(self, conn: Conn) -> None:
-        keep_alive = self.options.keep_alive
-        assert keep_alive is not None
-        error: BaseException | None = None
-        try:
-            result = keep_alive.probe(conn.connection)
-            if inspect.isawaitable(result):
-                await result
-        except BaseException as exc:  # CancelledError too: the pool closed the connection
-            error = exc
-        if conn.handle is asyncio.current_task():
-            conn.handle = None  # over: a close from here on has nothing to cancel
-        core = self._core
-        core.observed = self._sink.observed()
-        core.keep_alive_done(conn, self._time(), error)
-        self._after_core()
-        if error is not None and not isinstance(error, Exception | asyncio.CancelledError):
-            raise error
-
-    def _close_connection(self, conn: Conn) -> None:
-        handle = conn.handle
-        if isinstance(handle, asyncio.Future) and not handle.done():
-            handle.cancel()  # a keep-alive probe in flight
-        connection = conn.connection
-        if connection is None:
-            ctx: ConnectContext | None = conn.handle
-            if ctx is not None:
-                ctx._cancelled = True
-                if ctx._task is not None and not ctx._task.done():
-                    ctx._task.cancel()
-            return
-        try:
-            result = call_close(connection)
-        except Exception:
-            _log.exception("closing connection %d of %s raised", conn.id, self.address)
-            return
-        if inspect.isawaitable(result):
-            loop = self._loop or asyncio.get_running_loop()
-            task = loop.create_task(_await_close(result, conn.id, self.address))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-
-    def _rearm(self) -> None:
-        when = self._core.next_deadline()
-        if when == self._timer_at:
-            return
-        self._cancel_timer()
-        if when is None:
-            return
-        if self._call_at is not None:
-            self._timer = self._call_at(when, self._on_timer)
-        else:
-            loop = self._loop
-            if loop is None:  # armed once the pool is bound to a loop
-                self._core.timers.dirty = True
-                return
-            if self._clock is None:
-                self._timer = loop.call_at(when, self._on_timer)
-            else:
-                self._timer = loop.call_later(max(0.0, when - self._time()), self._on_timer)
-        self._timer_at = when
-
-    def _cancel_timer(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer = None
-        self._timer_at = None
-
-    def _on_timer(self) -> None:
-        armed = self._timer_at
-        self._timer = None
-        self._timer_at = None
-        now = self._time()
-        if armed is not None and now < armed:
-            now = armed
-        core = self._core
-        if self._orphans:
-            self._reap()
-        core.observed = self._sink.observed()
-        core.fire_timers(now)
-        core.timers.dirty = True
-        self._after_core()
+    # (connects, probes, closes and the timer: in ``_asyncio_io``)
+    _start_connect = _io._start_connect
+    _run_connect = _io._run_connect
+    _start_keep_alive = _io._start_keep_alive
+    _run_keep_alive = _io._run_keep_alive
+    _close_connection = _io._close_connection
+    _rearm = _io._rearm
+    _cancel_timer = _io._cancel_timer
+    _on_timer = _io._on_timer
 
     def _reset_after_fork(self) -> None:
         self._core.reset_after_fork()
@@ -613,10 +480,3 @@ class AsyncPool(Generic[C]):
         self._tasks = set()
         if self._clock is None:
             self._time = time.monotonic
-
-
-async def _await_close(result: Awaitable[Any], conn_id: int, address: str) -> None:
-    try:
-        await result
-    except Exception:
-        _log.exception("closing connection %d of %s raised", conn_id, address)

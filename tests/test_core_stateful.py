@@ -472,7 +472,7 @@ class PoolCoreMachine(RuleBasedStateMachine):
         oldest = core.waiters()[:1]
         taken, actions, _ = self._do(lambda core: core.release_idle(conn))
         if isinstance(taken, Request):
-            core.note_wait(taken, self.now)  # as the front ends do
+            core.note_wait(self.now - taken.started)  # as the front ends do
         if taken:
             assert before[0] is ConnState.LEASED and before[1] == 1
             assert not core.clocked and core.state is not PoolState.CLOSED

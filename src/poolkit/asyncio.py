@@ -92,7 +92,7 @@ class _AsyncLease(Lease[Any]):
             if taken is not False:
                 self._pool = pool._returned
                 if taken is not True:  # handed to a waiter: wake it
-                    core.note_wait(taken, pool._time())
+                    core.note_wait(pool._time() - taken.started)
                     _wake(taken.owner)
                 return
         if type(pool) is not AsyncPool:

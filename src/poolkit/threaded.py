@@ -492,7 +492,7 @@ class Pool(Generic[C]):
             core = self._core
             waits = self._handoff_waits
             while waits:
-                core.tally.waited(waits.popleft())
+                core.note_wait(waits.popleft())
             return core.stats()
 
     @property

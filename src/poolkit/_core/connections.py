@@ -105,17 +105,18 @@ def _regate(self: PoolCore, conn: Conn) -> None:
     conn.gate = conn.generation if plain else _NO_GATE
 
 
+def _count_role(self: PoolCore, role: Role, delta: int) -> None:
+    """The role counters (``_kept``, ``_overflow``; demand ones are what remains)."""
+    if role is _KEPT:
+        self._kept += delta
+    elif role is _OVERFLOW:
+        self._overflow += delta
+
+
 def _set_role(self: PoolCore, conn: Conn, role: Role) -> None:
     """The one place an existing connection's role changes (with the role counters)."""
-    old = conn.role
-    if old is _KEPT:
-        self._kept -= 1
-    elif old is _OVERFLOW:
-        self._overflow -= 1
-    if role is _KEPT:
-        self._kept += 1
-    elif role is _OVERFLOW:
-        self._overflow += 1
+    self._count_role(conn.role, -1)
+    self._count_role(role, 1)
     conn.role = role
     self._regate(conn)
 
@@ -195,10 +196,7 @@ def _new_record(self: PoolCore, now: float, state: ConnState) -> Conn:
     role = self._new_role()
     conn = Conn(self._next_id, self.generation, role, now, state)
     self._next_id += 1
-    if role is _KEPT:
-        self._kept += 1
-    elif role is _OVERFLOW:
-        self._overflow += 1
+    self._count_role(role, 1)
     self._regate(conn)
     self.conns[conn.id] = conn
     self._counts[state] += 1
@@ -219,20 +217,25 @@ def _begin_connect(self: PoolCore, conn: Conn, now: float) -> None:
     self.actions.append(StartConnect(conn))
 
 
+def _forget(self: PoolCore, conn: Conn, how: ConnInput) -> None:
+    """Take ``conn`` out of every count (``how`` leads it to CLOSED); what else a close does is
+    the caller's."""
+    self._fire(conn, how)
+    self._regate(conn)  # closed: no gate
+    failing = self._failing
+    if failing is not None and failing.pending is conn:
+        failing.pending = None  # the retry is gone (interrupted, closed): plan another
+    del self.conns[conn.id]
+    if conn.max_streams > 1:
+        self._open.pop(conn, None)
+    self._count_role(conn.role, -1)
+
+
 def _drop(self: PoolCore, slot: Conn) -> None:
     """Forget a backing-off slot (never announced to the front end or listeners)."""
-    self._fire(slot, ConnInput.CLOSE)
-    failing = self._failing
-    if failing is not None and failing.pending is slot:
-        failing.pending = None
-    del self.conns[slot.id]
-    role = slot.role
-    if role is _KEPT:
-        self._kept -= 1
-    elif role is _OVERFLOW:
-        self._overflow -= 1
+    self._forget(slot, ConnInput.CLOSE)
     if self.state is not _CLOSED:
-        self._promote(role)
+        self._promote(slot.role)
 
 
 def _close(
@@ -243,19 +246,7 @@ def _close(
     how: ConnInput = ConnInput.CLOSE,
 ) -> None:
     """Close ``conn`` for ``reason``. An available connection must already be off ``_idle``."""
-    self._fire(conn, how)
-    conn.gate = _NO_GATE
-    failing = self._failing
-    if failing is not None and failing.pending is conn:
-        failing.pending = None  # the retry is gone (interrupted, closed): plan another
-    del self.conns[conn.id]
-    if conn.max_streams > 1:
-        self._open.pop(conn, None)
-    role = conn.role
-    if role is _KEPT:
-        self._kept -= 1
-    elif role is _OVERFLOW:
-        self._overflow -= 1
+    self._forget(conn, how)
     if self._lb and conn.connection is not None:
         entry = self.service_generations.get(conn.service_id)
         if entry is not None:
@@ -272,7 +263,7 @@ def _close(
         )
     self.actions.append(CloseConnection(conn))
     if self.state is not _CLOSED:
-        self._promote(role)
+        self._promote(conn.role)
 
 
 def _perished(self: PoolCore, conn: Conn, now: float, *, check_idle: bool = True) -> str | None:

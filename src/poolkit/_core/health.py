@@ -80,12 +80,18 @@ class Failing:
 # ---------------------------------------------------------------------- keep-alive
 
 
+def _stop_ka_timer(self: PoolCore, conn: Conn) -> None:
+    """``conn``'s keep-alive timer (its next probe, or its probe's timeout) is off, if any."""
+    if conn.ka_timer is not None:
+        conn.ka_timer = None
+        self.timers.note_stale()
+
+
 def _arm_keep_alive(self: PoolCore, conn: Conn, now: float) -> None:
     """``conn`` was just parked: its next probe is one interval from now."""
     keep_alive = self._keep_alive
     assert keep_alive is not None
-    if conn.ka_timer is not None:
-        self.timers.note_stale()
+    self._stop_ka_timer(conn)
     conn.ka_timer = self.timers.push(now + keep_alive.interval, TimerKind.KEEP_ALIVE, conn)
 
 
@@ -117,9 +123,7 @@ def keep_alive_done(
     if started is None:
         return  # ended already (timed out, or the pool closed): a late result
     conn.probe_started = None
-    if conn.ka_timer is not None:
-        conn.ka_timer = None
-        self.timers.note_stale()
+    self._stop_ka_timer(conn)
     if self.observed:
         if error is None:
             self.events.append(
@@ -175,9 +179,7 @@ def _drop_probe(self: PoolCore, conn: Conn) -> None:
     """Forget the probe in flight on ``conn`` (its result will be ignored) and the stream it
     holds; the caller fires the connection's transition."""
     conn.probe_started = None
-    if conn.ka_timer is not None:
-        conn.ka_timer = None
-        self.timers.note_stale()
+    self._stop_ka_timer(conn)
     conn.streams -= 1
 
 
@@ -308,10 +310,8 @@ def _backoff_over(self: PoolCore, slot: Conn, now: float) -> None:
     """A backing-off slot's wait is over: retry its connect, or give the slot up."""
     failing = self._failing
     if failing is None or failing.pending is not slot or self.state is not _READY:
-        # Recovered meanwhile (another connect succeeded), or paused: no retry from this slot;
-        # the connects needed now start as usual.
-        if failing is not None and failing.pending is slot:
-            failing.pending = None
+        # Recovered meanwhile (another connect succeeded), or paused: no retry from this slot
+        # (``_drop`` forgets it as the pending one); the connects needed now start as usual.
         self._drop(slot)
         self._dispatch(now)
         return
@@ -347,7 +347,7 @@ def will_close(self: PoolCore, conn_id: int, now: float) -> bool:
             self._dispatch(now)
             return True
         self._fire(conn, ConnInput.WILL_CLOSE)
-        conn.gate = -2  # draining: no fast path (see _regate)
+        self._regate(conn)  # draining: no fast path
         if self.observed:
             self.events.append(
                 ConnectionDrainingEvent(
@@ -413,8 +413,7 @@ def lease_collected(self: PoolCore, lease: Hold | Conn, now: float) -> None:
     if type(lease) is Hold:
         if lease.done:
             return
-        lease.done = True
-        self.timers.note_stale()
+        self.unhold(lease)
         self._report_leak(lease, now, collected=True)
         conn = lease.conn
     else:

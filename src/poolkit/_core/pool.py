@@ -253,19 +253,19 @@ class PoolCore:
     _run_background = _m._run_background
     _sweep_idle = _m._sweep_idle
     _arm_idle_sweep = _m._arm_idle_sweep
-
-    # ------------------------------------------------------------------ connections
-    # (in ``connections``)
-
-    _perished = _c._perished
+    _push_idle = _m._push_idle
+    _parked = _m._parked
     _fail = _m._fail
     _fail_timeout = _m._fail_timeout
     _fail_all_waiters = _m._fail_all_waiters
     _cleared_error = _m._cleared_error
-    _push_idle = _m._push_idle
-    _parked = _m._parked
+
+    # ------------------------------------------------------------------ connections
+    # (in ``connections``)
 
     connected = _c.connected
+    _perished = _c._perished
+    _count_role = _c._count_role
     _regate = _c._regate
     _set_role = _c._set_role
     _new_role = _c._new_role
@@ -274,6 +274,7 @@ class PoolCore:
     _start_connect = _c._start_connect
     _new_record = _c._new_record
     _begin_connect = _c._begin_connect
+    _forget = _c._forget
     _drop = _c._drop
     _close = _c._close
 
@@ -289,6 +290,7 @@ class PoolCore:
     _probe_timed_out = _h._probe_timed_out
     _end_probe_at_close = _h._end_probe_at_close
     _drop_probe = _h._drop_probe
+    _stop_ka_timer = _h._stop_ka_timer
     _attempt_failed = _h._attempt_failed
     _open_circuit = _h._open_circuit
     _circuit_error = _h._circuit_error
@@ -418,9 +420,10 @@ class PoolCore:
         self._idle.append(conn)
         return True
 
-    def note_wait(self, req: Request, now: float) -> None:
-        """``req``, handed a connection by ``release_idle``, stopped waiting at ``now``."""
-        self.tally.waited(now - req.started)
+    def note_wait(self, seconds: float) -> None:
+        """A request handed a connection by ``release_idle`` had waited ``seconds`` (its front
+        end measures it, from ``Request.started``)."""
+        self.tally.waited(seconds)
 
     def release(self, conn: Conn, now: float) -> bool:
         """A lease on ``conn`` came back (the front end checked that it was out).
@@ -535,9 +538,8 @@ class PoolCore:
         """One more lease on ``conn`` (idle, or multiplexed with a stream free)."""
         if conn.state is _IDLE:
             conn.state = _IDLE_LEASE  # _fire(conn, LEASE) inlined: no counter (see _IDLE_LEASE)
-            if conn.ka_timer is not None:  # its keep-alive probe is off
-                conn.ka_timer = None
-                self.timers.note_stale()
+            if conn.ka_timer is not None:  # (no call on the usual path)
+                self._stop_ka_timer(conn)  # its keep-alive probe is off
         else:
             self._fire(conn, _LEASE)
         conn.streams += 1

@@ -42,16 +42,21 @@ async def _await_close(result: Awaitable[Any], conn_id: int, address: str) -> No
         _log.exception("closing connection %d of %s raised", conn_id, address)
 
 
+def _spawn(self: AsyncPool[Any], loop: asyncio.AbstractEventLoop, work: Any, name: str) -> Any:
+    """A task of the pool's own (kept until done, so that ``close`` and the loop see it)."""
+    task = loop.create_task(work, name=name)
+    self._tasks.add(task)
+    task.add_done_callback(self._tasks.discard)
+    return task
+
+
 def _start_connect(self: AsyncPool[Any], conn: Conn) -> None:
     loop = self._loop
     if loop is None:  # pragma: no cover - the core only connects once ready, which binds
         raise RuntimeError("AsyncPool has no event loop to connect on")
     ctx = ConnectContext(conn.id, self.address, self, conn.generation)
     conn.handle = ctx
-    task = loop.create_task(self._run_connect(conn, ctx), name=f"poolkit-connect-{conn.id}")
-    ctx._task = task
-    self._tasks.add(task)
-    task.add_done_callback(self._tasks.discard)
+    ctx._task = _spawn(self, loop, self._run_connect(conn, ctx), f"poolkit-connect-{conn.id}")
 
 
 async def _run_connect(self: AsyncPool[Any], conn: Conn, ctx: ConnectContext) -> None:
@@ -87,10 +92,8 @@ async def _run_connect(self: AsyncPool[Any], conn: Conn, ctx: ConnectContext) ->
 def _start_keep_alive(self: AsyncPool[Any], conn: Conn) -> None:
     loop = self._loop
     assert loop is not None  # probes follow connects, which bind the loop
-    task = loop.create_task(self._run_keep_alive(conn), name=f"poolkit-keep-alive-{conn.id}")
-    conn.handle = task  # the connect context is done with; a close cancels the probe
-    self._tasks.add(task)
-    task.add_done_callback(self._tasks.discard)
+    # the connect context is done with: the handle is now the probe, which a close cancels
+    conn.handle = _spawn(self, loop, self._run_keep_alive(conn), f"poolkit-keep-alive-{conn.id}")
 
 
 async def _run_keep_alive(self: AsyncPool[Any], conn: Conn) -> None:
@@ -132,9 +135,7 @@ def _close_connection(self: AsyncPool[Any], conn: Conn) -> None:
         return
     if inspect.isawaitable(result):
         loop = self._loop or asyncio.get_running_loop()
-        task = loop.create_task(_await_close(result, conn.id, self.address))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        _spawn(self, loop, _await_close(result, conn.id, self.address), f"poolkit-close-{conn.id}")
 
 
 def _rearm(self: AsyncPool[Any]) -> None:

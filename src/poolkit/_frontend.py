@@ -23,6 +23,7 @@ from datetime import timedelta
 from typing import Any, Generic, Protocol, TypeVar, final
 
 from . import log as _log
+from ._core.actions import CloseConnection, CompleteRequest, StartConnect, StartKeepAlive
 from .errors import InvalidLeaseError
 from .events import Listener, PoolEvent, deliver
 
@@ -338,6 +339,22 @@ def checkout_stack() -> str:
     out (for leak reports)."""
     frames = [f for f in traceback.extract_stack() if not f.filename.startswith(_PACKAGE_DIR)]
     return "".join(traceback.format_list(frames))
+
+
+def carry_out(pool: Any, actions: list[Any], wake: Callable[[Any], Any]) -> None:
+    """Do what the core asked, in order, outside the pool's lock: ``wake(owner)`` for a
+    completed request, the pool's own ``_start_connect``, ``_close_connection`` and
+    ``_start_keep_alive`` for the others."""
+    for action in actions:
+        kind = type(action)
+        if kind is CompleteRequest:
+            wake(action.request.owner)
+        elif kind is StartConnect:
+            pool._start_connect(action.conn)
+        elif kind is CloseConnection:
+            pool._close_connection(action.conn)
+        elif kind is StartKeepAlive:
+            pool._start_keep_alive(action.conn)
 
 
 def call_close(connection: Any) -> Any:

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import inspect
 import logging
+import operator
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ._core import Action, CloseConnection, CompleteRequest, Conn, StartConnect, StartKeepAlive
-from ._frontend import ConnectContext, call_close, unwrap
+from ._core import Action, Conn
+from ._frontend import ConnectContext, call_close, carry_out, unwrap
 from .stats import PoolState
 
 if TYPE_CHECKING:
@@ -27,11 +28,15 @@ if TYPE_CHECKING:
 _log = logging.getLogger("poolkit.pool")
 
 
-def _discard_awaitable(awaitable: Any) -> None:
-    """Close a coroutine a plain function should not have returned (no "never awaited")."""
-    close = getattr(awaitable, "close", None)
-    if close is not None:
-        close()
+def _not_awaitable(result: Any, message: str) -> Any:
+    """``result`` of a user function that must be plain; an awaitable (an async function given
+    to ``Pool``) is closed, so that it is not "never awaited", and refused with ``message``."""
+    if inspect.isawaitable(result):
+        close = getattr(result, "close", None)
+        if close is not None:
+            close()
+        raise TypeError(message.format(result))
+    return result
 
 
 def _start_daemon(target: Callable[[], None], name: str) -> None:
@@ -50,16 +55,10 @@ def _take_locked(self: Pool[Any]) -> list[Action]:
 
 
 def _carry_out(self: Pool[Any], actions: list[Action]) -> None:
-    """Outside the lock: do what the core asked, then deliver the events."""
-    for action in actions:
-        if type(action) is CompleteRequest:
-            action.request.owner()  # the waiter's wake-up
-        elif type(action) is StartConnect:
-            self._start_connect(action.conn)
-        elif type(action) is CloseConnection:
-            self._close_connection(action.conn)
-        elif type(action) is StartKeepAlive:
-            self._start_keep_alive(action.conn)
+    """Outside the lock: do what the core asked (a waiter's wake-up is its owner, called),
+    then deliver the events."""
+    if actions:
+        carry_out(self, actions, operator.call)
     self._sink.flush()
 
 
@@ -71,13 +70,11 @@ def _start_connect(self: Pool[Any], conn: Conn) -> None:
 
 def _run_connect(self: Pool[Any], conn: Conn, ctx: ConnectContext) -> None:
     try:
-        result = self._connect(ctx)
-        if inspect.isawaitable(result):
-            _discard_awaitable(result)
-            raise TypeError(
-                f"Pool's connect function returned an awaitable ({result!r}), not a "
-                "connection: an async connect needs poolkit.AsyncPool"
-            )
+        result = _not_awaitable(
+            self._connect(ctx),
+            "Pool's connect function returned an awaitable ({!r}), not a connection: an async "
+            "connect needs poolkit.AsyncPool",
+        )
     except BaseException as exc:
         with self._lock:
             core = self._core
@@ -106,12 +103,10 @@ def _run_keep_alive(self: Pool[Any], conn: Conn) -> None:
     assert keep_alive is not None
     error: BaseException | None = None
     try:
-        result = keep_alive.probe(conn.connection)
-        if inspect.isawaitable(result):
-            _discard_awaitable(result)
-            raise TypeError(
-                f"KeepAlive.probe returned an awaitable ({result!r}): Pool needs a plain function"
-            )
+        _not_awaitable(
+            keep_alive.probe(conn.connection),
+            "KeepAlive.probe returned an awaitable ({!r}): Pool needs a plain function",
+        )
     except BaseException as exc:
         error = exc
     with self._lock:

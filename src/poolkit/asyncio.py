@@ -25,14 +25,10 @@ from typing import Any, Generic, TypeVar, final
 
 from . import _asyncio_io as _io
 from ._core import (
-    CloseConnection,
-    CompleteRequest,
     Conn,
     PoolCore,
     Request,
     RequestState,
-    StartConnect,
-    StartKeepAlive,
 )
 from ._core.records import Hold
 from ._frontend import (
@@ -41,6 +37,7 @@ from ._frontend import (
     EventSink,
     Lease,
     Returned,
+    carry_out,
     check_max_streams,
     check_timeout,
     checkout_stack,
@@ -446,15 +443,8 @@ class AsyncPool(Generic[C]):
         actions, events = core.take()
         if core.timers.dirty:
             self._rearm()
-        for action in actions:
-            if type(action) is CompleteRequest:
-                _wake(action.request.owner)
-            elif type(action) is StartConnect:
-                self._start_connect(action.conn)
-            elif type(action) is CloseConnection:
-                self._close_connection(action.conn)
-            elif type(action) is StartKeepAlive:
-                self._start_keep_alive(action.conn)
+        if actions:
+            carry_out(self, actions, _wake)
         if events:
             sink = self._sink
             sink.push(events)

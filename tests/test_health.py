@@ -429,14 +429,20 @@ def test_a_lease_given_back_in_time_is_not_reported(front_kind: str) -> None:
     drive(front_kind, scenario, leak_timeout=5.0, background_interval=math.inf)
 
 
+async def lose_a_lease(f: Front) -> int:
+    """Check out a lease and drop it without giving it back; the id of its connection."""
+    lease = await f.lease()
+    conn_id: int = lease.connection_id
+    del lease
+    gc.collect()
+    return conn_id
+
+
 def test_a_garbage_collected_lease_is_reported_and_its_connection_closed(
     front_kind: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     async def scenario(f: Front) -> None:
-        lease = await f.lease()
-        conn_id = lease.connection_id
-        del lease
-        gc.collect()
+        conn_id = await lose_a_lease(f)
         await f.advance(1.0)
         assert f.of(ev.LeaseLeakedEvent) == []  # noticed at the pool's next step
         again = await f.lease()
@@ -455,9 +461,7 @@ def test_a_garbage_collected_lease_is_reported_and_its_connection_closed(
 
 def test_a_garbage_collected_lease_is_reported_by_its_leak_timer(front_kind: str) -> None:
     async def scenario(f: Front) -> None:
-        lease = await f.lease()
-        del lease
-        gc.collect()
+        await lose_a_lease(f)
         await f.advance(5.0)  # no other call into the pool: the leak timer finds it
         (leak,) = f.of(ev.LeaseLeakedEvent)
         assert leak.collected
@@ -471,10 +475,7 @@ def test_an_unwatched_lease_lost_to_the_garbage_collector_is_reclaimed(
 ) -> None:
     # No leak_timeout: the lease is not watched, but its connection is still not lost.
     async def scenario(f: Front) -> None:
-        lease = await f.lease()
-        conn_id = lease.connection_id
-        del lease
-        gc.collect()
+        conn_id = await lose_a_lease(f)
         again = await f.lease()  # the pool is full: this checkout's wait reclaims it
         (leak,) = f.of(ev.LeaseLeakedEvent)
         assert leak.collected and leak.connection_id == conn_id

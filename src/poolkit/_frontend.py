@@ -173,9 +173,13 @@ class Lease(Generic[C]):
         pool = self._pool
         if type(pool) is not Returned:  # garbage-collected while out: the pool closes its
             try:  # connection at its next step (a deque append: safe from any thread and lock)
-                pool._orphans.append(self._conn)  # type: ignore[attr-defined]
+                pool._orphans.append(self._lost())  # type: ignore[attr-defined]
             except Exception:  # pragma: no cover - interpreter shutdown
                 pass
+
+    def _lost(self) -> Any:
+        """What ``__del__`` hands the pool for a lease lost while out: its connection."""
+        return self._conn
 
     def __repr__(self) -> str:
         state = "out" if self.active else "returned"
@@ -184,9 +188,8 @@ class Lease(Generic[C]):
 
 def watched(base: Any) -> Any:
     """A subclass of the front end lease class ``base`` for leases watched for leaks
-    (``leak_timeout``): it tells the pool (``_unhold``) when given back, and hands its watch to
-    the pool's ``_orphans`` when garbage-collected while out (a deque append: safe from any
-    thread and under any lock; the pool reports it at its next step)."""
+    (``leak_timeout``): it tells the pool (``_unhold``) when given back, and, garbage-collected
+    while out, hands its watch to the pool instead of its bare connection (``_lost``)."""
 
     class Watched(base):  # type: ignore[misc]
         __slots__ = ("_held",)
@@ -207,13 +210,8 @@ def watched(base: Any) -> Any:
                 pool._unhold(self._held)
             super().discard(error)
 
-        def __del__(self) -> None:
-            pool = self._pool
-            if type(pool) is not Returned:  # never given back
-                try:
-                    pool._orphans.append(self._held)
-                except Exception:  # pragma: no cover - interpreter shutdown
-                    pass
+        def _lost(self) -> Any:
+            return self._held  # the pool reports it with its stack and time
 
     Watched.__name__ = Watched.__qualname__ = f"Watched{base.__name__}"
     return Watched

@@ -317,7 +317,7 @@ class Pool(Generic[C]):
         if it was queued, the wait for its completion."""
         now = self._time()
         if timeout is _DEFAULT:
-            timeout = self.options.wait_queue_timeout
+            timeout = self._wait_timeout
         req = Request(now, None if timeout is None else now + timeout)
         self._core.request(req, now)
         if not req.queued:

@@ -291,6 +291,11 @@ def test_clear_with_interrupt_closes_leased_and_pending_as_stale() -> None:
     actions, events = core.take()
     closes = [a.conn for a in actions if isinstance(a, CloseConnection)]
     assert {c.id for c in closes} == {busy.id, pending.id}
+    # what to close is fixed now: the leased one's object; the pending one's connect abandoned
+    fixed = {
+        a.conn.id: (a.connection, a.pending) for a in actions if isinstance(a, CloseConnection)
+    }
+    assert fixed == {busy.id: (busy.connection, False), pending.id: (None, True)}
     assert busy.close_reason == pending.close_reason == "stale"
     assert rest.state is ConnState.IDLE and core.conns == {rest.id: rest}
     assert events[0] == PoolClearedEvent(address=ADDRESS, interrupt_in_use_connections=True)
@@ -307,7 +312,8 @@ def test_clear_with_interrupt_closes_leased_and_pending_as_stale() -> None:
     core.connected(pending, 2.0, sock)
     actions, events = core.take()
     assert kinds(actions) == ["CloseConnection"] and actions[0].conn is pending
-    assert pending.connection is sock and events == []
+    assert actions[0].connection is sock and not actions[0].pending and events == []
+    assert pending.connection is None  # the closed record is left as it was
 
 
 def test_clear_without_interrupt_leaves_leases_and_connects_alone() -> None:
@@ -633,3 +639,33 @@ def test_closed_is_absorbing(event: ConnInput) -> None:
     else:
         with pytest.raises(InvalidTransition):
             next_state(ConnState.CLOSED, event)
+
+
+def test_take_hands_over_lists_the_core_never_appends_to_again() -> None:
+    # Issue 14, defect 1: ``take`` with nothing pending handed out the core's own (empty) list;
+    # a threaded front end carried it out after releasing its lock while another thread's input
+    # appended to it, so both threads carried out the same StartConnect and CloseConnection.
+    core = make(ready=False, min_size=1)
+    actions, events = core.take()  # nothing pending
+    core.ready(1.0)  # asks for a connect and announces it
+    assert actions == [] and events == []  # what was handed out before is not touched
+    actions, events = core.take()
+    assert kinds(actions) == ["StartConnect"]
+    assert kinds(events) == ["PoolReadyEvent", "ConnectionCreatedEvent"]
+    assert core.take() == ([], [])
+
+
+def test_a_late_connect_result_never_changes_the_closed_record() -> None:
+    # Issue 14, defect 1: a connect abandoned by an interrupting clear came back while the
+    # clearing thread was still closing: both read the record's connection and closed it twice.
+    core = make(max_connecting=1)
+    queue(core)
+    (pending,) = started(core.take()[0])
+    core.clear(1.0, interrupt_in_use=True)
+    (abandon,) = [a for a in core.take()[0] if isinstance(a, CloseConnection)]
+    assert abandon.pending and abandon.connection is None
+    sock = object()
+    core.connected(pending, 2.0, sock)
+    (close,) = core.take()[0]
+    assert isinstance(close, CloseConnection) and close.connection is sock and not close.pending
+    assert abandon.connection is None and pending.connection is None

@@ -116,12 +116,13 @@ async def _run_keep_alive(self: AsyncPool[Any], conn: Conn) -> None:
         raise error
 
 
-def _close_connection(self: AsyncPool[Any], conn: Conn) -> None:
+def _close_connection(
+    self: AsyncPool[Any], conn: Conn, connection: Any, pending: bool
+) -> None:
     handle = conn.handle
     if isinstance(handle, asyncio.Future) and not handle.done():
         handle.cancel()  # a keep-alive probe in flight
-    connection = conn.connection
-    if connection is None:
+    if pending:
         ctx: ConnectContext | None = conn.handle
         if ctx is not None:
             ctx._cancelled = True
@@ -129,7 +130,7 @@ def _close_connection(self: AsyncPool[Any], conn: Conn) -> None:
                 ctx._task.cancel()
         return
     try:
-        result = call_close(connection)
+        result = call_close(connection, prefer_aclose=True)
     except Exception:
         _log.exception("closing connection %d of %s raised", conn.id, self.address)
         return

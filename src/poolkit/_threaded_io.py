@@ -119,9 +119,8 @@ def _run_keep_alive(self: Pool[Any], conn: Conn) -> None:
         raise error
 
 
-def _close_connection(self: Pool[Any], conn: Conn) -> None:
-    connection = conn.connection
-    if connection is None:
+def _close_connection(self: Pool[Any], conn: Conn, connection: Any, pending: bool) -> None:
+    if pending:
         ctx: ConnectContext | None = conn.handle
         if ctx is not None:
             ctx._cancelled = True

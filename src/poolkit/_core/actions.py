@@ -5,10 +5,12 @@ Rules of this module
 * Actions are plain values; the core never calls the front end.
 * ``StartConnect``: run the connect function for ``conn`` and report ``connected`` or
   ``connect_failed`` back to the core.
-* ``CloseConnection``: the core has already removed ``conn`` from every count. If
-  ``conn.connection`` is set, close it; if the connect is still running, abandon it (cancel the
-  task, mark its context cancelled). The same record may be named twice: once when the core
-  abandons a pending connect and once more if that connect returns a connection anyway.
+* ``CloseConnection``: the core has already removed ``conn`` from every count. Close
+  ``connection``, the object the core decided to close (never re-read from the record: another
+  thread may have fed the core since), unless ``pending``: then the connect is still running:
+  abandon it (cancel the task, mark its context cancelled). The same record may be named twice:
+  once when the core abandons a pending connect and once more, with the object, if that connect
+  returns a connection anyway; never twice with the same object.
 * ``StartKeepAlive``: run the keep-alive probe on ``conn.connection`` and report
   ``keep_alive_done`` back to the core (with the error if it raised).
 * ``CompleteRequest``: ``request`` left the wait queue with ``conn`` or ``error`` set; wake its
@@ -17,7 +19,7 @@ Rules of this module
 
 from __future__ import annotations
 
-from typing import final
+from typing import Any, final
 
 from .records import Conn, Request
 
@@ -39,10 +41,14 @@ class StartConnect(Action):
 
 @final
 class CloseConnection(Action):
-    __slots__ = ("conn",)
+    __slots__ = ("conn", "connection", "pending")
 
-    def __init__(self, conn: Conn) -> None:
+    def __init__(self, conn: Conn, connection: Any, pending: bool = False) -> None:
         self.conn = conn
+        #: what to close, fixed when the core decided (what the connect function returned)
+        self.connection = connection
+        #: the connect is still running: nothing to close yet, the connect is abandoned
+        self.pending = pending
 
     def __repr__(self) -> str:
         return f"CloseConnection({self.conn.id}, {self.conn.close_reason!r})"

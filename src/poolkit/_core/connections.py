@@ -55,11 +55,12 @@ def connected(
 ) -> None:
     """``conn``'s connect function returned ``connection`` (serving ``max_streams`` leases at
     once)."""
-    conn.connection = connection
     if conn.state is not _CONNECTING:
         # The pool gave up on this connect (interrupted, closed, timed out): close what came.
-        self.actions.append(CloseConnection(conn))
+        # The record is closed and stays as it is: only this action names ``connection``.
+        self.actions.append(CloseConnection(conn, connection))
         return
+    conn.connection = connection
     if self._lb:
         conn.service_id = service_id
         entry = self.service_generations.get(service_id)
@@ -246,6 +247,7 @@ def _close(
     how: ConnInput = ConnInput.CLOSE,
 ) -> None:
     """Close ``conn`` for ``reason``. An available connection must already be off ``_idle``."""
+    pending = conn.state is _CONNECTING
     self._forget(conn, how)
     if self._lb and conn.connection is not None:
         entry = self.service_generations.get(conn.service_id)
@@ -261,7 +263,7 @@ def _close(
                 address=self.address, connection_id=conn.id, reason=reason, error=error
             )
         )
-    self.actions.append(CloseConnection(conn))
+    self.actions.append(CloseConnection(conn, conn.connection, pending))
     if self.state is not _CLOSED:
         self._promote(conn.role)
 

@@ -226,12 +226,15 @@ class PoolCore:
     idle_connections = _t.idle_connections
 
     def take(self) -> tuple[list[Action], list[PoolEvent]]:
-        """Hand the pending actions and events to the front end and start fresh lists."""
+        """Hand the pending actions and events to the front end and start fresh lists.
+
+        The lists returned are the front end's for good: the core never appends to them again
+        (a threaded front end carries them out after releasing its lock, while another thread may
+        already be feeding the core; handing it the core's own empty list once let two threads
+        carry out the same actions)."""
         actions, events = self.actions, self.events
-        if actions:
-            self.actions = []
-        if events:
-            self.events = []
+        self.actions = []
+        self.events = []
         return actions, events
 
     def next_deadline(self) -> float | None:

@@ -350,14 +350,21 @@ def carry_out(pool: Any, actions: list[Any], wake: Callable[[Any], Any]) -> None
         elif kind is StartConnect:
             pool._start_connect(action.conn)
         elif kind is CloseConnection:
-            pool._close_connection(action.conn)
+            pool._close_connection(action.conn, action.connection, action.pending)
         elif kind is StartKeepAlive:
             pool._start_keep_alive(action.conn)
 
 
-def call_close(connection: Any) -> Any:
-    """Call ``connection.close()`` and return what it returned (maybe an awaitable)."""
-    close: Callable[[], Any] | None = getattr(connection, "close", None)
+def call_close(connection: Any, *, prefer_aclose: bool = False) -> Any:
+    """Close ``connection`` and return what its close method returned (maybe an awaitable).
+
+    With ``prefer_aclose`` (``AsyncPool``) its ``aclose()`` is called when it has one (redis-py
+    5 deprecates ``close()`` for it, as asyncio streams and httpx do), else ``close()``."""
+    close: Callable[[], Any] | None = None
+    if prefer_aclose:
+        close = getattr(connection, "aclose", None)
     if close is None:
-        return None
+        close = getattr(connection, "close", None)
+        if close is None:
+            return None
     return close()

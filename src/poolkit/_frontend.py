@@ -24,10 +24,12 @@ from typing import Any, Generic, Protocol, TypeVar, final
 
 from . import log as _log
 from ._core.actions import CloseConnection, CompleteRequest, StartConnect, StartKeepAlive
-from .errors import InvalidLeaseError
+from ._core.records import ConnState
+from .errors import InvalidLeaseError, PoolClearedError
 from .events import Listener, PoolEvent, deliver
 
 C = TypeVar("C")
+_S_CLOSED = ConnState.CLOSED
 
 __all__ = ["Clock", "ConnectContext", "Established", "Lease"]
 
@@ -141,7 +143,15 @@ class Lease(Generic[C]):
 
     @property
     def connection(self) -> C:
-        """The object the connect function returned."""
+        """The object the connect function returned; :class:`~poolkit.InvalidLeaseError` once
+        the lease was given back (another caller may hold the connection now)."""
+        if type(self._pool) is Returned:
+            raise InvalidLeaseError(
+                f"lease.connection: {self!r} was given back; check out again",
+                address=self._pool.address,
+                reason="already returned",
+                lease=self,
+            )
         return self._conn.connection  # type: ignore[no-any-return]
 
     @property
@@ -232,6 +242,22 @@ def invalid_lease(pool: Any, returned: Returned, lease: Lease[Any]) -> InvalidLe
         reason="foreign",
         lease=lease,
     )
+
+
+def check_lease(lease: Any, call: str) -> None:
+    """Refuse what is not a lease at all, naming ``call`` (a foreign or returned lease is the
+    pool's to judge)."""
+    if not isinstance(lease, Lease):
+        raise TypeError(f"{call} takes a Lease (from checkout()), got {lease!r}")
+
+
+def interrupted(pool: Any, conn: Any) -> BaseException | None:
+    """The error for a waiter handed ``conn`` if a ``clear(interrupt_in_use=True)`` closed it
+    before the waiter resumed (``None`` if it is fine): the front end gives it back and raises
+    this instead of returning a closed connection."""
+    if conn.state is not _S_CLOSED:
+        return None
+    return PoolClearedError(address=pool.address, interrupted=True)
 
 
 def listener_tuple(listeners: Iterable[Listener]) -> tuple[Listener, ...]:

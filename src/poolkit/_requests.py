@@ -20,6 +20,7 @@ from collections.abc import Callable, Hashable, Iterable
 from typing import Any, Protocol, runtime_checkable
 
 from ._core import PoolCore, Request, RequestState
+from .errors import PoolError
 
 __all__ = ["LeaseRequest", "RequestBook", "check_requests"]
 
@@ -117,7 +118,13 @@ class RequestBook:
             if entry is not None and entry[0] is req:
                 del self._waiting[request.id]
             conn = req.conn
-            deliver(request, make_lease(conn) if conn is not None else req.error)
+            result: Any = req.error
+            if conn is not None:
+                try:
+                    result = make_lease(conn)
+                except PoolError as exc:  # interrupted before it was handed over
+                    result = exc
+            deliver(request, result)
 
         return finish
 

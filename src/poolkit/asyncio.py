@@ -38,9 +38,11 @@ from ._frontend import (
     Lease,
     Returned,
     carry_out,
+    check_lease,
     check_max_streams,
     check_timeout,
     checkout_stack,
+    interrupted,
     invalid_lease,
     listener_tuple,
     register_for_fork,
@@ -249,12 +251,13 @@ class AsyncPool(Generic[C]):
         else:
             self._after_core()
         if req.conn is not None:
-            return self._make_lease(req.conn)
+            return self._lease_for(req.conn)
         assert req.error is not None
         raise req.error
 
     async def checkin(self, lease: Lease[C]) -> None:
         """Give ``lease`` back (same as ``lease.release()``)."""
+        check_lease(lease, "AsyncPool.checkin()")
         self._release(lease)
 
     @contextlib.asynccontextmanager
@@ -322,7 +325,7 @@ class AsyncPool(Generic[C]):
         core = self._core
         core.observed = self._sink.observed()
         timeout = self.options.wait_queue_timeout
-        done = self._book.enqueue(core, batch, self._time(), timeout, self._make_lease)
+        done = self._book.enqueue(core, batch, self._time(), timeout, self._lease_for)
         self._after_core()
         for finish in done:
             finish()
@@ -339,6 +342,15 @@ class AsyncPool(Generic[C]):
         self._after_core()
         deliver(request, RequestCancelledError(address=self.address, request_id=request_id))
         return True
+
+    def _lease_for(self, conn: Conn) -> Lease[C]:
+        """The lease on ``conn``, handed to a checkout; if an interrupting clear closed it
+        before the checkout resumed, it is given back and the checkout fails."""
+        error = interrupted(self, conn)
+        if error is not None:
+            self._give_back(conn)
+            raise error
+        return self._make_lease(conn)
 
     def _make_lease(self, conn: Conn) -> Lease[C]:
         if self.options.leak_timeout is None:

@@ -29,6 +29,7 @@ from typing import Any, Generic, TypeVar, final
 from . import _threaded_io as _io
 from ._core import (
     Conn,
+    ConnState,
     PoolCore,
     Request,
     RequestState,
@@ -40,9 +41,11 @@ from ._frontend import (
     EventSink,
     Lease,
     Returned,
+    check_lease,
     check_max_streams,
     check_timeout,
     checkout_stack,
+    interrupted,
     invalid_lease,
     listener_tuple,
     register_for_fork,
@@ -62,6 +65,7 @@ C = TypeVar("C")
 _log = logging.getLogger("poolkit.pool")
 _DEFAULT: Any = object()
 _SERVED = RequestState.SERVED
+_S_CLOSED = ConnState.CLOSED
 
 
 def _lock_signal() -> tuple[Callable[[], Any], Callable[[], Any]]:
@@ -308,7 +312,9 @@ class Pool(Generic[C]):
                 raise
         conn = req.conn
         if conn is not None:
-            return _ThreadLease(conn, self) if self._quick else self._make_lease(conn)
+            if self._quick and conn.state is not _S_CLOSED:
+                return _ThreadLease(conn, self)
+            return self._lease_for(conn)
         assert req.error is not None
         raise req.error
 
@@ -338,6 +344,7 @@ class Pool(Generic[C]):
 
     def checkin(self, lease: Lease[C]) -> None:
         """Give ``lease`` back (same as ``lease.release()``)."""
+        check_lease(lease, "Pool.checkin()")
         self._release(lease)
 
     @contextlib.contextmanager
@@ -404,7 +411,7 @@ class Pool(Generic[C]):
             core = self._core
             core.observed = self._sink.observed()
             timeout = self.options.wait_queue_timeout
-            done = self._book.enqueue(core, batch, self._time(), timeout, self._make_lease)
+            done = self._book.enqueue(core, batch, self._time(), timeout, self._lease_for)
             actions = self._take_locked()
         self._carry_out(actions)
         for finish in done:
@@ -424,6 +431,15 @@ class Pool(Generic[C]):
         self._carry_out(actions)
         deliver(request, RequestCancelledError(address=self.address, request_id=request_id))
         return True
+
+    def _lease_for(self, conn: Conn) -> Lease[C]:
+        """The lease on ``conn``, handed to a waiter (outside the lock); if an interrupting
+        clear closed it before the waiter resumed, it is given back and the checkout fails."""
+        error = interrupted(self, conn)
+        if error is not None:
+            self._give_back(conn)
+            raise error
+        return self._make_lease(conn)
 
     def _make_lease(self, conn: Conn) -> Lease[C]:
         """The lease on ``conn``, just handed out (outside the lock)."""

@@ -142,3 +142,173 @@ async def _maybe_await(result: Any) -> Any:
     if inspect.isawaitable(result):
         return await result
     return result
+
+
+def test_cancelled_close_still_closes_every_connection() -> None:
+    # Issue 14, defect 2: cancelling the task running ``await pool.close()`` at its first await
+    # left 3 of 3 connections open (the gather of the close tasks was cancelled with it).
+    made: list[Conn] = []
+
+    class SlowClose(Conn):
+        async def close(self) -> None:  # type: ignore[override]
+            await asyncio.sleep(0.5)
+            self.closed += 1
+
+    async def connect(ctx: poolkit.ConnectContext) -> Conn:
+        made.append(SlowClose(ctx.connection_id))
+        return made[-1]
+
+    async def main() -> None:
+        for stop in ("cancel", "timeout"):
+            made.clear()
+            pool = poolkit.AsyncPool(connect, options=poolkit.PoolOptions(min_size=3))
+            pool.ready()
+            await asyncio.sleep(0.1)
+            assert pool.stats().available == 3
+            if stop == "cancel":
+                task = asyncio.ensure_future(pool.close())
+                await asyncio.sleep(0)  # close() runs to its first await
+                task.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+            else:
+                with pytest.raises(TimeoutError):
+                    async with asyncio.timeout(0.1):
+                        await pool.close()
+            assert [c.closed for c in made] == [0, 0, 0]  # still closing
+            await pool.close()  # waits for the same work
+            assert [c.closed for c in made] == [1, 1, 1]
+            assert [t for t in asyncio.all_tasks() if t is not asyncio.current_task()] == []
+
+    run(main())
+
+
+def test_request_book_is_changed_under_the_pool_lock() -> None:
+    # Issue 14, defect 3: a completion struck the request's entry from the book outside the lock,
+    # so an id reused at once could lose its entry and cancel_request missed a waiting request.
+    import threading
+
+    from poolkit._core import PoolCore
+    from poolkit._requests import RequestBook
+
+    class Req:
+        def __init__(self, rid: int) -> None:
+            self.id = rid
+            self.results: list[Any] = []
+
+        def complete(self, result: Any) -> None:
+            self.results.append(result)
+
+    lock = threading.Lock()
+    book = RequestBook(lock)
+    core = PoolCore(poolkit.PoolOptions(max_size=1, min_size=1), "db:1")
+    core.ready(0.0)
+    (start,) = core.take()[0]
+    core.connected(start.conn, 0.0, Conn(1))  # type: ignore[attr-defined]
+    core.take()
+    holder = core.lease_idle(0.0)
+    assert holder is not None
+    first = Req(7)
+    with lock:
+        assert book.enqueue(core, [first], 0.0, None, lambda conn: conn) == []
+        req = book._waiting[7][0]
+        assert core.release_idle(holder) is req  # served: its completion is due
+    done = threading.Event()
+    with lock:  # the front end holds the lock while the id is reused at once
+        threading.Thread(target=lambda: (req.owner(), done.set())).start()
+        assert not done.wait(0.2), "the completion changed the book without the lock"
+        second = Req(7)
+        book.check_free([second], "test")
+        book.enqueue(core, [second], 0.0, None, lambda conn: conn)  # waits: the one is out
+    assert done.wait(5)
+    assert first.results == [holder] and second.results == []
+    with lock:
+        assert book.cancel(core, 7, 1.0) is second  # still found: its entry was kept
+
+
+def test_a_pool_call_returns_after_its_events_are_delivered() -> None:
+    # Issue 14, defect 4: a flush that found the queue empty returned at once, though another
+    # thread had taken this call's events off it and was still delivering them.
+    import threading
+
+    seen: list[str] = []
+    first_gate, second_gate, closing = threading.Event(), threading.Event(), threading.Event()
+    close_gate, at_second = threading.Event(), threading.Event()
+
+    class GatedClose(Conn):
+        def close(self) -> None:
+            closing.set()
+            assert close_gate.wait(5)
+            super().close()
+
+    def listener(event: Any) -> None:
+        if isinstance(event, poolkit.events.PoolClearedEvent):
+            assert first_gate.wait(5)  # thread A delivers slowly...
+        if isinstance(event, poolkit.events.ConnectionClosedEvent):
+            at_second.set()
+            assert second_gate.wait(5)  # ...and takes thread B's event too
+        seen.append(type(event).__name__)
+
+    pool = poolkit.Pool(lambda ctx: GatedClose(ctx.connection_id), listeners=[listener])
+    pool.ready()
+    lease = pool.checkout()
+    a = threading.Thread(target=pool.clear)  # A: delivering, blocked in the listener
+    a.start()
+    b_done = threading.Event()
+
+    def b() -> None:
+        lease.discard()  # B: its events queued, then its close runs (blocked)
+        b_done.set()
+
+    threading.Thread(target=b).start()
+    assert closing.wait(5)
+    first_gate.set()  # A goes on and takes B's events off the queue
+    assert at_second.wait(5)
+    close_gate.set()  # B's close returns: its flush must wait for A to deliver them
+    assert not b_done.wait(0.3), "discard() returned before its events were delivered"
+    second_gate.set()
+    assert b_done.wait(5)
+    assert "ConnectionClosedEvent" in seen
+    a.join(5)
+    pool.close()
+
+
+def test_huge_durations_do_not_kill_the_threaded_timer() -> None:
+    # Issue 14, defect 14: a deadline of 1e10 s raised OverflowError in the timer thread, which
+    # died: no deadline fired any more and a checkout with timeout=0.2 blocked for ever.
+    import threading
+    import time
+
+    options = poolkit.PoolOptions(max_size=1, background_interval=1e10)
+    with poolkit.Pool(lambda ctx: Conn(ctx.connection_id), options=options) as pool:
+        lease = pool.checkout()
+        waiting = threading.Thread(target=lambda: pool.checkout(timeout=1e10).release())
+        waiting.start()
+        while pool.stats().waiting < 1:
+            time.sleep(0.01)
+        with pytest.raises(poolkit.WaitQueueTimeoutError):
+            pool.checkout(timeout=0.2)
+        assert [t for t in threading.enumerate() if t.name.startswith("poolkit-timer")]
+        lease.release()
+        waiting.join(5)
+
+
+def test_hand_off_waits_are_bounded_without_stats() -> None:
+    # Issue 14, defect 18: each contended fast hand-off appended its wait to a deque only stats()
+    # drained: memory grew without bound in a pool whose statistics are never read.
+    import threading
+
+    with poolkit.Pool(lambda ctx: Conn(ctx.connection_id),
+                      options=poolkit.PoolOptions(max_size=1)) as pool:
+        def work() -> None:
+            for _ in range(3000):
+                pool.checkout().release()
+
+        threads = [threading.Thread(target=work) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(pool._handoff_waits) <= 256
+        stats = pool.stats()
+        assert stats.checkouts == 12000 and stats.waits > 0

@@ -273,18 +273,21 @@ class EventSink:
     """Delivers events to listeners and the CMAP log, in core order, outside the pool lock.
 
     Events are appended under the pool's lock (``push``) and delivered by ``flush`` after it is
-    released. One thread delivers at a time; a flush that finds another thread delivering waits
-    for it, so that when a pool call returns every event it caused has been delivered. A listener
-    that calls back into the pool (re-entering ``flush``) leaves delivery to the outer loop.
+    released. One thread delivers at a time; a flush that finds another thread delivering (its
+    own events may be among those) waits for it, so that when a pool call returns every event it
+    caused has been delivered. A listener that calls back into the pool (re-entering ``flush``)
+    leaves delivery to the outer loop.
     """
 
-    __slots__ = ("_listeners", "_local", "_lock", "_queue")
+    __slots__ = ("_delivering", "_listeners", "_local", "_lock", "_queue")
 
     def __init__(self, listeners: tuple[Listener, ...]) -> None:
         self._listeners = listeners
         self._queue: deque[PoolEvent] = deque()
         self._lock = threading.Lock()
         self._local = threading.local()
+        #: a thread holds ``_lock`` and may be delivering events it took off the queue
+        self._delivering = False
 
     @property
     def listeners(self) -> tuple[Listener, ...]:
@@ -298,27 +301,33 @@ class EventSink:
 
     def flush(self) -> None:
         queue = self._queue
-        if not queue or getattr(self._local, "busy", False):
+        # (the queue first: an event of ours gone from it was taken by a thread that set
+        # ``_delivering`` before, and clears it only once the event is delivered)
+        if not queue and not self._delivering:
             return
         local = self._local
-        while queue:
-            with self._lock:
-                local.busy = True
-                try:
-                    listeners = self._listeners
-                    while queue:
-                        try:
-                            event = queue.popleft()
-                        except IndexError:
-                            break
-                        deliver(listeners, event)
-                        _log.log_event(event)
-                finally:
-                    local.busy = False
+        if getattr(local, "busy", False):
+            return
+        with self._lock:  # waits for a thread delivering our events
+            self._delivering = True
+            local.busy = True
+            try:
+                listeners = self._listeners
+                while queue:
+                    try:
+                        event = queue.popleft()
+                    except IndexError:
+                        break
+                    deliver(listeners, event)
+                    _log.log_event(event)
+            finally:
+                local.busy = False
+                self._delivering = False
 
     def reinit_after_fork(self) -> None:
         self._lock = threading.Lock()
         self._local = threading.local()
+        self._delivering = False
 
 
 # ---------------------------------------------------------------------- fork

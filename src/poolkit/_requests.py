@@ -8,7 +8,8 @@ Rules of this module
   once, never under the pool's lock, on the thread (or loop) that completed the request; it must
   not block.
 * The front ends keep the waiting requests by id (``RequestBook``) so that ``cancel_request`` can
-  find them; an id may be reused once its request has completed.
+  find them; an id may be reused once its request has completed. The book changes only under
+  the front end's lock, which it is given (a completion takes it to strike its entry).
 * The same core paths as the awaitable checkout: one core ``Request`` per request object, owned by
   it; nothing here decides anything.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Hashable, Iterable
+from contextlib import AbstractContextManager
 from typing import Any, Protocol, runtime_checkable
 
 from ._core import PoolCore, Request, RequestState
@@ -59,11 +61,13 @@ def check_requests(requests: Iterable[Any], call: str) -> list[Any]:
 
 
 class RequestBook:
-    """The waiting request objects of one pool, by id (guarded by the front end's lock)."""
+    """The waiting request objects of one pool, by id, guarded by the front end's ``lock``:
+    held by the front end around every method but the completions, which take it themselves."""
 
-    __slots__ = ("_waiting",)
+    __slots__ = ("_lock", "_waiting")
 
-    def __init__(self) -> None:
+    def __init__(self, lock: AbstractContextManager[Any]) -> None:
+        self._lock = lock
         self._waiting: dict[Any, tuple[Request, Any]] = {}
 
     def check_free(self, batch: list[Any], call: str) -> None:
@@ -113,10 +117,11 @@ class RequestBook:
     def _finisher(
         self, req: Request, request: Any, make_lease: Callable[[Any], Any]
     ) -> Callable[[], None]:
-        def finish() -> None:
-            entry = self._waiting.get(request.id)
-            if entry is not None and entry[0] is req:
-                del self._waiting[request.id]
+        def finish() -> None:  # outside the front end's lock
+            with self._lock:
+                entry = self._waiting.get(request.id)
+                if entry is not None and entry[0] is req:
+                    del self._waiting[request.id]
             conn = req.conn
             result: Any = req.error
             if conn is not None:

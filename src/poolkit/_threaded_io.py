@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     from .threaded import Pool
 
 _log = logging.getLogger("poolkit.pool")
+#: the longest single wait of the timer thread: any deadline further away is waited for in steps
+_MAX_WAIT = min(threading.TIMEOUT_MAX, 86400.0)
 
 
 def _not_awaitable(result: Any, message: str) -> Any:
@@ -164,8 +166,11 @@ def _timer_loop(self: Pool[Any]) -> None:
                 delay = at - self._time()
                 if delay <= 0:
                     break
-                cv.wait(delay)
-        self._on_timer()
+                cv.wait(min(delay, _MAX_WAIT))  # (a deadline past what the platform can wait)
+        try:
+            self._on_timer()
+        except Exception:  # a bug: logged, and the timer goes on (no deadline may be lost)
+            _log.exception("the timer of pool %s raised", self.address)
 
 
 def _on_timer(self: Pool[Any]) -> None:

@@ -149,13 +149,15 @@ class AsyncPool(Generic[C]):
         #: watched one, the connection of another
         self._orphans: deque[Hold | Conn] = deque()
         self._returned = Returned(self)
-        self._book = RequestBook()
+        self._book = RequestBook(contextlib.nullcontext())  # one thread: nothing to guard
         self._core = PoolCore(options, address, observed=self._sink.observed())
         self._clocked = self._core.clocked
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timer: Any = None
         self._timer_at: float | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
+        #: the end of closing, once ``close()`` began it (shielded from its callers)
+        self._closing: asyncio.Task[None] | None = None
         register_for_fork(self)
         self._maybe_bind()
         self._after_core()
@@ -195,12 +197,23 @@ class AsyncPool(Generic[C]):
 
     async def close(self) -> None:
         """Close the pool: close available and pending connections, fail waiting checkouts.
-        Leased connections are closed when they come back. Waits for the pool's own tasks."""
-        core = self._core
-        core.observed = self._sink.observed()
-        core.close(self._time())
-        self._after_core()
-        self._cancel_timer()
+        Leased connections are closed when they come back. Waits for the pool's own tasks.
+
+        The closing goes on to its end even if the caller stops waiting (a cancelled ``close()``
+        leaks nothing); a second call waits for the same work."""
+        closing = self._closing
+        if closing is None:
+            loop = self._bind_loop("close")
+            core = self._core
+            core.observed = self._sink.observed()
+            core.close(self._time())
+            self._after_core()
+            self._cancel_timer()
+            closing = self._closing = loop.create_task(self._wait_tasks(), name="poolkit-close")
+        await asyncio.shield(closing)
+
+    async def _wait_tasks(self) -> None:
+        """The end of closing: the pool's own tasks (closes, abandoned connects) run out."""
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
@@ -480,5 +493,6 @@ class AsyncPool(Generic[C]):
         self._timer = None
         self._timer_at = None
         self._tasks = set()
+        self._closing = None
         if self._clock is None:
             self._time = time.monotonic

@@ -65,6 +65,9 @@ C = TypeVar("C")
 _log = logging.getLogger("poolkit.pool")
 _DEFAULT: Any = object()
 _SERVED = RequestState.SERVED
+#: how many hand-off waits may be noted before they are added to the tally (bounded memory for a
+#: pool whose statistics are never read)
+_FOLD_WAITS = 256
 _S_CLOSED = ConnState.CLOSED
 
 
@@ -106,8 +109,11 @@ class _ThreadLease(Lease[Any]):
                 return
             if taken is not False:
                 # handed to a waiter: its wait is noted and it is woken, outside the lock
-                pool._handoff_waits.append(pool._time() - taken.started)
+                waits = pool._handoff_waits
+                waits.append(pool._time() - taken.started)
                 taken.owner()
+                if len(waits) >= _FOLD_WAITS:
+                    pool._fold_waits()
                 return
         if type(pool) is not Pool:
             pool._release(self)  # the Returned marker: raises "already returned"
@@ -192,7 +198,7 @@ class Pool(Generic[C]):
         #: added to the core's tally when the statistics are read
         self._handoff_waits: deque[float] = deque()
         self._returned = Returned(self)
-        self._book = RequestBook()
+        self._book = RequestBook(self._lock)
         self._core = PoolCore(options, address, observed=self._sink.observed())
         self._clocked = self._core.clocked
         register_for_fork(self)
@@ -505,11 +511,19 @@ class Pool(Generic[C]):
     def stats(self) -> PoolStats:
         """A snapshot of the pool's state and counts, taken under the lock."""
         with self._lock:
-            core = self._core
-            waits = self._handoff_waits
-            while waits:
-                core.note_wait(waits.popleft())
-            return core.stats()
+            self._fold_waits_locked()
+            return self._core.stats()
+
+    def _fold_waits(self) -> None:
+        with self._lock:
+            self._fold_waits_locked()
+
+    def _fold_waits_locked(self) -> None:
+        """Add the waits noted by fast hand-offs to the core's tally (under the lock)."""
+        core = self._core
+        waits = self._handoff_waits
+        while waits:
+            core.note_wait(waits.popleft())
 
     @property
     def state(self) -> PoolState:
@@ -547,5 +561,7 @@ class Pool(Generic[C]):
         self._timer_handle = None
         self._timer_thread = False
         self._sink.reinit_after_fork()
-        self._book.clear()
+        self._book = RequestBook(self._lock)
+        self._orphans.clear()
+        self._handoff_waits.clear()
         self._core.reset_after_fork()

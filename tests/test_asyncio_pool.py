@@ -392,7 +392,7 @@ def test_pool_bound_to_one_loop() -> None:
         (await pool.checkout()).release()
 
     async def second() -> None:
-        with pytest.raises(RuntimeError, match="different event loop"):
+        with pytest.raises(RuntimeError, match="belongs to the event loop it first ran on"):
             pool.ready()
 
     run(first())

@@ -312,3 +312,68 @@ def test_hand_off_waits_are_bounded_without_stats() -> None:
         assert len(pool._handoff_waits) <= 256
         stats = pool.stats()
         assert stats.checkouts == 12000 and stats.waits > 0
+
+
+def test_an_async_pool_refuses_a_second_event_loop_clearly() -> None:
+    # Issue 14, defect 8: raw asyncio errors ("attached to a different loop", "Event loop is
+    # closed") and a "coroutine was never awaited" warning (an error here).
+    made: list[Conn] = []
+
+    async def connect(ctx: poolkit.ConnectContext) -> Conn:
+        made.append(Conn(ctx.connection_id))
+        return made[-1]
+
+    pool = poolkit.AsyncPool(connect, options=poolkit.PoolOptions(max_size=2))
+    kept: list[poolkit.Lease[Conn]] = []
+
+    async def first() -> None:
+        pool.ready()
+        kept.append(await pool.checkout())  # stays out: the next checkout must connect
+
+    async def second() -> None:
+        before = pool.stats()
+        rule = "belongs to the event loop it first ran on"
+        with pytest.raises(RuntimeError, match=rule):
+            await pool.checkout()
+        with pytest.raises(RuntimeError, match=rule):
+            pool.clear()
+        with pytest.raises(RuntimeError, match=rule):
+            await pool.close()
+        assert pool.stats() == before
+
+    asyncio.run(first())
+    asyncio.run(second())
+    assert len(made) == 1
+
+
+def test_a_connect_thread_that_cannot_start_is_a_failed_connect(monkeypatch: Any) -> None:
+    # Issue 14, defect 19: the checkout got the error, but the pool kept the connect pending for
+    # ever: the next checkout timed out although a connection came back.
+    import poolkit._threaded_io as io
+
+    real = io._start_daemon
+    refuse = [True]
+
+    def start(target: Any, name: str) -> None:
+        if name.startswith("poolkit-connect-") and len(made) == 1 and refuse:
+            refuse.clear()
+            raise RuntimeError("can't start new thread")
+        real(target, name)
+
+    monkeypatch.setattr(io, "_start_daemon", start)
+    made: list[Conn] = []
+
+    def connect(ctx: poolkit.ConnectContext) -> Conn:
+        made.append(Conn(ctx.connection_id))
+        return made[-1]
+
+    with poolkit.Pool(connect, options=poolkit.PoolOptions(max_size=2)) as pool:
+        lease = pool.checkout(timeout=5)
+        with pytest.raises(RuntimeError, match="can't start new thread"):
+            pool.checkout(timeout=5)
+        stats = pool.stats()
+        assert (stats.pending, stats.in_use, stats.connect_failures) == (0, 1, 1)
+        lease.release()
+        pool.checkout(timeout=5).release()
+        pool.checkout(timeout=5).release()
+    assert [c.closed for c in made] == [1]

@@ -43,8 +43,23 @@ async def _await_close(result: Awaitable[Any], conn_id: int, address: str) -> No
 
 
 def _spawn(self: AsyncPool[Any], loop: asyncio.AbstractEventLoop, work: Any, name: str) -> Any:
-    """A task of the pool's own (kept until done, so that ``close`` and the loop see it)."""
-    task = loop.create_task(work, name=name)
+    """A task of the pool's own (kept until done, so that ``close`` and the loop see it).
+    Raises if it cannot be made (the pool's loop is closed, or this is not its loop), and then
+    ``work`` is closed, never left un-awaited."""
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    try:
+        if running is not loop:
+            raise RuntimeError(
+                f"AsyncPool ({self.address}) runs on the event loop it first ran on, and it is "
+                "not running here (make one pool per event loop)"
+            )
+        task = loop.create_task(work, name=name)
+    except BaseException:
+        work.close()
+        raise
     self._tasks.add(task)
     task.add_done_callback(self._tasks.discard)
     return task
@@ -136,7 +151,14 @@ def _close_connection(
         return
     if inspect.isawaitable(result):
         loop = self._loop or asyncio.get_running_loop()
-        _spawn(self, loop, _await_close(result, conn.id, self.address), f"poolkit-close-{conn.id}")
+        try:
+            _spawn(
+                self, loop, _await_close(result, conn.id, self.address), f"poolkit-close-{conn.id}"
+            )
+        except RuntimeError:
+            if inspect.iscoroutine(result):
+                result.close()
+            _log.exception("connection %d of %s could not be closed", conn.id, self.address)
 
 
 def _rearm(self: AsyncPool[Any]) -> None:

@@ -374,20 +374,44 @@ def checkout_stack() -> str:
     return "".join(traceback.format_list(frames))
 
 
-def carry_out(pool: Any, actions: list[Any], wake: Callable[[Any], Any]) -> None:
+def carry_out(
+    pool: Any, actions: list[Any], wake: Callable[[Any], Any]
+) -> list[tuple[Any, BaseException]] | None:
     """Do what the core asked, in order, outside the pool's lock: ``wake(owner)`` for a
     completed request, the pool's own ``_start_connect``, ``_close_connection`` and
-    ``_start_keep_alive`` for the others."""
+    ``_start_keep_alive`` for the others.
+
+    Returns the connects and probes that could not even start (no thread, no loop), each with
+    its error, for the caller to report to the core (``report_unstarted``): the core counts
+    them as running until it is told."""
+    unstarted: list[tuple[Any, BaseException]] | None = None
     for action in actions:
         kind = type(action)
         if kind is CompleteRequest:
             wake(action.request.owner)
-        elif kind is StartConnect:
-            pool._start_connect(action.conn)
         elif kind is CloseConnection:
             pool._close_connection(action.conn, action.connection, action.pending)
-        elif kind is StartKeepAlive:
-            pool._start_keep_alive(action.conn)
+        elif kind is StartConnect or kind is StartKeepAlive:
+            try:
+                if kind is StartConnect:
+                    pool._start_connect(action.conn)
+                else:
+                    pool._start_keep_alive(action.conn)
+            except Exception as exc:
+                if unstarted is None:
+                    unstarted = []
+                unstarted.append((action, exc))
+    return unstarted
+
+
+def report_unstarted(core: Any, unstarted: list[tuple[Any, BaseException]], now: float) -> None:
+    """Tell the core (under the front end's lock) that these connects and probes failed: they
+    could not start."""
+    for action, error in unstarted:
+        if type(action) is StartConnect:
+            core.connect_failed(action.conn, now, error)
+        else:
+            core.keep_alive_done(action.conn, now, error)
 
 
 def call_close(connection: Any, *, prefer_aclose: bool = False) -> Any:

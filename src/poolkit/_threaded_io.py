@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ._core import Action, Conn
-from ._frontend import ConnectContext, call_close, carry_out, unwrap
+from ._frontend import ConnectContext, call_close, carry_out, report_unstarted, unwrap
 from .stats import PoolState
 
 if TYPE_CHECKING:
@@ -59,8 +59,16 @@ def _take_locked(self: Pool[Any]) -> list[Action]:
 def _carry_out(self: Pool[Any], actions: list[Action]) -> None:
     """Outside the lock: do what the core asked (a waiter's wake-up is its owner, called),
     then deliver the events."""
-    if actions:
-        carry_out(self, actions, operator.call)
+    while actions:
+        unstarted = carry_out(self, actions, operator.call)
+        if not unstarted:
+            break
+        # a connect or probe whose thread could not start: the core learns it failed
+        with self._lock:
+            core = self._core
+            core.observed = self._sink.observed()
+            report_unstarted(core, unstarted, self._time())
+            actions = self._take_locked()
     self._sink.flush()
 
 

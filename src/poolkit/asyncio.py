@@ -46,6 +46,7 @@ from ._frontend import (
     invalid_lease,
     listener_tuple,
     register_for_fork,
+    report_unstarted,
     watched,
 )
 from ._requests import RequestBook, check_requests, deliver
@@ -187,7 +188,7 @@ class AsyncPool(Generic[C]):
         ``interrupt_in_use``). In load-balanced mode, clear only ``service_id``'s connections and
         do not pause. ``cause`` is the error that made you clear, quoted in the waiters' errors.
         """
-        self._maybe_bind()
+        self._maybe_bind("clear")
         core = self._core
         core.observed = self._sink.observed()
         core.clear(
@@ -240,6 +241,7 @@ class AsyncPool(Generic[C]):
                 if core.actions:
                     self._after_core()
                 return _AsyncLease(conn, self)
+        loop = self._bind_loop("checkout")  # (before anything changes)
         if self._orphans:
             self._reap()
         core.observed = self._listened or (_cached_level(10) is not False and _log_enabled())
@@ -249,7 +251,7 @@ class AsyncPool(Generic[C]):
         req = Request(now, None if timeout is None else now + timeout)
         core.request(req, now)
         if req.queued:
-            req.owner = waiter = (self._loop or self._bind_loop("checkout")).create_future()
+            req.owner = waiter = loop.create_future()
             if core.actions or core.events or core.timers.dirty:
                 self._after_core()
             try:
@@ -451,25 +453,37 @@ class AsyncPool(Generic[C]):
                 self._time = time.monotonic if base else loop.time
         elif self._loop is not loop:
             raise RuntimeError(
-                f"AsyncPool.{operation}(): this pool is bound to a different event loop"
+                f"AsyncPool.{operation}(): an AsyncPool belongs to the event loop it first ran "
+                "on, and this is another one (make one pool per event loop)"
             )
         return loop
 
-    def _maybe_bind(self) -> None:
-        if self._loop is None:
-            try:
-                asyncio.get_running_loop()
-            except RuntimeError:
-                return
-            self._bind_loop("bind")
+    def _maybe_bind(self, operation: str = "bind") -> None:
+        """Bind to the running loop if there is one (refusing another loop than the pool's); a
+        pool already bound may not be used with no loop running."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            if self._loop is not None:
+                raise RuntimeError(
+                    f"AsyncPool.{operation}() must be called from the event loop the pool runs on"
+                ) from None
+            return
+        self._bind_loop(operation)
 
     def _after_core(self) -> None:
         core = self._core
         actions, events = core.take()
         if core.timers.dirty:
             self._rearm()
-        if actions:
-            carry_out(self, actions, _wake)
+        while actions:
+            unstarted = carry_out(self, actions, _wake)
+            if not unstarted:
+                break
+            # a connect or probe that could not start: the core learns it failed
+            report_unstarted(core, unstarted, self._time())
+            events += core.events
+            actions = core.take()[0]
         if events:
             sink = self._sink
             sink.push(events)

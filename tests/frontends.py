@@ -241,8 +241,16 @@ class ThreadFront(Front):
         assert self.clock.errors == []
 
 
-def drive(kind: str, scenario: Scenario, streams: int | list[int] = 1, **options: Any) -> Front:
-    """Run ``scenario`` on a fresh ready pool of front end ``kind``; close it afterwards."""
+def drive(
+    kind: str,
+    scenario: Scenario,
+    streams: int | list[int] = 1,
+    *,
+    ready: bool = True,
+    **options: Any,
+) -> Front:
+    """Run ``scenario`` on a fresh pool of front end ``kind``, made ready unless ``ready`` is
+    false; close it afterwards."""
     opts = poolkit.PoolOptions(**options)
     box: list[Front] = []
 
@@ -251,7 +259,8 @@ def drive(kind: str, scenario: Scenario, streams: int | list[int] = 1, **options
             AsyncFront(opts, streams) if kind == "asyncio" else ThreadFront(opts, streams)
         )
         box.append(front)
-        front.pool.ready()
+        if ready:
+            front.pool.ready()
         await front.settle()
         try:
             await scenario(front)

@@ -3,6 +3,8 @@ overflow), multiplexed connections, will-close, lifetime, bounded waiting."""
 
 from __future__ import annotations
 
+import traceback
+
 import pytest
 
 import poolkit
@@ -305,6 +307,57 @@ def test_leases_after_close_fail(front_kind: str) -> None:
         assert f.closed() == [1]
 
     drive(front_kind, scenario, streams=3)
+
+
+# ---------------------------------------------------------------------- paused pools
+
+
+def _shown(error: BaseException) -> str:
+    """What a user sees of ``error``: its traceback, notes included."""
+    return "".join(traceback.format_exception(error))
+
+
+def test_a_pool_never_made_ready_says_how_to_make_it_ready(front_kind: str) -> None:
+    async def scenario(f: Front) -> None:
+        with pytest.raises(poolkit.PoolClearedError) as info:
+            await f.lease()
+        error = info.value
+        assert str(error) == "Connection pool for db:1 is paused"  # the message stays as it was
+        assert error.retryable and error.cause is None
+        (note,) = error.__notes__
+        assert note in _shown(error)
+        assert "call pool.ready(), or use it as `with pool:` / `async with pool:`" in note
+        f.pool.ready()
+        (await f.lease()).release()
+
+    drive(front_kind, scenario, ready=False)
+
+
+def test_a_pool_cleared_after_an_error_says_its_owner_makes_it_ready_again(
+    front_kind: str,
+) -> None:
+    async def scenario(f: Front) -> None:
+        held = await f.lease()
+        waiting = f.start()
+        await f.settle()
+        f.pool.clear(cause=OSError("connection reset"))
+        await f.settle()
+        with pytest.raises(poolkit.PoolClearedError) as info:
+            await f.lease()
+        for error in (waiting.error, info.value):  # failed while waiting, and when checking out
+            assert isinstance(error, poolkit.PoolClearedError)
+            assert str(error) == (
+                "Connection pool for db:1 was cleared because another operation failed with: "
+                "connection reset"
+            )
+            (note,) = error.__notes__
+            assert note in _shown(error)
+            assert "owner cleared it" in note and "makes it ready again with pool.ready()" in note
+        held.release()
+        f.pool.ready()
+        (await f.lease()).release()
+
+    drive(front_kind, scenario, max_size=1)
 
 
 # ---------------------------------------------------------------------- request objects

@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import importlib.util
 import math
+import os
+import re
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +20,18 @@ from conftest import Conn
 from frontends import Front, drive
 from poolkit import events as ev
 from poolkit.testing import FakeClock, run
+
+
+def _poolkit_frames(stack: str) -> list[str]:
+    """The files of ``stack``'s frames that are poolkit's own modules (wherever it is cloned)."""
+    package = {
+        os.path.abspath(module.__file__)
+        for name, module in list(sys.modules.items())
+        if (name == "poolkit" or name.startswith("poolkit.")) and module.__file__
+    }
+    files = re.findall(r'^  File "(.+)", line \d+', stack, re.MULTILINE)
+    assert files, stack
+    return [file for file in files if os.path.abspath(file) in package]
 
 
 def _replaced(connection: Any) -> None:  # pragma: no cover - the front end puts its own probe
@@ -404,7 +421,7 @@ def test_a_lease_held_past_leak_timeout_is_reported_once(
         assert leak.connection_id == lease.connection_id and not leak.collected
         assert leak.held == pytest.approx(5.0)
         assert "in scenario" in leak.stack and "lease = await f.lease()" in leak.stack
-        assert "poolkit/" not in leak.stack.replace("tests/", "")  # poolkit's own frames cut
+        assert _poolkit_frames(leak.stack) == []  # poolkit's own frames cut
         await f.advance(100)
         assert len(f.of(ev.LeaseLeakedEvent)) == 1  # once
         lease.release()  # still a valid lease
@@ -414,6 +431,30 @@ def test_a_lease_held_past_leak_timeout_is_reported_once(
         drive(front_kind, scenario, leak_timeout=5.0, background_interval=math.inf)
     (record,) = [r for r in caplog.records if r.name == "poolkit.pool"]
     assert record.levelname == "WARNING" and "has been out for 5.000 s" in record.getMessage()
+
+
+def test_a_caller_in_a_folder_named_poolkit_keeps_its_frames(
+    front_kind: str, tmp_path: Path
+) -> None:
+    """Only the package's own frames are cut from a checkout's stack, not every file with
+    ``poolkit`` in its path (a clone in a folder named ``poolkit``, an app of that name)."""
+    app_file = tmp_path / "poolkit" / "tests" / "app.py"
+    app_file.parent.mkdir(parents=True)
+    app_file.write_text("async def check_out(f):\n    return await f.lease()\n")
+    spec = importlib.util.spec_from_file_location("poolkit_named_app", app_file)
+    assert spec is not None and spec.loader is not None
+    app = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(app)
+
+    async def scenario(f: Front) -> None:
+        lease = await app.check_out(f)
+        await f.advance(5.0)
+        (leak,) = f.of(ev.LeaseLeakedEvent)
+        assert f'File "{app_file}", line 2, in check_out' in leak.stack
+        assert "in scenario" in leak.stack and _poolkit_frames(leak.stack) == []
+        lease.release()
+
+    drive(front_kind, scenario, leak_timeout=5.0, background_interval=math.inf)
 
 
 def test_a_lease_given_back_in_time_is_not_reported(front_kind: str) -> None:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import poolkit
 from poolkit import events as ev
@@ -248,3 +252,173 @@ def test_a_leak_is_a_warning_even_with_debug_off(caplog: pytest.LogCaptureFixtur
     assert record.name == "poolkit.pool" and record.levelno == logging.WARNING
     assert "connection 7 of h:1 has been out for 3.500 s" in record.getMessage()
     assert 'File "app.py", line 9' in record.getMessage()
+
+
+# ------------------------------------------- every invalid value: named option and rule
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "words"),
+    [
+        ({"soft_max_size": 5, "min_size": "x"}, TypeError, "PoolOptions.min_size must be an int"),
+        ({"soft_max_size": 5, "max_size": "3"}, TypeError, "PoolOptions.max_size must be an int"),
+        ({"soft_max_size": 5, "min_size": None}, TypeError, "PoolOptions.min_size must be an int"),
+        ({"soft_max_size": 5, "min_size": 2.0}, TypeError, "PoolOptions.min_size must be an int"),
+        ({"soft_max_size": 5, "max_size": True}, TypeError, "PoolOptions.max_size must be an int"),
+        ({"soft_max_size": "5", "min_size": 2}, TypeError, "PoolOptions.soft_max_size must be"),
+        ({"soft_max_size": 5, "min_size": -1}, ValueError, "PoolOptions.min_size must be"),
+        (
+            {"soft_max_size": 1, "min_size": 2, "max_size": 3},
+            ValueError,
+            "PoolOptions.soft_max_size (1) must be >= min_size (2) and <= max_size (3)",
+        ),
+        ({"min_size": "1", "max_size": 0}, TypeError, "PoolOptions.min_size must be an int"),
+        ({"max_idle_time": 10**400}, ValueError, "PoolOptions.max_idle_time must be finite"),
+        ({"max_idle_time": -(10**400)}, ValueError, "PoolOptions.max_idle_time must be > 0"),
+        ({"max_lifetime_jitter": math.nan}, ValueError, "max_lifetime_jitter must be a fraction"),
+        ({"max_lifetime_jitter": True}, TypeError, "max_lifetime_jitter must be a float"),
+        ({"max_waiting": True}, TypeError, "PoolOptions.max_waiting must be an int"),
+        ({"leak_timeout": math.inf}, ValueError, "PoolOptions.leak_timeout must be finite"),
+        ({"background_interval": -math.inf}, ValueError, "background_interval must be > 0"),
+        (
+            {"wait_queue_timeout": timedelta(seconds=-1)},
+            ValueError,
+            "PoolOptions.wait_queue_timeout must be >= 0 seconds",
+        ),
+    ],
+)
+def test_each_value_is_checked_before_options_are_compared(
+    kwargs: dict[str, Any], error: type, words: str
+) -> None:
+    with pytest.raises(error) as info:
+        poolkit.PoolOptions(**kwargs)
+    assert words in str(info.value)
+    assert type(info.value) is error  # not an internal error that happens to be a TypeError
+
+
+def test_a_huge_background_interval_is_never() -> None:
+    assert poolkit.PoolOptions(background_interval=10**400).background_interval == math.inf
+
+
+@pytest.mark.parametrize(
+    ("make", "error", "words"),
+    [
+        (lambda: poolkit.KeepAlive(math.inf, _probe), ValueError, "KeepAlive.interval must be"),
+        (lambda: poolkit.KeepAlive(None, _probe), TypeError, "KeepAlive.interval must be"),
+        (lambda: poolkit.KeepAlive(math.nan, _probe), ValueError, "KeepAlive.interval must be"),
+        (lambda: poolkit.KeepAlive(True, _probe), TypeError, "KeepAlive.interval must be"),
+        (lambda: poolkit.KeepAlive(1, _probe, timeout=math.inf), ValueError, "KeepAlive.timeout"),
+        (lambda: poolkit.Backoff(base=math.inf), ValueError, "Backoff.base must be"),
+        (lambda: poolkit.Backoff(max_delay=math.inf), ValueError, "Backoff.max_delay must be"),
+        (lambda: poolkit.Backoff(max_delay=None), TypeError, "Backoff.max_delay must be"),
+        (lambda: poolkit.Backoff(factor=10**400), ValueError, "Backoff.factor must be"),
+        (lambda: poolkit.Backoff(factor=math.nan), ValueError, "Backoff.factor must be"),
+        (lambda: poolkit.Backoff(base="1", max_delay=0.5), TypeError, "Backoff.base must be"),
+        (
+            lambda: poolkit.Backoff(circuit_breaker_after=math.inf),
+            ValueError,
+            "Backoff.circuit_breaker_after must be",
+        ),
+    ],
+)
+def test_health_options_name_option_and_rule_for_every_value(
+    make: Any, error: type, words: str
+) -> None:
+    with pytest.raises(error) as info:
+        make()
+    assert type(info.value) is error and words in str(info.value)
+
+
+_DURATIONS: list[tuple[str, Callable[[object], object]]] = [
+    *(
+        (f"PoolOptions.{name}", lambda v, name=name: poolkit.PoolOptions(**{name: v}))
+        for name in (
+            "max_idle_time",
+            "wait_queue_timeout",
+            "connect_timeout",
+            "max_lifetime",
+            "leak_timeout",
+        )
+    ),
+    ("KeepAlive.interval", lambda v: poolkit.KeepAlive(v, _probe)),
+    ("KeepAlive.timeout", lambda v: poolkit.KeepAlive(1, _probe, timeout=v)),
+    ("Backoff.base", lambda v: poolkit.Backoff(base=v)),
+    ("Backoff.max_delay", lambda v: poolkit.Backoff(max_delay=v)),
+    ("Backoff.circuit_breaker_after", lambda v: poolkit.Backoff(circuit_breaker_after=v)),
+]
+
+
+@pytest.mark.parametrize(("name", "make"), _DURATIONS, ids=[n for n, _ in _DURATIONS])
+def test_an_infinite_duration_is_refused_by_a_rule_that_holds(
+    name: str, make: Callable[[object], object]
+) -> None:
+    """Each message that rejects ``inf`` states the rule: finite seconds, and None only where
+    None is accepted."""
+    with pytest.raises(ValueError, match="must be finite") as info:
+        make(math.inf)
+    message = str(info.value)
+    assert message.startswith(name)
+    _, refused = _build(lambda: make(None))
+    assert ("None" in message) == (refused is None), (message, refused)
+
+
+def _build(make: Callable[[], Any]) -> tuple[Any, str | None]:
+    """What ``make()`` returns, or the message of the ValueError / TypeError it raises."""
+    try:
+        return make(), None
+    except (TypeError, ValueError) as exc:
+        return None, str(exc)
+
+
+_FIELDS = [f.name for f in dataclasses.fields(poolkit.PoolOptions)]
+_ANY_VALUE = st.one_of(
+    st.integers(),
+    st.sampled_from([10**400, -(10**400), 0, 1, -1]),
+    st.text(max_size=3),
+    st.none(),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.booleans(),
+    st.timedeltas(),
+    st.just(poolkit.KeepAlive(1.0, _probe)),
+    st.just(poolkit.Backoff()),
+)
+
+
+@settings(derandomize=True, database=None, max_examples=1000, deadline=None)
+@given(st.dictionaries(st.sampled_from(_FIELDS), _ANY_VALUE))
+def test_any_values_make_options_or_an_error_naming_one_of_them(kwargs: dict[str, Any]) -> None:
+    options, message = _build(lambda: poolkit.PoolOptions(**kwargs))
+    if message is not None:
+        assert any(f"PoolOptions.{name} " in message for name in kwargs), message
+        return
+    assert dataclasses.replace(options) == options  # what was accepted is accepted again
+    if options.max_size:
+        assert options.min_size <= options.soft_limit <= options.max_size
+
+
+@settings(derandomize=True, database=None, max_examples=500, deadline=None)
+@given(
+    st.dictionaries(
+        st.sampled_from(["base", "factor", "max_delay", "jitter", "circuit_breaker_after"]),
+        _ANY_VALUE,
+    )
+)
+def test_any_values_make_a_backoff_or_an_error_naming_one_of_them(kwargs: dict[str, Any]) -> None:
+    backoff, message = _build(lambda: poolkit.Backoff(**kwargs))
+    if message is not None:
+        assert any(f"Backoff.{name} " in message for name in kwargs), message
+        return
+    assert 0 < backoff.base <= backoff.max_delay < math.inf
+    assert 1 <= backoff.factor < math.inf
+
+
+@settings(derandomize=True, database=None, max_examples=300, deadline=None)
+@given(_ANY_VALUE, st.one_of(_ANY_VALUE, st.just(_probe)), _ANY_VALUE)
+def test_any_values_make_a_keep_alive_or_an_error_naming_one_of_them(
+    interval: Any, probe: Any, timeout: Any
+) -> None:
+    keep_alive, message = _build(lambda: poolkit.KeepAlive(interval, probe, timeout))
+    if message is not None:
+        assert message.startswith(("KeepAlive.interval ", "KeepAlive.probe ", "KeepAlive.timeout "))
+        return
+    assert 0 < keep_alive.interval < math.inf

@@ -47,7 +47,8 @@ class PoolClearedError(PoolError):
     """A checkout on a paused pool, or one that was waiting when the pool was cleared.
 
     Retryable, and not an error that should mark the server unknown. ``cause`` is the error that
-    made the owner clear the pool, when it said.
+    made the owner clear the pool, when it said. ``str(error)`` is the CMAP message; how to make
+    the pool ready is a note (:pep:`678`, shown under the traceback).
     """
 
     retryable = True
@@ -67,6 +68,23 @@ class PoolClearedError(PoolError):
         super().__init__(message, address=address)
         self.cause = cause
         self.interrupted = interrupted
+        if not interrupted:
+            self.add_note(_CLEARED_HINT if cause is not None else _PAUSED_HINT)
+
+
+#: the note of a checkout on a paused pool: a new pool (the likely case) or one cleared without a
+#: cause; the error does not tell which
+_PAUSED_HINT = (
+    "A new pool is paused until it is made ready: call pool.ready(), or use it as "
+    "`with pool:` / `async with pool:`, before checking out. A pool paused by pool.clear() is "
+    "made ready again by its owner (a driver: after its next successful server check); retry then."
+)
+#: the note of a checkout on a pool its owner cleared because of an error
+_CLEARED_HINT = (
+    "The pool's owner cleared it (pool.clear()) after that error; it is paused until the owner "
+    "makes it ready again with pool.ready() (a driver: after its next successful server check). "
+    "The checkout is retryable."
+)
 
 
 class WaitQueueTimeoutError(PoolError):

@@ -28,25 +28,31 @@ def _seconds(
     owner: str = "PoolOptions",
 ) -> float | None:
     name = f"{owner}.{name}"
+    limit = ">= 0" if allow_zero else "> 0"
     if value is None:
         if allow_none:
             return None
-        raise TypeError(f"{name} must be a number of seconds, not None")
+        raise TypeError(f"{name} must be a number of seconds {limit}, not None")
     if isinstance(value, timedelta):
         value = value.total_seconds()
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise TypeError(
             f"{name} must be seconds as a float or a timedelta, not {type(value).__name__}"
         )
-    seconds = float(value)
+    try:
+        seconds = float(value)
+        got = repr(value)
+    except OverflowError:  # an int beyond every float: as good as infinite
+        seconds = math.inf if value > 0 else -math.inf
+        got = f"{'an' if value > 0 else 'a negative'} int too large for a float"
     if math.isnan(seconds):
         raise ValueError(f"{name} must be a number of seconds, not NaN")
-    if math.isinf(seconds) and not allow_inf:
-        raise ValueError(f"{name} must be finite (use None for no limit), got {value!r}")
     if seconds < 0 or (seconds == 0 and not allow_zero):
-        rule = ">= 0" if allow_zero else "> 0"
         none = " or None (no limit)" if allow_none else ""
-        raise ValueError(f"{name} must be {rule} seconds{none}, got {value!r}")
+        raise ValueError(f"{name} must be {limit} seconds{none}, got {got}")
+    if math.isinf(seconds) and not allow_inf:
+        none = " or None for no limit" if allow_none else ""
+        raise ValueError(f"{name} must be finite (a number of seconds {limit}{none}), got {got}")
     return seconds
 
 
@@ -126,15 +132,20 @@ class Backoff:
         factor = self.factor
         if isinstance(factor, bool) or not isinstance(factor, int | float):
             raise TypeError(f"Backoff.factor must be a float, not {type(factor).__name__}")
-        if not 1 <= factor < math.inf:
-            raise ValueError(f"Backoff.factor must be a finite number >= 1, got {factor!r}")
+        try:
+            as_float = float(factor)
+            got = repr(factor)
+        except OverflowError:  # an int beyond every float
+            as_float, got = math.inf, "an int too large for a float"
+        if not 1 <= as_float < math.inf:  # NaN fails it too
+            raise ValueError(f"Backoff.factor must be a finite number >= 1, got {got}")
         assert base is not None and cap is not None
         if cap < base:
             raise ValueError(f"Backoff.max_delay ({cap}) must be >= Backoff.base ({base})")
         setattr_ = object.__setattr__
         setattr_(self, "base", base)
         setattr_(self, "max_delay", cap)
-        setattr_(self, "factor", float(factor))
+        setattr_(self, "factor", as_float)
         setattr_(self, "jitter", _fraction("Backoff.jitter", self.jitter, 0.5))
         setattr_(self, "circuit_breaker_after", trip)
 
@@ -219,39 +230,25 @@ class PoolOptions:
 
     def __post_init__(self) -> None:
         setattr_ = object.__setattr__
-        setattr_(self, "max_waiting", _count("max_waiting", self.max_waiting, 0))
+        # Each value alone first (its type, then its range), so that the rules between options
+        # below compare validated values only.
+        for name, minimum in _COUNTS.items():
+            setattr_(self, name, _count(name, getattr(self, name), minimum))
         if self.soft_max_size is not None:
-            soft = _count("soft_max_size", self.soft_max_size, 0)
-            if soft < self.min_size or (self.max_size and soft > self.max_size):
-                limit = f" and <= max_size ({self.max_size})" if self.max_size else ""
-                raise ValueError(
-                    f"PoolOptions.soft_max_size ({soft}) must be >= min_size "
-                    f"({self.min_size}){limit}"
-                )
-        setattr_(
-            self,
-            "max_lifetime",
-            _seconds(
-                "max_lifetime",
-                self.max_lifetime,
-                allow_none=True,
-                allow_zero=False,
-                allow_inf=False,
-            ),
-        )
+            setattr_(self, "soft_max_size", _count("soft_max_size", self.soft_max_size, 0))
+        for name, (none, zero, inf) in _DURATIONS.items():
+            value = getattr(self, name)
+            setattr_(
+                self,
+                name,
+                _seconds(name, value, allow_none=none, allow_zero=zero, allow_inf=inf),
+            )
         jitter = _fraction("PoolOptions.max_lifetime_jitter", self.max_lifetime_jitter, 0.5)
         setattr_(self, "max_lifetime_jitter", jitter)
-        setattr_(
-            self,
-            "leak_timeout",
-            _seconds(
-                "leak_timeout",
-                self.leak_timeout,
-                allow_none=True,
-                allow_zero=False,
-                allow_inf=False,
-            ),
-        )
+        if not isinstance(self.load_balanced, bool):
+            raise TypeError(
+                f"PoolOptions.load_balanced must be a bool, not {type(self.load_balanced).__name__}"
+            )
         if self.keep_alive is not None and not isinstance(self.keep_alive, KeepAlive):
             raise TypeError(
                 "PoolOptions.keep_alive must be a poolkit.KeepAlive or None, not "
@@ -262,61 +259,17 @@ class PoolOptions:
                 "PoolOptions.connect_retry must be a poolkit.Backoff or None, not "
                 f"{type(self.connect_retry).__name__}"
             )
-        setattr_(self, "max_size", _count("max_size", self.max_size, 0))
-        setattr_(self, "min_size", _count("min_size", self.min_size, 0))
-        setattr_(self, "max_connecting", _count("max_connecting", self.max_connecting, 1))
+        # Then the rules between options.
         if self.max_size and self.min_size > self.max_size:
             raise ValueError(
                 f"PoolOptions.min_size ({self.min_size}) must be <= max_size ({self.max_size}) "
                 "when max_size is set"
             )
-        setattr_(
-            self,
-            "max_idle_time",
-            _seconds(
-                "max_idle_time",
-                self.max_idle_time,
-                allow_none=True,
-                allow_zero=False,
-                allow_inf=False,
-            ),
-        )
-        setattr_(
-            self,
-            "wait_queue_timeout",
-            _seconds(
-                "wait_queue_timeout",
-                self.wait_queue_timeout,
-                allow_none=True,
-                allow_zero=True,
-                allow_inf=False,
-            ),
-        )
-        setattr_(
-            self,
-            "background_interval",
-            _seconds(
-                "background_interval",
-                self.background_interval,
-                allow_none=False,
-                allow_zero=False,
-                allow_inf=True,
-            ),
-        )
-        setattr_(
-            self,
-            "connect_timeout",
-            _seconds(
-                "connect_timeout",
-                self.connect_timeout,
-                allow_none=True,
-                allow_zero=False,
-                allow_inf=False,
-            ),
-        )
-        if not isinstance(self.load_balanced, bool):
-            raise TypeError(
-                f"PoolOptions.load_balanced must be a bool, not {type(self.load_balanced).__name__}"
+        soft = self.soft_max_size
+        if soft is not None and (soft < self.min_size or (self.max_size and soft > self.max_size)):
+            limit = f" and <= max_size ({self.max_size})" if self.max_size else ""
+            raise ValueError(
+                f"PoolOptions.soft_max_size ({soft}) must be >= min_size ({self.min_size}){limit}"
             )
 
     @property
@@ -339,6 +292,24 @@ class PoolOptions:
             out[cmap_name] = value
         return out
 
+
+#: the integer options and their least value
+_COUNTS: Final[dict[str, int]] = {
+    "max_size": 0,
+    "min_size": 0,
+    "max_connecting": 1,
+    "max_waiting": 0,
+}
+
+#: the duration options: (None allowed, 0 allowed, inf allowed)
+_DURATIONS: Final[dict[str, tuple[bool, bool, bool]]] = {
+    "max_idle_time": (True, False, False),
+    "wait_queue_timeout": (True, True, False),
+    "background_interval": (False, False, True),
+    "connect_timeout": (True, False, False),
+    "max_lifetime": (True, False, False),
+    "leak_timeout": (True, False, False),
+}
 
 _CMAP_NAMES: Final[dict[str, tuple[str, bool]]] = {
     "max_size": ("maxPoolSize", False),

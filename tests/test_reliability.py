@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import inspect
+import os
 import warnings
 from typing import Any
 
@@ -377,3 +379,68 @@ def test_a_connect_thread_that_cannot_start_is_a_failed_connect(monkeypatch: Any
         pool.checkout(timeout=5).release()
         pool.checkout(timeout=5).release()
     assert [c.closed for c in made] == [1]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_leases_from_before_a_fork_are_foreign_to_the_child() -> None:
+    # Issue 14, defect 15: released in the child, a lease from before the fork raised KeyError
+    # from the core; collected there, it killed the timer thread, and the child's next
+    # checkout blocked for ever.
+    made: list[Conn] = []
+
+    def connect(ctx: poolkit.ConnectContext) -> Conn:
+        made.append(Conn(ctx.connection_id))
+        return made[-1]
+
+    with poolkit.Pool(connect, options=poolkit.PoolOptions(max_size=3)) as pool:
+        released, collected, discarded = pool.checkout(), pool.checkout(), pool.checkout()
+        read_fd, write_fd = os.pipe()
+        with warnings.catch_warnings():  # 3.12+ warns about fork() with threads alive
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
+        if pid == 0:  # the child
+            status, report = 1, b""
+            try:
+                os.close(read_fd)
+                released.release()
+                discarded.discard()
+                del collected
+                gc.collect()
+                lease = pool.checkout(timeout=2)  # a connection of the child's own
+                ok = lease.connection_id == 4 and [c.closed for c in made] == [0, 0, 0, 0]
+                lease.release()
+                stats = pool.stats()
+                ok = ok and (stats.total, stats.in_use, stats.available) == (1, 0, 1)
+                status, report = (0, b"ok") if ok else (2, repr((made, stats)).encode())
+            except BaseException as exc:
+                report = repr(exc).encode()
+            finally:
+                os.write(write_fd, report)
+                os._exit(status)
+        os.close(write_fd)
+        _, status = os.waitpid(pid, 0)
+        message = os.read(read_fd, 10000)
+        os.close(read_fd)
+        assert os.waitstatus_to_exitcode(status) == 0, message
+        assert [c.closed for c in made] == [0, 0, 0]  # the parent's are untouched
+        for lease in (released, collected, discarded):
+            lease.release()
+    assert [c.closed for c in made] == [1, 1, 1]
+
+
+def test_a_lease_collected_after_close_is_closed_at_once(front_kind: str) -> None:
+    # Issue 14, defect 16: the closed pool had no next step, so the connection stayed open and
+    # in use for ever.
+    async def scenario(f: Front) -> None:
+        lease = await f.lease()
+        await f.close()
+        assert f.pool.stats().in_use == 1 and f.made[0].closed == 0
+        with warnings.catch_warnings():  # (the pool's warning about the leak: logged, not raised)
+            del lease
+            gc.collect()
+        await f.settle()
+        assert f.made[0].closed == 1
+        assert f.pool.stats().in_use == 0 and f.pool.stats().total == 0
+        assert [e.collected for e in f.of(poolkit.events.LeaseLeakedEvent)] == [True]
+
+    drive(front_kind, scenario)

@@ -27,9 +27,11 @@ from ._core.actions import CloseConnection, CompleteRequest, StartConnect, Start
 from ._core.records import ConnState
 from .errors import InvalidLeaseError, PoolClearedError
 from .events import Listener, PoolEvent, deliver
+from .stats import PoolState
 
 C = TypeVar("C")
 _S_CLOSED = ConnState.CLOSED
+_POOL_CLOSED = PoolState.CLOSED
 
 __all__ = ["Clock", "ConnectContext", "Established", "Lease"]
 
@@ -180,10 +182,12 @@ class Lease(Generic[C]):
         self._pool._discard(self, error)
 
     def __del__(self) -> None:
-        pool = self._pool
+        pool: Any = self._pool
         if type(pool) is not Returned:  # garbage-collected while out: the pool closes its
             try:  # connection at its next step (a deque append: safe from any thread and lock)
-                pool._orphans.append(self._lost())  # type: ignore[attr-defined]
+                pool._orphans.append(self._lost())
+                if pool._core.state is _POOL_CLOSED:
+                    pool._reap_soon()  # a closed pool has no next step
             except Exception:  # pragma: no cover - interpreter shutdown
                 pass
 

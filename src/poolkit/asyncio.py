@@ -382,6 +382,16 @@ class AsyncPool(Generic[C]):
         if self._orphans:
             self._reap()
 
+    def _reap_soon(self) -> None:
+        """``_reap`` from wherever a lease was collected (a closed pool has no next step to do
+        it): soon on the pool's loop (the collection may have happened inside a core call), or
+        at once if that loop is gone."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._reap)
+        else:
+            self._reap()
+
     def _reap(self) -> None:
         """Report the leases garbage-collected while out, and close their connections."""
         core = self._core

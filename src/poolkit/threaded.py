@@ -466,6 +466,16 @@ class Pool(Generic[C]):
         if self._orphans:
             self._reap()
 
+    def _reap_soon(self) -> None:
+        """``_reap`` from wherever a lease was collected (a closed pool has no next step to do
+        it): at once if the lock is free, else on a thread of its own (the collection may have
+        happened inside this thread's locked section)."""
+        if self._lock.acquire(blocking=False):
+            self._lock.release()
+            self._reap()
+        else:
+            self._start_thread(self._reap, "poolkit-reap")
+
     def _reap(self) -> None:
         """Report the leases garbage-collected while out, and close their connections."""
         observed = self._sink.observed()

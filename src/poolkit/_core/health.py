@@ -46,7 +46,7 @@ from ..events import (
 )
 from ..stats import PoolState
 from .actions import StartKeepAlive
-from .records import Conn, ConnInput, ConnState, Hold, Role
+from .records import FORGOTTEN_AT_FORK, Conn, ConnInput, ConnState, Hold, Role
 from .timers import TimerEntry, TimerKind
 
 if TYPE_CHECKING:
@@ -411,7 +411,7 @@ def lease_collected(self: PoolCore, lease: Hold | Conn, now: float) -> None:
     else its connection): report it and close its connection (it may be mid-protocol), so that
     it is not lost. Reported whether or not the pool is observed."""
     if type(lease) is Hold:
-        if lease.done:
+        if lease.done or lease.conn.close_reason is FORGOTTEN_AT_FORK:
             return
         self.unhold(lease)
         self._report_leak(lease, now, collected=True)
@@ -419,6 +419,8 @@ def lease_collected(self: PoolCore, lease: Hold | Conn, now: float) -> None:
     else:
         assert type(lease) is Conn
         conn = lease
+        if conn.close_reason is FORGOTTEN_AT_FORK:
+            return  # a lease from before a fork, collected in the child: not this pool's
         self.events.append(
             LeaseLeakedEvent(
                 address=self.address, connection_id=conn.id, held=None, stack="", collected=True

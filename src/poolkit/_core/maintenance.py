@@ -33,7 +33,7 @@ from ..events import (
 )
 from ..stats import PoolState
 from .actions import CompleteRequest
-from .records import Conn, ConnState, Request, RequestState, Role
+from .records import FORGOTTEN_AT_FORK, Conn, ConnInput, ConnState, Request, RequestState, Role
 from .timers import TimerEntry, TimerKind
 
 if TYPE_CHECKING:
@@ -111,9 +111,15 @@ def _clear_service(self: PoolCore, now: float, service_id: Any, interrupt_in_use
             )
         )
     if interrupt_in_use:
+        # Established connections only: a pending connect has no service yet (its service_id
+        # is unset, not the service None) and takes its service's generation once established.
         self._interrupt(
-            lambda c: c.service_id in generations and c.generation <= generations[c.service_id]
+            lambda c: c.state is not _CONNECTING
+            and c.service_id in generations
+            and c.generation <= generations[c.service_id]
         )
+        # The wait queue stays (CMAP): the room the closed connections leave serves it now.
+        self._dispatch(now)
     self._schedule_background(now)
 
 
@@ -149,7 +155,15 @@ def close(self: PoolCore, now: float) -> None:
 
 def reset_after_fork(self: PoolCore) -> None:
     """Forget every connection and waiter without closing anything (they belong to the
-    parent process) and move to a new generation; the pool keeps its state."""
+    parent process) and move to a new generation; the pool keeps its state.
+
+    The records forgotten are closed (reason ``FORGOTTEN_AT_FORK``, no action, no event): a
+    lease from before the fork released, discarded or garbage-collected in the child then comes
+    back to a closed connection, which closes nothing (the parent's session stays open)."""
+    for conn in self.conns.values():
+        self._fire(conn, ConnInput.CLOSE)
+        self._regate(conn)
+        conn.close_reason = FORGOTTEN_AT_FORK
     self.conns.clear()
     self._idle.clear()
     self._open.clear()

@@ -42,6 +42,11 @@ class ConnInput(enum.IntEnum):
     CLOSE = 7
 
 
+#: the close reason of a record the pool forgot in a forked child (never announced: the
+#: connection is the parent's and stays open)
+FORGOTTEN_AT_FORK: Final = "forgotten at fork"
+
+
 class Role(enum.Enum):
     """Why the pool keeps a connection (the generic-pool proposal's three kinds)."""
 

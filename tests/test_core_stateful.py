@@ -6,12 +6,21 @@ without interrupt, ready, close, time moving forward with ``fire_timers``), carr
 actions the core returns, keeps its own record of what is outstanding (leases, connects owed,
 requests) and checks the core's invariants after every step. When the example ends the pool is
 closed, every lease returned and every owed connect reported, and nothing may be left over.
+
+The options drawn include load-balanced mode: connects then report a service id (one of a few,
+or none), ``clear(service_id=...)`` clears one service or all, and the invariants check the
+per-service generations (CMAP "Load Balancer Mode").
+
+Example counts are modest for CI; ``POOLKIT_HYPOTHESIS_EXAMPLES=5000`` (say) runs each machine
+that many examples for a longer local search.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
+import os
 from typing import Any
 
 from hypothesis import HealthCheck, settings
@@ -108,7 +117,30 @@ def pool_options(draw: st.DrawFn) -> PoolOptions:
         keep_alive=draw(st.sampled_from(_KEEP_ALIVES)),
         connect_retry=draw(st.sampled_from(_RETRIES)),
         leak_timeout=draw(st.sampled_from([None, None, 1.0])),
+        load_balanced=draw(st.sampled_from([False, False, True])),
     )
+
+
+#: the service ids a load-balanced connect reports (``None``: a connect function that returned
+#: the bare connection, which the front ends report with no service id)
+_SERVICES = [1, 2, 3, None]
+
+
+def _examples(default: int) -> int:
+    """The example count of a machine: ``default``, or ``POOLKIT_HYPOTHESIS_EXAMPLES``."""
+    return int(os.environ.get("POOLKIT_HYPOTHESIS_EXAMPLES", default))
+
+
+def _stale(core: PoolCore, conn: Conn) -> bool:
+    """Whether ``conn`` is behind the generation that applies to it: the pool's, or in
+    load-balanced mode its service's (CMAP "stale": perished, never leased again)."""
+    if not core.options.load_balanced:
+        return conn.generation != core.generation
+    entry = core.service_generations.get(conn.service_id)
+    return entry is None or conn.generation != entry[0]
+
+
+_ESTABLISHED = (ConnState.IDLE, ConnState.LEASED, ConnState.DRAINING)
 
 
 class ConnectionObject:
@@ -156,6 +188,7 @@ class PoolCoreMachine(RuleBasedStateMachine):
         self.reported: set[str] = set()  #: the watched leases reported as out too long
         self.closed_at = math.inf  #: when the pool was closed
         self.established_ids: set[int] = set()  #: connects the core accepted as established
+        self.arrived_stale: set[int] = set()  #: ...of a generation already cleared
         #: connections the core asked to probe whose result the driver still owes
         self.probing: list[Conn] = []
         #: events seen: checkouts started, checkouts ended (out or failed), check-ins
@@ -219,8 +252,13 @@ class PoolCoreMachine(RuleBasedStateMachine):
                     )
                 self.closed_named.add(conn.id)
                 if conn.id in self.objects:
-                    assert conn.connection is self.objects[conn.id]
+                    # the object the connect returned, closed once (the action names it)
+                    assert not action.pending, action
+                    assert action.connection is self.objects[conn.id], action
+                    assert conn.id not in self.object_closed, f"{action} closes it twice"
                     self.object_closed.add(conn.id)
+                else:  # a connect abandoned or failed: nothing to close yet
+                    assert action.pending and action.connection is None, action
             elif isinstance(action, StartKeepAlive):
                 conn = action.conn
                 assert conn.state is ConnState.LEASED and conn.probe_started == self.now, conn
@@ -255,7 +293,7 @@ class PoolCoreMachine(RuleBasedStateMachine):
         assert core.state is PoolState.READY
         assert core.conns.get(conn.id) is conn, conn
         assert conn.state is ConnState.LEASED, conn
-        assert conn.generation == core.generation, conn
+        assert not _stale(core, conn), f"{conn} leased behind its generation"
         assert conn.streams <= conn.max_streams, f"{conn} leased beyond its stream limit"
         assert conn.expires > self.now, f"{conn} leased after its lifetime"
         if conn.streams == 1 and conn.role is not Role.KEPT:  # just taken from idle
@@ -347,6 +385,9 @@ class PoolCoreMachine(RuleBasedStateMachine):
         assert self.c.state is PoolState.READY
 
     def clear(self, interrupt: bool) -> None:
+        if self.c.options.load_balanced:
+            self.clear_service(None, interrupt)  # every service
+            return
         before = self.c.state
         generation = self.c.generation
         waiting = self.c.waiters()
@@ -372,6 +413,74 @@ class PoolCoreMachine(RuleBasedStateMachine):
                     or conn.generation == self.c.generation
                 )
 
+    @precondition(lambda self: self.c.options.load_balanced)
+    @rule(service=st.sampled_from(_SERVICES), interrupt=st.sampled_from([False, True]))
+    def clear_service(self, service: Any, interrupt: bool) -> None:
+        """Load-balanced clear: one service (``None``: all of them) moves to a new generation.
+        CMAP: the pool is not paused and its wait queue is not cleared; with interrupt, the
+        established connections in use of the services cleared close (stale) at once; a pending
+        connect has no service yet (it takes its service's generation when it is established)
+        and goes on."""
+        core = self.c
+        before = core.state
+        waiting = core.waiters()
+        entries = {sid: tuple(entry) for sid, entry in core.service_generations.items()}
+        conns = {c.id: (c, c.state) for c in core.conns.values()}
+        cleared = set(entries) if service is None else {service} & set(entries)
+        expected_closed = {
+            c.id
+            for c in core.conns.values()
+            if interrupt
+            and c.state in (ConnState.LEASED, ConnState.DRAINING)
+            and c.service_id in cleared
+        }
+        _, actions, events = self._do(
+            lambda core: core.clear(self.now, interrupt_in_use=interrupt, service_id=service)
+        )
+        assert core.state is before, "a load-balanced clear changed the pool's state"
+        assert core.waiters() == waiting, "a load-balanced clear touched the wait queue"
+        for req in waiting:
+            assert req.state is RequestState.WAITING
+        events_cleared = [e for e in events if isinstance(e, PoolClearedEvent)]
+        if before is PoolState.CLOSED:
+            assert actions == [] and events_cleared == []
+            assert {s: tuple(e) for s, e in core.service_generations.items()} == entries
+            return
+        if core.observed:
+            assert len(events_cleared) == 1
+            assert events_cleared[0].service_id == service
+            assert events_cleared[0].interrupt_in_use_connections is interrupt
+        for sid, (generation, count) in entries.items():
+            entry = core.service_generations.get(sid)
+            if sid in cleared:
+                if entry is not None:  # (gone if every connection of it was interrupted)
+                    assert entry[0] == generation + 1, (sid, entry, generation)
+            else:
+                assert entry is not None and tuple(entry) == (generation, count), sid
+        closed = {a.conn.id for a in actions if isinstance(a, CloseConnection)}
+        assert closed == expected_closed, (closed, expected_closed)
+        for conn_id in closed:
+            assert conns[conn_id][0].close_reason == "stale"
+        for conn_id, (conn, state) in conns.items():
+            if conn_id not in closed:
+                assert conn.state is state, f"{conn} changed by a clear"
+        assert not any(isinstance(a, CompleteRequest) for a in actions)
+
+    @precondition(lambda self: not self.c.options.load_balanced)
+    @rule(service=st.sampled_from([1, "a"]))
+    def clear_service_not_lb(self, service: Any) -> None:
+        """``clear(service_id=...)`` needs load-balanced mode: refused, nothing changed."""
+        core = self.c
+        state, generation, waiting = core.state, core.generation, core.waiters()
+        try:
+            core.clear(self.now, service_id=service)
+        except ValueError:
+            assert state is not PoolState.CLOSED
+        else:
+            assert state is PoolState.CLOSED
+        assert (core.state, core.generation, core.waiters()) == (state, generation, waiting)
+        assert core.take() == ([], [])
+
     def close(self) -> None:
         waiting = self.c.waiters()
         if self.c.state is not PoolState.CLOSED:
@@ -394,7 +503,6 @@ class PoolCoreMachine(RuleBasedStateMachine):
             assert state is PoolState.READY and waiting == 0
             assert conn.state is ConnState.LEASED
             assert conn.id in self.c.conns
-            assert conn.generation == self.c.generation
             self._check_fresh(conn)
             self._leased(conn)
         assert not any(isinstance(a, StartConnect | CompleteRequest) for a in actions)
@@ -454,11 +562,25 @@ class PoolCoreMachine(RuleBasedStateMachine):
         self._drop_lease(conn)
         self.releases += 1
         # the lease is returned: from here on the model no longer counts it
+        stale = conn.state is ConnState.LEASED and _stale(self.c, conn)
         self._do(
             lambda core: core.discard(conn, self.now) if discard else core.release(conn, self.now)
         )
         if discard:
             assert self.c.conns.get(conn.id) is not conn
+        else:
+            self._checked_in_stale(conn, stale)
+
+    def _checked_in_stale(self, conn: Conn, stale: bool) -> None:
+        """CMAP check-in: a stale (perished) connection is closed when its last lease comes
+        back, and takes no new lease meanwhile."""
+        if not stale:
+            return
+        if conn.streams == 0:
+            assert conn.state is ConnState.CLOSED, f"stale {conn} kept at check-in"
+            assert conn.close_reason in ("stale", "poolClosed"), conn
+        else:
+            assert conn not in self.c._open, f"stale {conn} open for new leases"
 
     @precondition(lambda self: self.leases and not self.c.observed)
     @rule(index=st.integers(min_value=0))
@@ -469,6 +591,7 @@ class PoolCoreMachine(RuleBasedStateMachine):
         self.releases += 1
         core = self.c
         before = (conn.state, conn.streams, core.waiting, core.available, len(core.conns))
+        stale = conn.state is ConnState.LEASED and _stale(core, conn)
         oldest = core.waiters()[:1]
         taken, actions, _ = self._do(lambda core: core.release_idle(conn))
         if isinstance(taken, Request):
@@ -493,22 +616,45 @@ class PoolCoreMachine(RuleBasedStateMachine):
             after = (conn.state, conn.streams, core.waiting, core.available, len(core.conns))
             assert after == before, "a refused quick release changed something"
             self._do(lambda core: core.release(conn, self.now))
+            self._checked_in_stale(conn, stale)
 
     @precondition(lambda self: self.owed)
-    @rule(index=st.integers(min_value=0))
-    def connected(self, index: int, max_streams: int = 1) -> None:
+    @rule(index=st.integers(min_value=0), service=st.sampled_from(_SERVICES))
+    def connected(self, index: int, service: Any = 1, max_streams: int = 1) -> None:
         conn = self.owed.pop(index % len(self.owed))
         obj = ConnectionObject(conn.id)
         self.objects[conn.id] = obj
-        if conn.state is ConnState.CONNECTING:
+        core = self.c
+        lb = core.options.load_balanced
+        was_connecting = conn.state is ConnState.CONNECTING
+        if was_connecting:
             self.established_ids.add(conn.id)
-        self._do(lambda core: core.connected(conn, self.now, obj, None, max_streams))
-        assert conn.connection is obj
+        entry = core.service_generations.get(service)
+        generation = 0 if entry is None else entry[0]
+        self._do(lambda core: core.connected(conn, self.now, obj, service, max_streams))
+        assert conn.connection is obj or not was_connecting
+        if conn.state in _ESTABLISHED and _stale(core, conn):
+            # a connect started before a clear that did not interrupt it: parked as it is, met
+            # (and closed) like any stale one; only outside load-balanced mode, where the
+            # generation is the pool's when the connect started
+            assert not lb, conn
+            self.arrived_stale.add(conn.id)
+        if not lb:
+            assert conn.service_id is None and core.service_generations == {}
+        elif was_connecting:
+            # CMAP: once established, the connection takes its service's generation
+            assert conn.service_id == service and conn.generation == generation, conn
+        else:
+            assert conn.service_id is None  # abandoned: never counted in a service
 
     @precondition(lambda self: self.owed)
-    @rule(index=st.integers(min_value=0), max_streams=st.sampled_from([2, 3]))
-    def connected_multiplexed(self, index: int, max_streams: int) -> None:
-        self.connected(index, max_streams)
+    @rule(
+        index=st.integers(min_value=0),
+        service=st.sampled_from(_SERVICES),
+        max_streams=st.sampled_from([2, 3]),
+    )
+    def connected_multiplexed(self, index: int, service: Any, max_streams: int) -> None:
+        self.connected(index, service, max_streams)
 
     @precondition(lambda self: self.c.conns)
     @rule(index=st.integers(min_value=0), max_streams=st.sampled_from([1, 1, 2, 4]))
@@ -550,8 +696,8 @@ class PoolCoreMachine(RuleBasedStateMachine):
         was_connecting = conn.state is ConnState.CONNECTING
         _, actions, _ = self._do(lambda core: core.connect_failed(conn, self.now, error))
         assert conn.id not in self.c.conns
-        if not was_connecting:
-            assert actions == []
+        if not was_connecting:  # a connect given up on returned: its room may start others
+            assert all(isinstance(a, StartConnect) for a in actions), actions
         for req in head:
             if req.state is RequestState.FAILED:
                 if self.c.options.connect_retry is None:
@@ -667,9 +813,13 @@ class PoolCoreMachine(RuleBasedStateMachine):
         conns = list(core.conns.values())
         by_state = {s: sum(1 for c in conns if c.state is s) for s in ConnState}
         stats = core.stats()
+        # a connect given up on whose function has not returned yet (still owed a result) is
+        # abandoned, and counts against both limits
+        abandoned = sum(1 for c in self.owed if c.state is ConnState.CLOSED)
+        assert core._abandoned == stats.abandoned == abandoned
         if opts.max_size:
-            assert len(conns) <= opts.max_size
-        assert by_state[ConnState.CONNECTING] <= opts.max_connecting
+            assert len(conns) + abandoned <= opts.max_size
+        assert by_state[ConnState.CONNECTING] + abandoned <= opts.max_connecting
         assert stats.total == core.total == len(conns)
         assert stats.available == core.available == by_state[ConnState.IDLE]
         assert stats.pending == core.pending == by_state[ConnState.CONNECTING]
@@ -726,6 +876,41 @@ class PoolCoreMachine(RuleBasedStateMachine):
         for conn in conns:
             if conn.state is ConnState.DRAINING:
                 assert conn not in core._open and conn.streams >= 1
+
+    @invariant()
+    def service_generations(self) -> None:
+        """CMAP "Load Balancer Mode": a map service id -> (generation, connection count), the
+        count being the connections of that service that exist (established, not closed), the
+        entry removed when it reaches zero. Outside that mode the map stays empty."""
+        if self.core is None:
+            return
+        core = self.c
+        established = [c for c in core.conns.values() if c.state in _ESTABLISHED]
+        if not core.options.load_balanced:
+            assert core.service_generations == {}
+            for conn in established:
+                assert conn.service_id is None and conn.generation <= core.generation, conn
+            return
+        per_service = collections.Counter(c.service_id for c in established)
+        counts = {sid: entry[1] for sid, entry in core.service_generations.items()}
+        assert counts == dict(per_service), (counts, per_service)
+        for conn in established:
+            assert conn.generation <= core.service_generations[conn.service_id][0], conn
+        for conn in core.conns.values():
+            if conn.state not in _ESTABLISHED:
+                assert conn.service_id is None, f"{conn} has a service before its handshake"
+
+    @invariant()
+    def stale_idle_swept(self) -> None:
+        """A clear leaves old available connections to be closed when met; the background run it
+        schedules at once closes the rest: a connection that went stale while available exists
+        only while that run is due."""
+        if self.core is None:
+            return
+        core = self.c
+        if any(_stale(core, c) and c.id not in self.arrived_stale for c in core.idle_connections()):
+            run = core._background
+            assert run is not None and run.when <= self.now, "stale connections left available"
 
     @invariant()
     def statistics(self) -> None:
@@ -837,18 +1022,21 @@ class PoolCoreMachine(RuleBasedStateMachine):
         if core.state is not PoolState.READY or not core.waiting:
             return
         opts = core.options
-        room = not opts.max_size or core.total < opts.max_size
+        # (connects given up on count against both limits until their function returns)
+        abandoned = core._abandoned
+        room = not opts.max_size or core.total + abandoned < opts.max_size
         failing = core._failing
         if failing is not None:
             # connect_retry: one attempt at a time, backing off or connecting
             # (a connect started before the failures covers it: if it fails, it is the retry)
             planned = failing.pending is not None or core.pending > 0
-            assert planned or not room, "failing with no retry planned"
+            # (or planned once a connect given up on returns and frees max_connecting)
+            assert planned or not room or abandoned, "failing with no retry planned"
             assert core.available == 0, "a connection is available while a request waits"
             return
-        assert core.pending > 0 or not room, "a waiter is stuck with no connect on its way"
+        assert core.pending > 0 or not room or abandoned, "a waiter is stuck with no connect"
         # stronger: every waiter not covered by a connect in flight gets one while there is room
-        if room and core.pending < opts.max_connecting:
+        if room and core.pending + abandoned < opts.max_connecting:
             assert core.waiting <= core.pending, "waiters not covered by connects"
         # and nothing sits available while a request waits
         assert core.available == 0, "a connection is available while a request waits"
@@ -909,7 +1097,7 @@ class PoolCoreMachine(RuleBasedStateMachine):
 
 
 PoolCoreMachine.TestCase.settings = settings(
-    max_examples=400,
+    max_examples=_examples(400),
     stateful_step_count=50,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
@@ -963,9 +1151,65 @@ class UnclockedLeaseMachine(PoolCoreMachine):
 
 
 UnclockedLeaseMachine.TestCase.settings = settings(
-    max_examples=200,
+    max_examples=_examples(200),
     stateful_step_count=50,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
 TestUnclockedLease = UnclockedLeaseMachine.TestCase
+
+
+# ---------------------------------------------------------------------- regressions found above
+
+
+def _lb_core(**options: Any) -> PoolCore:
+    core = PoolCore(PoolOptions(load_balanced=True, **options), "host:27017")
+    core.ready(0.0)
+    return core
+
+
+def _started(actions: list[Any]) -> list[Conn]:
+    return [a.conn for a in actions if isinstance(a, StartConnect)]
+
+
+def test_lb_interrupt_spares_pending_connects_with_a_service_none() -> None:
+    """A pending connect has no service yet. Its record's ``service_id`` is ``None`` like a
+    connection whose connect function returned the bare connection (no service id); a
+    load-balanced clear with interrupt took it for one of those and closed it as stale."""
+    core = _lb_core(min_size=2, max_connecting=1)
+    (first,) = _started(core.take()[0])
+    core.connected(first, 0.0, "c1", None)  # established, service None
+    (second,) = _started(core.take()[0])
+    assert core.service_generations == {None: [0, 1]}
+    core.clear(0.0, interrupt_in_use=True)  # every service
+    actions, _ = core.take()
+    assert not any(isinstance(a, CloseConnection) for a in actions), actions
+    assert second.state is ConnState.CONNECTING and core.pending == 1
+    core.connected(second, 0.0, "c2", None)
+    assert second.state is ConnState.IDLE and second.generation == 1  # the service's, now
+    assert core.service_generations == {None: [1, 2]}
+
+
+def test_lb_interrupt_serves_the_waiters_it_keeps() -> None:
+    """A load-balanced clear keeps the wait queue (CMAP); when it interrupts the connections in
+    use, the room they leave must serve the waiters at once, not at the next background run."""
+    core = _lb_core(max_size=1, background_interval=math.inf)
+    first = Request(0.0, None)
+    core.request(first, 0.0)
+    (conn,) = _started(core.take()[0])
+    core.connected(conn, 0.0, "c1", "service-a")
+    assert first.conn is conn
+    core.take()
+    second = Request(0.0, None)
+    core.request(second, 0.0)
+    assert second.queued and core.take() == ([], [])
+    core.clear(1.0, interrupt_in_use=True, service_id="service-a")
+    actions, _ = core.take()
+    assert conn.state is ConnState.CLOSED and conn.close_reason == "stale"
+    assert core.state is PoolState.READY and core.waiters() == [second]
+    assert core.service_generations == {}  # its last connection gone: the entry too (CMAP)
+    started = _started(actions)
+    assert len(started) == 1, f"no connect started for the waiter: {actions}"
+    core.connected(started[0], 1.0, "c2", "service-a")
+    assert second.state is RequestState.SERVED and second.conn is started[0]
+    assert core.service_generations == {"service-a": [0, 1]}

@@ -444,3 +444,45 @@ def test_a_lease_collected_after_close_is_closed_at_once(front_kind: str) -> Non
         assert [e.collected for e in f.of(poolkit.events.LeaseLeakedEvent)] == [True]
 
     drive(front_kind, scenario)
+
+
+def test_abandoned_connects_count_against_the_limits_until_they_return(front_kind: str) -> None:
+    # Issue 14, defect 20: against a server whose handshake takes 0.5 s, connect_timeout=0.05
+    # let a Pool of max_size=2 reach 21 connects in flight: each connect it gave up on kept its
+    # thread and socket while the pool started another.
+    async def scenario(f: Front) -> None:
+        running = [0]
+        connect = f.pool._connect
+        if isinstance(f, ThreadFront):
+
+            def counted(ctx: poolkit.ConnectContext) -> Any:
+                running[0] += 1
+                try:
+                    return connect(ctx)
+                finally:
+                    running[0] -= 1
+        else:
+
+            async def counted(ctx: poolkit.ConnectContext) -> Any:  # type: ignore[misc]
+                running[0] += 1
+                try:
+                    return await connect(ctx)
+                finally:  # (a cancelled connect has ended too)
+                    running[0] -= 1
+
+        f.pool._connect = counted
+        f.connect_delay = 0.5
+        waiters = [f.start(timeout=2.0) for _ in range(5)]
+        most = 0
+        for _ in range(60):
+            await f.advance(0.05)
+            in_flight = running[0]
+            most = max(most, in_flight)
+            stats = f.pool.stats()
+            assert in_flight <= 2 and stats.total + stats.abandoned <= 2, (in_flight, stats)
+        assert most == 2  # (the limit is reached: the test does test something)
+        assert all(w.done for w in waiters)
+        assert all(c.closed == 1 for c in f.made)  # what came back late was closed
+        assert f.pool.stats().abandoned == 0
+
+    drive(front_kind, scenario, max_size=2, connect_timeout=0.05)

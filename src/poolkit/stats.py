@@ -28,6 +28,9 @@ class PoolStats:
       ``in_use``: connections with at least one lease out (or a keep-alive probe running);
       ``backing_off``: slots waiting to retry a failed connect (``connect_retry``).
     * ``waiting``: checkouts queued for a connection.
+    * ``abandoned``: connects the pool gave up on (connect timeout, an interrupting clear, close)
+      whose function has not returned yet: not in ``total``, but they count against ``max_size``
+      and ``max_connecting`` until they return (what they return is then closed).
     * ``kept``, ``demand``, ``overflow``: connections by role (see ``PoolOptions.soft_max_size``).
     * ``streams_in_use``: leases out (and probes running); ``stream_capacity``: the streams the
       established connections that take leases can serve at once (sum of their limits).
@@ -52,6 +55,7 @@ class PoolStats:
     in_use: int
     waiting: int
     backing_off: int = 0
+    abandoned: int = 0
     kept: int = 0
     demand: int = 0
     overflow: int = 0

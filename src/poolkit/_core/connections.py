@@ -13,6 +13,11 @@ Rules of this module
 * A connect starts only while the pool is ready, under ``max_size`` and ``max_connecting``, for a
   waiter not covered by the connects in flight or to reach ``min_size``; while connects fail with
   ``connect_retry`` only the one retried attempt may run.
+* A connect the pool gave up on while its function runs (a clear's interrupt, close, the connect
+  timeout) is *abandoned*: its record is closed, but it still counts against ``max_size`` and
+  ``max_connecting`` (``_abandoned``) until its function returns (``connected`` or
+  ``connect_failed`` with ``returned``), so that a slow server never sees more connects than the
+  limits allow.
 """
 
 from __future__ import annotations
@@ -59,6 +64,7 @@ def connected(
         # The pool gave up on this connect (interrupted, closed, timed out): close what came.
         # The record is closed and stays as it is: only this action names ``connection``.
         self.actions.append(CloseConnection(conn, connection))
+        self._connect_returned(conn, now)
         return
     conn.connection = connection
     if self._lb:
@@ -171,7 +177,8 @@ def _maybe_connect(self: PoolCore, now: float, *, fill_min: bool) -> None:
         # connect_retry: no connect but the one retried (or, none planned, the next needed)
         if (
             failing.pending is None
-            and len(self.conns) < self._max_size
+            and counts[_CONNECTING] + self._abandoned < opts.max_connecting
+            and len(self.conns) + self._abandoned < self._max_size
             and (
                 (fill_min and len(self.conns) < opts.min_size)
                 or len(self._waiters) > counts[_CONNECTING]
@@ -179,7 +186,10 @@ def _maybe_connect(self: PoolCore, now: float, *, fill_min: bool) -> None:
         ):
             failing.pending = self._start_connect(now)
         return
-    while counts[_CONNECTING] < opts.max_connecting and len(self.conns) < self._max_size:
+    while (
+        counts[_CONNECTING] + self._abandoned < opts.max_connecting
+        and len(self.conns) + self._abandoned < self._max_size
+    ):
         missing = opts.min_size - len(self.conns) if fill_min else 0
         if missing <= 0 and len(self._waiters) <= counts[_CONNECTING]:
             return
@@ -246,9 +256,13 @@ def _close(
     error: BaseException | None = None,
     how: ConnInput = ConnInput.CLOSE,
 ) -> None:
-    """Close ``conn`` for ``reason``. An available connection must already be off ``_idle``."""
+    """Close ``conn`` for ``reason``. An available connection must already be off ``_idle``. A
+    pending one is abandoned: it counts against the limits until its function returns."""
     pending = conn.state is _CONNECTING
     self._forget(conn, how)
+    if pending:
+        conn.abandoned = True
+        self._abandoned += 1
     if self._lb and conn.connection is not None:
         entry = self.service_generations.get(conn.service_id)
         if entry is not None:
@@ -266,6 +280,15 @@ def _close(
     self.actions.append(CloseConnection(conn, conn.connection, pending))
     if self.state is not _CLOSED:
         self._promote(conn.role)
+
+
+def _connect_returned(self: PoolCore, conn: Conn, now: float) -> None:
+    """The connect function of ``conn``, closed already, returned: if it was abandoned it counts
+    against the limits no more, and the room it leaves may start a connect."""
+    if conn.abandoned:
+        conn.abandoned = False
+        self._abandoned -= 1
+        self._maybe_connect(now, fill_min=True)
 
 
 def _perished(self: PoolCore, conn: Conn, now: float, *, check_idle: bool = True) -> str | None:

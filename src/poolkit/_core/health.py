@@ -202,13 +202,21 @@ def _end_probe_at_close(self: PoolCore, conn: Conn) -> None:
 # ---------------------------------------------------------------------- connect results
 
 
-def connect_failed(self: PoolCore, conn: Conn, now: float, error: BaseException) -> None:
-    """``conn``'s connect function raised ``error`` (or ran out of ``connect_timeout``)."""
+def connect_failed(
+    self: PoolCore, conn: Conn, now: float, error: BaseException, *, returned: bool = True
+) -> None:
+    """``conn``'s connect function raised ``error``, or (``returned`` false) the pool gives up on
+    it (``connect_timeout``): then it is abandoned until its function returns."""
     if conn.state is not _CONNECTING:
+        if returned:
+            self._connect_returned(conn, now)
         return
     self.tally.connect_failures += 1
     self._fail_row += 1
     self._close(conn, CLOSE_ERROR, error, ConnInput.CONNECT_FAILED)
+    if returned:
+        conn.abandoned = False  # (not abandoned: its function is done)
+        self._abandoned -= 1
     retry = self._retry
     if retry is None:
         if self.observed:
@@ -242,6 +250,12 @@ def connect_failed(self: PoolCore, conn: Conn, now: float, error: BaseException)
         and len(self.conns) == self._counts[_CONNECTING] + self._counts[_BACKING_OFF]
     ):
         self._open_circuit(now)
+    if len(self.conns) + self._abandoned >= self._max_size:
+        # no room for the slot: connects given up on fill it; the retry starts when one of them
+        # returns (``_connect_returned``), its own wait standing for the backoff
+        if self.observed:
+            self._attempt_failed(conn, error, failing.failures, None)
+        return
     delay = retry.delay(failing.failures, self._rand())
     slot = self._new_record(now, _BACKING_OFF)
     failing.pending = slot
@@ -309,9 +323,15 @@ def _recovered(self: PoolCore, now: float) -> None:
 def _backoff_over(self: PoolCore, slot: Conn, now: float) -> None:
     """A backing-off slot's wait is over: retry its connect, or give the slot up."""
     failing = self._failing
-    if failing is None or failing.pending is not slot or self.state is not _READY:
-        # Recovered meanwhile (another connect succeeded), or paused: no retry from this slot
-        # (``_drop`` forgets it as the pending one); the connects needed now start as usual.
+    if (
+        failing is None
+        or failing.pending is not slot
+        or self.state is not _READY
+        or self._counts[_CONNECTING] + self._abandoned >= self.options.max_connecting
+    ):
+        # Recovered meanwhile (another connect succeeded), paused, or connects given up on still
+        # run: no retry from this slot (``_drop`` forgets it as the pending one); the connects
+        # needed start as usual (the retry when an abandoned connect returns).
         self._drop(slot)
         self._dispatch(now)
         return

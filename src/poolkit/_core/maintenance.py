@@ -169,6 +169,7 @@ def reset_after_fork(self: PoolCore) -> None:
     self._open.clear()
     self._waiters.clear()
     self._counts = [0] * len(ConnState)
+    self._abandoned = 0
     self._kept = 0
     self._overflow = 0
     self.service_generations.clear()
@@ -211,9 +212,8 @@ def fire_timers(self: PoolCore, now: float) -> None:
             conn: Conn = entry.target
             timeout = self.options.connect_timeout
             assert timeout is not None
-            self.connect_failed(
-                conn, now, ConnectTimeoutError(address=self.address, timeout=timeout)
-            )
+            error = ConnectTimeoutError(address=self.address, timeout=timeout)
+            self.connect_failed(conn, now, error, returned=False)
 
 
 def _timer_is_live(self: PoolCore, entry: TimerEntry) -> bool:

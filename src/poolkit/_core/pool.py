@@ -108,6 +108,7 @@ class PoolCore:
     # Slots: every attribute read on the hot paths is a slot read (with more than 30 instance
     # attributes CPython 3.11 falls back to a per-instance dict and slower lookups).
     __slots__ = (
+        "_abandoned",
         "_background",
         "_counts",
         "_fail_row",
@@ -202,6 +203,8 @@ class PoolCore:
         self._waiters: OrderedDict[Request, None] = OrderedDict()
         self._counts = [0] * len(ConnState)  # connections per state, indexed by state
         self._kept = 0  # connections whose role is KEPT
+        #: connects given up on whose function has not returned (they count against the limits)
+        self._abandoned = 0
         self._overflow = 0  # connections whose role is OVERFLOW
         self._next_id = 1
         self.clear_cause: BaseException | None = None
@@ -278,6 +281,7 @@ class PoolCore:
     _new_record = _c._new_record
     _begin_connect = _c._begin_connect
     _forget = _c._forget
+    _connect_returned = _c._connect_returned
     _drop = _c._drop
     _close = _c._close
 
@@ -317,8 +321,9 @@ class PoolCore:
         if self._waiters:
             return None
         idle = self._idle
-        if idle and idle[-1].gate == self._lease_gen:
-            # ready, a plain current connection, and no idle time, lifetime or service to check
+        if idle and idle[-1].gate == self._lease_gen and not self._open:
+            # ready, a plain current connection, and no idle time, lifetime or service to check;
+            # no multiplexed connection with a free stream (leases go there first: ``_take``)
             conn = idle.pop()
             # _fire(conn, LEASE) inlined: IDLE -> LEASED changes no counter (see _IDLE_LEASE).
             conn.state = _IDLE_LEASE
@@ -368,7 +373,10 @@ class PoolCore:
         if deadline is not None:
             self.timers.push(deadline, TimerKind.DEADLINE, req)
         # (room first: a pool with waiters is most often full)
-        if len(self.conns) < self._max_size and len(waiters) > self._counts[_CONNECTING]:
+        if (
+            len(self.conns) + self._abandoned < self._max_size
+            and len(waiters) > self._counts[_CONNECTING]
+        ):
             self._maybe_connect(now, fill_min=False)
 
     def cancel(self, req: Request, now: float) -> bool:

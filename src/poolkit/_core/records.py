@@ -133,6 +133,7 @@ class Conn:
     """The core's record of one connection."""
 
     __slots__ = (
+        "abandoned",
         "close_reason",
         "connection",
         "created_at",
@@ -178,6 +179,8 @@ class Conn:
         #: otherwise. Kept by ``PoolCore._regate`` whenever generation, role or streams change.
         self.gate = generation
         self.close_reason: str | None = None
+        #: closed while its connect function runs: counted against the limits until it returns
+        self.abandoned = False
         #: keep-alive: while idle, the timer of its next probe; while probed, the probe's timeout
         self.ka_timer: Any = None
         #: when the keep-alive probe in flight started (it holds one stream); ``None``: no probe

@@ -139,6 +139,7 @@ def snapshot(core: PoolCore) -> PoolStats:
         in_use=core.in_use,
         waiting=len(core._waiters),
         backing_off=counts[ConnState.BACKING_OFF],
+        abandoned=core._abandoned,
         kept=kept,
         demand=demand,
         overflow=overflow,

@@ -169,6 +169,12 @@ def test_close_gives_a_probed_connection_back_and_closes_it() -> None:
 # ---------------------------------------------------------------------- connect retries
 
 
+def attempt(events: list[Any]) -> Any:
+    """The ConnectAttemptFailedEvent among ``events``."""
+    (found,) = [e for e in events if kinds([e]) == ["ConnectAttemptFailedEvent"]]
+    return found
+
+
 def test_a_failed_connect_backs_off_and_the_waiter_keeps_waiting() -> None:
     core = make(connect_retry=Backoff())
     req = queue(core, 0.0)
@@ -177,8 +183,14 @@ def test_a_failed_connect_backs_off_and_the_waiter_keeps_waiting() -> None:
     core.connect_failed(conn, 0.5, boom)
     actions, events = core.take()
     assert kinds(actions) == ["CloseConnection"]
-    assert kinds(events) == ["ConnectionClosedEvent", "ConnectAttemptFailedEvent"]
+    # the first failure of a run that no checkout is told of is said once (ConnectFailing)
+    assert kinds(events) == [
+        "ConnectionClosedEvent",
+        "ConnectAttemptFailedEvent",
+        "ConnectFailingEvent",
+    ]
     assert (events[1].failures, events[1].retry_in) == (1, pytest.approx(0.1))
+    assert (events[2].failures, events[2].error) == (1, boom)
     assert req.state is RequestState.WAITING
     (slot,) = [c for c in core.conns.values()]
     assert slot.state is ConnState.BACKING_OFF and slot.id == conn.id + 1
@@ -192,9 +204,11 @@ def test_a_failed_connect_backs_off_and_the_waiter_keeps_waiting() -> None:
     assert kinds(events) == ["ConnectionCreatedEvent"]
     assert slot.state is ConnState.CONNECTING and slot.created_at == 0.6
     core.connected(slot, 0.7, object())
-    actions, _ = core.take()
+    actions, events = core.take()
     assert kinds(actions) == ["CompleteRequest", "StartConnect"]  # then connects as usual
     assert req.conn is slot and core._failing is None
+    (recovered,) = [e for e in events if kinds([e]) == ["ConnectRecoveredEvent"]]
+    assert (recovered.failures, recovered.failing_for) == (1, pytest.approx(0.2))
 
 
 @pytest.mark.parametrize(
@@ -209,7 +223,7 @@ def test_the_delay_is_the_formula_with_its_jitter(rand: float, factor: float) ->
     for n in range(1, 32):
         core.connect_failed(conn, now, OSError())
         _, events = core.take()
-        delay = events[-1].retry_in
+        delay = attempt(events).retry_in
         assert delay == pytest.approx(min(0.1 * 1.25 ** (n - 1), 60.0) * factor, rel=1e-5)
         now += delay
         core.fire_timers(now)
@@ -228,7 +242,7 @@ def test_the_circuit_opens_only_with_no_connection_open_and_closes_on_success() 
     now = 1.0
     for _ in range(6):  # fails for longer than 5 s, but connection a is open
         core.connect_failed(b, now, OSError())
-        now += core.take()[1][-1].retry_in
+        now += attempt(core.take()[1]).retry_in
         core.fire_timers(now)
         (b,) = started(core.take()[0])
     assert waiter.state is RequestState.WAITING
@@ -242,13 +256,13 @@ def test_the_circuit_opens_only_with_no_connection_open_and_closes_on_success() 
         "CircuitOpenedEvent",
         "ConnectionCheckOutFailedEvent",
         "ConnectAttemptFailedEvent",
-    ]
+    ]  # (the run was told at its first failure)
     assert isinstance(waiter.error, CircuitOpenError) and events[2].reason == "circuitOpen"
     assert waiter.error.failures == 7 and str(waiter.error.cause) == "last"
     refused = Request(started=now, deadline=None)
     core.request(refused, now)
     assert isinstance(refused.error, CircuitOpenError) and not refused.queued
-    now += events[-1].retry_in
+    now += attempt(events).retry_in
     core.fire_timers(now)
     (b,) = started(core.take()[0])
     core.connected(b, now, object())

@@ -56,6 +56,7 @@ from poolkit.errors import (
     WaitQueueTimeoutError,
 )
 from poolkit.events import (
+    ConnectFailingEvent,
     ConnectionCheckedInEvent,
     ConnectionCheckedOutEvent,
     ConnectionCheckOutFailedEvent,
@@ -63,6 +64,7 @@ from poolkit.events import (
     ConnectionClosedEvent,
     ConnectionCreatedEvent,
     ConnectionReadyEvent,
+    ConnectRecoveredEvent,
     LeaseLeakedEvent,
     PoolClearedEvent,
 )
@@ -224,8 +226,9 @@ class PoolCoreMachine(RuleBasedStateMachine):
         self._apply(actions)
         if self.c.observed:
             self._check_events(actions, events)
-        else:  # only a leak is told when nobody observes
-            assert all(isinstance(e, LeaseLeakedEvent) for e in events), events
+        else:  # only a leak, and connects failing unseen, are told when nobody observes
+            told = (LeaseLeakedEvent, ConnectFailingEvent, ConnectRecoveredEvent)
+            assert all(isinstance(e, told) for e in events), events
         return result, actions, events
 
     def _apply(self, actions: list[Any]) -> None:

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import gc
 import inspect
+import logging
 import os
 import warnings
 from typing import Any
@@ -486,3 +487,35 @@ def test_abandoned_connects_count_against_the_limits_until_they_return(front_kin
         assert f.pool.stats().abandoned == 0
 
     drive(front_kind, scenario, max_size=2, connect_timeout=0.05)
+
+
+def test_background_connect_failures_are_warned_once_per_run(
+    front_kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Issue 14, defect 10: with min_size=2 and a failing connect, six attempts in 2.5 s logged
+    # nothing above DEBUG.
+    caplog.set_level(logging.INFO, logger="poolkit.pool")
+
+    async def scenario(f: Front) -> None:
+        f.connect_errors = [ConnectionRefusedError("down")] * 6
+        f.pool.ready()
+        for _ in range(6):
+            await f.advance(0.5)  # background runs retry min_size
+        assert f.pool.stats().connect_failures == 6 and f.pool.stats().total == 2
+        records = [(r.levelno, r.getMessage()) for r in caplog.records]
+        warned = [m for level, m in records if level == logging.WARNING]
+        assert len(warned) == 1 and "failing" in warned[0] and "down" in warned[0], records
+        told = [m for level, m in records if level == logging.INFO]
+        assert len(told) == 1 and "succeed again, after 6 failures" in told[0], records
+        assert len(f.of(poolkit.events.ConnectFailingEvent)) == 1
+        # a new run of failures is warned again
+        caplog.clear()
+        f.connect_errors = [ConnectionRefusedError("down again")] * 2
+        for conn_id in [c.id for c in f.made]:
+            f.pool.connection_will_close(conn_id)
+        for _ in range(4):
+            await f.advance(0.5)
+        warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert len(warned) == 1 and "down again" in warned[0]
+
+    drive(front_kind, scenario, ready=False, min_size=2, background_interval=0.5)

@@ -35,6 +35,8 @@ __all__ = [
     "CLOSE_POOL_CLOSED",
     "CLOSE_STALE",
     "CircuitClosedEvent",
+    "ConnectFailingEvent",
+    "ConnectRecoveredEvent",
     "CircuitOpenedEvent",
     "ConnectAttemptFailedEvent",
     "ConnectionCheckOutFailedEvent",
@@ -192,6 +194,27 @@ class ConnectAttemptFailedEvent(PoolEvent):
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ConnectFailingEvent(PoolEvent):
+    """Connects are failing where no checkout is told (filling ``min_size``, refilling after a
+    close, retrying with ``connect_retry``): once per run of failures, at its first such failure,
+    whether or not anyone listens (logged as a warning on ``poolkit.pool``). ``failures``: in a
+    row so far."""
+
+    connection_id: int
+    error: BaseException
+    failures: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ConnectRecoveredEvent(PoolEvent):
+    """A connect succeeded after a :class:`ConnectFailingEvent`: ``failures`` in a row over
+    ``failing_for`` seconds (logged at INFO on ``poolkit.pool``)."""
+
+    failures: int
+    failing_for: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class KeepAliveStartedEvent(PoolEvent):
     """An idle connection's keep-alive probe started."""
 
@@ -284,6 +307,8 @@ class PoolListener:
     def connection_checked_out(self, event: ConnectionCheckedOutEvent) -> None: ...
     def connection_checked_in(self, event: ConnectionCheckedInEvent) -> None: ...
     def connect_attempt_failed(self, event: ConnectAttemptFailedEvent) -> None: ...
+    def connect_failing(self, event: ConnectFailingEvent) -> None: ...
+    def connect_recovered(self, event: ConnectRecoveredEvent) -> None: ...
     def keep_alive_started(self, event: KeepAliveStartedEvent) -> None: ...
     def keep_alive_succeeded(self, event: KeepAliveSucceededEvent) -> None: ...
     def keep_alive_failed(self, event: KeepAliveFailedEvent) -> None: ...
@@ -310,6 +335,8 @@ _METHODS: Final[dict[type[PoolEvent], str]] = {
     ConnectionCheckedOutEvent: "connection_checked_out",
     ConnectionCheckedInEvent: "connection_checked_in",
     ConnectAttemptFailedEvent: "connect_attempt_failed",
+    ConnectFailingEvent: "connect_failing",
+    ConnectRecoveredEvent: "connect_recovered",
     KeepAliveStartedEvent: "keep_alive_started",
     KeepAliveSucceededEvent: "keep_alive_succeeded",
     KeepAliveFailedEvent: "keep_alive_failed",

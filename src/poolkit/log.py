@@ -188,7 +188,8 @@ _POOL_LOGGER: Final = logging.getLogger("poolkit.pool")
 
 def log_event(event: ev.PoolEvent) -> None:
     """Log ``event`` as its CMAP message if DEBUG is on for ``poolkit.connection``; a leaked
-    lease also as a warning on ``poolkit.pool``."""
+    lease and connects failing unseen also as a warning on ``poolkit.pool``, their recovery at
+    INFO."""
     if type(event) is ev.LeaseLeakedEvent:
         if event.collected:
             how = "was garbage-collected while out (its connection is closed)"
@@ -205,6 +206,21 @@ def log_event(event: ev.PoolEvent) -> None:
             event.address,
             how,
             where,
+        )
+    elif type(event) is ev.ConnectFailingEvent:
+        _POOL_LOGGER.warning(
+            "poolkit: connects to %s are failing and no checkout was told (%d in a row): %r; "
+            "the pool goes on trying",
+            event.address,
+            event.failures,
+            event.error,
+        )
+    elif type(event) is ev.ConnectRecoveredEvent:
+        _POOL_LOGGER.info(
+            "poolkit: connects to %s succeed again, after %d failures in %.3f s",
+            event.address,
+            event.failures,
+            event.failing_for,
         )
     if LOGGER.isEnabledFor(_DEBUG):
         message = build(event)

@@ -78,9 +78,8 @@ def connected(
     self._regate(conn)
     self._fire(conn, ConnInput.ESTABLISHED)
     self.tally.created += 1
-    self._fail_row = 0
-    if self._failing is not None:
-        self._recovered(now)
+    if self._fail_row:
+        self._connect_succeeded(now)
     if self.observed:
         self.events.append(
             ConnectionReadyEvent(

@@ -37,7 +37,9 @@ from ..events import (
     CircuitClosedEvent,
     CircuitOpenedEvent,
     ConnectAttemptFailedEvent,
+    ConnectFailingEvent,
     ConnectionDrainingEvent,
+    ConnectRecoveredEvent,
     KeepAliveFailedEvent,
     KeepAliveStartedEvent,
     KeepAliveSucceededEvent,
@@ -212,36 +214,46 @@ def connect_failed(
             self._connect_returned(conn, now)
         return
     self.tally.connect_failures += 1
+    if not self._fail_row:
+        self._fail_since = now
     self._fail_row += 1
     self._close(conn, CLOSE_ERROR, error, ConnInput.CONNECT_FAILED)
     if returned:
         conn.abandoned = False  # (not abandoned: its function is done)
         self._abandoned -= 1
-    retry = self._retry
-    if retry is None:
+    if self._retry is None:
         if self.observed:
             self._attempt_failed(conn, error, self._fail_row, None)
         # CMAP: the checkout that needed this connection fails with the connect error.
         if len(self._waiters) > self._counts[_CONNECTING]:
             self._fail(self._pop_waiter(), error, CHECKOUT_CONNECTION_ERROR, now)
+        else:
+            self._failing_unseen(conn, error)
         self._maybe_connect(now, fill_min=False)
         return
     failing = self._failing
     if failing is None:
         failing = self._failing = Failing(now)
-    elif failing.pending is not None and failing.pending is not conn:
-        # Another attempt is the one retried: this one is just gone.
-        failing.error = error
-        if self.observed:
-            self._attempt_failed(conn, error, failing.failures, None)
-        return
-    failing.failures += 1
+    retry_in = self._plan_retry(failing, conn, error, now)
+    if self.observed:
+        self._attempt_failed(conn, error, failing.failures, retry_in)
+    self._failing_unseen(conn, error)  # (waiters keep waiting: none is told)
+
+
+def _plan_retry(
+    self: PoolCore, failing: Failing, conn: Conn, error: BaseException, now: float
+) -> float | None:
+    """connect_retry: ``conn``'s connect failed; plan the next attempt (a backing-off slot) and
+    return in how many seconds it starts, or ``None`` if none is planned from here."""
     failing.error = error
+    if failing.pending is not None and failing.pending is not conn:
+        return None  # another attempt is the one retried: this one is just gone
+    failing.failures += 1
     failing.pending = None
     if self.state is not _READY:
-        if self.observed:
-            self._attempt_failed(conn, error, failing.failures, None)
-        return
+        return None
+    retry = self._retry
+    assert retry is not None
     trip = retry.circuit_breaker_after
     if (
         trip is not None
@@ -253,15 +265,38 @@ def connect_failed(
     if len(self.conns) + self._abandoned >= self._max_size:
         # no room for the slot: connects given up on fill it; the retry starts when one of them
         # returns (``_connect_returned``), its own wait standing for the backoff
-        if self.observed:
-            self._attempt_failed(conn, error, failing.failures, None)
-        return
+        return None
     delay = retry.delay(failing.failures, self._rand())
     slot = self._new_record(now, _BACKING_OFF)
     failing.pending = slot
     self.timers.push(now + delay, TimerKind.BACKOFF, slot)
-    if self.observed:
-        self._attempt_failed(conn, error, failing.failures, delay)
+    return delay
+
+
+def _failing_unseen(self: PoolCore, conn: Conn, error: BaseException) -> None:
+    """A connect failed and no checkout is told: said once per run of failures (observed or not:
+    the front end logs it as a warning), and its end too (``_connect_succeeded``)."""
+    if not self._failing_told:
+        self._failing_told = True
+        self.events.append(
+            ConnectFailingEvent(
+                address=self.address, connection_id=conn.id, error=error, failures=self._fail_row
+            )
+        )
+
+
+def _connect_succeeded(self: PoolCore, now: float) -> None:
+    """A connect succeeded: a run of failures ends (told if it was told)."""
+    if self._failing_told:
+        self._failing_told = False
+        self.events.append(
+            ConnectRecoveredEvent(
+                address=self.address, failures=self._fail_row, failing_for=now - self._fail_since
+            )
+        )
+    self._fail_row = 0
+    if self._failing is not None:
+        self._recovered(now)
 
 
 def _attempt_failed(

@@ -112,7 +112,9 @@ class PoolCore:
         "_background",
         "_counts",
         "_fail_row",
+        "_fail_since",
         "_failing",
+        "_failing_told",
         "_idle",
         "_idle_sweep",
         "_keep_alive",
@@ -181,6 +183,9 @@ class PoolCore:
         self.tally: Final = Tally()  #: cumulative counts (``stats``)
         self.checkouts = 0  #: checkouts served, ever (the one count the fast paths keep)
         self._fail_row = 0  #: connects failed since the last one that succeeded
+        self._fail_since = 0.0  #: when the first of them failed
+        #: whether that run of failures was told (``ConnectFailingEvent``) as no checkout was
+        self._failing_told = False
         #: ``max_lifetime``'s jitter: a uniform draw in [0, 1) (an input, like the time)
         self._rand = rand
         #: whether ``lease_idle`` reads ``now``; when false a front end may pass 0.0 there and skip
@@ -299,6 +304,9 @@ class PoolCore:
     _drop_probe = _h._drop_probe
     _stop_ka_timer = _h._stop_ka_timer
     _attempt_failed = _h._attempt_failed
+    _failing_unseen = _h._failing_unseen
+    _plan_retry = _h._plan_retry
+    _connect_succeeded = _h._connect_succeeded
     _open_circuit = _h._open_circuit
     _circuit_error = _h._circuit_error
     _recovered = _h._recovered

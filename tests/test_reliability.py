@@ -519,3 +519,110 @@ def test_background_connect_failures_are_warned_once_per_run(
         assert len(warned) == 1 and "down again" in warned[0]
 
     drive(front_kind, scenario, ready=False, min_size=2, background_interval=0.5)
+
+
+SECRET_ADDRESS = "user:s3cr3t@host:27017"
+
+
+def _shown(obj: Any) -> str:
+    """Everything a user or a log may see of ``obj``."""
+    parts = [str(obj), repr(obj)]
+    if isinstance(obj, BaseException):
+        parts += [*getattr(obj, "__notes__", []), repr(vars(obj))]
+    return " ".join(parts)
+
+
+def test_a_password_in_the_address_is_never_shown(
+    front_kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Issue 14, defect 7: with address="user:s3cr3t@host:27017" the password appeared in 47
+    # places: reprs of the pool and its leases, every event, the CMAP log records, errors.
+    caplog.set_level(logging.DEBUG, logger="poolkit")
+    events: list[Any] = []
+    seen: list[str] = []
+    told: list[str] = []
+    options = poolkit.PoolOptions(max_size=1, wait_queue_timeout=0.01)
+
+    def check(pool: Any, lease: Any, errors: list[BaseException]) -> None:
+        seen.extend([_shown(pool), _shown(lease), pool.address, _shown(pool.stats())])
+        seen.extend(_shown(e) for e in events + errors)
+        seen.extend(r.getMessage() + repr(getattr(r, "cmap", "")) for r in caplog.records)
+        assert pool.address == "user:***@host:27017"
+        assert told and all(address == SECRET_ADDRESS for address in told)  # it connects
+        assert all("s3cr3t" not in text for text in seen), [t for t in seen if "s3cr3t" in t]
+
+    errors: list[BaseException] = []
+    if front_kind == "threads":
+
+        def connect(ctx: poolkit.ConnectContext) -> Conn:
+            told.append(ctx.address)
+            seen.append(repr(ctx))
+            return Conn(ctx.connection_id)
+
+        pool = poolkit.Pool(connect, address=SECRET_ADDRESS, options=options,
+                            listeners=[events.append])
+        for call in (pool.checkout, pool.clear):
+            try:
+                call()
+            except poolkit.PoolError as exc:
+                errors.append(exc)
+        pool.ready()
+        lease = pool.checkout()
+        try:
+            pool.checkout()
+        except poolkit.PoolError as exc:
+            errors.append(exc)
+        lease.release()
+        try:
+            lease.release()
+        except poolkit.PoolError as exc:
+            errors.append(exc)
+        pool.close()
+        try:
+            pool.checkout()
+        except poolkit.PoolError as exc:
+            errors.append(exc)
+        check(pool, lease, errors)
+        return
+
+    async def aconnect(ctx: poolkit.ConnectContext) -> Conn:
+        told.append(ctx.address)
+        seen.append(repr(ctx))
+        return Conn(ctx.connection_id)
+
+    async def main() -> None:
+        pool = poolkit.AsyncPool(aconnect, address=SECRET_ADDRESS, options=options,
+                                 listeners=[events.append])
+        try:
+            await pool.checkout()
+        except poolkit.PoolError as exc:
+            errors.append(exc)
+        pool.ready()
+        lease = await pool.checkout()
+        try:
+            await pool.checkout()
+        except poolkit.PoolError as exc:
+            errors.append(exc)
+        lease.release()
+        try:
+            lease.release()
+        except poolkit.PoolError as exc:
+            errors.append(exc)
+        await pool.close()
+        try:
+            await pool.checkout()
+        except poolkit.PoolError as exc:
+            errors.append(exc)
+        check(pool, lease, errors)
+
+    run(main())
+
+
+def test_redact_masks_only_a_password() -> None:
+    from poolkit._frontend import redact
+
+    assert redact("host:27017") == "host:27017"
+    assert redact("user@host:27017") == "user@host:27017"
+    assert redact("user:pw@host:1") == "user:***@host:1"
+    assert redact("mongodb://u:p@w@h1,h2/db?x=1") == "mongodb://u:***@h1,h2/db?x=1"
+    assert redact("postgresql://me:secret@db:5432/app") == "postgresql://me:***@db:5432/app"

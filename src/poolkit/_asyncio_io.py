@@ -69,7 +69,7 @@ def _start_connect(self: AsyncPool[Any], conn: Conn) -> None:
     loop = self._loop
     if loop is None:  # pragma: no cover - the core only connects once ready, which binds
         raise RuntimeError("AsyncPool has no event loop to connect on")
-    ctx = ConnectContext(conn.id, self.address, self, conn.generation)
+    ctx = ConnectContext(conn.id, self._connect_address, self, conn.generation)
     conn.handle = ctx
     ctx._task = _spawn(self, loop, self._run_connect(conn, ctx), f"poolkit-connect-{conn.id}")
 

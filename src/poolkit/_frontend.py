@@ -66,6 +66,21 @@ class Established(Generic[C]):
         check_max_streams(self.max_streams, "Established")
 
 
+def redact(address: str) -> str:
+    """``address`` with the password of its user info masked: ``user:***@host:27017``, also in a
+    URI (``scheme://user:***@host/...``). What has no password is returned as it is."""
+    if "@" not in address:
+        return address
+    userinfo, hosts = address.rsplit("@", 1)
+    scheme = ""
+    if "://" in userinfo:
+        scheme, userinfo = userinfo.split("://", 1)
+        scheme += "://"
+    if ":" not in userinfo:
+        return address
+    return f"{scheme}{userinfo.split(':', 1)[0]}:***@{hosts}"
+
+
 def check_max_streams(n: object, call: str = "set_max_streams") -> int:
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"{call}(max_streams=...) must be an int >= 1, got {n!r}")
@@ -102,7 +117,7 @@ class ConnectContext:
         return self._cancelled
 
     def __repr__(self) -> str:
-        return f"<ConnectContext id={self.connection_id} address={self.address!r}>"
+        return f"<ConnectContext id={self.connection_id} address={redact(self.address)!r}>"
 
 
 class _LeaseOwner(Protocol):

@@ -73,7 +73,7 @@ def _carry_out(self: Pool[Any], actions: list[Action]) -> None:
 
 
 def _start_connect(self: Pool[Any], conn: Conn) -> None:
-    ctx = ConnectContext(conn.id, self.address, self, conn.generation)
+    ctx = ConnectContext(conn.id, self._connect_address, self, conn.generation)
     conn.handle = ctx
     self._start_thread(lambda: self._run_connect(conn, ctx), f"poolkit-connect-{conn.id}")
 

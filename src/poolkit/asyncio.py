@@ -45,6 +45,7 @@ from ._frontend import (
     interrupted,
     invalid_lease,
     listener_tuple,
+    redact,
     register_for_fork,
     report_unstarted,
     watched,
@@ -137,7 +138,9 @@ class AsyncPool(Generic[C]):
         if not isinstance(address, str) or not address:
             raise ValueError(f"AsyncPool(address=...) must be a non-empty string, got {address!r}")
         self._connect = connect
-        self.address = address
+        #: the address shown (reprs, events, logs, errors): a password in it is masked
+        self.address = redact(address)
+        self._connect_address = address  #: the real one, only for the connect function
         self.options = options
         self._clock = clock
         self._time: Callable[[], float] = clock.monotonic if clock is not None else time.monotonic
@@ -151,7 +154,7 @@ class AsyncPool(Generic[C]):
         self._orphans: deque[Hold | Conn] = deque()
         self._returned = Returned(self)
         self._book = RequestBook(contextlib.nullcontext())  # one thread: nothing to guard
-        self._core = PoolCore(options, address, observed=self._sink.observed())
+        self._core = PoolCore(options, self.address, observed=self._sink.observed())
         self._clocked = self._core.clocked
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timer: Any = None

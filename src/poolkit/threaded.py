@@ -48,6 +48,7 @@ from ._frontend import (
     interrupted,
     invalid_lease,
     listener_tuple,
+    redact,
     register_for_fork,
     watched,
 )
@@ -172,7 +173,9 @@ class Pool(Generic[C]):
         if not isinstance(address, str) or not address:
             raise ValueError(f"Pool(address=...) must be a non-empty string, got {address!r}")
         self._connect = connect
-        self.address = address
+        #: the address shown (reprs, events, logs, errors): a password in it is masked
+        self.address = redact(address)
+        self._connect_address = address  #: the real one, only for the connect function
         self.options = options
         self._time: Callable[[], float] = clock.monotonic if clock is not None else time.monotonic
         self._call_at: Any = getattr(clock, "call_at", None)
@@ -199,7 +202,7 @@ class Pool(Generic[C]):
         self._handoff_waits: deque[float] = deque()
         self._returned = Returned(self)
         self._book = RequestBook(self._lock)
-        self._core = PoolCore(options, address, observed=self._sink.observed())
+        self._core = PoolCore(options, self.address, observed=self._sink.observed())
         self._clocked = self._core.clocked
         register_for_fork(self)
         self._sink.push(self._core.take()[1])

@@ -239,14 +239,36 @@ def _pool_threads() -> list[threading.Thread]:
 def run_threads(config: Config) -> Book:
     switch = sys.getswitchinterval()
     sys.setswitchinterval(SWITCH_INTERVAL)  # threads change hands far more often: more races
+    chaos = _chaos(random.Random(config.seed))
+    threading.setprofile(chaos)
+    sys.setprofile(chaos)
     try:
         return _run_threads(config)
     finally:
+        sys.setprofile(None)
+        threading.setprofile(None)  # type: ignore[arg-type]
         sys.setswitchinterval(switch)
 
 
 #: the GIL's switch interval during a threaded run (CPython's default is 5 ms)
 SWITCH_INTERVAL = 1e-5
+#: how often a thread yields right after it releases a lock (see ``_chaos``)
+YIELD_AFTER_RELEASE = 0.3
+
+
+def _chaos(rand: random.Random) -> Any:
+    """A profile hook that makes a thread give up the interpreter, at random, just after it
+    releases a lock: the moment a front end has decided (under its lock) and not yet acted. It
+    widens every such window, so that a race there shows in seconds rather than in weeks."""
+    sleep = time.sleep
+    draw = rand.random
+
+    def hook(frame: Any, event: str, arg: Any) -> None:
+        if event == "c_return" and getattr(arg, "__name__", "") in ("release", "__exit__"):
+            if draw() < YIELD_AFTER_RELEASE:
+                sleep(0)
+
+    return hook
 
 
 def _run_threads(config: Config) -> Book:

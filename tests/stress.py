@@ -264,9 +264,12 @@ def _chaos(rand: random.Random) -> Any:
     draw = rand.random
 
     def hook(frame: Any, event: str, arg: Any) -> None:
-        if event == "c_return" and getattr(arg, "__name__", "") in ("release", "__exit__"):
-            if draw() < YIELD_AFTER_RELEASE:
-                sleep(0)
+        if (
+            event == "c_return"
+            and getattr(arg, "__name__", "") in ("release", "__exit__")
+            and draw() < YIELD_AFTER_RELEASE
+        ):
+            sleep(0)
 
     return hook
 

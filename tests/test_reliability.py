@@ -626,3 +626,21 @@ def test_redact_masks_only_a_password() -> None:
     assert redact("user:pw@host:1") == "user:***@host:1"
     assert redact("mongodb://u:p@w@h1,h2/db?x=1") == "mongodb://u:***@h1,h2/db?x=1"
     assert redact("postgresql://me:secret@db:5432/app") == "postgresql://me:***@db:5432/app"
+
+
+def test_huge_durations_work_on_the_asyncio_pool_too() -> None:
+    async def connect(ctx: poolkit.ConnectContext) -> Conn:
+        return Conn(ctx.connection_id)
+
+    async def main() -> None:
+        options = poolkit.PoolOptions(max_size=1, background_interval=1e10)
+        async with poolkit.AsyncPool(connect, options=options) as pool:
+            lease = await pool.checkout()
+            far = asyncio.ensure_future(pool.checkout(timeout=1e10))
+            await asyncio.sleep(0)
+            with pytest.raises(poolkit.WaitQueueTimeoutError):
+                await pool.checkout(timeout=0.2)
+            lease.release()
+            (await far).release()
+
+    asyncio.run(main())

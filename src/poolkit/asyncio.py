@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from _thread import get_ident as _get_ident
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any, Generic, TypeVar, final
@@ -26,6 +27,7 @@ from typing import Any, Generic, TypeVar, final
 from . import _asyncio_io as _io
 from ._core import (
     Conn,
+    ConnState,
     PoolCore,
     Request,
     RequestState,
@@ -65,6 +67,7 @@ _log = logging.getLogger("poolkit.pool")
 _DEFAULT: Any = object()
 _SERVED = RequestState.SERVED
 _WAITING = RequestState.WAITING
+_S_CLOSED = ConnState.CLOSED
 
 
 def _wake(waiter: Any) -> None:
@@ -157,6 +160,7 @@ class AsyncPool(Generic[C]):
         self._core = PoolCore(options, self.address, observed=self._sink.observed())
         self._clocked = self._core.clocked
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread = 0  #: the thread the loop ran on when the pool bound to it
         self._timer: Any = None
         self._timer_at: float | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -244,7 +248,10 @@ class AsyncPool(Generic[C]):
                 if core.actions:
                     self._after_core()
                 return _AsyncLease(conn, self)
-        loop = self._bind_loop("checkout")  # (before anything changes)
+        loop = self._loop
+        # (before anything changes; the cheap exact test: the pool's loop runs, in this thread)
+        if loop is None or not loop.is_running() or _get_ident() != self._loop_thread:
+            loop = self._bind_loop("checkout")
         if self._orphans:
             self._reap()
         core.observed = self._listened or (_cached_level(10) is not False and _log_enabled())
@@ -268,8 +275,11 @@ class AsyncPool(Generic[C]):
                 raise
         else:
             self._after_core()
-        if req.conn is not None:
-            return self._lease_for(req.conn)
+        conn = req.conn
+        if conn is not None:
+            if self._quick and conn.state is not _S_CLOSED:
+                return _AsyncLease(conn, self)
+            return self._lease_for(conn)
         assert req.error is not None
         raise req.error
 
@@ -460,6 +470,7 @@ class AsyncPool(Generic[C]):
             ) from None
         if self._loop is None:
             self._loop = loop
+            self._loop_thread = _get_ident()
             if self._clock is None:
                 # The loop's clock; time.monotonic itself when that is what loop.time() reads.
                 base = type(loop).time is asyncio.BaseEventLoop.time

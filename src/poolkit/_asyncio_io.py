@@ -13,11 +13,12 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from ._core import Conn
 from ._frontend import ConnectContext, call_close, unwrap
+from .errors import ConnectCancelledError
 
 if TYPE_CHECKING:
     from .asyncio import AsyncPool
@@ -42,10 +43,20 @@ async def _await_close(result: Awaitable[Any], conn_id: int, address: str) -> No
         _log.exception("closing connection %d of %s raised", conn_id, address)
 
 
-def _spawn(self: AsyncPool[Any], loop: asyncio.AbstractEventLoop, work: Any, name: str) -> Any:
+def _spawn(
+    self: AsyncPool[Any],
+    loop: asyncio.AbstractEventLoop,
+    work: Any,
+    name: str,
+    if_cancelled: Callable[[], None] | None = None,
+) -> Any:
     """A task of the pool's own (kept until done, so that ``close`` and the loop see it).
     Raises if it cannot be made (the pool's loop is closed, or this is not its loop), and then
-    ``work`` is closed, never left un-awaited."""
+    ``work`` is closed, never left un-awaited.
+
+    ``if_cancelled`` is called if the task ends cancelled: the pool's coroutines catch their
+    cancellation and report it, so this happens when the task was cancelled before its first
+    step (a clear or a loop shutdown in the same iteration) and ``work`` never ran to say so."""
     try:
         running = asyncio.get_running_loop()
     except RuntimeError:
@@ -62,6 +73,8 @@ def _spawn(self: AsyncPool[Any], loop: asyncio.AbstractEventLoop, work: Any, nam
         raise
     self._tasks.add(task)
     task.add_done_callback(self._tasks.discard)
+    if if_cancelled is not None:
+        task.add_done_callback(lambda done: if_cancelled() if done.cancelled() else None)
     return task
 
 
@@ -71,7 +84,13 @@ def _start_connect(self: AsyncPool[Any], conn: Conn) -> None:
         raise RuntimeError("AsyncPool has no event loop to connect on")
     ctx = ConnectContext(conn.id, self._connect_address, self, conn.generation)
     conn.handle = ctx
-    ctx._task = _spawn(self, loop, self._run_connect(conn, ctx), f"poolkit-connect-{conn.id}")
+
+    def never_ran() -> None:
+        self._connect_ended(conn, _cancelled(self, conn))
+
+    ctx._task = _spawn(
+        self, loop, self._run_connect(conn, ctx), f"poolkit-connect-{conn.id}", never_ran
+    )
 
 
 async def _run_connect(self: AsyncPool[Any], conn: Conn, ctx: ConnectContext) -> None:
@@ -85,16 +104,16 @@ async def _run_connect(self: AsyncPool[Any], conn: Conn, ctx: ConnectContext) ->
                 "must be an async function (for a plain one use poolkit.Pool)"
             )
         result = await pending
-    except asyncio.CancelledError as exc:
+    except asyncio.CancelledError:
         # Abandoned by the pool (then the core already closed the record) or cancelled from
-        # outside (loop shutdown): either way the connect failed.
-        core.connect_failed(conn, self._time(), exc)
-        self._after_core()
+        # outside (loop shutdown): either way the connect failed, and a waiter is told so
+        # with a pool error, not with a cancellation of its own.
+        self._connect_ended(conn, _cancelled(self, conn))
         return
+    except GeneratorExit:  # closed unfinished (its loop is gone): nothing to tell the pool
+        raise
     except BaseException as exc:
-        core.observed = self._sink.observed()
-        core.connect_failed(conn, self._time(), exc)
-        self._after_core()
+        self._connect_ended(conn, exc)
         if not isinstance(exc, Exception):
             raise
         return
@@ -104,11 +123,33 @@ async def _run_connect(self: AsyncPool[Any], conn: Conn, ctx: ConnectContext) ->
     self._after_core()
 
 
+def _cancelled(self: AsyncPool[Any], conn: Conn) -> ConnectCancelledError:
+    return ConnectCancelledError(address=self.address, connection_id=conn.id)
+
+
+def _connect_ended(self: AsyncPool[Any], conn: Conn, error: BaseException) -> None:
+    """``conn``'s connect ended without a connection (a report the core takes more than once
+    without harm: a connect it has closed and not abandoned is ignored)."""
+    core = self._core
+    core.observed = self._sink.observed()
+    core.connect_failed(conn, self._time(), error)
+    self._after_core()
+
+
 def _start_keep_alive(self: AsyncPool[Any], conn: Conn) -> None:
     loop = self._loop
     assert loop is not None  # probes follow connects, which bind the loop
+
     # the connect context is done with: the handle is now the probe, which a close cancels
-    conn.handle = _spawn(self, loop, self._run_keep_alive(conn), f"poolkit-keep-alive-{conn.id}")
+
+    def never_ran() -> None:
+        if conn.handle is task:
+            conn.handle = None
+        self._probe_ended(conn, asyncio.CancelledError())
+
+    task = conn.handle = _spawn(
+        self, loop, self._run_keep_alive(conn), f"poolkit-keep-alive-{conn.id}", never_ran
+    )
 
 
 async def _run_keep_alive(self: AsyncPool[Any], conn: Conn) -> None:
@@ -119,16 +160,23 @@ async def _run_keep_alive(self: AsyncPool[Any], conn: Conn) -> None:
         result = keep_alive.probe(conn.connection)
         if inspect.isawaitable(result):
             await result
-    except BaseException as exc:  # CancelledError too: the pool closed the connection
-        error = exc
+    except GeneratorExit:  # closed unfinished (its loop is gone): nothing to tell the pool
+        raise
+    except BaseException as exc:  # CancelledError too: the pool closed the connection, or
+        error = exc  # (the connection still open) someone else cancelled the task
     if conn.handle is asyncio.current_task():
         conn.handle = None  # over: a close from here on has nothing to cancel
+    self._probe_ended(conn, error)
+    if error is not None and not isinstance(error, Exception | asyncio.CancelledError):
+        raise error
+
+
+def _probe_ended(self: AsyncPool[Any], conn: Conn, error: BaseException | None) -> None:
+    """``conn``'s probe ended (a report the core ignores for a probe already ended)."""
     core = self._core
     core.observed = self._sink.observed()
     core.keep_alive_done(conn, self._time(), error)
     self._after_core()
-    if error is not None and not isinstance(error, Exception | asyncio.CancelledError):
-        raise error
 
 
 def _close_connection(
@@ -151,10 +199,16 @@ def _close_connection(
         return
     if inspect.isawaitable(result):
         loop = self._loop or asyncio.get_running_loop()
+        work = _await_close(result, conn.id, self.address)
+
+        def never_ran() -> None:  # (cancelled before it awaited the close: not left un-awaited)
+            if inspect.getcoroutinestate(work) == inspect.CORO_CLOSED and inspect.iscoroutine(
+                result
+            ):
+                result.close()
+
         try:
-            _spawn(
-                self, loop, _await_close(result, conn.id, self.address), f"poolkit-close-{conn.id}"
-            )
+            _spawn(self, loop, work, f"poolkit-close-{conn.id}", never_ran)
         except RuntimeError:
             if inspect.iscoroutine(result):
                 result.close()

@@ -208,8 +208,14 @@ class AsyncPool(Generic[C]):
         Leased connections are closed when they come back. Waits for the pool's own tasks.
 
         The closing goes on to its end even if the caller stops waiting (a cancelled ``close()``
-        leaks nothing); a second call waits for the same work."""
+        leaks nothing); a second call waits for the same work, and for the closes of leases given
+        back since."""
         closing = self._closing
+        if closing is not None and closing.done() and self._tasks:
+            # closes begun since the first call ended (leases given back after it): wait too
+            closing = self._closing = self._bind_loop("close").create_task(
+                self._wait_tasks(), name="poolkit-close"
+            )
         if closing is None:
             loop = self._bind_loop("close")
             core = self._core
@@ -516,6 +522,8 @@ class AsyncPool(Generic[C]):
     # (connects, probes, closes and the timer: in ``_asyncio_io``)
     _start_connect = _io._start_connect
     _run_connect = _io._run_connect
+    _connect_ended = _io._connect_ended
+    _probe_ended = _io._probe_ended
     _start_keep_alive = _io._start_keep_alive
     _run_keep_alive = _io._run_keep_alive
     _close_connection = _io._close_connection

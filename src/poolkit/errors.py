@@ -12,6 +12,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CircuitOpenError",
+    "ConnectCancelledError",
     "ConnectTimeoutError",
     "InvalidLeaseError",
     "KeepAliveTimeoutError",
@@ -141,6 +142,21 @@ class ConnectTimeoutError(PoolError):
         self.timeout = timeout
 
 
+class ConnectCancelledError(PoolError):
+    """The task running a connect was cancelled from outside the pool (the event loop shutting
+    down, say): the checkout that waited for that connect fails with this, not with a
+    cancellation nobody asked of it. Retryable."""
+
+    retryable = True
+
+    def __init__(self, *, address: str, connection_id: int) -> None:
+        super().__init__(
+            f"The connect of connection {connection_id} to {address} was cancelled",
+            address=address,
+        )
+        self.connection_id = connection_id
+
+
 class KeepAliveTimeoutError(PoolError):
     """A keep-alive probe ran longer than ``KeepAlive.timeout``; its connection was closed."""
 
@@ -188,6 +204,7 @@ class InvalidLeaseError(PoolError, ValueError):
 
 
 for _cls in (
+    ConnectCancelledError,
     ConnectTimeoutError,
     PoolError,
     PoolClosedError,

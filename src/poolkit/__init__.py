@@ -9,6 +9,7 @@ from ._requests import LeaseRequest
 from .asyncio import AsyncPool
 from .errors import (
     CircuitOpenError,
+    ConnectCancelledError,
     ConnectTimeoutError,
     InvalidLeaseError,
     KeepAliveTimeoutError,
@@ -29,6 +30,7 @@ __all__ = [
     "Backoff",
     "CircuitOpenError",
     "Clock",
+    "ConnectCancelledError",
     "ConnectContext",
     "ConnectTimeoutError",
     "Established",

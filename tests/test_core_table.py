@@ -669,3 +669,15 @@ def test_a_late_connect_result_never_changes_the_closed_record() -> None:
     (close,) = core.take()[0]
     assert isinstance(close, CloseConnection) and close.connection is sock and not close.pending
     assert abandon.connection is None and pending.connection is None
+
+
+def test_a_connection_that_is_none_leaves_its_service_count_when_closed() -> None:
+    # a connect function may return None (a token connection): it counts in its service as
+    # any other, and its closing takes it out again (the entry goes at zero)
+    core = make(load_balanced=True, max_connecting=1)
+    req = queue(core)
+    (pending,) = started(core.take()[0])
+    core.connected(pending, 0.0, None, "svc")
+    assert req.conn is pending and core.service_generations == {"svc": [0, 1]}
+    core.discard(pending, 1.0)
+    assert core.service_generations == {}

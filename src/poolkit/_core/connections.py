@@ -262,7 +262,7 @@ def _close(
     if pending:
         conn.abandoned = True
         self._abandoned += 1
-    if self._lb and conn.connection is not None:
+    if self._lb and not pending:  # (established: counted in its service since `connected`)
         entry = self.service_generations.get(conn.service_id)
         if entry is not None:
             entry[1] -= 1

@@ -37,7 +37,7 @@ import poolkit
 
 #: how late a checkout may return past its timeout before it counts as a broken deadline (the
 #: machine is shared and small: threads may not run for a while)
-SLACK = 1.5
+SLACK = 0.5
 
 
 class ConnectRefused(OSError):

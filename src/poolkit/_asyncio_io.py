@@ -202,10 +202,8 @@ def _close_connection(
         work = _await_close(result, conn.id, self.address)
 
         def never_ran() -> None:  # (cancelled before it awaited the close: not left un-awaited)
-            if inspect.getcoroutinestate(work) == inspect.CORO_CLOSED and inspect.iscoroutine(
-                result
-            ):
-                result.close()
+            if inspect.iscoroutine(result):
+                result.close()  # (no-op if it ran)
 
         try:
             _spawn(self, loop, work, f"poolkit-close-{conn.id}", never_ran)

@@ -270,13 +270,15 @@ def check_lease(lease: Any, call: str) -> None:
         raise TypeError(f"{call} takes a Lease (from checkout()), got {lease!r}")
 
 
-def interrupted(pool: Any, conn: Any) -> BaseException | None:
-    """The error for a waiter handed ``conn`` if a ``clear(interrupt_in_use=True)`` closed it
-    before the waiter resumed (``None`` if it is fine): the front end gives it back and raises
-    this instead of returning a closed connection."""
-    if conn.state is not _S_CLOSED:
-        return None
-    return PoolClearedError(address=pool.address, interrupted=True)
+def lease_for(pool: Any, conn: Any) -> Any:
+    """``pool``'s lease on ``conn``, just handed to a waiter (outside any lock). If a
+    ``clear(interrupt_in_use=True)`` closed it before the waiter resumed, it is given back and
+    the checkout fails with the retryable ``PoolClearedError``: a closed connection is never
+    returned."""
+    if conn.state is _S_CLOSED:
+        pool._give_back(conn)
+        raise PoolClearedError(address=pool.address, interrupted=True)
+    return pool._make_lease(conn)
 
 
 def listener_tuple(listeners: Iterable[Listener]) -> tuple[Listener, ...]:

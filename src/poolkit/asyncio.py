@@ -22,6 +22,7 @@ import time
 from _thread import get_ident as _get_ident
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from functools import partial
 from typing import Any, Generic, TypeVar, final
 
 from . import _asyncio_io as _io
@@ -44,8 +45,8 @@ from ._frontend import (
     check_max_streams,
     check_timeout,
     checkout_stack,
-    interrupted,
     invalid_lease,
+    lease_for,
     listener_tuple,
     redact,
     register_for_fork,
@@ -285,7 +286,7 @@ class AsyncPool(Generic[C]):
         if conn is not None:
             if self._quick and conn.state is not _S_CLOSED:
                 return _AsyncLease(conn, self)
-            return self._lease_for(conn)
+            return lease_for(self, conn)  # type: ignore[no-any-return]
         assert req.error is not None
         raise req.error
 
@@ -359,7 +360,7 @@ class AsyncPool(Generic[C]):
         core = self._core
         core.observed = self._sink.observed()
         timeout = self.options.wait_queue_timeout
-        done = self._book.enqueue(core, batch, self._time(), timeout, self._lease_for)
+        done = self._book.enqueue(core, batch, self._time(), timeout, partial(lease_for, self))
         self._after_core()
         for finish in done:
             finish()
@@ -376,15 +377,6 @@ class AsyncPool(Generic[C]):
         self._after_core()
         deliver(request, RequestCancelledError(address=self.address, request_id=request_id))
         return True
-
-    def _lease_for(self, conn: Conn) -> Lease[C]:
-        """The lease on ``conn``, handed to a checkout; if an interrupting clear closed it
-        before the checkout resumed, it is given back and the checkout fails."""
-        error = interrupted(self, conn)
-        if error is not None:
-            self._give_back(conn)
-            raise error
-        return self._make_lease(conn)
 
     def _make_lease(self, conn: Conn) -> Lease[C]:
         if self.options.leak_timeout is None:
@@ -512,8 +504,8 @@ class AsyncPool(Generic[C]):
                 break
             # a connect or probe that could not start: the core learns it failed
             report_unstarted(core, unstarted, self._time())
-            events += core.events
-            actions = core.take()[0]
+            actions, more = core.take()
+            events += more
         if events:
             sink = self._sink
             sink.push(events)

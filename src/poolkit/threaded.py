@@ -24,6 +24,7 @@ import time
 from _thread import allocate_lock as _allocate_lock
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from functools import partial
 from typing import Any, Generic, TypeVar, final
 
 from . import _threaded_io as _io
@@ -45,8 +46,8 @@ from ._frontend import (
     check_max_streams,
     check_timeout,
     checkout_stack,
-    interrupted,
     invalid_lease,
+    lease_for,
     listener_tuple,
     redact,
     register_for_fork,
@@ -323,7 +324,7 @@ class Pool(Generic[C]):
         if conn is not None:
             if self._quick and conn.state is not _S_CLOSED:
                 return _ThreadLease(conn, self)
-            return self._lease_for(conn)
+            return lease_for(self, conn)  # type: ignore[no-any-return]
         assert req.error is not None
         raise req.error
 
@@ -420,7 +421,7 @@ class Pool(Generic[C]):
             core = self._core
             core.observed = self._sink.observed()
             timeout = self.options.wait_queue_timeout
-            done = self._book.enqueue(core, batch, self._time(), timeout, self._lease_for)
+            done = self._book.enqueue(core, batch, self._time(), timeout, partial(lease_for, self))
             actions = self._take_locked()
         self._carry_out(actions)
         for finish in done:
@@ -440,15 +441,6 @@ class Pool(Generic[C]):
         self._carry_out(actions)
         deliver(request, RequestCancelledError(address=self.address, request_id=request_id))
         return True
-
-    def _lease_for(self, conn: Conn) -> Lease[C]:
-        """The lease on ``conn``, handed to a waiter (outside the lock); if an interrupting
-        clear closed it before the waiter resumed, it is given back and the checkout fails."""
-        error = interrupted(self, conn)
-        if error is not None:
-            self._give_back(conn)
-            raise error
-        return self._make_lease(conn)
 
     def _make_lease(self, conn: Conn) -> Lease[C]:
         """The lease on ``conn``, just handed out (outside the lock)."""

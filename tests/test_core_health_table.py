@@ -206,7 +206,7 @@ def test_a_failed_connect_backs_off_and_the_waiter_keeps_waiting() -> None:
     core.connected(slot, 0.7, object())
     actions, events = core.take()
     assert kinds(actions) == ["CompleteRequest", "StartConnect"]  # then connects as usual
-    assert req.conn is slot and core._failing is None
+    assert req.conn is slot and core.failures.failing is None
     (recovered,) = [e for e in events if kinds([e]) == ["ConnectRecoveredEvent"]]
     assert (recovered.failures, recovered.failing_for) == (1, pytest.approx(0.2))
 

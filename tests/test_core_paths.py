@@ -250,10 +250,10 @@ class Driver:
     def snapshot(self, checkouts: int) -> dict[str, Any]:
         core = self.core
         clocked = core.clocked
-        failing = core._failing
+        failing = core.failures.failing
         live = [e for e in core.timers._heap if core._timer_is_live(e)]
         return {
-            "state": (core.state, core.generation, core.checkouts, core._fail_row),
+            "state": (core.state, core.generation, core.checkouts, core.failures.row),
             "services": {sid: tuple(entry) for sid, entry in core.service_generations.items()},
             "conns": sorted(_conn_state(c, clocked) for c in core.conns.values()),
             "idle": [c.id for c in core.idle_connections()],
@@ -262,7 +262,7 @@ class Driver:
             "counts": (list(core._counts), core._kept, core._overflow, core._next_id),
             "stats": dataclasses.asdict(core.stats()),
             "timers": sorted((e.when, e.kind, self._target(e.target)) for e in live),
-            "sweep": None if core._idle_sweep is None else core._idle_sweep.when,
+            "sweep": None if core.idle_set.sweep is None else core.idle_set.sweep.when,
             "background": None if core._background is None else core._background.when,
             "failing": None
             if failing is None

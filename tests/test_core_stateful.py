@@ -712,7 +712,7 @@ class PoolCoreMachine(RuleBasedStateMachine):
             and self.c.options.connect_retry is not None
             and self.c.state is not PoolState.CLOSED
         ):
-            failing = self.c._failing
+            failing = self.c.failures.failing
             assert failing is not None and failing.failures >= 1
             slot = failing.pending
             if slot is not None:
@@ -841,8 +841,8 @@ class PoolCoreMachine(RuleBasedStateMachine):
             # a backing-off slot is the core's own until its retry starts
             assert conn_id in self.started or conn.state is ConnState.BACKING_OFF, conn
             if conn.state is ConnState.BACKING_OFF:
-                assert core._failing is not None and core._failing.pending is conn, conn
-        failing = core._failing
+                assert core.failures.failing is not None and core.failures.failing.pending is conn, conn
+        failing = core.failures.failing
         if failing is not None and failing.pending is not None:
             assert core.conns.get(failing.pending.id) is failing.pending
         if failing is None or not failing.open:
@@ -1028,7 +1028,7 @@ class PoolCoreMachine(RuleBasedStateMachine):
         # (connects given up on count against both limits until their function returns)
         abandoned = core._abandoned
         room = not opts.max_size or core.total + abandoned < opts.max_size
-        failing = core._failing
+        failing = core.failures.failing
         if failing is not None:
             # connect_retry: one attempt at a time, backing off or connecting
             # (a connect started before the failures covers it: if it fails, it is the retry)

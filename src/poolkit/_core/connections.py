@@ -1,15 +1,19 @@
-"""A connection's life in the pool: made (and retried), established, given a role, closed.
-These are methods of :class:`~poolkit._core.pool.PoolCore` (bound there by name), kept in a
-module of their own so that each module has one concern; they work on the same state.
+"""A connection's life in the pool: made (and retried), given a role, closed; its state
+transitions and its gate. :class:`ConnectionLife` is the lowest of the classes that make up
+:class:`~poolkit._core.pool.PoolCore` (see ``fields``).
 
 Rules of this module
 --------------------
 * Same as ``pool``: pure, ``now`` from the caller, output only through ``actions``/``events``.
+* A connection's state changes in ``_fire`` (the table in ``records``), except on the two hot
+  transitions of ``pool``'s fast paths. Counters of states change only in ``_fire`` and at a
+  record's birth (``_new_record``).
 * A record is counted from its birth (``_new_record``) to its close (``_close``, or ``_drop``
   for a backing-off slot never announced): ``conns``, the state counters and the role counters
   change together, here.
 * Roles are fields (``Conn.role``); they change only in ``_set_role``, and a connection that
   closes frees its role for the next one down (``_promote``) before anything new is made.
+* ``Conn.gate`` changes only in ``_regate`` (what a gate is: "Gates" in ``pool``).
 * A connect starts only while the pool is ready, under ``max_size`` and ``max_connecting``, for a
   waiter not covered by the connects in flight or to reach ``min_size``; while connects fail with
   ``connect_retry`` only the one retried attempt may run.
@@ -22,8 +26,6 @@ Rules of this module
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final
-
 from ..events import (
     CLOSE_IDLE,
     CLOSE_LIFETIME,
@@ -31,280 +33,241 @@ from ..events import (
     CLOSE_STALE,
     ConnectionClosedEvent,
     ConnectionCreatedEvent,
-    ConnectionReadyEvent,
 )
-from ..stats import PoolState
 from .actions import CloseConnection, StartConnect
-from .records import Conn, ConnInput, ConnState, Role
+from .fields import CoreFields
+from .records import (
+    _CLOSED,
+    _CONNECTING,
+    _DEMAND,
+    _DRAINING,
+    _KEPT,
+    _NO_GATE,
+    _OVERFLOW,
+    _READY,
+    _S_CLOSED,
+    STEPS,
+    Conn,
+    ConnInput,
+    ConnState,
+    InvalidTransition,
+    Role,
+)
 from .timers import TimerKind
 
-if TYPE_CHECKING:
-    from .pool import PoolCore
 
-_READY: Final = PoolState.READY
-_CLOSED: Final = PoolState.CLOSED
-_CONNECTING: Final = ConnState.CONNECTING
-_KEPT: Final = Role.KEPT
-_DEMAND: Final = Role.DEMAND
-_OVERFLOW: Final = Role.OVERFLOW
-_NO_GATE: Final = -2  # a connection's gate that no fast path matches
+class ConnectionLife(CoreFields):
+    """A connection's life: records, transitions, gates, roles, connects and closes."""
 
+    __slots__ = ()
 
-def connected(
-    self: PoolCore,
-    conn: Conn,
-    now: float,
-    connection: Any,
-    service_id: Any = None,
-    max_streams: int = 1,
-) -> None:
-    """``conn``'s connect function returned ``connection`` (serving ``max_streams`` leases at
-    once)."""
-    if conn.state is not _CONNECTING:
-        # The pool gave up on this connect (interrupted, closed, timed out): close what came.
-        # The record is closed and stays as it is: only this action names ``connection``.
-        self.actions.append(CloseConnection(conn, connection))
-        self._connect_returned(conn, now)
-        return
-    conn.connection = connection
-    if self._lb:
-        conn.service_id = service_id
-        entry = self.service_generations.get(service_id)
-        if entry is None:
-            entry = self.service_generations[service_id] = [0, 0]
-        entry[1] += 1
-        conn.generation = entry[0]
-    conn.max_streams = max_streams
-    self._regate(conn)
-    self._fire(conn, ConnInput.ESTABLISHED)
-    self.tally.created += 1
-    if self._fail_row:
-        self._connect_succeeded(now)
-    if self.observed:
-        self.events.append(
-            ConnectionReadyEvent(
-                address=self.address, connection_id=conn.id, duration=now - conn.created_at
-            )
+    def _fire(self, conn: Conn, event: ConnInput) -> ConnState:
+        """Move ``conn`` on ``event`` as the table says (and keep the state counters)."""
+        old = conn.state
+        step = STEPS[old][event]
+        if step is None:
+            raise InvalidTransition(conn.id, old, event)
+        new, recount = step
+        conn.state = new
+        if recount:
+            counts = self._counts
+            counts[old] -= 1
+            counts[new] += 1
+        return new
+
+    def _regate(self, conn: Conn) -> None:
+        """Refresh ``conn.gate`` after its generation, role, stream limit or state changed (see
+        "Gates" in ``pool``)."""
+        plain = (
+            conn.max_streams == 1
+            and conn.streams <= 1  # (a limit lowered to 1 under two leases: not yet)
+            and conn.role is not _OVERFLOW
+            and conn.state is not _DRAINING
+            and conn.state is not _S_CLOSED
         )
-    conn.idle_since = now
-    if self._waiters and self.state is _READY and self._perished(conn, now) is None:
-        self._serve(self._pop_waiter(), conn, now)
-    elif conn.role is _OVERFLOW and self.state is not _CLOSED:
-        self._close(conn, CLOSE_IDLE)  # made for a waiter that is gone: idle at once
-    else:
-        self._push_idle(conn, now)
-    self._dispatch(now)
+        conn.gate = conn.generation if plain else _NO_GATE
 
+    def _count_role(self, role: Role, delta: int) -> None:
+        """The role counters (``_kept``, ``_overflow``; demand ones are what remains)."""
+        if role is _KEPT:
+            self._kept += delta
+        elif role is _OVERFLOW:
+            self._overflow += delta
 
-def _regate(self: PoolCore, conn: Conn) -> None:
-    """Refresh ``conn.gate`` after its generation, role, stream limit or state changed: its
-    generation while it is plain (one stream, not overflow, neither draining nor closed), that
-    is while the fast paths may lease and take it back as is; else ``_NO_GATE``, which is always
-    safe (a plain connection that has it takes the full paths until it is re-gated)."""
-    plain = (
-        conn.max_streams == 1
-        and conn.streams <= 1  # (a limit lowered to 1 under two leases: not yet)
-        and conn.role is not _OVERFLOW
-        and conn.state is not ConnState.DRAINING
-        and conn.state is not ConnState.CLOSED
-    )
-    conn.gate = conn.generation if plain else _NO_GATE
+    def _set_role(self, conn: Conn, role: Role) -> None:
+        """The one place an existing connection's role changes (with the role counters)."""
+        self._count_role(conn.role, -1)
+        self._count_role(role, 1)
+        conn.role = role
+        self._regate(conn)
 
+    def _new_role(self) -> Role:
+        """The role of a connection about to be made."""
+        if self._kept < self.options.min_size:
+            return _KEPT
+        if len(self.conns) - self._overflow < self._soft:
+            return _DEMAND
+        return _OVERFLOW
 
-def _count_role(self: PoolCore, role: Role, delta: int) -> None:
-    """The role counters (``_kept``, ``_overflow``; demand ones are what remains)."""
-    if role is _KEPT:
-        self._kept += delta
-    elif role is _OVERFLOW:
-        self._overflow += delta
-
-
-def _set_role(self: PoolCore, conn: Conn, role: Role) -> None:
-    """The one place an existing connection's role changes (with the role counters)."""
-    self._count_role(conn.role, -1)
-    self._count_role(role, 1)
-    conn.role = role
-    self._regate(conn)
-
-
-def _new_role(self: PoolCore) -> Role:
-    """The role of a connection about to be made."""
-    if self._kept < self.options.min_size:
-        return _KEPT
-    if len(self.conns) - self._overflow < self._soft:
-        return _DEMAND
-    return _OVERFLOW
-
-
-def _promote(self: PoolCore, freed: Role) -> None:
-    """A connection of role ``freed`` closed: the next role down moves up into its place.
-    A kept connection is replaced by a demand one (its idle time no longer counts), a demand
-    one by an overflow one (no longer closed as soon as it is idle). Established connections
-    are preferred; none is created here."""
-    if freed is _OVERFLOW:
-        return
-    if freed is _KEPT and self._kept >= self.options.min_size:
-        return
-    if freed is _DEMAND and len(self.conns) - self._overflow >= self._soft:
-        return
-    below = _DEMAND if freed is _KEPT else _OVERFLOW
-    chosen = None
-    for conn in self.conns.values():
-        if conn.role is below:
-            chosen = conn
-            if conn.state is not _CONNECTING:
-                break
-    if chosen is None:
-        if below is _DEMAND:  # no demand connection: an overflow one becomes kept
-            for conn in self.conns.values():
-                if conn.role is _OVERFLOW:
-                    self._set_role(conn, _KEPT)
-                    return
-        return
-    self._set_role(chosen, freed)
-    if below is _DEMAND:
-        self._promote(_DEMAND)  # a demand place is free now: an overflow one may take it
-
-
-def _maybe_connect(self: PoolCore, now: float, *, fill_min: bool) -> None:
-    if self.state is not _READY:
-        return
-    opts = self.options
-    counts = self._counts
-    failing = self._failing
-    if failing is not None:
-        # connect_retry: no connect but the one retried (or, none planned, the next needed)
-        if (
-            failing.pending is None
-            and counts[_CONNECTING] + self._abandoned < opts.max_connecting
-            and len(self.conns) + self._abandoned < self._max_size
-            and (
-                (fill_min and len(self.conns) < opts.min_size)
-                or len(self._waiters) > counts[_CONNECTING]
-            )
-        ):
-            failing.pending = self._start_connect(now)
-        return
-    while (
-        counts[_CONNECTING] + self._abandoned < opts.max_connecting
-        and len(self.conns) + self._abandoned < self._max_size
-    ):
-        missing = opts.min_size - len(self.conns) if fill_min else 0
-        if missing <= 0 and len(self._waiters) <= counts[_CONNECTING]:
+    def _promote(self, freed: Role) -> None:
+        """A connection of role ``freed`` closed: the next role down moves up into its place.
+        A kept connection is replaced by a demand one (its idle time no longer counts), a demand
+        one by an overflow one (no longer closed as soon as it is idle). Established connections
+        are preferred; none is created here."""
+        if freed is _OVERFLOW:
             return
-        self._start_connect(now)
+        if freed is _KEPT and self._kept >= self.options.min_size:
+            return
+        if freed is _DEMAND and len(self.conns) - self._overflow >= self._soft:
+            return
+        below = _DEMAND if freed is _KEPT else _OVERFLOW
+        chosen = None
+        for conn in self.conns.values():
+            if conn.role is below:
+                chosen = conn
+                if conn.state is not _CONNECTING:
+                    break
+        if chosen is None:
+            if below is _DEMAND:  # no demand connection: an overflow one becomes kept
+                for conn in self.conns.values():
+                    if conn.role is _OVERFLOW:
+                        self._set_role(conn, _KEPT)
+                        return
+            return
+        self._set_role(chosen, freed)
+        if below is _DEMAND:
+            self._promote(_DEMAND)  # a demand place is free now: an overflow one may take it
 
+    def _maybe_connect(self, now: float, *, fill_min: bool) -> None:
+        if self.state is not _READY:
+            return
+        opts = self.options
+        counts = self._counts
+        failing = self.failures.failing
+        if failing is not None:
+            # connect_retry: no connect but the one retried (or, none planned, the next needed)
+            if (
+                failing.pending is None
+                and counts[_CONNECTING] + self._abandoned < opts.max_connecting
+                and len(self.conns) + self._abandoned < self._max_size
+                and (
+                    (fill_min and len(self.conns) < opts.min_size)
+                    or len(self.wait_queue) > counts[_CONNECTING]
+                )
+            ):
+                failing.pending = self._start_connect(now)
+            return
+        while (
+            counts[_CONNECTING] + self._abandoned < opts.max_connecting
+            and len(self.conns) + self._abandoned < self._max_size
+        ):
+            missing = opts.min_size - len(self.conns) if fill_min else 0
+            if missing <= 0 and len(self.wait_queue) <= counts[_CONNECTING]:
+                return
+            self._start_connect(now)
 
-def _start_connect(self: PoolCore, now: float) -> Conn:
-    conn = self._new_record(now, _CONNECTING)
-    self._begin_connect(conn, now)
-    return conn
+    def _start_connect(self, now: float) -> Conn:
+        conn = self._new_record(now, _CONNECTING)
+        self._begin_connect(conn, now)
+        return conn
 
+    def _new_record(self, now: float, state: ConnState) -> Conn:
+        """A new connection record (connecting, or a backing-off slot), counted."""
+        role = self._new_role()
+        conn = Conn(self._next_id, self.generation, role, now, state)
+        self._next_id += 1
+        self._count_role(role, 1)
+        self._regate(conn)
+        self.conns[conn.id] = conn
+        self._counts[state] += 1
+        return conn
 
-def _new_record(self: PoolCore, now: float, state: ConnState) -> Conn:
-    """A new connection record (connecting, or a backing-off slot), counted."""
-    role = self._new_role()
-    conn = Conn(self._next_id, self.generation, role, now, state)
-    self._next_id += 1
-    self._count_role(role, 1)
-    self._regate(conn)
-    self.conns[conn.id] = conn
-    self._counts[state] += 1
-    return conn
+    def _begin_connect(self, conn: Conn, now: float) -> None:
+        """``conn`` is connecting from ``now``: announce it and ask the front end to connect."""
+        lifetime = self._lifetime
+        if lifetime is not None:
+            conn.expires = now + lifetime * (1.0 - self.options.max_lifetime_jitter * self._rand())
+        self.tally.connect_attempts += 1
+        if self.observed:
+            self.events.append(ConnectionCreatedEvent(address=self.address, connection_id=conn.id))
+        timeout = self.options.connect_timeout
+        if timeout is not None:
+            self.timers.push(now + timeout, TimerKind.CONNECT_TIMEOUT, conn)
+        self.actions.append(StartConnect(conn))
 
+    def _forget(self, conn: Conn, how: ConnInput) -> None:
+        """Take ``conn`` out of every count (``how`` leads it to CLOSED); what else a close does is
+        the caller's."""
+        self._fire(conn, how)
+        self._regate(conn)  # closed: no gate
+        self.failures.forget(conn)  # (the attempt retried, if it was it: plan another)
+        del self.conns[conn.id]
+        if conn.max_streams > 1:
+            self.idle_set.discard_open(conn)
+        self._count_role(conn.role, -1)
 
-def _begin_connect(self: PoolCore, conn: Conn, now: float) -> None:
-    """``conn`` is connecting from ``now``: announce it and ask the front end to connect."""
-    lifetime = self._lifetime
-    if lifetime is not None:
-        conn.expires = now + lifetime * (1.0 - self.options.max_lifetime_jitter * self._rand())
-    self.tally.connect_attempts += 1
-    if self.observed:
-        self.events.append(ConnectionCreatedEvent(address=self.address, connection_id=conn.id))
-    timeout = self.options.connect_timeout
-    if timeout is not None:
-        self.timers.push(now + timeout, TimerKind.CONNECT_TIMEOUT, conn)
-    self.actions.append(StartConnect(conn))
+    def _drop(self, slot: Conn) -> None:
+        """Forget a backing-off slot (never announced to the front end or listeners)."""
+        self._forget(slot, ConnInput.CLOSE)
+        if self.state is not _CLOSED:
+            self._promote(slot.role)
 
-
-def _forget(self: PoolCore, conn: Conn, how: ConnInput) -> None:
-    """Take ``conn`` out of every count (``how`` leads it to CLOSED); what else a close does is
-    the caller's."""
-    self._fire(conn, how)
-    self._regate(conn)  # closed: no gate
-    failing = self._failing
-    if failing is not None and failing.pending is conn:
-        failing.pending = None  # the retry is gone (interrupted, closed): plan another
-    del self.conns[conn.id]
-    if conn.max_streams > 1:
-        self._open.pop(conn, None)
-    self._count_role(conn.role, -1)
-
-
-def _drop(self: PoolCore, slot: Conn) -> None:
-    """Forget a backing-off slot (never announced to the front end or listeners)."""
-    self._forget(slot, ConnInput.CLOSE)
-    if self.state is not _CLOSED:
-        self._promote(slot.role)
-
-
-def _close(
-    self: PoolCore,
-    conn: Conn,
-    reason: str,
-    error: BaseException | None = None,
-    how: ConnInput = ConnInput.CLOSE,
-) -> None:
-    """Close ``conn`` for ``reason``. An available connection must already be off ``_idle``. A
-    pending one is abandoned: it counts against the limits until its function returns."""
-    pending = conn.state is _CONNECTING
-    self._forget(conn, how)
-    if pending:
-        conn.abandoned = True
-        self._abandoned += 1
-    if self._lb and not pending:  # (established: counted in its service since `connected`)
-        entry = self.service_generations.get(conn.service_id)
-        if entry is not None:
-            entry[1] -= 1
-            if entry[1] == 0:
-                del self.service_generations[conn.service_id]
-    conn.close_reason = reason
-    self.tally.count(self.tally.closed, reason)
-    if self.observed:
-        self.events.append(
-            ConnectionClosedEvent(
-                address=self.address, connection_id=conn.id, reason=reason, error=error
+    def _close(
+        self,
+        conn: Conn,
+        reason: str,
+        error: BaseException | None = None,
+        how: ConnInput = ConnInput.CLOSE,
+    ) -> None:
+        """Close ``conn`` for ``reason``. An available connection must already be off the idle
+        set. A pending one is abandoned: it counts against the limits until its function
+        returns."""
+        pending = conn.state is _CONNECTING
+        self._forget(conn, how)
+        if pending:
+            conn.abandoned = True
+            self._abandoned += 1
+        if self._lb and not pending:  # (established: counted in its service since `connected`)
+            entry = self.service_generations.get(conn.service_id)
+            if entry is not None:
+                entry[1] -= 1
+                if entry[1] == 0:
+                    del self.service_generations[conn.service_id]
+        conn.close_reason = reason
+        self.tally.count(self.tally.closed, reason)
+        if self.observed:
+            self.events.append(
+                ConnectionClosedEvent(
+                    address=self.address, connection_id=conn.id, reason=reason, error=error
+                )
             )
-        )
-    self.actions.append(CloseConnection(conn, conn.connection, pending))
-    if self.state is not _CLOSED:
-        self._promote(conn.role)
+        self.actions.append(CloseConnection(conn, conn.connection, pending))
+        if self.state is not _CLOSED:
+            self._promote(conn.role)
 
+    def _connect_returned(self, conn: Conn, now: float) -> None:
+        """The connect function of ``conn``, closed already, returned: if it was abandoned it counts
+        against the limits no more, and the room it leaves may start a connect."""
+        if conn.abandoned:
+            conn.abandoned = False
+            self._abandoned -= 1
+            self._maybe_connect(now, fill_min=True)
 
-def _connect_returned(self: PoolCore, conn: Conn, now: float) -> None:
-    """The connect function of ``conn``, closed already, returned: if it was abandoned it counts
-    against the limits no more, and the room it leaves may start a connect."""
-    if conn.abandoned:
-        conn.abandoned = False
-        self._abandoned -= 1
-        self._maybe_connect(now, fill_min=True)
-
-
-def _perished(self: PoolCore, conn: Conn, now: float, *, check_idle: bool = True) -> str | None:
-    """Why ``conn`` must not be used any more, or ``None`` (CMAP "perished")."""
-    if self.state is _CLOSED:
-        return CLOSE_POOL_CLOSED
-    if not self._lb:
-        if conn.generation != self.generation:
-            return CLOSE_STALE
-    else:
-        entry = self.service_generations.get(conn.service_id)
-        if entry is None or conn.generation != entry[0]:
-            return CLOSE_STALE
-    if conn.expires <= now:
-        return CLOSE_LIFETIME
-    if check_idle and conn.role is not _KEPT:
-        max_idle = self._max_idle
-        if max_idle is not None and now - conn.idle_since >= max_idle:
-            return CLOSE_IDLE
-    return None
+    def _perished(self, conn: Conn, now: float, *, check_idle: bool = True) -> str | None:
+        """Why ``conn`` must not be used any more, or ``None`` (CMAP "perished")."""
+        if self.state is _CLOSED:
+            return CLOSE_POOL_CLOSED
+        if not self._lb:
+            if conn.generation != self.generation:
+                return CLOSE_STALE
+        else:
+            entry = self.service_generations.get(conn.service_id)
+            if entry is None or conn.generation != entry[0]:
+                return CLOSE_STALE
+        if conn.expires <= now:
+            return CLOSE_LIFETIME
+        if check_idle and conn.role is not _KEPT:
+            max_idle = self._max_idle
+            if max_idle is not None and now - conn.idle_since >= max_idle:
+                return CLOSE_IDLE
+        return None

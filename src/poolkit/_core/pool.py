@@ -1,9 +1,12 @@
 """The pool's pure core: every decision, no I/O, no clock, no threads, no asyncio.
 
-This module holds the state, checkout, check-in and hand-off. Bound into ``PoolCore`` by name from
-modules of their own: ``connections`` (a connection's life: connects, roles, close),
-``maintenance`` (the pool's lifecycle: ready, clear, close, fork, and its timers), ``health``
-(keep-alive, connect retries, leaks, a connection's notices) and ``tally`` (counts and stats).
+``PoolCore`` keeps checkout, check-in and hand-off (here). It is built on the classes that hold
+the rest of its inputs, one concern a module (``fields`` says how): a connection's life
+(``connections``), connect results and health (``health``), the pool's lifecycle and timers
+(``maintenance``). The state that has rules of its own is owned by collaborators, each in its
+module: the wait queue (``waiters.WaitQueue``), the idle set (``idle.IdleSet``), connect failures
+(``failures.ConnectFailures``), keep-alive probes (``keepalive.Probes``), the leak watch
+(``leaks.LeakWatch``), the counts (``tally.Tally``) and the timer heap (``timers.TimerHeap``).
 
 Rules of this module
 --------------------
@@ -12,33 +15,63 @@ Rules of this module
   the front end must do to ``actions`` and what listeners must see to ``events``; the front end
   takes both (``take``) and carries them out outside its lock.
 * Connection states change only as the table in ``records`` says: through ``_fire``, except the
-  two hot transitions (idle -> leased on checkout, leased -> idle on check-in), whose result is
-  read from the same table at import and which change no counter. Counters of states change only
-  in ``_fire`` (and at a connection's birth in ``connections._new_record``). ``total`` is
-  ``len(conns)``; ``available`` is ``len(_idle)``; ``leased`` is what remains.
-* The pool's state and generation change only in ``_set_state``, which also refreshes the two
-  values the hot paths compare with (``_lease_gen``, ``_release_gen``).
-* Requests wait in one FIFO (an ``OrderedDict``: O(1) append, pop-oldest and cancel). A request
-  that was served, failed, timed out or cancelled is out of the queue and is never handed a
-  connection.
+  two hot transitions (idle -> leased on checkout, leased -> idle on check-in), which
+  ``lease_idle``, ``_lease``, ``release_idle`` and ``_give_back`` assign directly with the result
+  read from the same table at import, and which change no counter. Counters of states change only
+  in ``_fire`` (and at a connection's birth in ``_new_record``). ``total`` is ``len(conns)``;
+  ``available`` is the size of the idle set; ``leased`` is what remains.
+* The pool's state and generation change only in ``_set_state``, which also refreshes the gates
+  the fast paths compare with (below).
+* A request that was served, failed, timed out or cancelled is out of the wait queue and is
+  never handed a connection. A connection that becomes free goes to the oldest waiter first.
 * Connections are made by the pool, not by a waiter: a connect covers "a waiter", not "this
   waiter". A new connect starts only for a waiter not covered by the connects in flight, or to
   reach ``min_size``, and only while the pool is ready, under ``max_size`` and ``max_connecting``.
-* ``_idle`` is a stack: check-in pushes on the right, checkout pops from the right (the most
-  recently used first), so the left end is the longest parked (a connection back from a
-  keep-alive probe is parked anew, its idle time running on).
 * Events are built only when ``observed`` is true. ``lease_idle`` and ``release_idle`` (the fast
-  paths) never build an event, never touch the timer heap and allocate nothing.
+  paths) never build an event, never push a timer and allocate nothing; the one thing either may
+  do to the timer heap is ``release_idle`` counting a stale entry (``note_stale``) when it hands
+  the connection to a waiter that had a deadline.
 * ``idle_since`` is kept only in a clocked pool (one that reads idle times); ``release_idle``
   applies only in an unclocked one, so it needs no ``now``.
+
+Gates
+-----
+The fast paths decide "nothing to check" with one integer comparison: a connection's ``gate``
+against one of the pool's three gate values.
+
+* ``conn.gate`` (kept by ``_regate``) is the connection's generation while it is *plain* (one
+  stream, a limit of one, not overflow, neither draining nor closed), else ``_NO_GATE`` (-2),
+  which no gate value equals. ``_NO_GATE`` is always safe: a plain connection that has it takes
+  the full paths until it is re-gated.
+* ``_lease_gen`` (``lease_idle``): the generation when the pool is ready, not load-balanced and
+  not clocked (no idle time, lifetime or keep-alive to check at checkout); else -1.
+* ``_release_gen`` (``_give_back``): the generation when the pool is not closed, not
+  load-balanced and has no ``max_lifetime`` (nothing to check at check-in but the gate); else -1.
+* ``_quick_gen`` (``release_idle``): ``_release_gen``, and -1 when the pool is clocked (a
+  check-in there must park the connection with its time, which ``release_idle`` does not take).
+
+A connection whose gate equals a gate value is current (its generation is the pool's) and plain,
+and the pool needs nothing else checked: the fast path may lease it or take it back as is. -1 and
+-2 never equal a generation (which starts at 0), so a pool or a connection "off the fast paths"
+is one comparison too. The gate values change only in ``_set_state``.
+
+Fast paths
+----------
+``lease_idle``, ``release_idle``, ``request``, ``release``/``_give_back``, ``_serve``, ``_lease``,
+``_take``, ``_pop_idle`` and ``_dispatch`` run on every checkout and check-in, so they read the
+idle set's and the wait queue's containers directly, through ``_idle`` (``IdleSet.stack``),
+``_open`` (``IdleSet.open``) and ``_waiters`` (``WaitQueue.queue``), the same objects the
+collaborators own (never replaced, only changed in place), and inline the two hot transitions
+and ``WaitQueue.pop_oldest`` in ``release_idle``. A method call per checkout on these paths costs
+a measurable share of an uncontended checkout (``benchmarks/bench_pool.py``); everything else goes
+through the collaborators' methods.
 """
 
 from __future__ import annotations
 
 import random
-from collections import OrderedDict, deque
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Final
 
 from ..errors import (
     PoolClosedError,
@@ -61,39 +94,44 @@ from ..events import (
     PoolEvent,
 )
 from ..options import PoolOptions
-from ..stats import PoolState
-from . import connections as _c
-from . import health as _h
-from . import maintenance as _m
-from . import tally as _t
+from ..stats import PoolState, PoolStats
 from .actions import Action, CompleteRequest
-from .records import STEPS as _STEPS
-from .records import Conn, ConnInput, ConnState, InvalidTransition, Request, RequestState, Role
+from .failures import ConnectFailures
+from .idle import IdleSet
+from .keepalive import Probes
+from .leaks import LeakWatch
+from .maintenance import Lifecycle
+from .records import (
+    _CLOSED,
+    _CONNECTING,
+    _DRAINING,
+    _IDLE,
+    _LEASED,
+    _OVERFLOW,
+    _PAUSED,
+    _READY,
+    _S_CLOSED,
+    _SERVED,
+    _WAITING,
+    STEPS,
+    Conn,
+    ConnInput,
+    ConnState,
+    Request,
+    RequestState,
+)
 from .tally import Tally
-from .timers import TimerEntry, TimerHeap, TimerKind
+from .timers import TimerHeap
+from .waiters import WaitQueue
 
-_READY: Final = PoolState.READY
-_PAUSED: Final = PoolState.PAUSED
-_CLOSED: Final = PoolState.CLOSED
-_WAITING: Final = RequestState.WAITING
-_SERVED: Final = RequestState.SERVED
-_IDLE: Final = ConnState.IDLE
-_CONNECTING: Final = ConnState.CONNECTING
-_LEASED: Final = ConnState.LEASED
-_S_CLOSED: Final = ConnState.CLOSED
 _LEASE: Final = ConnInput.LEASE
 _RELEASE: Final = ConnInput.RELEASE
 _RELEASE_LAST: Final = ConnInput.RELEASE_LAST
-_DRAINING: Final = ConnState.DRAINING
-_KEPT: Final = Role.KEPT
-_DEMAND: Final = Role.DEMAND
-_OVERFLOW: Final = Role.OVERFLOW
-_NO_GATE: Final = -2  # a connection's gate that no fast path matches
 
 
 def _plain_step(state: ConnState, event: ConnInput) -> ConnState:
     """The two hot transitions are inlined; the table must agree that they touch no counter."""
-    step = _STEPS[state][event]
+    step = STEPS[state][event]
     assert step is not None and not step[1], (state, event)
     return step[0]
 
@@ -102,53 +140,10 @@ _IDLE_LEASE: Final = _plain_step(ConnState.IDLE, ConnInput.LEASE)
 _LEASED_IDLE: Final = _plain_step(ConnState.LEASED, ConnInput.RELEASE_LAST)
 
 
-class PoolCore:
+class PoolCore(Lifecycle):
     """The state of one pool and the rules that change it."""
 
-    # Slots: every attribute read on the hot paths is a slot read (with more than 30 instance
-    # attributes CPython 3.11 falls back to a per-instance dict and slower lookups).
-    __slots__ = (
-        "_abandoned",
-        "_background",
-        "_counts",
-        "_fail_row",
-        "_fail_since",
-        "_failing",
-        "_failing_told",
-        "_idle",
-        "_idle_sweep",
-        "_keep_alive",
-        "_kept",
-        "_lb",
-        "_lease_gen",
-        "_lifetime",
-        "_max_idle",
-        "_max_size",
-        "_max_waiting",
-        "_next_id",
-        "_open",
-        "_overflow",
-        "_quick_gen",
-        "_rand",
-        "_release_gen",
-        "_retry",
-        "_soft",
-        "_waiters",
-        "actions",
-        "address",
-        "checkouts",
-        "clear_cause",
-        "clocked",
-        "conns",
-        "events",
-        "generation",
-        "observed",
-        "options",
-        "service_generations",
-        "state",
-        "tally",
-        "timers",
-    )
+    __slots__ = ()
 
     def __init__(
         self,
@@ -158,17 +153,9 @@ class PoolCore:
         observed: bool = False,
         rand: Callable[[], float] = random.random,
     ) -> None:
-        self.options: Final = options
-        self.address: Final = address
+        self.options = options
+        self.address = address
         self.observed = observed
-        #: The generation an idle connection must have to be leased (released) with no further
-        #: check; -1 when every connection needs the full check. Derived from the state, the
-        #: generation and the options, and refreshed whenever they change (``_set_state``).
-        self._lease_gen: int
-        self._release_gen: int
-        self._quick_gen: int  # release_idle's: as _release_gen, and -1 when the pool is clocked
-        self.state: PoolState  # these four are set by _set_state, below
-        self.generation: int
         self._lb = options.load_balanced
         self._max_idle = options.max_idle_time
         self._max_size = options.max_size or 1 << 62  # 0: no limit
@@ -176,16 +163,8 @@ class PoolCore:
         self._soft = self._max_size if soft is None else soft
         self._lifetime = options.max_lifetime
         self._max_waiting = options.max_waiting
-        self._keep_alive = options.keep_alive
-        self._retry = options.connect_retry
-        #: connect_retry's failing state (``health.Failing``), ``None`` while connects succeed
-        self._failing: _h.Failing | None = None
-        self.tally: Final = Tally()  #: cumulative counts (``stats``)
+        self.tally = Tally()  #: cumulative counts (``stats``)
         self.checkouts = 0  #: checkouts served, ever (the one count the fast paths keep)
-        self._fail_row = 0  #: connects failed since the last one that succeeded
-        self._fail_since = 0.0  #: when the first of them failed
-        #: whether that run of failures was told (``ConnectFailingEvent``) as no checkout was
-        self._failing_told = False
         #: ``max_lifetime``'s jitter: a uniform draw in [0, 1) (an input, like the time)
         self._rand = rand
         #: whether ``lease_idle`` reads ``now``; when false a front end may pass 0.0 there and skip
@@ -196,42 +175,95 @@ class PoolCore:
             or options.max_lifetime is not None
             or options.keep_alive is not None
         )
-        self._set_state(_PAUSED, 0)
+        self._set_state(_PAUSED, 0)  # (sets state, generation and the gates: "Gates" above)
         #: load-balanced mode: service id -> [generation, connection count]
-        self.service_generations: dict[Any, list[int]] = {}
+        self.service_generations = {}
         #: every connection not closed, by id
-        self.conns: dict[int, Conn] = {}
-        self._idle: deque[Conn] = deque()
-        #: multiplexed connections in use with a stream free (and not perished when put there):
-        #: an ordered set, oldest first; leases go here before they take an idle connection
-        self._open: dict[Conn, None] = {}
-        self._waiters: OrderedDict[Request, None] = OrderedDict()
+        self.conns = {}
         self._counts = [0] * len(ConnState)  # connections per state, indexed by state
         self._kept = 0  # connections whose role is KEPT
+        self._overflow = 0  # connections whose role is OVERFLOW
         #: connects given up on whose function has not returned (they count against the limits)
         self._abandoned = 0
-        self._overflow = 0  # connections whose role is OVERFLOW
         self._next_id = 1
-        self.clear_cause: BaseException | None = None
-        self.timers: Final = TimerHeap(self._timer_is_live)
-        self._idle_sweep: TimerEntry | None = None
-        self._background: TimerEntry | None = None
+        self.clear_cause = None
+        self.timers = TimerHeap(self._timer_is_live)
+        self._background = None  # the one live BACKGROUND timer
+        self.wait_queue = WaitQueue(self.timers)
+        self.idle_set = IdleSet(self.timers, options.max_idle_time)
+        # the collaborators' containers, read directly on the fast paths ("Fast paths" above)
+        self._waiters = self.wait_queue.queue
+        self._idle = self.idle_set.stack
+        self._open = self.idle_set.open
+        self.failures = ConnectFailures(options.connect_retry, rand, address)
+        self.probes = Probes(self.timers, options.keep_alive)
+        self.leaks = LeakWatch(self.timers, options.leak_timeout, address)
         self.actions: list[Action] = []
         self.events: list[PoolEvent] = []
         if observed:
             self.events.append(PoolCreatedEvent(address=address, options=options.cmap_options()))
 
-    # ------------------------------------------------------------------ views (in ``tally``)
+    # ------------------------------------------------------------------ views
 
-    total = property(_t.total)
-    available = property(_t.available)
-    pending = property(_t.pending)
-    in_use = property(_t.in_use)
-    waiting = property(_t.waiting)
-    count = _t.count
-    stats = _t.snapshot
-    waiters = _t.waiters
-    idle_connections = _t.idle_connections
+    @property
+    def total(self) -> int:
+        return len(self.conns)
+
+    @property
+    def available(self) -> int:
+        return len(self._idle)
+
+    @property
+    def pending(self) -> int:
+        return self._counts[_CONNECTING]
+
+    @property
+    def in_use(self) -> int:
+        return self.count(_LEASED) + self._counts[_DRAINING]
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiters)
+
+    def count(self, state: ConnState) -> int:
+        """Connections in ``state`` (closed ones are not kept: 0)."""
+        if state is _IDLE:
+            return len(self._idle)
+        if state is _LEASED:
+            counts = self._counts
+            return (
+                len(self.conns)
+                - len(self._idle)
+                - counts[_CONNECTING]
+                - counts[ConnState.BACKING_OFF]
+                - counts[_DRAINING]
+            )
+        if state is _S_CLOSED:
+            return 0
+        return self._counts[state]
+
+    def waiters(self) -> list[Request]:
+        """The waiting requests, oldest first (for tests and diagnostics)."""
+        return list(self._waiters)
+
+    def idle_connections(self) -> list[Conn]:
+        """Available connections, longest parked first (for tests and diagnostics)."""
+        return list(self._idle)
+
+    def stats(self) -> PoolStats:
+        """The statistics now (O(connections))."""
+        return self.tally.snapshot(
+            state=self.state,
+            generation=self.generation,
+            conns=self.conns.values(),
+            counts=self._counts,
+            available=len(self._idle),
+            in_use=self.in_use,
+            waiting=len(self._waiters),
+            abandoned=self._abandoned,
+            checkouts=self.checkouts,
+            circuit_open=self.failures.circuit_open,
+        )
 
     def take(self) -> tuple[list[Action], list[PoolEvent]]:
         """Hand the pending actions and events to the front end and start fresh lists.
@@ -248,74 +280,6 @@ class PoolCore:
     def next_deadline(self) -> float | None:
         self.timers.dirty = False
         return self.timers.next_deadline()
-
-    # ------------------------------------------------------------------ lifecycle and timers
-    # (in ``maintenance``)
-
-    ready = _m.ready
-    clear = _m.clear
-    _clear_service = _m._clear_service
-    _interrupt = _m._interrupt
-    close = _m.close
-    reset_after_fork = _m.reset_after_fork
-    fire_timers = _m.fire_timers
-    _timer_is_live = _m._timer_is_live
-    _schedule_background = _m._schedule_background
-    _run_background = _m._run_background
-    _sweep_idle = _m._sweep_idle
-    _arm_idle_sweep = _m._arm_idle_sweep
-    _push_idle = _m._push_idle
-    _parked = _m._parked
-    _fail = _m._fail
-    _fail_timeout = _m._fail_timeout
-    _fail_all_waiters = _m._fail_all_waiters
-    _cleared_error = _m._cleared_error
-
-    # ------------------------------------------------------------------ connections
-    # (in ``connections``)
-
-    connected = _c.connected
-    _perished = _c._perished
-    _count_role = _c._count_role
-    _regate = _c._regate
-    _set_role = _c._set_role
-    _new_role = _c._new_role
-    _promote = _c._promote
-    _maybe_connect = _c._maybe_connect
-    _start_connect = _c._start_connect
-    _new_record = _c._new_record
-    _begin_connect = _c._begin_connect
-    _forget = _c._forget
-    _connect_returned = _c._connect_returned
-    _drop = _c._drop
-    _close = _c._close
-
-    # ------------------------------------------------------------------ health and notices
-    # (in ``health``)
-
-    keep_alive_done = _h.keep_alive_done
-    connect_failed = _h.connect_failed
-    will_close = _h.will_close
-    set_max_streams = _h.set_max_streams
-    _arm_keep_alive = _h._arm_keep_alive
-    _start_probe = _h._start_probe
-    _probe_timed_out = _h._probe_timed_out
-    _end_probe_at_close = _h._end_probe_at_close
-    _drop_probe = _h._drop_probe
-    _stop_ka_timer = _h._stop_ka_timer
-    _attempt_failed = _h._attempt_failed
-    _failing_unseen = _h._failing_unseen
-    _plan_retry = _h._plan_retry
-    _connect_succeeded = _h._connect_succeeded
-    _open_circuit = _h._open_circuit
-    _circuit_error = _h._circuit_error
-    _recovered = _h._recovered
-    _backoff_over = _h._backoff_over
-    _health_timer_is_live = _h._health_timer_is_live
-    hold = _h.hold
-    unhold = _h.unhold
-    lease_collected = _h.lease_collected
-    _report_leak = _h._report_leak
 
     # ------------------------------------------------------------------ checkout
 
@@ -367,19 +331,16 @@ class PoolCore:
         if deadline is not None and deadline <= now:
             self._fail_timeout(req, now)
             return
-        failing = self._failing
-        if failing is not None and failing.open:
-            self._fail(req, self._circuit_error(now), CHECKOUT_CIRCUIT_OPEN, now)
+        failures = self.failures
+        if failures.failing is not None and failures.failing.open:
+            self._fail(req, failures.circuit_error(now), CHECKOUT_CIRCUIT_OPEN, now)
             return
         max_waiting = self._max_waiting
         if max_waiting and len(waiters) >= max_waiting:
             error = TooManyWaitersError(address=self.address, max_waiting=max_waiting)
             self._fail(req, error, CHECKOUT_TOO_MANY_WAITERS, now)
             return
-        waiters[req] = None
-        req.queued = True
-        if deadline is not None:
-            self.timers.push(deadline, TimerKind.DEADLINE, req)
+        self.wait_queue.add(req)
         # (room first: a pool with waiters is most often full)
         if (
             len(self.conns) + self._abandoned < self._max_size
@@ -392,9 +353,7 @@ class PoolCore:
         if req.state is not _WAITING:
             return False
         if req.queued:
-            del self._waiters[req]
-            if req.deadline is not None:
-                self.timers.note_stale()
+            self.wait_queue.cancel(req)
         req.state = RequestState.CANCELLED
         self.tally.count(self.tally.failed, CHECKOUT_CANCELLED)
         if req.queued:
@@ -426,7 +385,7 @@ class PoolCore:
         waiters = self._waiters
         if waiters:
             # _serve without _lease: the connection stays leased, now on the waiter's behalf.
-            req = waiters.popitem(last=False)[0]  # _pop_waiter inlined
+            req = waiters.popitem(last=False)[0]  # WaitQueue.pop_oldest inlined
             if req.deadline is not None:
                 self.timers.note_stale()
             req.state = _SERVED
@@ -466,7 +425,7 @@ class PoolCore:
         if conn.state is not _LEASED:
             if conn.state is _DRAINING:
                 if conn.streams == 1 and conn.probe_started is not None:
-                    self._drop_probe(conn)  # only its keep-alive probe left: not waited for
+                    self.probes.drop(conn)  # only its keep-alive probe left: not waited for
                 if not conn.streams:
                     self._close(conn, CLOSE_WILL_CLOSE, how=_RELEASE_LAST)
                     self._dispatch(now)
@@ -480,7 +439,7 @@ class PoolCore:
         if conn.gate != self._release_gen:
             # stale, closed pool, a service, lifetime, overflow or streams to check
             if conn.max_streams > 1:
-                self._open.pop(conn, None)
+                self.idle_set.discard_open(conn)
             else:
                 self._regate(conn)  # (no lease left: plain again if its limit went back to 1)
             reason = self._perished(conn, now, check_idle=False)
@@ -492,7 +451,7 @@ class PoolCore:
                 return True
         conn.idle_since = idle_since
         if self._waiters:
-            self._serve(self._pop_waiter(), conn, now)
+            self._serve(self.wait_queue.pop_oldest(), conn, now)
             return True
         self._idle.append(conn)
         if self.clocked:
@@ -505,14 +464,14 @@ class PoolCore:
         if conn.streams == 1 and conn.probe_started is not None:
             conn.idle_since = now  # only the keep-alive probe is left: idle from now
         if self._perished(conn, now, check_idle=False) is not None:
-            self._open.pop(conn, None)  # no new leases; closed when its last lease comes back
+            self.idle_set.discard_open(conn)  # no new leases; closed when its last lease is back
             return False
         if conn.streams >= conn.max_streams:
             return False  # its limit went down meanwhile: no new lease until use falls below it
         if self._waiters:
-            self._serve(self._pop_waiter(), conn, now)
+            self._serve(self.wait_queue.pop_oldest(), conn, now)
             return True
-        self._open[conn] = None
+        self.idle_set.add_open(conn)
         return False
 
     def discard(self, conn: Conn, now: float, error: BaseException | None = None) -> None:
@@ -528,12 +487,11 @@ class PoolCore:
         self._close(conn, CLOSE_ERROR, error)
         self._dispatch(now)
 
-    # ------------------------------------------------------------------ connect results
-
     # ------------------------------------------------------------------ internals
 
     def _set_state(self, state: PoolState, generation: int) -> None:
-        """The one place the pool's state and generation change (with what derives from them)."""
+        """The one place the pool's state and generation change, with the gate values that
+        derive from them ("Gates" above)."""
         self.state = state
         self.generation = generation
         plain = not self._lb
@@ -558,7 +516,7 @@ class PoolCore:
         if conn.state is _IDLE:
             conn.state = _IDLE_LEASE  # _fire(conn, LEASE) inlined: no counter (see _IDLE_LEASE)
             if conn.ka_timer is not None:  # (no call on the usual path)
-                self._stop_ka_timer(conn)  # its keep-alive probe is off
+                self.probes.stop(conn)  # its keep-alive probe is off
         else:
             self._fire(conn, _LEASE)
         conn.streams += 1
@@ -567,19 +525,6 @@ class PoolCore:
                 self._open[conn] = None
             else:
                 self._open.pop(conn, None)
-
-    def _fire(self, conn: Conn, event: ConnInput) -> ConnState:
-        old = conn.state
-        step = _STEPS[old][event]
-        if step is None:
-            raise InvalidTransition(conn.id, old, event)
-        new, recount = step
-        conn.state = new
-        if recount:
-            counts = self._counts
-            counts[old] -= 1
-            counts[new] += 1
-        return new
 
     def _pop_idle(self, now: float) -> Conn | None:
         """Pop the most recently used available connection that is not perished, closing the
@@ -592,12 +537,6 @@ class PoolCore:
                 return conn
             self._close(conn, reason)
         return None
-
-    def _pop_waiter(self) -> Request:
-        req, _ = self._waiters.popitem(last=False)
-        if req.deadline is not None:
-            self.timers.note_stale()
-        return req
 
     def _serve(self, req: Request, conn: Conn, now: float) -> None:
         self._lease(conn)
@@ -621,5 +560,5 @@ class PoolCore:
             conn = self._take(now)
             if conn is None:
                 break
-            self._serve(self._pop_waiter(), conn, now)
+            self._serve(self.wait_queue.pop_oldest(), conn, now)
         self._maybe_connect(now, fill_min=True)

@@ -4,8 +4,11 @@ Rules of this module
 --------------------
 * A connection's lifecycle is the explicit enum :class:`ConnState`. Its state changes only by
   looking the pair ``(state, input)`` up in ``TRANSITIONS`` (``next_state``; the core's ``_fire``
-  does the same lookup inline and is the only code that assigns ``Conn.state``); a pair that is
-  not in the table is a bug in the core and raises :class:`InvalidTransition`.
+  does the same lookup through ``STEPS``); a pair that is not in the table is a bug in the core
+  and raises :class:`InvalidTransition`. Outside ``_fire``, ``Conn.state`` is assigned only on
+  the core's fast paths (checkout and check-in in ``pool``), and only with the two results
+  ``pool`` reads from ``STEPS`` at import (``_IDLE_LEASE``, ``_LEASED_IDLE``), which change no
+  counter.
 * Roles, stream capacity and service ids are fields of the record, never positions in a list.
 * Records hold no I/O objects the core looks at: ``connection`` and ``handle`` are opaque
   values the front ends put there and read back.
@@ -16,6 +19,8 @@ from __future__ import annotations
 
 import enum
 from typing import Any, Final, final
+
+from ..stats import PoolState
 
 
 class ConnState(enum.IntEnum):
@@ -237,3 +242,26 @@ class Hold:
 
     def __repr__(self) -> str:
         return f"<Hold conn={self.conn.id} since={self.since} done={self.done}>"
+
+
+# ---------------------------------------------------------------------- aliases for the core
+# The enum members the core's modules compare with, as module globals (a global load is cheaper
+# than a global plus an attribute load on the hot paths). Declared here once; the core's modules
+# import them.
+
+_READY: Final = PoolState.READY
+_PAUSED: Final = PoolState.PAUSED
+_CLOSED: Final = PoolState.CLOSED
+_WAITING: Final = RequestState.WAITING
+_SERVED: Final = RequestState.SERVED
+_CONNECTING: Final = ConnState.CONNECTING
+_BACKING_OFF: Final = ConnState.BACKING_OFF
+_IDLE: Final = ConnState.IDLE
+_LEASED: Final = ConnState.LEASED
+_DRAINING: Final = ConnState.DRAINING
+_S_CLOSED: Final = ConnState.CLOSED
+_KEPT: Final = Role.KEPT
+_DEMAND: Final = Role.DEMAND
+_OVERFLOW: Final = Role.OVERFLOW
+#: a connection's gate that no fast path matches (see "Gates" in ``pool``)
+_NO_GATE: Final = -2

@@ -841,7 +841,8 @@ class PoolCoreMachine(RuleBasedStateMachine):
             # a backing-off slot is the core's own until its retry starts
             assert conn_id in self.started or conn.state is ConnState.BACKING_OFF, conn
             if conn.state is ConnState.BACKING_OFF:
-                assert core.failures.failing is not None and core.failures.failing.pending is conn, conn
+                failing = core.failures.failing
+                assert failing is not None and failing.pending is conn, conn
         failing = core.failures.failing
         if failing is not None and failing.pending is not None:
             assert core.conns.get(failing.pending.id) is failing.pending

@@ -139,12 +139,12 @@ class Health(ConnectionLife):
                 failures.unseen(conn, error, self.events)
             self._maybe_connect(now, fill_min=False)
             return
-        failing = failures.retried(conn, error, now)
-        retry_in = None if failing is None else self._plan_retry(failing, now)
+        retried = failures.retried(conn, error, now)  # the failing state, if this one is retried
+        retry_in = None if retried is None else self._plan_retry(retried, now)
         if self.observed:
-            failures_now = failures.failing
-            assert failures_now is not None
-            self._attempt_failed(conn, error, failures_now.failures, retry_in)
+            failing = failures.failing
+            assert failing is not None
+            self._attempt_failed(conn, error, failing.failures, retry_in)
         failures.unseen(conn, error, self.events)  # (waiters keep waiting: none is told)
 
     def _plan_retry(self, failing: Failing, now: float) -> float | None:
@@ -205,7 +205,7 @@ class Health(ConnectionLife):
 
     def _start_probe(self, conn: Conn, now: float) -> None:
         """``conn``'s probe timer fired while it was idle: probe it, unless it perished."""
-        conn.ka_timer = None
+        self.probes.fired(conn)
         self.idle_set.remove(conn)
         reason = self._perished(conn, now)
         if reason is not None:

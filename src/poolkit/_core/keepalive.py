@@ -45,10 +45,13 @@ class Probes:
         self.stop(conn)
         conn.ka_timer = self.timers.push(now + options.interval, TimerKind.KEEP_ALIVE, conn)
 
-    def start(self, conn: Conn, now: float) -> None:
-        """The pool leased ``conn`` for its probe (its probe timer fired): the probe runs from
-        ``now``, with its timeout armed."""
+    def fired(self, conn: Conn) -> None:
+        """``conn``'s probe timer surfaced (the heap popped it): the pool probes it next."""
         conn.ka_timer = None
+
+    def start(self, conn: Conn, now: float) -> None:
+        """The pool leased ``conn`` for its probe (after ``fired``): the probe runs from
+        ``now``, with its timeout armed."""
         conn.probe_started = now
         options = self.options
         assert options is not None

@@ -39,10 +39,10 @@ Gates
 The fast paths decide "nothing to check" with one integer comparison: a connection's ``gate``
 against one of the pool's three gate values.
 
-* ``conn.gate`` (kept by ``_regate``) is the connection's generation while it is *plain* (one
-  stream, a limit of one, not overflow, neither draining nor closed), else ``_NO_GATE`` (-2),
-  which no gate value equals. ``_NO_GATE`` is always safe: a plain connection that has it takes
-  the full paths until it is re-gated.
+* ``conn.gate`` (kept by ``_regate``) is the connection's generation while it is *plain* (a
+  limit of one stream, at most one in use, not overflow, neither draining nor closed), else
+  ``_NO_GATE`` (-2), which no gate value equals. ``_NO_GATE`` is always safe: a plain connection
+  that has it takes the full paths until it is re-gated.
 * ``_lease_gen`` (``lease_idle``): the generation when the pool is ready, not load-balanced and
   not clocked (no idle time, lifetime or keep-alive to check at checkout); else -1.
 * ``_release_gen`` (``_give_back``): the generation when the pool is not closed, not
@@ -331,9 +331,8 @@ class PoolCore(Lifecycle):
         if deadline is not None and deadline <= now:
             self._fail_timeout(req, now)
             return
-        failures = self.failures
-        if failures.failing is not None and failures.failing.open:
-            self._fail(req, failures.circuit_error(now), CHECKOUT_CIRCUIT_OPEN, now)
+        if self.failures.circuit_open:
+            self._fail(req, self.failures.circuit_error(now), CHECKOUT_CIRCUIT_OPEN, now)
             return
         max_waiting = self._max_waiting
         if max_waiting and len(waiters) >= max_waiting:

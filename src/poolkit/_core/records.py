@@ -179,9 +179,9 @@ class Conn:
         self.idle_since = now
         #: when ``max_lifetime`` retires it (``inf``: never)
         self.expires = float("inf")
-        #: what the core's fast paths compare with the pool's ``_lease_gen``/``_release_gen``: the
-        #: generation for a plain connection (one stream, not overflow), ``-2`` (never equal)
-        #: otherwise. Kept by ``PoolCore._regate`` whenever generation, role or streams change.
+        #: what the core's fast paths compare with the pool's gate values: the generation while
+        #: the connection is plain, ``_NO_GATE`` otherwise ("Gates" in ``pool`` says it all).
+        #: Kept by ``ConnectionLife._regate`` whenever generation, role, streams or state change.
         self.gate = generation
         self.close_reason: str | None = None
         #: closed while its connect function runs: counted against the limits until it returns

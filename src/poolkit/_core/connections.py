@@ -7,13 +7,14 @@ Rules of this module
 * Same as ``pool``: pure, ``now`` from the caller, output only through ``actions``/``events``.
 * A connection's state changes in ``_fire`` (the table in ``records``), except on the two hot
   transitions of ``pool``'s fast paths. Counters of states change only in ``_fire`` and at a
-  record's birth (``_new_record``).
+  record's birth (``_new_record``), and start again from zero at a fork.
 * A record is counted from its birth (``_new_record``) to its close (``_close``, or ``_drop``
   for a backing-off slot never announced): ``conns``, the state counters and the role counters
   change together, here.
 * Roles are fields (``Conn.role``); they change only in ``_set_role``, and a connection that
   closes frees its role for the next one down (``_promote``) before anything new is made.
-* ``Conn.gate`` changes only in ``_regate`` (what a gate is: "Gates" in ``pool``).
+* After a record's birth ``Conn.gate`` changes only in ``_regate`` (what a gate is: "Gates" in
+  ``pool``).
 * A connect starts only while the pool is ready, under ``max_size`` and ``max_connecting``, for a
   waiter not covered by the connects in flight or to reach ``min_size``; while connects fail with
   ``connect_retry`` only the one retried attempt may run.
@@ -155,7 +156,7 @@ class ConnectionLife(CoreFields):
                     or len(self.wait_queue) > counts[_CONNECTING]
                 )
             ):
-                failing.pending = self._start_connect(now)
+                self.failures.attempt(self._start_connect(now))
             return
         while (
             counts[_CONNECTING] + self._abandoned < opts.max_connecting

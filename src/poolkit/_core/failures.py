@@ -104,6 +104,12 @@ class ConnectFailures:
         failing.pending = None
         return failing
 
+    def attempt(self, conn: Conn) -> None:
+        """``conn`` (a backing-off slot, or a connect just started) is the next attempt."""
+        failing = self.failing
+        assert failing is not None
+        failing.pending = conn
+
     def trips(self, now: float) -> bool:
         """Whether the circuit is due to open now (the pool checks that no connection is open)."""
         failing = self.failing

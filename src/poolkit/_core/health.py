@@ -14,8 +14,8 @@ Rules of this module
   counts as available for will-close and draining (the probe is dropped, not waited for).
 * Only idle connections are probed: the probe timer of a connection (``ka_timer``) is armed when
   it is parked and goes stale when it is leased or closed.
-* Without ``connect_retry`` a failed connect fails the oldest waiter not covered by the connects
-  still in flight (CMAP); with it, no waiter is told and the retry is planned here.
+* Without ``connect_retry`` a failed connect fails the oldest waiter if the waiters outnumber the
+  connects still in flight (CMAP); with it, no waiter is told and the retry is planned here.
 """
 
 from __future__ import annotations
@@ -163,7 +163,7 @@ class Health(ConnectionLife):
             return None
         delay = failures.delay()
         slot = self._new_record(now, _BACKING_OFF)
-        failing.pending = slot
+        failures.attempt(slot)
         self.timers.push(now + delay, TimerKind.BACKOFF, slot)
         return delay
 

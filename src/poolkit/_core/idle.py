@@ -3,16 +3,17 @@ the idle sweep that closes those idle for ``max_idle_time``.
 
 Rules of this module
 --------------------
-* ``stack`` holds exactly the connections in state IDLE. It is a stack: check-in pushes on the
-  right, checkout pops from the right (the most recently used first), so the left end is the
-  longest parked (a connection back from a keep-alive probe is parked anew, its idle time
-  running on). It is only ever changed in place: ``PoolCore`` holds the same deque.
+* ``stack`` holds the available connections (state IDLE); one leaves it before it is leased,
+  probed or closed. It is a stack: check-in pushes on the right, checkout pops from the right
+  (the most recently used first), so the left end is the longest parked (a connection back from
+  a keep-alive probe is parked anew, its idle time running on). It is only ever changed in
+  place: ``PoolCore`` holds the same deque (and the same ``open`` dict).
 * ``open`` holds multiplexed connections in use with a stream free (and not perished when put
   there): an ordered set, oldest first; leases go there before they take an idle connection.
 * ``sweep`` is the one live IDLE_SWEEP timer (or ``None``); it is armed for the available
   connection that may next close for idleness (kept ones never do).
-* It decides nothing about a connection's fate: it hands back the ones to close, and the pool
-  closes them.
+* It closes nothing: it hands back the connections to close (idle too long, or perished as the
+  pool says), and the pool closes them.
 """
 
 from __future__ import annotations

@@ -3,10 +3,10 @@
 Rules of this module
 --------------------
 * One FIFO of :class:`~poolkit._core.records.Request` (an ``OrderedDict`` used as an ordered
-  set): O(1) append, pop-oldest and cancel. A request is in it exactly while it waits; what
-  takes it out (served, failed, timed out, cancelled) is the caller's, and a request out of the
-  queue is never put back.
-* A waiting request with a deadline has one entry in the timer heap (``TimerKind.DEADLINE``),
+  set): O(1) append, pop-oldest and cancel. A queued request is in it exactly while it waits;
+  what it becomes once out (served, failed, timed out, cancelled) is the caller's business, and
+  a request out of the queue is never put back.
+* A queued request with a deadline has one entry in the timer heap (``TimerKind.DEADLINE``),
   pushed when it is queued. Taken out before its deadline, the entry goes stale (``note_stale``);
   taken out because the entry surfaced (``expire``), it does not: the heap popped it already.
 * It knows nothing of connections, events or the pool's state.

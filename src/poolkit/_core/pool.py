@@ -28,9 +28,12 @@ Rules of this module
   waiter". A new connect starts only for a waiter not covered by the connects in flight, or to
   reach ``min_size``, and only while the pool is ready, under ``max_size`` and ``max_connecting``.
 * Events are built only when ``observed`` is true. ``lease_idle`` and ``release_idle`` (the fast
-  paths) never build an event, never push a timer and allocate nothing; the one thing either may
-  do to the timer heap is ``release_idle`` counting a stale entry (``note_stale``) when it hands
-  the connection to a waiter that had a deadline.
+  paths, used only when nobody observes the pool) build no event and push no timer. When the gate
+  matches (below) they allocate nothing, and the one thing either does to the timer heap is
+  ``release_idle`` counting a stale entry (``note_stale``) when it hands the connection to a
+  waiter that had a deadline. Otherwise ``release_idle`` changes nothing, and ``lease_idle`` takes
+  the full check (``_take``, ``_lease``), which may close perished connections (actions) and stop
+  a keep-alive timer (``note_stale``).
 * ``idle_since`` is kept only in a clocked pool (one that reads idle times); ``release_idle``
   applies only in an unclocked one, so it needs no ``now``.
 
@@ -57,16 +60,17 @@ is one comparison too. The gate values change only in ``_set_state``.
 
 Fast paths
 ----------
-``lease_idle``, ``release_idle``, ``request``, ``release``/``_give_back``, ``_serve``, ``_lease``,
-``_take``, ``_pop_idle`` and ``_dispatch`` run on every checkout and check-in, so they read the
-idle set's and the wait queue's containers directly, through ``_idle`` (``IdleSet.stack``),
-``_open`` (``IdleSet.open``) and ``_waiters`` (``WaitQueue.queue``), the same objects the
-collaborators own (never replaced, only changed in place). They also inline the two hot
-transitions (``_IDLE_LEASE``, ``_LEASED_IDLE``), ``WaitQueue.pop_oldest`` in ``release_idle``,
-and ``WaitQueue.add`` and ``ConnectFailures.circuit_open`` in ``request``: each call saved there
-is a measurable share of a checkout (with those two calls, a checkout that waits ran several per
-cent slower on the core alone; ``benchmarks/bench_pool.py`` measures the pools). Everything else
-goes through the collaborators' methods.
+``lease_idle``, ``release_idle``, ``request``, ``release``/``_give_back`` (``_release_stream`` for
+a multiplexed connection), ``_serve``, ``_lease``, ``_take``, ``_pop_idle`` and ``_dispatch`` run
+on every checkout and check-in, so they read the idle set's and the wait queue's containers
+directly, through ``_idle`` (``IdleSet.stack``), ``_open`` (``IdleSet.open``) and ``_waiters``
+(``WaitQueue.queue``), the same objects the collaborators own (never replaced, only changed in
+place). They also inline the two hot transitions (``_IDLE_LEASE``, ``_LEASED_IDLE``),
+``WaitQueue.pop_oldest`` in ``release_idle``, ``WaitQueue.add`` and
+``ConnectFailures.circuit_open`` in ``request``, and ``IdleSet.add_open`` in ``_release_stream``:
+each call saved there is a measurable share of a checkout (with the two calls of ``request``, a
+checkout that waits ran several per cent slower on the core alone; ``benchmarks/bench_pool.py``
+measures the pools). Everything else goes through the collaborators' methods.
 """
 
 from __future__ import annotations
@@ -476,7 +480,7 @@ class PoolCore(Lifecycle):
         if self._waiters:
             self._serve(self.wait_queue.pop_oldest(), conn, now)
             return True
-        self.idle_set.add_open(conn)
+        self._open[conn] = None  # IdleSet.add_open inlined
         return False
 
     def discard(self, conn: Conn, now: float, error: BaseException | None = None) -> None:

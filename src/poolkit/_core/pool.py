@@ -108,14 +108,18 @@ from .keepalive import Probes
 from .leaks import LeakWatch
 from .maintenance import Lifecycle
 from .records import (
+    _BACKING_OFF,
     _CLOSED,
     _CONNECTING,
     _DRAINING,
     _IDLE,
+    _LEASE,
     _LEASED,
     _OVERFLOW,
     _PAUSED,
     _READY,
+    _RELEASE,
+    _RELEASE_LAST,
     _S_CLOSED,
     _SERVED,
     _WAITING,
@@ -129,10 +133,6 @@ from .records import (
 from .tally import Tally
 from .timers import TimerHeap, TimerKind
 from .waiters import WaitQueue
-
-_LEASE: Final = ConnInput.LEASE
-_RELEASE: Final = ConnInput.RELEASE
-_RELEASE_LAST: Final = ConnInput.RELEASE_LAST
 
 
 def _plain_step(state: ConnState, event: ConnInput) -> ConnState:
@@ -241,7 +241,7 @@ class PoolCore(Lifecycle):
                 len(self.conns)
                 - len(self._idle)
                 - counts[_CONNECTING]
-                - counts[ConnState.BACKING_OFF]
+                - counts[_BACKING_OFF]
                 - counts[_DRAINING]
             )
         if state is _S_CLOSED:

@@ -263,5 +263,8 @@ _S_CLOSED: Final = ConnState.CLOSED
 _KEPT: Final = Role.KEPT
 _DEMAND: Final = Role.DEMAND
 _OVERFLOW: Final = Role.OVERFLOW
+_LEASE: Final = ConnInput.LEASE
+_RELEASE: Final = ConnInput.RELEASE
+_RELEASE_LAST: Final = ConnInput.RELEASE_LAST
 #: a connection's gate that no fast path matches (see "Gates" in ``pool``)
 _NO_GATE: Final = -2

@@ -5,9 +5,10 @@ one of the classes that make up :class:`~poolkit._core.pool.PoolCore` (see ``fie
 Rules of this module
 --------------------
 * Same as ``pool``: pure, ``now`` from the caller, output only through ``actions``/``events``.
-* ``clear`` increments the generation *before* the PoolClearedEvent, emits nothing if the pool
-  was already paused, interrupts old connections before it fails the waiters (the order of the
-  CMAP spec tests), and always schedules a background run at once.
+* ``clear`` increments the generation *before* the PoolClearedEvent and always schedules a
+  background run at once. Outside load-balanced mode it emits nothing if the pool was already
+  paused, and interrupts old connections before it fails the waiters (the order of the CMAP spec
+  tests); in that mode the pool stays as it is and the wait queue stays (``_clear_service``).
 * A timer entry is live only while its target still wants it (``_timer_is_live``, which asks
   the collaborator that owns the entry); everything else is skipped when it surfaces.
 * A failed request is completed here only (``_fail``): counted, told, and handed back.

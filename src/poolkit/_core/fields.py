@@ -1,13 +1,14 @@
 """The fields of a pool core, declared once for the classes that make up
 :class:`~poolkit._core.pool.PoolCore`.
 
-``PoolCore`` is one class built on three others, each in a module of its own so that each
-module has one concern: ``ConnectionLife`` (``connections``: a connection made, given a role,
-closed) under ``Health`` (``health``: connect results, keep-alive, what a connection says of
-itself, leaks) under ``Lifecycle`` (``maintenance``: ready, clear, close, fork, timers, failing
-requests) under ``PoolCore`` (``pool``: checkout, check-in, hand-off). They share the fields
-below; the state that has rules of its own lives in collaborators that own it (``WaitQueue``,
-``IdleSet``, ``ConnectFailures``, ``Probes``, ``LeakWatch``, ``Tally``, ``TimerHeap``).
+``PoolCore`` is one class built on three others (all on :class:`CoreFields`), each in a module
+of its own so that each module has one concern: ``ConnectionLife`` (``connections``: a
+connection made, given a role, closed) under ``Health`` (``health``: connect results,
+keep-alive, what a connection says of itself, leaks) under ``Lifecycle`` (``maintenance``:
+ready, clear, close, fork, timers, failing requests) under ``PoolCore`` (``pool``: checkout,
+check-in, hand-off). They share the fields below; the state that has rules of its own lives in
+collaborators that own it (``WaitQueue``, ``IdleSet``, ``ConnectFailures``, ``Probes``,
+``LeakWatch``, ``Tally``, ``TimerHeap``).
 
 Rules of this module
 --------------------

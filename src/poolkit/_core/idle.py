@@ -79,7 +79,15 @@ class IdleSet:
         max_idle = self.max_idle
         assert max_idle is not None
         stack = self.stack
-        expired = [c for c in stack if c.role is not _KEPT and now - c.idle_since >= max_idle]
+        # Expired by either sum: the sweep is due at ``idle_since + max_idle``, and in floats that
+        # may be <= now while ``now - idle_since`` is still < max_idle; a connection left here
+        # then re-armed the sweep at ``now`` and ``fire_timers`` never ended.
+        expired = [
+            c
+            for c in stack
+            if c.role is not _KEPT
+            and (now - c.idle_since >= max_idle or c.idle_since + max_idle <= now)
+        ]
         if expired:
             gone = set(expired)
             keep = [c for c in stack if c not in gone]

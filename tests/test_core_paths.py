@@ -259,7 +259,7 @@ class Driver:
             "idle": [c.id for c in core.idle_connections()],
             "open": [c.id for c in core._open],
             "waiters": [self.number[id(r)] for r in core.waiters()],
-            "counts": (list(core._counts), core._kept, core._overflow, core._next_id),
+            "counts": (list(core._counts), core.roles.kept, core.roles.overflow, core._next_id),
             "stats": dataclasses.asdict(core.stats()),
             "timers": sorted((e.when, e.kind, self._target(e.target)) for e in live),
             "sweep": None if core.idle_set.sweep is None else core.idle_set.sweep.when,

@@ -853,13 +853,13 @@ class PoolCoreMachine(RuleBasedStateMachine):
         idle = core.idle_connections()
         assert len({c.id for c in idle}) == len(idle)
         assert {c.id for c in idle} == {c.id for c in conns if c.state is ConnState.IDLE}
-        assert core._kept == sum(1 for c in conns if c.role is Role.KEPT)
-        assert core._overflow == sum(1 for c in conns if c.role is Role.OVERFLOW)
-        assert core._kept <= opts.min_size
+        assert core.roles.kept == sum(1 for c in conns if c.role is Role.KEPT)
+        assert core.roles.overflow == sum(1 for c in conns if c.role is Role.OVERFLOW)
+        assert core.roles.kept <= opts.min_size
         soft = opts.soft_limit if opts.soft_max_size is not None or opts.max_size else None
         if soft is not None and core.state is not PoolState.CLOSED:
             # an overflow connection exists only while the others fill the soft limit
-            assert core._overflow == 0 or len(conns) - core._overflow >= soft
+            assert core.roles.overflow == 0 or len(conns) - core.roles.overflow >= soft
         for conn in conns:
             plain = (
                 conn.max_streams == 1

@@ -1,4 +1,4 @@
-"""A connection's life in the pool: made (and retried), given a role, closed; its state
+"""A connection's life in the pool: made (and retried), given a role (``Roles``), closed; its state
 transitions and its gate. :class:`ConnectionLife` is the lowest of the classes that make up
 :class:`~poolkit._core.pool.PoolCore` (see ``fields``).
 
@@ -11,8 +11,8 @@ Rules of this module
 * A record is counted from its birth (``_new_record``) to its close (``_close``, or ``_drop``
   for a backing-off slot never announced): ``conns``, the state counters and the role counters
   change together, here.
-* Roles are fields (``Conn.role``); they change only in ``_set_role``, and a connection that
-  closes frees its role for the next one down (``_promote``) before anything new is made.
+* A connection that closes frees its role for the next one down (``Roles.promote``) before
+  anything new is made.
 * After a record's birth ``Conn.gate`` changes only in ``_regate`` (what a gate is: "Gates" in
   ``pool``).
 * A connect starts only while the pool is ready, under ``max_size`` and ``max_connecting``, for a
@@ -40,7 +40,6 @@ from .fields import CoreFields
 from .records import (
     _CLOSED,
     _CONNECTING,
-    _DEMAND,
     _DRAINING,
     _KEPT,
     _NO_GATE,
@@ -52,7 +51,6 @@ from .records import (
     ConnInput,
     ConnState,
     InvalidTransition,
-    Role,
 )
 from .timers import TimerKind
 
@@ -87,57 +85,6 @@ class ConnectionLife(CoreFields):
             and conn.state is not _S_CLOSED
         )
         conn.gate = conn.generation if plain else _NO_GATE
-
-    def _count_role(self, role: Role, delta: int) -> None:
-        """The role counters (``_kept``, ``_overflow``; demand ones are what remains)."""
-        if role is _KEPT:
-            self._kept += delta
-        elif role is _OVERFLOW:
-            self._overflow += delta
-
-    def _set_role(self, conn: Conn, role: Role) -> None:
-        """The one place an existing connection's role changes (with the role counters)."""
-        self._count_role(conn.role, -1)
-        self._count_role(role, 1)
-        conn.role = role
-        self._regate(conn)
-
-    def _new_role(self) -> Role:
-        """The role of a connection about to be made."""
-        if self._kept < self.options.min_size:
-            return _KEPT
-        if len(self.conns) - self._overflow < self._soft:
-            return _DEMAND
-        return _OVERFLOW
-
-    def _promote(self, freed: Role) -> None:
-        """A connection of role ``freed`` closed: the next role down moves up into its place.
-        A kept connection is replaced by a demand one (its idle time no longer counts), a demand
-        one by an overflow one (no longer closed as soon as it is idle). Established connections
-        are preferred; none is created here."""
-        if freed is _OVERFLOW:
-            return
-        if freed is _KEPT and self._kept >= self.options.min_size:
-            return
-        if freed is _DEMAND and len(self.conns) - self._overflow >= self._soft:
-            return
-        below = _DEMAND if freed is _KEPT else _OVERFLOW
-        chosen = None
-        for conn in self.conns.values():
-            if conn.role is below:
-                chosen = conn
-                if conn.state is not _CONNECTING:
-                    break
-        if chosen is None:
-            if below is _DEMAND:  # no demand connection: an overflow one becomes kept
-                for conn in self.conns.values():
-                    if conn.role is _OVERFLOW:
-                        self._set_role(conn, _KEPT)
-                        return
-            return
-        self._set_role(chosen, freed)
-        if below is _DEMAND:
-            self._promote(_DEMAND)  # a demand place is free now: an overflow one may take it
 
     def _maybe_connect(self, now: float, *, fill_min: bool) -> None:
         if self.state is not _READY:
@@ -174,10 +121,10 @@ class ConnectionLife(CoreFields):
 
     def _new_record(self, now: float, state: ConnState) -> Conn:
         """A new connection record (connecting, or a backing-off slot), counted."""
-        role = self._new_role()
+        role = self.roles.new_role(len(self.conns))
         conn = Conn(self._next_id, self.generation, role, now, state)
         self._next_id += 1
-        self._count_role(role, 1)
+        self.roles.count(role, 1)
         self._regate(conn)
         self.conns[conn.id] = conn
         self._counts[state] += 1
@@ -205,13 +152,13 @@ class ConnectionLife(CoreFields):
         del self.conns[conn.id]
         if conn.max_streams > 1:
             self.idle_set.discard_open(conn)
-        self._count_role(conn.role, -1)
+        self.roles.count(conn.role, -1)
 
     def _drop(self, slot: Conn) -> None:
         """Forget a backing-off slot (never announced to the front end or listeners)."""
         self._forget(slot, ConnInput.CLOSE)
         if self.state is not _CLOSED:
-            self._promote(slot.role)
+            self.roles.promote(slot.role, self.conns.values())
 
     def _close(
         self,
@@ -244,7 +191,7 @@ class ConnectionLife(CoreFields):
             )
         self.actions.append(CloseConnection(conn, conn.connection, pending))
         if self.state is not _CLOSED:
-            self._promote(conn.role)
+            self.roles.promote(conn.role, self.conns.values())
 
     def _connect_returned(self, conn: Conn, now: float) -> None:
         """The connect function of ``conn``, closed already, returned: if it was abandoned it counts

@@ -8,7 +8,7 @@ keep-alive, what a connection says of itself, leaks) under ``Lifecycle`` (``main
 ready, clear, close, fork, timers, failing requests) under ``PoolCore`` (``pool``: checkout,
 check-in, hand-off). They share the fields below; the state that has rules of its own lives in
 collaborators that own it (``WaitQueue``, ``IdleSet``, ``ConnectFailures``, ``Probes``,
-``LeakWatch``, ``Tally``, ``TimerHeap``).
+``LeakWatch``, ``Roles``, ``Tally``, ``TimerHeap``).
 
 Rules of this module
 --------------------
@@ -32,6 +32,7 @@ from .idle import IdleSet
 from .keepalive import Probes
 from .leaks import LeakWatch
 from .records import Conn, Request
+from .roles import Roles
 from .tally import Tally
 from .timers import TimerEntry, TimerHeap
 from .waiters import WaitQueue
@@ -47,7 +48,6 @@ class CoreFields:
         "_background",
         "_counts",
         "_idle",
-        "_kept",
         "_lb",
         "_lease_gen",
         "_lifetime",
@@ -56,11 +56,9 @@ class CoreFields:
         "_max_waiting",
         "_next_id",
         "_open",
-        "_overflow",
         "_quick_gen",
         "_rand",
         "_release_gen",
-        "_soft",
         "_waiters",
         "actions",
         "address",
@@ -76,6 +74,7 @@ class CoreFields:
         "observed",
         "options",
         "probes",
+        "roles",
         "service_generations",
         "state",
         "tally",
@@ -95,7 +94,6 @@ class CoreFields:
     _lb: bool
     _max_idle: float | None
     _max_size: int
-    _soft: int
     _lifetime: float | None
     _max_waiting: int
     _rand: Callable[[], float]
@@ -104,8 +102,6 @@ class CoreFields:
     service_generations: dict[Any, list[int]]
     conns: dict[int, Conn]
     _counts: list[int]
-    _kept: int
-    _overflow: int
     _abandoned: int
     _next_id: int
     clear_cause: BaseException | None
@@ -118,6 +114,7 @@ class CoreFields:
     _open: dict[Conn, None]
     failures: ConnectFailures
     probes: Probes
+    roles: Roles
     leaks: LeakWatch
     actions: list[Action]
     events: list[PoolEvent]

@@ -182,8 +182,7 @@ class Lifecycle(Health):
         self.wait_queue.clear()
         self._counts = [0] * len(ConnState)
         self._abandoned = 0
-        self._kept = 0
-        self._overflow = 0
+        self.roles.clear()
         self.service_generations.clear()
         self.failures.stop()
         self._set_state(self.state, self.generation + 1)

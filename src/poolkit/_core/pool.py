@@ -6,7 +6,8 @@ the rest of its inputs, one concern a module (``fields`` says how): a connection
 (``maintenance``). The state that has rules of its own is owned by collaborators, each in its
 module: the wait queue (``waiters.WaitQueue``), the idle set (``idle.IdleSet``), connect failures
 (``failures.ConnectFailures``), keep-alive probes (``keepalive.Probes``), the leak watch
-(``leaks.LeakWatch``), the counts (``tally.Tally``) and the timer heap (``timers.TimerHeap``).
+(``leaks.LeakWatch``), roles (``roles.Roles``), the counts (``tally.Tally``) and the timer heap
+(``timers.TimerHeap``).
 
 Rules of this module
 --------------------
@@ -130,6 +131,7 @@ from .records import (
     Request,
     RequestState,
 )
+from .roles import Roles
 from .tally import Tally
 from .timers import TimerHeap, TimerKind
 from .waiters import WaitQueue
@@ -165,8 +167,6 @@ class PoolCore(Lifecycle):
         self._lb = options.load_balanced
         self._max_idle = options.max_idle_time
         self._max_size = options.max_size or 1 << 62  # 0: no limit
-        soft = options.soft_max_size
-        self._soft = self._max_size if soft is None else soft
         self._lifetime = options.max_lifetime
         self._max_waiting = options.max_waiting
         self.tally = Tally()  #: cumulative counts (``stats``)
@@ -187,8 +187,6 @@ class PoolCore(Lifecycle):
         #: every connection not closed, by id
         self.conns = {}
         self._counts = [0] * len(ConnState)  # connections per state, indexed by state
-        self._kept = 0  # connections whose role is KEPT
-        self._overflow = 0  # connections whose role is OVERFLOW
         #: connects given up on whose function has not returned (they count against the limits)
         self._abandoned = 0
         self._next_id = 1
@@ -204,6 +202,8 @@ class PoolCore(Lifecycle):
         self.failures = ConnectFailures(options.connect_retry, rand, address)
         self.probes = Probes(self.timers, options.keep_alive)
         self.leaks = LeakWatch(self.timers, options.leak_timeout, address)
+        soft = options.soft_max_size
+        self.roles = Roles(options.min_size, self._max_size if soft is None else soft, self._regate)
         self.actions: list[Action] = []
         self.events: list[PoolEvent] = []
         if observed:

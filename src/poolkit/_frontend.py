@@ -24,13 +24,11 @@ from typing import Any, Generic, Protocol, TypeVar, final
 
 from . import log as _log
 from ._core.actions import CloseConnection, CompleteRequest, StartConnect, StartKeepAlive
-from ._core.records import ConnState
-from .errors import InvalidLeaseError, PoolClearedError
+from .errors import InvalidLeaseError
 from .events import Listener, PoolEvent, deliver
 from .stats import PoolState
 
 C = TypeVar("C")
-_S_CLOSED = ConnState.CLOSED
 _POOL_CLOSED = PoolState.CLOSED
 
 __all__ = ["Clock", "ConnectContext", "Established", "Lease"]
@@ -268,17 +266,6 @@ def check_lease(lease: Any, call: str) -> None:
     pool's to judge)."""
     if not isinstance(lease, Lease):
         raise TypeError(f"{call} takes a Lease (from checkout()), got {lease!r}")
-
-
-def lease_for(pool: Any, conn: Any) -> Any:
-    """``pool``'s lease on ``conn``, just handed to a waiter (outside any lock). If a
-    ``clear(interrupt_in_use=True)`` closed it before the waiter resumed, it is given back and
-    the checkout fails with the retryable ``PoolClearedError``: a closed connection is never
-    returned."""
-    if conn.state is _S_CLOSED:
-        pool._give_back(conn)
-        raise PoolClearedError(address=pool.address, interrupted=True)
-    return pool._make_lease(conn)
 
 
 def listener_tuple(listeners: Iterable[Listener]) -> tuple[Listener, ...]:

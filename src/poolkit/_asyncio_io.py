@@ -21,12 +21,13 @@ from _thread import get_ident as _get_ident
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from ._base import PoolBase
-from ._core import Conn
+from ._base import NO_OUTPUT, PoolBase
+from ._core import Conn, PoolCore
 from ._frontend import ConnectContext, call_close
 from .errors import ConnectCancelledError
 
 C = TypeVar("C")
+T = TypeVar("T")
 _log = logging.getLogger("poolkit.pool")
 
 
@@ -58,6 +59,14 @@ class TaskIO(PoolBase[C]):
         self._tasks: set[asyncio.Task[Any]] = set()
         #: the end of closing, once ``close()`` began it (shielded from its callers)
         self._closing: asyncio.Task[None] | None = None
+
+    def _feed(self, step: Callable[[PoolCore, float], T]) -> T:
+        """``PoolBase._feed`` without the lock (one thread: there is none to take)."""
+        result = step(self._input(), self._time())
+        actions = self._take_locked()
+        if actions is not NO_OUTPUT:
+            self._carry_out(actions)
+        return result
 
     @staticmethod
     def _wake(owner: Any) -> None:

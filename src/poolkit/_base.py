@@ -53,7 +53,8 @@ T = TypeVar("T")
 DEFAULT: Any = object()
 _SERVED = RequestState.SERVED
 _S_CLOSED = ConnState.CLOSED
-_NO_OUTPUT: list[Action] = []  # (never appended to: ``_take_locked``'s answer when there is none)
+#: ``_take_locked``'s answer when the core has no output (never appended to: nothing to carry out)
+NO_OUTPUT: list[Action] = []
 
 
 class PoolArguments(TypedDict, total=False):
@@ -148,18 +149,23 @@ class PoolBase(Generic[C]):
         return core
 
     def _feed(self, step: Callable[[PoolCore, float], T]) -> T:
-        """One input: ``step(core, now)`` under the lock, then its output carried out."""
+        """One input: ``step(core, now)`` under the lock, then its output carried out.
+
+        (A checkout that waits takes this path inlined, in each pool's ``checkout``: it is the
+        path of every checkout under contention, and the calls cost a tenth of its time.)"""
         with self._lock:
             result = step(self._input(), self._time())
             actions = self._take_locked()
-        self._carry_out(actions)
+        if actions is not NO_OUTPUT:
+            self._carry_out(actions)
         return result
 
     def _after_core(self) -> None:
         """Carry out what a fast path left in the core (closes of perished connections...)."""
         with self._lock:
             actions = self._take_locked()
-        self._carry_out(actions)
+        if actions is not NO_OUTPUT:
+            self._carry_out(actions)
 
     def _take_locked(self) -> list[Action]:
         """Under the lock: take the core's output, queue its events, re-arm the timer."""
@@ -167,7 +173,7 @@ class PoolBase(Generic[C]):
         if not (core.actions or core.events):
             if core.timers.dirty:
                 self._rearm_locked()
-            return _NO_OUTPUT
+            return NO_OUTPUT
         actions, events = core.take()
         if events:
             self._sink.push(events)

@@ -19,8 +19,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar, Unpack, final, overload
 
 from ._asyncio_io import TaskIO
-from ._base import DEFAULT, PoolArguments
-from ._core import PoolCore, Request
+from ._base import DEFAULT, NO_OUTPUT, PoolArguments
+from ._core import Request
 from ._frontend import ConnectContext, Established, Lease, check_timeout, watched
 from .log import cached_level as _cached_level
 
@@ -135,15 +135,16 @@ class AsyncPool(TaskIO[C]):
             self._reap()
         if timeout is DEFAULT:
             timeout = self.options.wait_queue_timeout
-
-        def step(core: PoolCore, now: float) -> Request:
-            req = Request(now, None if timeout is None else now + timeout)
-            core.request(req, now)
-            if req.queued:
-                req.owner = loop.create_future()
-            return req
-
-        req = self._feed(step)
+        # (``_feed`` inlined: the path of every checkout that waits)
+        core = self._input()
+        now = self._time()
+        req = Request(now, None if timeout is None else now + timeout)
+        core.request(req, now)
+        if req.queued:
+            req.owner = loop.create_future()
+        actions = self._take_locked()
+        if actions is not NO_OUTPUT:
+            self._carry_out(actions)
         if req.queued:
             try:
                 await req.owner

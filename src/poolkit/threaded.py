@@ -17,8 +17,8 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar, Unpack, final, overload
 
-from ._base import DEFAULT, PoolArguments
-from ._core import PoolCore, Request
+from ._base import DEFAULT, NO_OUTPUT, PoolArguments
+from ._core import Request
 from ._frontend import ConnectContext, Established, Lease, check_timeout, watched
 from ._threaded_io import ThreadIO
 from .log import cached_level as _cached_level
@@ -132,16 +132,16 @@ class Pool(ThreadIO[C]):
         if timeout is DEFAULT:
             timeout = self.options.wait_queue_timeout
         wait: Callable[[], Any] | None = None
-
-        def step(core: PoolCore, now: float) -> Request:
-            nonlocal wait
+        with self._lock:  # (``_feed`` inlined: the path of every checkout that waits)
+            core = self._input()
+            now = self._time()
             req = Request(now, None if timeout is None else now + timeout)
             core.request(req, now)
             if req.queued:  # (its owner is set before the lock is let go: a connect may serve it)
                 wait, req.owner = self._new_signal()
-            return req
-
-        req = self._feed(step)
+            actions = self._take_locked()
+        if actions is not NO_OUTPUT:
+            self._carry_out(actions)
         if wait is not None:
             try:
                 wait()

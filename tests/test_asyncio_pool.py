@@ -407,11 +407,11 @@ def test_pool_bound_to_one_loop() -> None:
 
 def test_bad_constructor_arguments_name_the_argument() -> None:
     with pytest.raises(TypeError, match="options"):
-        poolkit.AsyncPool(make_connect(), options={"max_size": 1})  # type: ignore[arg-type]
+        poolkit.AsyncPool(make_connect(), options={"max_size": 1})  # type: ignore[call-overload]
     with pytest.raises(TypeError, match="connect"):
-        poolkit.AsyncPool(None)  # type: ignore[arg-type]
+        poolkit.AsyncPool(None)  # type: ignore[call-overload]
     with pytest.raises(TypeError, match="listeners"):
-        poolkit.AsyncPool(make_connect(), listeners=[42])  # type: ignore[list-item]
+        poolkit.AsyncPool(make_connect(), listeners=[42])  # type: ignore[arg-type, list-item]
     with pytest.raises(ValueError, match="address"):
         poolkit.AsyncPool(make_connect(), address="")
 

@@ -293,9 +293,9 @@ def test_fork_child_resets_without_closing_parent_connections() -> None:
 
 def test_bad_constructor_arguments_name_the_argument() -> None:
     with pytest.raises(TypeError, match="options"):
-        poolkit.Pool(lambda ctx: None, options=3)  # type: ignore[arg-type]
+        poolkit.Pool(lambda ctx: None, options=3)  # type: ignore[call-overload]
     with pytest.raises(TypeError, match="connect"):
-        poolkit.Pool("nope")  # type: ignore[arg-type]
+        poolkit.Pool("nope")  # type: ignore[call-overload]
 
 
 def test_closed_pool_refuses_checkout() -> None:

@@ -3,8 +3,6 @@ own, closes, one loop timer for the core's earliest deadline, and its tie to one
 
 Rules of this module
 --------------------
-* The pool binds to the running loop on first use that needs one (``ready``, a checkout that
-  waits) and refuses any other loop afterwards, like asyncio's own primitives.
 * Connects run in tasks the pool owns, never in a checkout's task: cancelling a checkout never
   cancels or leaks a connect. Every task the pool spawns is kept until done (``close`` waits for
   them), and one that never ran is reported as its coroutine would have been.
@@ -17,7 +15,6 @@ import asyncio
 import inspect
 import logging
 import time
-from _thread import get_ident as _get_ident
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -78,44 +75,6 @@ class TaskIO(PoolBase[C]):
                 owner.set_result(None)
         else:
             owner()
-
-    # ------------------------------------------------------------------ the event loop
-
-    def _bind_loop(self, operation: str) -> asyncio.AbstractEventLoop:
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            raise RuntimeError(
-                f"AsyncPool.{operation}() must be called from a running event loop"
-            ) from None
-        if self._loop is None:
-            self._loop = loop
-            self._loop_thread = _get_ident()
-            if self._clock is None:
-                # The loop's clock; time.monotonic itself when that is what loop.time() reads.
-                base = type(loop).time is asyncio.BaseEventLoop.time
-                self._time = time.monotonic if base else loop.time
-        elif self._loop is not loop:
-            raise RuntimeError(
-                f"AsyncPool.{operation}(): an AsyncPool belongs to the event loop it first ran "
-                "on, and this is another one (make one pool per event loop)"
-            )
-        return loop
-
-    def _bind(self, operation: str, *, required: bool = True) -> None:
-        """Bind to the running loop (refusing another loop than the pool's). Not ``required``:
-        with no loop running an unbound pool stays unbound, and a bound one refuses."""
-        if not required:
-            try:
-                asyncio.get_running_loop()
-            except RuntimeError:
-                if self._loop is not None:
-                    raise RuntimeError(
-                        f"AsyncPool.{operation}() must be called from the event loop the pool "
-                        "runs on"
-                    ) from None
-                return
-        self._bind_loop(operation)
 
     def _spawn(
         self, work: Any, name: str, if_cancelled: Callable[[], None] | None = None

@@ -5,6 +5,8 @@ Rules of this module
 * Every decision is the core's, and everything the two pools share is in ``_base``; this module
   adds the waiting checkout (a plain future), the closing that waits for the pool's own tasks,
   and the check-out and check-in fast paths.
+* The pool binds to the running loop on first use that needs one (``ready``, a checkout that
+  waits) and refuses any other loop afterwards, like asyncio's own primitives.
 * A waiting checkout waits on a plain future. When its task is cancelled it tells the core as
   soon as it resumes; if the core handed it a connection in the meantime (the same loop
   iteration), it gives that connection straight back, so nothing is lost.
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from _thread import get_ident as _get_ident
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar, Unpack, final, overload
@@ -84,6 +87,42 @@ class AsyncPool(TaskIO[C]):
         super().__init__(connect, contextlib.nullcontext(), **kwargs)  # one thread: no lock
         self._bind("init", required=False)
         self._after_core()
+
+    def _bind_loop(self, operation: str) -> asyncio.AbstractEventLoop:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            raise RuntimeError(
+                f"AsyncPool.{operation}() must be called from a running event loop"
+            ) from None
+        if self._loop is None:
+            self._loop = loop
+            self._loop_thread = _get_ident()
+            if self._clock is None:
+                # The loop's clock; time.monotonic itself when that is what loop.time() reads.
+                base = type(loop).time is asyncio.BaseEventLoop.time
+                self._time = time.monotonic if base else loop.time
+        elif self._loop is not loop:
+            raise RuntimeError(
+                f"AsyncPool.{operation}(): an AsyncPool belongs to the event loop it first ran "
+                "on, and this is another one (make one pool per event loop)"
+            )
+        return loop
+
+    def _bind(self, operation: str, *, required: bool = True) -> None:
+        """Bind to the running loop (refusing another loop than the pool's). Not ``required``:
+        with no loop running an unbound pool stays unbound, and a bound one refuses."""
+        if not required:
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:
+                if self._loop is not None:
+                    raise RuntimeError(
+                        f"AsyncPool.{operation}() must be called from the event loop the pool "
+                        "runs on"
+                    ) from None
+                return
+        self._bind_loop(operation)
 
     async def close(self) -> None:
         """Close the pool: close available and pending connections, fail waiting checkouts.

@@ -20,17 +20,27 @@ from __future__ import annotations
 import contextlib
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from typing import Any, ClassVar, Generic, TypedDict, TypeVar
 
-from ._core import Action, Conn, ConnState, PoolCore, Request, RequestState
+from ._core import (
+    Action,
+    CloseConnection,
+    CompleteRequest,
+    Conn,
+    ConnState,
+    PoolCore,
+    Request,
+    RequestState,
+    StartConnect,
+    StartKeepAlive,
+)
 from ._core.records import Hold
 from ._frontend import (
     Clock,
     EventSink,
     Lease,
     Returned,
-    carry_out,
     check_lease,
     check_max_streams,
     checkout_stack,
@@ -38,10 +48,9 @@ from ._frontend import (
     listener_tuple,
     redact,
     register_for_fork,
-    report_unstarted,
     unwrap,
 )
-from ._requests import RequestBook, check_requests, deliver
+from ._requests import LeaseRequest, RequestBook, check_requests, deliver
 from .errors import InvalidLeaseError, PoolClearedError, RequestCancelledError
 from .events import Listener
 from .options import PoolOptions
@@ -182,14 +191,37 @@ class PoolBase(Generic[C]):
         return actions
 
     def _carry_out(self, actions: list[Action]) -> None:
-        """Outside the lock: do what the core asked, in order; then deliver the events."""
+        """Outside the lock: do what the core asked, in order; then deliver the events.
+
+        A connect or probe that could not even start (no thread, no loop) is reported to the
+        core as failed, which counts it as running until it is told."""
         while actions:
-            unstarted = carry_out(self, actions, self._wake)
+            unstarted: list[tuple[StartConnect | StartKeepAlive, Exception]] = []
+            for action in actions:
+                if type(action) is CompleteRequest:
+                    self._wake(action.request.owner)
+                elif type(action) is CloseConnection:
+                    self._close_connection(action.conn, action.connection, action.pending)
+                elif type(action) is StartConnect:
+                    try:
+                        self._start_connect(action.conn)
+                    except Exception as exc:
+                        unstarted.append((action, exc))
+                elif type(action) is StartKeepAlive:
+                    try:
+                        self._start_keep_alive(action.conn)
+                    except Exception as exc:
+                        unstarted.append((action, exc))
             if not unstarted:
                 break
-            # a connect or probe that could not even start: the core learns it failed
             with self._lock:
-                report_unstarted(self._input(), unstarted, self._time())
+                core = self._input()
+                now = self._time()
+                for start, error in unstarted:
+                    if type(start) is StartConnect:
+                        core.connect_failed(start.conn, now, error)
+                    else:
+                        core.keep_alive_done(start.conn, now, error)
                 actions = self._take_locked()
         self._sink.flush()
 
@@ -392,7 +424,7 @@ class PoolBase(Generic[C]):
 
     # ------------------------------------------------------------------ request objects
 
-    def lease_request(self, request: Any) -> None:
+    def lease_request(self, request: LeaseRequest) -> None:
         """Ask for a connection on behalf of ``request`` (an object with a hashable ``id`` and a
         ``complete(result)`` method), without waiting. ``complete`` is called once, never under
         the pool's lock (``AsyncPool``: on its event loop), with a :class:`~poolkit.Lease` or
@@ -400,7 +432,7 @@ class PoolBase(Generic[C]):
         :class:`~poolkit.RequestCancelledError`...)."""
         self.lease_requests((request,))
 
-    def lease_requests(self, requests: Iterable[Any]) -> None:
+    def lease_requests(self, requests: Iterable[LeaseRequest]) -> None:
         """:meth:`lease_request` for many requests at once, queued in the order given in one
         step. A malformed request or an id already waiting raises before any is queued."""
         call = f"{type(self).__name__}.lease_requests()"
@@ -416,7 +448,7 @@ class PoolBase(Generic[C]):
         for finish in self._feed(step):
             finish()
 
-    def cancel_request(self, request_id: Any) -> bool:
+    def cancel_request(self, request_id: Hashable) -> bool:
         """Take the waiting request ``request_id`` out of the queue: its ``complete`` receives a
         :class:`~poolkit.RequestCancelledError`. False if no such request is waiting (it may
         have been served or failed already: then it is never served again)."""

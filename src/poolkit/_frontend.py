@@ -23,7 +23,7 @@ from datetime import timedelta
 from typing import Any, Generic, Protocol, TypeVar, final
 
 from . import log as _log
-from ._core.actions import CloseConnection, CompleteRequest, StartConnect, StartKeepAlive
+from ._core.records import Conn
 from .errors import InvalidLeaseError
 from .events import Listener, PoolEvent, deliver
 from .stats import PoolState
@@ -151,7 +151,7 @@ class Lease(Generic[C]):
 
     __slots__ = ("_conn", "_pool")
 
-    def __init__(self, conn: Any, pool: _LeaseOwner) -> None:
+    def __init__(self, conn: Conn, pool: _LeaseOwner) -> None:
         self._conn = conn
         #: the pool while the lease is out; the pool's ``Returned`` marker once given back
         self._pool: _LeaseOwner | Returned = pool
@@ -167,15 +167,15 @@ class Lease(Generic[C]):
                 reason="already returned",
                 lease=self,
             )
-        return self._conn.connection  # type: ignore[no-any-return]
+        return self._conn.connection  # type: ignore[no-any-return]  # (the core keeps Any)
 
     @property
     def connection_id(self) -> int:
-        return self._conn.id  # type: ignore[no-any-return]
+        return self._conn.id
 
     @property
     def generation(self) -> int:
-        return self._conn.generation  # type: ignore[no-any-return]
+        return self._conn.generation
 
     @property
     def service_id(self) -> Any:
@@ -383,46 +383,6 @@ def checkout_stack() -> str:
     out (for leak reports)."""
     frames = [f for f in traceback.extract_stack() if not f.filename.startswith(_PACKAGE_DIR)]
     return "".join(traceback.format_list(frames))
-
-
-def carry_out(
-    pool: Any, actions: list[Any], wake: Callable[[Any], Any]
-) -> list[tuple[Any, BaseException]] | None:
-    """Do what the core asked, in order, outside the pool's lock: ``wake(owner)`` for a
-    completed request, the pool's own ``_start_connect``, ``_close_connection`` and
-    ``_start_keep_alive`` for the others.
-
-    Returns the connects and probes that could not even start (no thread, no loop), each with
-    its error, for the caller to report to the core (``report_unstarted``): the core counts
-    them as running until it is told."""
-    unstarted: list[tuple[Any, BaseException]] | None = None
-    for action in actions:
-        kind = type(action)
-        if kind is CompleteRequest:
-            wake(action.request.owner)
-        elif kind is CloseConnection:
-            pool._close_connection(action.conn, action.connection, action.pending)
-        elif kind is StartConnect or kind is StartKeepAlive:
-            try:
-                if kind is StartConnect:
-                    pool._start_connect(action.conn)
-                else:
-                    pool._start_keep_alive(action.conn)
-            except Exception as exc:
-                if unstarted is None:
-                    unstarted = []
-                unstarted.append((action, exc))
-    return unstarted
-
-
-def report_unstarted(core: Any, unstarted: list[tuple[Any, BaseException]], now: float) -> None:
-    """Tell the core (under the front end's lock) that these connects and probes failed: they
-    could not start."""
-    for action, error in unstarted:
-        if type(action) is StartConnect:
-            core.connect_failed(action.conn, now, error)
-        else:
-            core.keep_alive_done(action.conn, now, error)
 
 
 def call_close(connection: Any, *, prefer_aclose: bool = False) -> Any:

@@ -34,8 +34,7 @@ def test_timedelta_and_cmap_names() -> None:
     opts = poolkit.PoolOptions(
         max_size=50,
         min_size=5,
-        # (ignore: a timedelta is accepted, as documented, but the field is typed float | None)
-        max_idle_time=timedelta(milliseconds=100),  # type: ignore[arg-type]
+        max_idle_time=timedelta(milliseconds=100),
         background_interval=math.inf,
     )
     assert opts.max_idle_time == 0.1

@@ -15,6 +15,7 @@ import pytest
 api = pytest.importorskip("mypy.api")
 
 SNIPPET = '''
+from datetime import timedelta
 from typing import assert_type
 import poolkit
 from poolkit import AsyncPool, ConnectContext, Established, Lease, Pool
@@ -49,6 +50,15 @@ async def use() -> None:
     AsyncPool(connect, adress="db:1")  # E: call-overload
 
 
+def options() -> None:
+    opts = poolkit.PoolOptions(max_idle_time=timedelta(seconds=5), wait_queue_timeout=1)
+    assert_type(opts.max_idle_time, float | None)
+    poolkit.KeepAlive(timedelta(seconds=1), lambda c: None, timeout=0.5)
+    poolkit.Backoff(base=timedelta(milliseconds=50), circuit_breaker_after=None)
+    poolkit.PoolOptions(max_size="10")  # E: arg-type
+    poolkit.PoolOptions(max_idel_time=1)  # E: call-arg
+
+
 def use_sync() -> None:
     pool = Pool(connect_sync, options=poolkit.PoolOptions(max_size=2))
     assert_type(pool, Pool[Conn])
@@ -76,3 +86,39 @@ def test_the_connection_type_follows_from_connect(tmp_path: Path) -> None:
         for m in re.finditer(r"snippet\.py:(\d+): error: .*\[([\w-]+)\]$", out, re.M)
     }
     assert found == expected, out + err
+
+
+@pytest.mark.parametrize("name", ["PoolOptions", "KeepAlive", "Backoff"])
+def test_the_typed_constructors_are_the_dataclasses(name: str) -> None:
+    # The option classes declare, for type checkers only, a constructor that takes durations as
+    # timedelta too (the dataclass fields are read as float). It must name the same parameters,
+    # in the same order, with the same defaults and keyword-only-ness, as the dataclass.
+    import ast
+    import dataclasses
+    import inspect
+
+    import poolkit.options
+
+    tree = ast.parse(Path(poolkit.options.__file__).read_text())
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name)
+    init = next(
+        f
+        for node in cls.body
+        if isinstance(node, ast.If)
+        for f in node.body
+        if isinstance(f, ast.FunctionDef) and f.name == "__init__"
+    )
+    args = init.args
+    declared = [a.arg for a in args.args[1:] + args.kwonlyargs]
+    defaults = [ast.literal_eval(d) for d in args.defaults] + [
+        ast.literal_eval(d) for d in args.kw_defaults if d is not None
+    ]
+    real = inspect.signature(getattr(poolkit.options, name))
+    assert declared == list(real.parameters)
+    assert defaults == [
+        p.default for p in real.parameters.values() if p.default is not inspect.Parameter.empty
+    ]
+    assert [a.arg for a in args.kwonlyargs] == [
+        p.name for p in real.parameters.values() if p.kind is inspect.Parameter.KEYWORD_ONLY
+    ]
+    assert len(dataclasses.fields(getattr(poolkit.options, name))) == len(declared)

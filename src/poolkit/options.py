@@ -11,7 +11,7 @@ import dataclasses
 import math
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 __all__ = ["Backoff", "KeepAlive", "PoolOptions"]
 
@@ -93,6 +93,12 @@ class KeepAlive:
     probe: Callable[[Any], Any]
     timeout: float | None = None
 
+    if TYPE_CHECKING:  # what the constructor takes (durations also as timedelta; read as float)
+
+        def __init__(
+            self, interval: Seconds, probe: Callable[[Any], Any], timeout: Seconds | None = None
+        ) -> None: ...
+
     def __post_init__(self) -> None:
         seconds = _finite_seconds("KeepAlive", self)
         object.__setattr__(self, "interval", seconds("interval", none=False, zero=False))
@@ -123,6 +129,18 @@ class Backoff:
     max_delay: float = 60.0
     jitter: float = 0.03
     circuit_breaker_after: float | None = 30.0
+
+    if TYPE_CHECKING:  # what the constructor takes (durations also as timedelta; read as float)
+
+        def __init__(
+            self,
+            *,
+            base: Seconds = 0.1,
+            factor: float = 1.25,
+            max_delay: Seconds = 60.0,
+            jitter: float = 0.03,
+            circuit_breaker_after: Seconds | None = 30.0,
+        ) -> None: ...
 
     def __post_init__(self) -> None:
         seconds = _finite_seconds("Backoff", self)
@@ -227,6 +245,28 @@ class PoolOptions:
     keep_alive: KeepAlive | None = None
     connect_retry: Backoff | None = None
     leak_timeout: float | None = None
+
+    if TYPE_CHECKING:  # what the constructor takes (durations also as timedelta; read as float)
+
+        def __init__(
+            self,
+            *,
+            max_size: int = 100,
+            min_size: int = 0,
+            max_idle_time: Seconds | None = None,
+            max_connecting: int = 2,
+            wait_queue_timeout: Seconds | None = None,
+            background_interval: Seconds = 1.0,
+            connect_timeout: Seconds | None = 30.0,
+            load_balanced: bool = False,
+            soft_max_size: int | None = None,
+            max_lifetime: Seconds | None = None,
+            max_lifetime_jitter: float = 0.1,
+            max_waiting: int = 0,
+            keep_alive: KeepAlive | None = None,
+            connect_retry: Backoff | None = None,
+            leak_timeout: Seconds | None = None,
+        ) -> None: ...
 
     def __post_init__(self) -> None:
         setattr_ = object.__setattr__

@@ -4,12 +4,13 @@ and their check-out and check-in fast paths.
 
 Rules of this module
 --------------------
-* Every input reaches the core through ``_feed`` (or, for the check-in and check-out fast paths,
-  through the core's ``lease_idle``/``release_idle``, which build no event): under the front
-  end's lock (a real one in ``Pool``, none in ``AsyncPool``: one thread), ``_input`` tells the
-  core whether anyone observes it (the one place that decides it), the step runs with the time
-  read once, and the core's output is taken; the lock released, the actions are carried out in
-  the core's order and then the events delivered.
+* Every input reaches the core under the front end's lock (a real one in ``Pool``, none in
+  ``AsyncPool``: one thread) through ``_input``, the one place that tells the core whether anyone
+  observes it, and then its output is taken (``_take_locked``); the lock released, the actions
+  are carried out in the core's order and then the events delivered. ``_feed`` does all of that
+  for one step; the waiting checkouts inline it. The exceptions are the fast paths
+  (``lease_idle``, ``release_idle``, and ``note_wait`` for what they hand off), which build no
+  event and run only when nobody observes the pool.
 * No user code (connect, probe, close, listener, a request's ``complete``) runs under the lock.
 * A :class:`~poolkit.Lease` is valid for one check-in: its ``_pool`` is this pool while it is
   out and turns into the pool's ``Returned`` marker, under the lock, when it is given back.

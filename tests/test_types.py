@@ -11,8 +11,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
-api = pytest.importorskip("mypy.api")
+from mypy import api
 
 SNIPPET = '''
 from datetime import timedelta

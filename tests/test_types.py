@@ -87,7 +87,7 @@ def test_the_connection_type_follows_from_connect(tmp_path: Path) -> None:
     assert found == expected, out + err
 
 
-@pytest.mark.parametrize("name", ["PoolOptions", "KeepAlive", "Backoff"])
+@pytest.mark.parametrize("name", ["PoolOptions", "KeepAlive", "Backoff", "Hooks"])
 def test_the_typed_constructors_are_the_dataclasses(name: str) -> None:
     # The option classes declare, for type checkers only, a constructor that takes durations as
     # timedelta too (the dataclass fields are read as float). It must name the same parameters,

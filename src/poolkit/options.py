@@ -362,7 +362,8 @@ class PoolOptions:
             )
         if self.hooks is not None and not isinstance(self.hooks, Hooks):
             raise TypeError(
-                f"PoolOptions.hooks must be a poolkit.Hooks or None, not {type(self.hooks).__name__}"
+                "PoolOptions.hooks must be a poolkit.Hooks or None, not "
+                f"{type(self.hooks).__name__}"
             )
         if self.connect_retry is not None and not isinstance(self.connect_retry, Backoff):
             raise TypeError(

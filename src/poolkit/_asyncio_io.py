@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 from ._base import NO_OUTPUT, PoolBase
 from ._core import Conn, PoolCore
-from ._frontend import ConnectContext, call_close
+from ._frontend import ConnectContext, call_close, unwrap
 from .errors import ConnectCancelledError
 
 C = TypeVar("C")
@@ -129,6 +129,8 @@ class TaskIO(PoolBase[C]):
                     "must be an async function (for a plain one use poolkit.Pool)"
                 )
             result = await pending
+            if self._configure is not None:
+                await self._configured(result)
         except asyncio.CancelledError:
             # Abandoned by the pool (then the core already closed the record) or cancelled from
             # outside (loop shutdown): either way the connect failed, and a waiter is told so
@@ -141,6 +143,24 @@ class TaskIO(PoolBase[C]):
             self._connect_over(conn, None, exc)
             return
         self._connect_over(conn, result)
+
+    async def _configured(self, result: Any) -> None:
+        """``hooks.configure`` on a new connection; if it fails (or is cancelled), the connection
+        is closed before the error goes on: the connect failed."""
+        connection = unwrap(result)[0]
+        try:
+            assert self._configure is not None
+            done = self._configure(connection)
+            if inspect.isawaitable(done):
+                await done
+        except BaseException:
+            try:
+                closing = call_close(connection, prefer_aclose=True)
+                if inspect.isawaitable(closing):
+                    await closing
+            except Exception:
+                _log.exception("closing connection of %s after configure failed", self.address)
+            raise
 
     def _cancelled(self, conn: Conn) -> ConnectCancelledError:
         return ConnectCancelledError(address=self.address, connection_id=conn.id)

@@ -19,6 +19,7 @@ Rules of this module
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable, Iterator
@@ -59,6 +60,7 @@ from .stats import PoolState, PoolStats
 
 C = TypeVar("C")
 T = TypeVar("T")
+_log = logging.getLogger("poolkit.pool")
 #: ``checkout(timeout=...)`` not given: ``options.wait_queue_timeout``
 DEFAULT: Any = object()
 _SERVED = RequestState.SERVED
@@ -141,6 +143,8 @@ class PoolBase(Generic[C]):
         self._book = RequestBook(lock)
         self._core = PoolCore(options, self.address, observed=self._sink.observed())
         self._clocked = self._core.clocked
+        #: ``hooks.configure``, run on each new connection as part of its connect
+        self._configure = None if options.hooks is None else options.hooks.configure
         register_for_fork(self)
 
     def _check_connect(self, connect: Callable[..., Any]) -> None:
@@ -365,22 +369,37 @@ class PoolBase(Generic[C]):
             raise self._invalid_lease(lease)
         lease.release()  # (a watched lease's own release ends its watch)
 
-    @staticmethod
     @contextlib.contextmanager
-    def _scope(lease: Lease[C]) -> Iterator[C]:
+    def _scope(self, lease: Lease[C]) -> Iterator[C]:
         """``connection()``'s block: gives ``lease`` back however it is left. Left by a
         ``BaseException`` that is not an ``Exception`` (a cancellation, ``KeyboardInterrupt``)
-        the connection is discarded, since it may be mid-protocol; otherwise released."""
+        the connection is discarded, since it may be mid-protocol; left by an ``Exception``, it
+        is discarded if ``hooks.is_broken`` says so, else released."""
         try:
             yield lease.connection
-        except Exception:
-            lease.release()
+        except Exception as exc:
+            if self._is_broken(lease, exc):
+                lease.discard(exc)
+            else:
+                lease.release()
             raise
         except BaseException as exc:
             lease.discard(exc)
             raise
         else:
             lease.release()
+
+    def _is_broken(self, lease: Lease[C], error: Exception) -> bool:
+        """``hooks.is_broken(connection, error)``; one that raises counts as "broken" (and is
+        logged): a connection the pool cannot judge is not handed to the next caller."""
+        hooks = self.options.hooks
+        if hooks is None or hooks.is_broken is None:
+            return False
+        try:
+            return bool(hooks.is_broken(lease._conn.connection, error))
+        except Exception:
+            _log.exception("hooks.is_broken of pool %s raised", self.address)
+            return True
 
     def _release(self, lease: Lease[Any]) -> None:
         """A check-in that the lease's fast path did not take."""

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 from ._base import PoolBase
 from ._core import Conn, PoolCore
-from ._frontend import ConnectContext, call_close
+from ._frontend import ConnectContext, call_close, unwrap
 from .options import PoolOptions
 from .stats import PoolState
 
@@ -93,11 +93,16 @@ class ThreadIO(PoolBase[C]):
             )
 
     def _check_options(self, options: PoolOptions) -> None:
-        if options.keep_alive is not None and inspect.iscoroutinefunction(options.keep_alive.probe):
-            raise TypeError(
-                "PoolOptions.keep_alive.probe must be a plain function for Pool, got the async "
-                f"function {options.keep_alive.probe!r}"
-            )
+        functions = {} if options.hooks is None else options.hooks.functions()
+        if options.keep_alive is not None:
+            functions["keep_alive.probe"] = options.keep_alive.probe
+        for name, function in functions.items():
+            if inspect.iscoroutinefunction(function):
+                what = name if "." in name else f"hooks.{name}"
+                raise TypeError(
+                    f"PoolOptions.{what} must be a plain function for Pool, got the async "
+                    f"function {function!r}"
+                )
 
     # ------------------------------------------------------------------ connects and probes
 
@@ -113,10 +118,29 @@ class ThreadIO(PoolBase[C]):
                 "Pool's connect function returned an awaitable ({!r}), not a connection: an "
                 "async connect needs poolkit.AsyncPool",
             )
+            if self._configure is not None:
+                self._configured(result)
         except BaseException as exc:
             self._connect_over(conn, None, exc)
             return
         self._connect_over(conn, result)
+
+    def _configured(self, result: Any) -> None:
+        """``hooks.configure`` on a new connection; if it fails, the connection is closed before
+        the error goes on: the connect failed."""
+        connection = unwrap(result)[0]
+        try:
+            assert self._configure is not None
+            _not_awaitable(
+                self._configure(connection),
+                "Hooks.configure returned an awaitable ({!r}): Pool needs a plain function",
+            )
+        except BaseException:
+            try:
+                call_close(connection)
+            except Exception:
+                _log.exception("closing connection of %s after configure failed", self.address)
+            raise
 
     def _start_keep_alive(self, conn: Conn) -> None:
         self._start_thread(lambda: self._run_keep_alive(conn), f"poolkit-keep-alive-{conn.id}")

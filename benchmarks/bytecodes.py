@@ -39,7 +39,7 @@ def count(impl: str, cycles: int) -> collections.Counter[str]:
     try:
         bench_pool.thread_w2(impl, cycles)
     finally:
-        threading.settrace(None)  # type: ignore[arg-type]
+        threading.settrace(None)
     return counts
 
 

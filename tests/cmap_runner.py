@@ -24,7 +24,7 @@ import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import poolkit
 from poolkit.testing import FakeClock, VirtualTimeLoop
@@ -222,7 +222,7 @@ async def run_async(
                 raise ConnectionResetError("connection closed by the server during the handshake")
         return MockConnection(ctx.connection_id)
 
-    pool = poolkit.AsyncPool(
+    pool: poolkit.AsyncPool[MockConnection] = poolkit.AsyncPool(
         connect, address=ADDRESS, options=pool_options(spec), listeners=[events.append]
     )
     holder["pool"] = pool
@@ -374,7 +374,7 @@ def run_threads(
                 raise ConnectionResetError("connection closed by the server during the handshake")
         return MockConnection(ctx.connection_id)
 
-    pool = poolkit.Pool(
+    pool: poolkit.Pool[MockConnection] = poolkit.Pool(
         connect, address=ADDRESS, options=pool_options(spec), listeners=[events.append], clock=clock
     )
     holder["pool"] = pool
@@ -424,15 +424,20 @@ def run_threads(
                 clock.advance(op["ms"] / 1000)
             elif name == "waitForEvent":
                 limit = op.get("timeout", DEFAULT_WAIT * 1000) / 1000
+                # (the casts: mypy cannot infer a lambda whose parameter has a default)
                 run_until(
-                    lambda op=op: count_events(events, op["event"]) >= op["count"],
+                    cast(
+                        Callable[[], bool],
+                        lambda op=op: count_events(events, op["event"]) >= op["count"],
+                    ),
                     limit,
                     f"waitForEvent {op['event']} x{op['count']}",
                 )
             elif name == "waitForThread":
                 worker = workers[op["target"]]
                 worker.put(None)
-                run_until(lambda w=worker: w.done, DEFAULT_WAIT, f"waitForThread {op['target']}")
+                done = cast(Callable[[], bool], lambda w=worker: w.done)
+                run_until(done, DEFAULT_WAIT, f"waitForThread {op['target']}")
                 if worker.error is not None:
                     raise worker.error
             else:

@@ -70,7 +70,7 @@ import time
 import tracemalloc
 from collections import Counter, deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import poolkit
 
@@ -389,6 +389,10 @@ def _leak_on_purpose(size: int) -> None:
 
 class Front:
     """What a front end's run shares between its workers, the sampler and the report."""
+
+    #: each front end's own (``soak`` calls them): start the pool and its workers; stop them
+    start: Callable[[], None]
+    finish: Callable[[], None]
 
     def __init__(self, name: str, seed: int, seconds: float, leak: int) -> None:
         self.name = name
@@ -926,7 +930,9 @@ def take_sample(t0: float, fronts: list[Front]) -> Sample:
             front.book.broken(f"no statistics from the {front.name} pool: {exc!r}")
             continue
         front.book.check_stats(stats)
-        front.book.check_abandoned(stats, lambda f=front: f.snapshot()[1])
+        # (the cast: mypy cannot infer a lambda whose parameter has a default)
+        again = cast(Callable[[], poolkit.PoolStats], lambda f=front: f.snapshot()[1])
+        front.book.check_abandoned(stats, again)
         tasks += n
         conns += stats.total
         front.book.settle()

@@ -246,7 +246,7 @@ def run_threads(config: Config) -> Book:
         return _run_threads(config)
     finally:
         sys.setprofile(None)
-        threading.setprofile(None)  # type: ignore[arg-type]
+        threading.setprofile(None)
         sys.setswitchinterval(switch)
 
 

@@ -40,7 +40,7 @@ def pool_of(**kw: Any) -> tuple[poolkit.AsyncPool[Conn], list[Conn], list[ev.Poo
     made: list[Conn] = []
     events: list[ev.PoolEvent] = []
     delay = kw.pop("delay", 0.0)
-    pool = poolkit.AsyncPool(
+    pool: poolkit.AsyncPool[Conn] = poolkit.AsyncPool(
         make_connect(made, delay),
         address="db:1",
         options=poolkit.PoolOptions(**kw),
@@ -225,7 +225,9 @@ def test_connect_error_fails_the_checkout_with_that_error() -> None:
         async def connect(ctx: poolkit.ConnectContext) -> Conn:
             raise boom
 
-        pool = poolkit.AsyncPool(connect, address="db:1", listeners=[events.append])
+        pool: poolkit.AsyncPool[Conn] = poolkit.AsyncPool(
+            connect, address="db:1", listeners=[events.append]
+        )
         async with pool:
             with pytest.raises(OSError, match="connection refused") as info:
                 await pool.checkout()
@@ -248,7 +250,7 @@ def test_hanging_connect_is_abandoned_after_connect_timeout() -> None:
             await asyncio.sleep(3600)
             return Conn(ctx.connection_id)
 
-        pool = poolkit.AsyncPool(
+        pool: poolkit.AsyncPool[Conn] = poolkit.AsyncPool(
             connect, address="db:1", options=poolkit.PoolOptions(connect_timeout=5)
         )
         async with pool:
@@ -264,7 +266,9 @@ def test_hanging_connect_is_abandoned_after_connect_timeout() -> None:
 def test_async_close_of_connections_is_awaited_by_close() -> None:
     async def main() -> None:
         made: list[Conn] = []
-        pool = poolkit.AsyncPool(make_connect(made, cls=AsyncConn), address="db:1")
+        pool: poolkit.AsyncPool[Conn] = poolkit.AsyncPool(
+            make_connect(made, cls=AsyncConn), address="db:1"
+        )
         async with pool:
             lease = await pool.checkout()
             lease.discard(RuntimeError("broken"))
@@ -284,7 +288,9 @@ def test_listener_that_raises_is_logged_and_pool_goes_on(caplog: pytest.LogCaptu
             raise RuntimeError("listener bug")
 
     async def main() -> None:
-        pool = poolkit.AsyncPool(make_connect(), address="db:1", listeners=[Bad()])
+        pool: poolkit.AsyncPool[Conn] = poolkit.AsyncPool(
+            make_connect(), address="db:1", listeners=[Bad()]
+        )
         async with pool:
             lease = await pool.checkout()
             lease.release()
@@ -401,11 +407,11 @@ def test_pool_bound_to_one_loop() -> None:
 
 def test_bad_constructor_arguments_name_the_argument() -> None:
     with pytest.raises(TypeError, match="options"):
-        poolkit.AsyncPool(make_connect(), options={"max_size": 1})  # type: ignore[arg-type]
+        poolkit.AsyncPool(make_connect(), options={"max_size": 1})  # type: ignore[call-overload]
     with pytest.raises(TypeError, match="connect"):
-        poolkit.AsyncPool(None)  # type: ignore[arg-type]
+        poolkit.AsyncPool(None)  # type: ignore[call-overload]
     with pytest.raises(TypeError, match="listeners"):
-        poolkit.AsyncPool(make_connect(), listeners=[42])  # type: ignore[list-item]
+        poolkit.AsyncPool(make_connect(), listeners=[42])  # type: ignore[arg-type, list-item]
     with pytest.raises(ValueError, match="address"):
         poolkit.AsyncPool(make_connect(), address="")
 
@@ -450,7 +456,8 @@ def test_cancellation_storm_loses_nothing(seed: int) -> None:
 
 def test_invalid_timeout_fails_even_with_a_connection_available() -> None:
     async def main() -> None:
-        pool = poolkit.AsyncPool(make_connect(), address="db:1")  # unobserved: fast path
+        # unobserved: fast path
+        pool: poolkit.AsyncPool[Conn] = poolkit.AsyncPool(make_connect(), address="db:1")
         async with pool:
             (await pool.checkout()).release()
             before = pool.stats()
@@ -469,7 +476,9 @@ def test_a_plain_connect_fails_the_checkout_clearly_and_closes_what_it_made() ->
         return made[-1]
 
     async def main() -> None:
-        async with poolkit.AsyncPool(connect, address="db:1") as pool:  # type: ignore[arg-type]
+        # (ignore: the test passes a plain function where an async one is due, on purpose)
+        pool: poolkit.AsyncPool[Conn] = poolkit.AsyncPool(connect, address="db:1")  # type: ignore[arg-type]
+        async with pool:
             with pytest.raises(TypeError, match="must be an async function"):
                 await pool.checkout()
             assert pool.stats().total == 0

@@ -79,7 +79,7 @@ def _close_left_tasks() -> list[str]:
     for world in _worlds:
         for task in asyncio.all_tasks(world.loop):
             try:
-                task.get_coro().close()  # type: ignore[union-attr]
+                task.get_coro().close()
                 outcome = ""
             except BaseException as exc:
                 outcome = f" (closing its coroutine raised {exc!r})"

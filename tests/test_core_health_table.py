@@ -4,13 +4,34 @@ limits). Each input, the actions and events it must produce."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from poolkit import Backoff, KeepAlive, PoolOptions
-from poolkit._core import Conn, ConnState, Hold, PoolCore, Request, RequestState
+from poolkit._core import (
+    Conn,
+    ConnState,
+    Hold,
+    PoolCore,
+    Request,
+    RequestState,
+    StartConnect,
+    StartKeepAlive,
+)
 from poolkit.errors import CircuitOpenError, KeepAliveTimeoutError
+from poolkit.events import (
+    ConnectAttemptFailedEvent,
+    ConnectFailingEvent,
+    ConnectionCheckOutFailedEvent,
+    ConnectionClosedEvent,
+    ConnectionDrainingEvent,
+    ConnectRecoveredEvent,
+    KeepAliveFailedEvent,
+    KeepAliveSucceededEvent,
+    LeaseLeakedEvent,
+    MaxStreamsChangedEvent,
+)
 from test_core_table import ADDRESS, kinds, queue, started
 
 
@@ -58,14 +79,15 @@ def test_a_parked_connection_is_probed_one_interval_later() -> None:
     assert core.take() == ([], [])
     core.fire_timers(11.0)
     actions, events = core.take()
-    assert kinds(actions) == ["StartKeepAlive"] and actions[0].conn is conn
+    assert kinds(actions) == ["StartKeepAlive"] and cast(StartKeepAlive, actions[0]).conn is conn
     assert kinds(events) == ["KeepAliveStartedEvent"]
     assert conn.state is ConnState.LEASED and conn.streams == 1 and core.available == 0
     core.keep_alive_done(conn, 11.5)
     actions, events = core.take()
     assert actions == [] and kinds(events) == ["KeepAliveSucceededEvent"]
-    assert events[0].duration == 0.5
-    assert conn.state is ConnState.IDLE and conn.idle_since == 1.0  # a probe is not use
+    assert cast(KeepAliveSucceededEvent, events[0]).duration == 0.5
+    # a probe is not use (the cast: mypy keeps `conn.state` narrowed by the assert above)
+    assert cast(ConnState, conn.state) is ConnState.IDLE and conn.idle_since == 1.0
     assert timers(core) == [(21.5, "KEEP_ALIVE")]
 
 
@@ -105,7 +127,8 @@ def test_a_failed_probe_closes_and_refills_min_size() -> None:
         "ConnectionClosedEvent",
         "ConnectionCreatedEvent",
     ]
-    assert events[0].error is boom and events[1].reason == "error" and events[1].error is boom
+    failed, closed = cast(KeepAliveFailedEvent, events[0]), cast(ConnectionClosedEvent, events[1])
+    assert failed.error is boom and closed.reason == "error" and closed.error is boom
     assert core.total == 1 and conn.state is ConnState.CLOSED
 
 
@@ -119,7 +142,7 @@ def test_a_probe_past_its_timeout_fails_and_its_late_result_is_ignored() -> None
     actions, events = core.take()
     assert kinds(actions) == ["CloseConnection"]
     assert kinds(events) == ["KeepAliveFailedEvent", "ConnectionClosedEvent"]
-    assert isinstance(events[0].error, KeepAliveTimeoutError)
+    assert isinstance(cast(KeepAliveFailedEvent, events[0]).error, KeepAliveTimeoutError)
     core.keep_alive_done(conn, 30.0)
     assert core.take() == ([], []) and conn.streams == 0
 
@@ -189,26 +212,33 @@ def test_a_failed_connect_backs_off_and_the_waiter_keeps_waiting() -> None:
         "ConnectAttemptFailedEvent",
         "ConnectFailingEvent",
     ]
-    assert (events[1].failures, events[1].retry_in) == (1, pytest.approx(0.1))
-    assert (events[2].failures, events[2].error) == (1, boom)
+    tried = cast(ConnectAttemptFailedEvent, events[1])
+    failing = cast(ConnectFailingEvent, events[2])
+    # (ignore: mypy sees no overlap with an Approx, which compares equal to a float)
+    assert (tried.failures, tried.retry_in) == (1, pytest.approx(0.1))  # type: ignore[comparison-overlap]
+    assert (failing.failures, failing.error) == (1, boom)
     assert req.state is RequestState.WAITING
     (slot,) = [c for c in core.conns.values()]
     assert slot.state is ConnState.BACKING_OFF and slot.id == conn.id + 1
-    assert timers(core) == [(pytest.approx(0.6), "BACKOFF")]
+    # (ignore: mypy sees no overlap with an Approx, which compares equal to a float)
+    assert timers(core) == [(pytest.approx(0.6), "BACKOFF")]  # type: ignore[comparison-overlap]
     # no other connect while failing, however many wait
     queue(core, 0.55)
     assert kinds(core.take()[0]) == []
     core.fire_timers(0.6)
     actions, events = core.take()
-    assert kinds(actions) == ["StartConnect"] and actions[0].conn is slot
+    assert kinds(actions) == ["StartConnect"] and cast(StartConnect, actions[0]).conn is slot
     assert kinds(events) == ["ConnectionCreatedEvent"]
-    assert slot.state is ConnState.CONNECTING and slot.created_at == 0.6
+    # (the cast: mypy keeps `slot.state` narrowed by the assert above)
+    assert cast(ConnState, slot.state) is ConnState.CONNECTING and slot.created_at == 0.6
     core.connected(slot, 0.7, object())
     actions, events = core.take()
     assert kinds(actions) == ["CompleteRequest", "StartConnect"]  # then connects as usual
     assert req.conn is slot and core.failures.failing is None
-    (recovered,) = [e for e in events if kinds([e]) == ["ConnectRecoveredEvent"]]
-    assert (recovered.failures, recovered.failing_for) == (1, pytest.approx(0.2))
+    (found,) = [e for e in events if kinds([e]) == ["ConnectRecoveredEvent"]]
+    recovered = cast(ConnectRecoveredEvent, found)
+    # (ignore: mypy sees no overlap with an Approx, which compares equal to a float)
+    assert (recovered.failures, recovered.failing_for) == (1, pytest.approx(0.2))  # type: ignore[comparison-overlap]
 
 
 @pytest.mark.parametrize(
@@ -257,7 +287,8 @@ def test_the_circuit_opens_only_with_no_connection_open_and_closes_on_success() 
         "ConnectionCheckOutFailedEvent",
         "ConnectAttemptFailedEvent",
     ]  # (the run was told at its first failure)
-    assert isinstance(waiter.error, CircuitOpenError) and events[2].reason == "circuitOpen"
+    failed = cast(ConnectionCheckOutFailedEvent, events[2])
+    assert isinstance(waiter.error, CircuitOpenError) and failed.reason == "circuitOpen"
     assert waiter.error.failures == 7 and str(waiter.error.cause) == "last"
     refused = Request(started=now, deadline=None)
     core.request(refused, now)
@@ -300,10 +331,14 @@ def test_draining_and_stream_limit_events() -> None:
     assert core.set_max_streams(conn.id, 2, 1.0)
     _, events = core.take()
     assert kinds(events) == ["MaxStreamsChangedEvent"]
-    assert (events[0].max_streams, events[0].previous) == (2, 4)
+    changed = cast(MaxStreamsChangedEvent, events[0])
+    assert (changed.max_streams, changed.previous) == (2, 4)
     assert core.will_close(conn.id, 2.0)
     _, events = core.take()
-    assert kinds(events) == ["ConnectionDrainingEvent"] and events[0].streams_in_use == 1
+    assert (
+        kinds(events) == ["ConnectionDrainingEvent"]
+        and cast(ConnectionDrainingEvent, events[0]).streams_in_use == 1
+    )
 
 
 # ---------------------------------------------------------------------- leaked leases
@@ -322,7 +357,7 @@ def test_a_watched_lease_is_reported_once_when_out_too_long() -> None:
     core.fire_timers(6.0)
     actions, events = core.take()
     assert actions == [] and kinds(events) == ["LeaseLeakedEvent"]
-    leak = events[0]
+    leak = cast(LeaseLeakedEvent, events[0])
     assert (leak.connection_id, leak.held, leak.stack, leak.collected) == (
         conn.id,
         5.0,
@@ -358,7 +393,8 @@ def test_a_collected_lease_is_reported_and_its_connection_closed_even_unobserved
     core.lease_collected(held, 2.0)
     actions, events = core.take()
     assert kinds(actions) == ["CloseConnection"] and conn.close_reason == "error"
-    assert kinds(events) == ["LeaseLeakedEvent"] and events[0].collected  # a leak is always told
+    # a leak is always told
+    assert kinds(events) == ["LeaseLeakedEvent"] and cast(LeaseLeakedEvent, events[0]).collected
     assert core.total == 0
     core.lease_collected(held, 3.0)  # reported once, closed once
     core.fire_timers(10.0)
@@ -413,7 +449,7 @@ def test_an_unwatched_collected_lease_is_reported_without_time_or_stack() -> Non
     core.lease_collected(conn, 2.0)
     actions, events = core.take()
     assert kinds(actions) == ["CloseConnection", "StartConnect"]  # for the waiter
-    leak = events[0]
+    leak = cast(LeaseLeakedEvent, events[0])
     assert kinds(events)[0] == "LeaseLeakedEvent" and leak.collected
     assert (leak.held, leak.stack) == (None, "")
     assert waiter.state is RequestState.WAITING and core.total == 1

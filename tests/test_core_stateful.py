@@ -21,7 +21,7 @@ import collections
 import dataclasses
 import math
 import os
-from typing import Any
+from typing import Any, cast
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -1138,7 +1138,7 @@ class UnclockedLeaseMachine(PoolCoreMachine):
         ),
         start_ready=st.just(True),
     )
-    def setup(self, options: PoolOptions, start_ready: bool) -> None:  # type: ignore[override]
+    def setup(self, options: PoolOptions, start_ready: bool) -> None:
         """Only the options under which the front ends skip the clock: unobserved, no
         ``max_idle_time``; with a connect timeout and a ``min_size``, where a wrong ``now``
         would show."""
@@ -1190,7 +1190,8 @@ def test_lb_interrupt_spares_pending_connects_with_a_service_none() -> None:
     assert not any(isinstance(a, CloseConnection) for a in actions), actions
     assert second.state is ConnState.CONNECTING and core.pending == 1
     core.connected(second, 0.0, "c2", None)
-    assert second.state is ConnState.IDLE and second.generation == 1  # the service's, now
+    # the service's generation, now (the cast: mypy keeps `second.state` narrowed from above)
+    assert cast(ConnState, second.state) is ConnState.IDLE and second.generation == 1
     assert core.service_generations == {None: [1, 2]}
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from hypothesis import given
@@ -31,8 +31,10 @@ from poolkit.errors import (
     WaitQueueTimeoutError,
 )
 from poolkit.events import (
+    ConnectAttemptFailedEvent,
     ConnectionCheckedInEvent,
     ConnectionCheckedOutEvent,
+    ConnectionCheckOutFailedEvent,
     ConnectionCheckOutStartedEvent,
     ConnectionClosedEvent,
     ConnectionCreatedEvent,
@@ -117,7 +119,8 @@ def test_ready_with_min_size_starts_one_connect_per_missing_connection() -> None
     assert len(conns) == 2
     assert [c.role for c in conns] == [Role.KEPT, Role.KEPT]
     assert kinds(events) == ["PoolReadyEvent", "ConnectionCreatedEvent", "ConnectionCreatedEvent"]
-    assert [e.connection_id for e in events[1:]] == [c.id for c in conns]
+    created = cast(list[ConnectionCreatedEvent], events[1:])
+    assert [e.connection_id for e in created] == [c.id for c in conns]
     core.ready(0.0)  # already ready: nothing more
     assert core.take() == ([], [])
 
@@ -163,11 +166,14 @@ def test_connected_serves_the_head_waiter() -> None:
     conns = started(core.take()[0])
     core.connected(conns[1], 2.0, "socket")
     actions, events = core.take()
-    assert kinds(actions) == ["CompleteRequest"] and actions[0].request is first
+    assert (
+        kinds(actions) == ["CompleteRequest"] and cast(CompleteRequest, actions[0]).request is first
+    )
     assert first.state is RequestState.SERVED and first.conn is conns[1]
     assert second.state is RequestState.WAITING
     assert kinds(events) == ["ConnectionReadyEvent", "ConnectionCheckedOutEvent"]
-    assert events[0].duration == 2.0 and events[1].duration == 2.0
+    ready, out = cast(ConnectionReadyEvent, events[0]), cast(ConnectionCheckedOutEvent, events[1])
+    assert ready.duration == 2.0 and out.duration == 2.0
 
 
 def test_request_served_from_idle_at_once_most_recent_first() -> None:
@@ -214,11 +220,15 @@ def test_release_hands_the_connection_to_the_oldest_waiter() -> None:
     core.take()
     core.release(conn, 3.0)
     actions, events = core.take()
-    assert kinds(actions) == ["CompleteRequest"] and actions[0].request is first
+    assert (
+        kinds(actions) == ["CompleteRequest"] and cast(CompleteRequest, actions[0]).request is first
+    )
     assert first.conn is conn and second.state is RequestState.WAITING
     assert kinds(events) == ["ConnectionCheckedInEvent", "ConnectionCheckedOutEvent"]
-    assert events[0].connection_id == events[1].connection_id == conn.id
-    assert events[1].duration == 2.0
+    checked_in = cast(ConnectionCheckedInEvent, events[0])
+    out = cast(ConnectionCheckedOutEvent, events[1])
+    assert checked_in.connection_id == out.connection_id == conn.id
+    assert out.duration == 2.0
     assert conn.state is ConnState.LEASED and conn.streams == 1
 
 
@@ -231,13 +241,14 @@ def test_discard_closes_with_error_and_connects_for_a_waiter() -> None:
     core.discard(conn, 1.0, boom)
     actions, events = core.take()
     assert kinds(actions) == ["CloseConnection", "StartConnect"]
-    assert actions[0].conn is conn and conn.close_reason == "error"
+    assert cast(CloseConnection, actions[0]).conn is conn and conn.close_reason == "error"
     assert kinds(events) == [
         "ConnectionCheckedInEvent",
         "ConnectionClosedEvent",
         "ConnectionCreatedEvent",
     ]
-    assert events[1].reason == "error" and events[1].error is boom
+    closed = cast(ConnectionClosedEvent, events[1])
+    assert closed.reason == "error" and closed.error is boom
     assert waiter.state is RequestState.WAITING
 
 
@@ -249,10 +260,10 @@ def test_stale_connection_is_closed_at_checkin() -> None:
     core.take()
     core.release(conn, 2.0)
     actions, events = core.take()
-    assert kinds(actions) == ["CloseConnection"] and actions[0].conn is conn
+    assert kinds(actions) == ["CloseConnection"] and cast(CloseConnection, actions[0]).conn is conn
     assert conn.close_reason == "stale" and conn.state is ConnState.CLOSED
     assert kinds(events) == ["ConnectionCheckedInEvent", "ConnectionClosedEvent"]
-    assert events[1].reason == "stale"
+    assert cast(ConnectionClosedEvent, events[1]).reason == "stale"
     assert core.total == 0
 
 
@@ -268,14 +279,15 @@ def test_clear_fails_every_waiter_in_order_after_the_cleared_event() -> None:
     core.clear(5.0, cause=cause)
     actions, events = core.take()
     assert core.generation == 1 and core.state is PoolState.PAUSED
-    assert [a.request for a in actions] == waiters
+    assert [a.request for a in cast(list[CompleteRequest], actions)] == waiters
     for req in waiters:
         assert req.state is RequestState.FAILED
         assert isinstance(req.error, PoolClearedError) and req.error.cause is cause
     assert kinds(events) == ["PoolClearedEvent"] + ["ConnectionCheckOutFailedEvent"] * 3
-    assert events[0].interrupt_in_use_connections is False
-    assert [e.reason for e in events[1:]] == ["connectionError"] * 3
-    assert [e.duration for e in events[1:]] == [5.0, 4.0, 3.0]
+    assert cast(PoolClearedEvent, events[0]).interrupt_in_use_connections is False
+    failed = cast(list[ConnectionCheckOutFailedEvent], events[1:])
+    assert [e.reason for e in failed] == ["connectionError"] * 3
+    assert [e.duration for e in failed] == [5.0, 4.0, 3.0]
     # already paused: the generation moves on, but no second event
     core.clear(6.0)
     assert core.take() == ([], [])
@@ -311,8 +323,11 @@ def test_clear_with_interrupt_closes_leased_and_pending_as_stale() -> None:
     sock = object()
     core.connected(pending, 2.0, sock)
     actions, events = core.take()
-    assert kinds(actions) == ["CloseConnection"] and actions[0].conn is pending
-    assert actions[0].connection is sock and not actions[0].pending and events == []
+    assert (
+        kinds(actions) == ["CloseConnection"] and cast(CloseConnection, actions[0]).conn is pending
+    )
+    close = cast(CloseConnection, actions[0])
+    assert close.connection is sock and not close.pending and events == []
     assert pending.connection is None  # the closed record is left as it was
 
 
@@ -327,7 +342,8 @@ def test_clear_without_interrupt_leaves_leases_and_connects_alone() -> None:
     assert busy.state is ConnState.LEASED and pending.state is ConnState.CONNECTING
     # the connect finishes while paused: stale, it waits idle for the background run
     core.connected(pending, 2.0, object())
-    assert core.take()[0] == [] and pending.state is ConnState.IDLE
+    # (the cast: mypy keeps `pending.state` narrowed by the assert above)
+    assert core.take()[0] == [] and cast(ConnState, pending.state) is ConnState.IDLE
     core.fire_timers(2.0)  # clear scheduled a background run at once
     actions, _ = core.take()
     assert kinds(actions) == ["CloseConnection"] and pending.close_reason == "stale"
@@ -340,10 +356,11 @@ def test_close_fails_waiters_with_pool_closed_error() -> None:
     core.take()
     core.close(1.0)
     actions, events = core.take()
-    assert [a.request for a in actions] == waiters
+    assert [a.request for a in cast(list[CompleteRequest], actions)] == waiters
     assert all(isinstance(w.error, PoolClosedError) for w in waiters)
     assert kinds(events) == ["ConnectionCheckOutFailedEvent"] * 2 + ["PoolClosedEvent"]
-    assert {e.reason for e in events[:2]} == {"poolClosed"}
+    failed = cast(list[ConnectionCheckOutFailedEvent], events[:2])
+    assert {e.reason for e in failed} == {"poolClosed"}
 
 
 def test_close_closes_idle_and_pending_at_once_and_leased_at_checkin() -> None:
@@ -354,7 +371,7 @@ def test_close_closes_idle_and_pending_at_once_and_leased_at_checkin() -> None:
     core.close(1.0)
     actions, events = core.take()
     assert kinds(actions) == ["CloseConnection", "CloseConnection"]
-    assert [a.conn for a in actions] == [rest, pending]
+    assert [a.conn for a in cast(list[CloseConnection], actions)] == [rest, pending]
     assert rest.close_reason == pending.close_reason == "poolClosed"
     assert kinds(events) == ["ConnectionClosedEvent", "ConnectionClosedEvent", "PoolClosedEvent"]
     assert core.conns == {busy.id: busy}
@@ -382,7 +399,8 @@ def test_request_on_paused_or_closed_pool_fails_at_once(close: bool, error: type
     assert req.state is RequestState.FAILED and isinstance(req.error, error) and not req.queued
     assert actions == []
     assert kinds(events) == ["ConnectionCheckOutStartedEvent", "ConnectionCheckOutFailedEvent"]
-    assert events[1].reason == ("poolClosed" if close else "connectionError")
+    failed = cast(ConnectionCheckOutFailedEvent, events[1])
+    assert failed.reason == ("poolClosed" if close else "connectionError")
 
 
 # ---------------------------------------------------------------------- connect results
@@ -396,7 +414,7 @@ def test_connect_failure_fails_the_head_waiter_with_the_same_error() -> None:
     core.connect_failed(conn, 1.0, boom)
     actions, events = core.take()
     assert kinds(actions) == ["CloseConnection", "CompleteRequest", "StartConnect"]
-    assert actions[1].request is first and first.error is boom
+    assert cast(CompleteRequest, actions[1]).request is first and first.error is boom
     assert second.state is RequestState.WAITING
     assert kinds(events) == [
         "ConnectionClosedEvent",
@@ -404,15 +422,17 @@ def test_connect_failure_fails_the_head_waiter_with_the_same_error() -> None:
         "ConnectionCheckOutFailedEvent",
         "ConnectionCreatedEvent",
     ]
-    assert events[0].reason == "error" and events[0].error is boom
-    attempt = events[1]
+    closed = cast(ConnectionClosedEvent, events[0])
+    assert closed.reason == "error" and closed.error is boom
+    attempt = cast(ConnectAttemptFailedEvent, events[1])
     assert (attempt.connection_id, attempt.error, attempt.failures, attempt.retry_in) == (
         conn.id,
         boom,
         1,
         None,
     )
-    assert events[2].reason == "connectionError" and events[2].error is boom
+    failed = cast(ConnectionCheckOutFailedEvent, events[2])
+    assert failed.reason == "connectionError" and failed.error is boom
     assert conn.state is ConnState.CLOSED and core.pending == 1
 
 
@@ -437,7 +457,7 @@ def test_connect_timeout() -> None:
     core.fire_timers(2.0)
     actions, events = core.take()
     assert kinds(actions) == ["CloseConnection", "CompleteRequest"]  # no waiter left: no connect
-    assert actions[0].conn is conn and conn.close_reason == "error"
+    assert cast(CloseConnection, actions[0]).conn is conn and conn.close_reason == "error"
     assert isinstance(waiter.error, ConnectTimeoutError) and waiter.error.timeout == 2.0
     assert kinds(events)[:3] == [
         "ConnectionClosedEvent",
@@ -464,11 +484,14 @@ def test_wait_queue_deadline() -> None:
     assert core.take() == ([], [])
     core.fire_timers(3.0)
     actions, events = core.take()
-    assert [a.request for a in actions] == [waiter]
+    assert [a.request for a in cast(list[CompleteRequest], actions)] == [waiter]
     assert isinstance(waiter.error, WaitQueueTimeoutError)
     assert waiter.error.waited == 2.0
     assert waiter.error.stats is not None and waiter.error.stats.in_use == 1
-    assert kinds(events) == ["ConnectionCheckOutFailedEvent"] and events[0].reason == "timeout"
+    assert (
+        kinds(events) == ["ConnectionCheckOutFailedEvent"]
+        and cast(ConnectionCheckOutFailedEvent, events[0]).reason == "timeout"
+    )
     assert core.waiting == 0
 
 
@@ -480,7 +503,7 @@ def test_expired_deadline_fails_at_once_without_queueing() -> None:
     assert req.state is RequestState.FAILED and not req.queued
     assert isinstance(req.error, WaitQueueTimeoutError)
     assert actions == []
-    assert events[-1].reason == "timeout"
+    assert cast(ConnectionCheckOutFailedEvent, events[-1]).reason == "timeout"
 
 
 def test_cancel_a_waiter() -> None:
@@ -490,7 +513,10 @@ def test_cancel_a_waiter() -> None:
     assert core.cancel(req, 1.0) is True
     actions, events = core.take()
     assert actions == [] and req.state is RequestState.CANCELLED
-    assert kinds(events) == ["ConnectionCheckOutFailedEvent"] and events[0].reason == "cancelled"
+    assert (
+        kinds(events) == ["ConnectionCheckOutFailedEvent"]
+        and cast(ConnectionCheckOutFailedEvent, events[0]).reason == "cancelled"
+    )
     assert core.cancel(req, 1.0) is False
     assert core.take() == ([], [])
     core.connected(conn, 2.0, object())
@@ -507,14 +533,14 @@ def test_idle_connection_is_closed_at_checkout() -> None:
     core.request(req, 1.0)
     actions, events = core.take()
     assert kinds(actions) == ["CloseConnection", "StartConnect"]
-    assert actions[0].conn is conn and conn.close_reason == "idle"
+    assert cast(CloseConnection, actions[0]).conn is conn and conn.close_reason == "idle"
     assert req.queued
     assert kinds(events) == [
         "ConnectionCheckOutStartedEvent",
         "ConnectionClosedEvent",
         "ConnectionCreatedEvent",
     ]
-    assert events[1].reason == "idle"
+    assert cast(ConnectionClosedEvent, events[1]).reason == "idle"
 
 
 def test_idle_sweep_closes_connections_idle_too_long() -> None:
@@ -526,11 +552,12 @@ def test_idle_sweep_closes_connections_idle_too_long() -> None:
     assert core.next_deadline() == 3.0
     core.fire_timers(3.0)
     actions, events = core.take()
-    assert [a.conn for a in actions] == [a] and a.close_reason == "idle"
-    assert [e.reason for e in events] == ["idle"]
+    closes = cast(list[CloseConnection], actions)
+    assert [a.conn for a in closes] == [a] and a.close_reason == "idle"
+    assert [e.reason for e in cast(list[ConnectionClosedEvent], events)] == ["idle"]
     assert core.next_deadline() == 4.0
     core.fire_timers(4.0)
-    assert [a.conn for a in core.take()[0]] == [b]
+    assert [a.conn for a in cast(list[CloseConnection], core.take()[0])] == [b]
 
 
 def test_background_run_closes_stale_idle_and_refills_min_size() -> None:
@@ -546,7 +573,8 @@ def test_background_run_closes_stale_idle_and_refills_min_size() -> None:
     actions, events = core.take()
     assert kinds(actions) == ["CloseConnection", "StartConnect"]
     assert conn.close_reason == "stale"
-    assert actions[1].conn.generation == 1 and actions[1].conn.role is Role.KEPT
+    start = cast(StartConnect, actions[1])
+    assert start.conn.generation == 1 and start.conn.role is Role.KEPT
     assert kinds(events) == ["ConnectionClosedEvent", "ConnectionCreatedEvent"]
     assert core.next_deadline() == 11.0
 
@@ -591,6 +619,7 @@ def test_checkin_of_a_stale_connection_starts_a_connect_at_now(route: str) -> No
     core = PoolCore(options, ADDRESS)  # unobserved, no max_idle_time: not clocked
     assert not core.clocked
     core.ready(100.0)  # times as a monotonic clock gives them
+    conn: Conn | None
     if route == "waiter":
         conn = leased(core, 100.0)
     else:
@@ -605,14 +634,15 @@ def test_checkin_of_a_stale_connection_starts_a_connect_at_now(route: str) -> No
     core.release(conn, 101.5)
     actions, _ = core.take()
     assert kinds(actions) == ["CloseConnection", "StartConnect"]
-    replacement = actions[1].conn
+    replacement = cast(StartConnect, actions[1]).conn
     assert replacement.created_at == 101.5
     core.fire_timers(106.4)
     assert core.take() == ([], [])
     assert replacement.state is ConnState.CONNECTING
     assert waiter is None or waiter.state is RequestState.WAITING
     core.fire_timers(106.5)  # five seconds after the connect started: abandoned
-    assert replacement.state is ConnState.CLOSED
+    # (the cast: mypy keeps `replacement.state` narrowed by the assert above)
+    assert cast(ConnState, replacement.state) is ConnState.CLOSED
 
 
 # ---------------------------------------------------------------------- the transition table

@@ -4,6 +4,7 @@ overflow), multiplexed connections, will-close, lifetime, bounded waiting."""
 from __future__ import annotations
 
 import traceback
+from typing import cast
 
 import pytest
 
@@ -188,7 +189,10 @@ def test_stream_limit_decrease_blocks_until_use_falls_below(front_kind: str) -> 
         assert not waiter.done
         leases[2].release()  # 1 in use: a stream is free
         await f.settle()
-        assert waiter.done and waiter.lease is not None and waiter.lease.connection_id == 1
+        # (the cast: mypy keeps `waiter.done` narrowed to False by the assert above)
+        assert (
+            cast(bool, waiter.done) and waiter.lease is not None and waiter.lease.connection_id == 1
+        )
         waiter.lease.release()
         leases[3].release()
         with pytest.raises(ValueError, match="max_streams"):
@@ -395,7 +399,8 @@ def test_batch_lease_is_served_in_order_sharing_the_queue_with_checkouts(front_k
         assert len(reqs[2].results) == 1 and not checkout.done and reqs[3].results == []
         reqs[1].lease.release()
         await f.settle()
-        assert checkout.done and checkout.lease is not None and reqs[3].results == []
+        # (the cast: mypy keeps `checkout.done` narrowed to False by the assert above)
+        assert cast(bool, checkout.done) and checkout.lease is not None and reqs[3].results == []
         checkout.lease.release()
         await f.settle()
         assert len(reqs[3].results) == 1

@@ -11,7 +11,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -102,7 +102,12 @@ def test_a_probe_holds_the_connection_a_lease_waits_or_takes_another(front_kind:
         await f.settle()
         assert not waiting.done
         await f.advance(4)
-        assert waiting.done and waiting.lease is not None and waiting.lease.connection_id == 1
+        # (the cast: mypy keeps `waiting.done` narrowed to False by the assert above)
+        assert (
+            cast(bool, waiting.done)
+            and waiting.lease is not None
+            and waiting.lease.connection_id == 1
+        )
         waiting.lease.release()
         other.release()
 
@@ -121,7 +126,12 @@ def test_idle_timer_firing_while_a_request_waits_is_rescheduled(front_kind: str)
         await f.advance(2)  # 13: past the 12 s idle deadline
         assert not waiting.done and f.close_reasons() == {}
         await f.advance(2)  # 15: the probe returns
-        assert waiting.done and waiting.lease is not None and waiting.lease.connection_id == 1
+        # (the cast: mypy keeps `waiting.done` narrowed to False by the assert above)
+        assert (
+            cast(bool, waiting.done)
+            and waiting.lease is not None
+            and waiting.lease.connection_id == 1
+        )
         assert f.close_reasons() == {}
         waiting.lease.release()  # idle since 15 now: closes at 27
         f.probe_delay = 0.0
@@ -145,7 +155,12 @@ def test_a_probe_takes_one_stream_of_a_multiplexed_connection(front_kind: str) -
         await f.settle()
         assert not waiting.done
         await f.advance(4)
-        assert waiting.done and waiting.lease is not None and waiting.lease.connection_id == 1
+        # (the cast: mypy keeps `waiting.done` narrowed to False by the assert above)
+        assert (
+            cast(bool, waiting.done)
+            and waiting.lease is not None
+            and waiting.lease.connection_id == 1
+        )
         for held in (lease, waiting.lease):
             held.release()
 
@@ -353,7 +368,8 @@ def test_stats_wait_of_a_hand_off_on_the_fast_check_in_asyncio() -> None:
             return Conn(ctx.connection_id)
 
         options = poolkit.PoolOptions(max_size=1)
-        async with poolkit.AsyncPool(connect, address="db:1", options=options) as pool:
+        pool: poolkit.AsyncPool[Conn] = poolkit.AsyncPool(connect, address="db:1", options=options)
+        async with pool:
             held = await pool.checkout()
             waiter = asyncio.ensure_future(pool.checkout())
             await asyncio.sleep(3.0)
@@ -369,7 +385,7 @@ def test_stats_wait_of_a_hand_off_on_the_fast_check_in_asyncio() -> None:
 def test_stats_wait_of_a_hand_off_on_the_fast_check_in_threads() -> None:
     clock = FakeClock()
     options = poolkit.PoolOptions(max_size=1)
-    pool = poolkit.Pool(
+    pool: poolkit.Pool[Conn] = poolkit.Pool(
         lambda ctx: Conn(ctx.connection_id), address="db:1", options=options, clock=clock
     )
     with pool:

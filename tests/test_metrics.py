@@ -74,7 +74,8 @@ def test_an_async_pool_is_scraped_safely_from_another_thread() -> None:
 
     async def main() -> str:
         registry = prometheus_client.CollectorRegistry()
-        async with poolkit.AsyncPool(connect, address="db:2") as pool:
+        pool: poolkit.AsyncPool[Conn] = poolkit.AsyncPool(connect, address="db:2")
+        async with pool:
             poolkit.metrics.bind_prometheus(pool, registry=registry)
             async with pool.connection():
                 # the scrape runs in a worker thread; the stats are read on the pool's loop

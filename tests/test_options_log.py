@@ -162,12 +162,13 @@ def test_log_messages_match_the_spec_text() -> None:
 
 
 def test_pool_logs_cmap_messages_only_at_debug(caplog: pytest.LogCaptureFixture) -> None:
-    pool = poolkit.Pool(lambda ctx: object(), address="db:27017")
+    pool: poolkit.Pool[object] = poolkit.Pool(lambda ctx: object(), address="db:27017")
     assert caplog.records == []  # DEBUG is off: nothing built, nothing logged
     with caplog.at_level(logging.DEBUG, logger="poolkit.connection"):
         pool.ready()
         pool.checkout().release()
-    messages = [r.cmap["message"] for r in caplog.records if r.name == "poolkit.connection"]
+    # (the ignores: `cmap` is set on each record by the logger's extra=)
+    messages = [r.cmap["message"] for r in caplog.records if r.name == "poolkit.connection"]  # type: ignore[attr-defined]
     assert messages == [
         "Connection pool ready",
         "Connection checkout started",
@@ -177,7 +178,7 @@ def test_pool_logs_cmap_messages_only_at_debug(caplog: pytest.LogCaptureFixture)
         "Connection checked in",
     ]
     record = caplog.records[4]
-    assert record.cmap["driverConnectionId"] == 1 and "durationMS" in record.cmap
+    assert record.cmap["driverConnectionId"] == 1 and "durationMS" in record.cmap  # type: ignore[attr-defined]
     pool.close()
 
 
@@ -185,11 +186,12 @@ def _probe(connection: Any) -> None:  # pragma: no cover - never called
     pass
 
 
+# (the ignores below: wrong types on purpose)
 @pytest.mark.parametrize(
     ("make", "error", "words"),
     [
         (lambda: poolkit.KeepAlive(0, _probe), ValueError, "KeepAlive.interval must be > 0"),
-        (lambda: poolkit.KeepAlive(1, "ping"), TypeError, "KeepAlive.probe must be a function"),
+        (lambda: poolkit.KeepAlive(1, "ping"), TypeError, "KeepAlive.probe must be a function"),  # type: ignore[arg-type]
         (lambda: poolkit.KeepAlive(1, _probe, timeout=-1), ValueError, "KeepAlive.timeout"),
         (lambda: poolkit.Backoff(base=0), ValueError, "Backoff.base must be > 0"),
         (lambda: poolkit.Backoff(factor=0.5), ValueError, "Backoff.factor must be"),
@@ -200,9 +202,9 @@ def _probe(connection: Any) -> None:  # pragma: no cover - never called
             ValueError,
             "Backoff.circuit_breaker_after",
         ),
-        (lambda: poolkit.PoolOptions(keep_alive=5), TypeError, "PoolOptions.keep_alive must be"),
+        (lambda: poolkit.PoolOptions(keep_alive=5), TypeError, "PoolOptions.keep_alive must be"),  # type: ignore[arg-type]
         (
-            lambda: poolkit.PoolOptions(connect_retry=True),
+            lambda: poolkit.PoolOptions(connect_retry=True),  # type: ignore[arg-type]
             TypeError,
             "PoolOptions.connect_retry must be",
         ),
@@ -300,20 +302,21 @@ def test_a_huge_background_interval_is_never() -> None:
     assert poolkit.PoolOptions(background_interval=10**400).background_interval == math.inf
 
 
+# (the ignores below: wrong types on purpose)
 @pytest.mark.parametrize(
     ("make", "error", "words"),
     [
         (lambda: poolkit.KeepAlive(math.inf, _probe), ValueError, "KeepAlive.interval must be"),
-        (lambda: poolkit.KeepAlive(None, _probe), TypeError, "KeepAlive.interval must be"),
+        (lambda: poolkit.KeepAlive(None, _probe), TypeError, "KeepAlive.interval must be"),  # type: ignore[arg-type]
         (lambda: poolkit.KeepAlive(math.nan, _probe), ValueError, "KeepAlive.interval must be"),
         (lambda: poolkit.KeepAlive(True, _probe), TypeError, "KeepAlive.interval must be"),
         (lambda: poolkit.KeepAlive(1, _probe, timeout=math.inf), ValueError, "KeepAlive.timeout"),
         (lambda: poolkit.Backoff(base=math.inf), ValueError, "Backoff.base must be"),
         (lambda: poolkit.Backoff(max_delay=math.inf), ValueError, "Backoff.max_delay must be"),
-        (lambda: poolkit.Backoff(max_delay=None), TypeError, "Backoff.max_delay must be"),
+        (lambda: poolkit.Backoff(max_delay=None), TypeError, "Backoff.max_delay must be"),  # type: ignore[arg-type]
         (lambda: poolkit.Backoff(factor=10**400), ValueError, "Backoff.factor must be"),
         (lambda: poolkit.Backoff(factor=math.nan), ValueError, "Backoff.factor must be"),
-        (lambda: poolkit.Backoff(base="1", max_delay=0.5), TypeError, "Backoff.base must be"),
+        (lambda: poolkit.Backoff(base="1", max_delay=0.5), TypeError, "Backoff.base must be"),  # type: ignore[arg-type]
         (
             lambda: poolkit.Backoff(circuit_breaker_after=math.inf),
             ValueError,
@@ -329,7 +332,8 @@ def test_health_options_name_option_and_rule_for_every_value(
     assert type(info.value) is error and words in str(info.value)
 
 
-_DURATIONS: list[tuple[str, Callable[[object], object]]] = [
+#: each is called with any value, bad ones (None, inf) included
+_DURATIONS: list[tuple[str, Callable[[Any], object]]] = [
     *(
         (f"PoolOptions.{name}", lambda v, name=name: poolkit.PoolOptions(**{name: v}))
         for name in (
@@ -350,7 +354,7 @@ _DURATIONS: list[tuple[str, Callable[[object], object]]] = [
 
 @pytest.mark.parametrize(("name", "make"), _DURATIONS, ids=[n for n, _ in _DURATIONS])
 def test_an_infinite_duration_is_refused_by_a_rule_that_holds(
-    name: str, make: Callable[[object], object]
+    name: str, make: Callable[[Any], object]
 ) -> None:
     """Each message that rejects ``inf`` states the rule: finite seconds, and None only where
     None is accepted."""

@@ -7,7 +7,8 @@ import os
 import sys
 import threading
 import warnings
-from typing import Any
+from collections.abc import Coroutine
+from typing import Any, cast
 
 import pytest
 
@@ -31,7 +32,7 @@ def pool_of(
         made.append(conn)
         return conn
 
-    pool = poolkit.Pool(
+    pool: poolkit.Pool[Conn] = poolkit.Pool(
         connect,
         address="db:1",
         options=poolkit.PoolOptions(**kw),
@@ -124,7 +125,8 @@ def test_timeout_at_the_fake_deadline() -> None:
     assert not waiter.done and pool.stats().waiting == 1
     clock.advance(0.001)
     clock.settle()
-    assert waiter.done and isinstance(waiter.error, poolkit.WaitQueueTimeoutError)
+    # (the cast: mypy keeps `waiter.done` narrowed to False by the assert above)
+    assert cast(bool, waiter.done) and isinstance(waiter.error, poolkit.WaitQueueTimeoutError)
     assert waiter.error.waited == pytest.approx(2.0)
     failed = [e for e in events if isinstance(e, ev.ConnectionCheckOutFailedEvent)]
     assert failed[0].duration == pytest.approx(2.0)
@@ -141,7 +143,7 @@ def test_fifo_hand_off_across_threads() -> None:
     for _ in range(5):
         waiters.append(Outcome(clock, pool))
         clock.settle()
-    order = []
+    order: list[Outcome] = []
     lease = held
     for w in waiters:
         lease.release()
@@ -160,7 +162,8 @@ def test_connect_error_fails_the_checkout_with_that_error() -> None:
     def connect(ctx: poolkit.ConnectContext) -> Conn:
         raise boom
 
-    with poolkit.Pool(connect, address="db:1") as pool:
+    pool: poolkit.Pool[Conn] = poolkit.Pool(connect, address="db:1")
+    with pool:
         with pytest.raises(ConnectionRefusedError) as info:
             pool.checkout()
         assert info.value is boom
@@ -179,7 +182,7 @@ def test_hanging_connect_abandoned_then_closed_when_it_returns() -> None:
         made.append(conn)
         return conn
 
-    pool = poolkit.Pool(
+    pool: poolkit.Pool[Conn] = poolkit.Pool(
         connect, address="db:1", options=poolkit.PoolOptions(connect_timeout=5), clock=clock
     )
     pool.ready()
@@ -204,7 +207,7 @@ def test_background_run_refills_min_size_after_connect_failure() -> None:
             raise OSError("down")
         return Conn(ctx.connection_id)
 
-    pool = poolkit.Pool(
+    pool: poolkit.Pool[Conn] = poolkit.Pool(
         connect,
         address="db:1",
         options=poolkit.PoolOptions(min_size=1, background_interval=10),
@@ -227,7 +230,7 @@ def test_listener_sees_events_in_core_order_from_many_threads() -> None:
         with lock:
             events.append(event)
 
-    pool = poolkit.Pool(
+    pool: poolkit.Pool[Conn] = poolkit.Pool(
         lambda ctx: Conn(ctx.connection_id),
         address="db:1",
         options=poolkit.PoolOptions(max_size=3),
@@ -290,9 +293,9 @@ def test_fork_child_resets_without_closing_parent_connections() -> None:
 
 def test_bad_constructor_arguments_name_the_argument() -> None:
     with pytest.raises(TypeError, match="options"):
-        poolkit.Pool(lambda ctx: None, options=3)  # type: ignore[arg-type]
+        poolkit.Pool(lambda ctx: None, options=3)  # type: ignore[call-overload]
     with pytest.raises(TypeError, match="connect"):
-        poolkit.Pool("nope")  # type: ignore[arg-type]
+        poolkit.Pool("nope")  # type: ignore[call-overload]
 
 
 def test_closed_pool_refuses_checkout() -> None:
@@ -321,7 +324,7 @@ def test_checkin_gets_the_real_time() -> None:
         return Conn(ctx.connection_id)
 
     options = poolkit.PoolOptions(max_size=1, connect_timeout=5)
-    pool = poolkit.Pool(connect, address="db:1", options=options, clock=clock)
+    pool: poolkit.Pool[Conn] = poolkit.Pool(connect, address="db:1", options=options, clock=clock)
     pool.ready()
     lease = pool.checkout()
     pool.clear()
@@ -339,7 +342,8 @@ def test_checkin_gets_the_real_time() -> None:
 
 
 def test_invalid_timeout_fails_even_with_a_connection_available() -> None:
-    pool = poolkit.Pool(lambda ctx: Conn(ctx.connection_id), address="db:1")  # unobserved
+    # unobserved
+    pool: poolkit.Pool[Conn] = poolkit.Pool(lambda ctx: Conn(ctx.connection_id), address="db:1")
     with pool:
         pool.checkout().release()
         before = pool.stats()
@@ -369,7 +373,10 @@ def test_a_connect_object_returning_a_coroutine_fails_the_checkout_clearly() -> 
             return Conn(ctx.connection_id)
 
     clock = FakeClock()
-    pool = poolkit.Pool(AsyncConnect(), address="db:1", clock=clock)
+    # (what the connect returns, on purpose: a coroutine)
+    pool: poolkit.Pool[Coroutine[Any, Any, Conn]] = poolkit.Pool(
+        AsyncConnect(), address="db:1", clock=clock
+    )
     with pool:
         with pytest.raises(TypeError, match="returned an awaitable"):
             pool.checkout()

@@ -21,7 +21,7 @@ from .errors import (
     WaitQueueTimeoutError,
 )
 from .events import PoolListener
-from .options import Backoff, KeepAlive, PoolOptions
+from .options import Backoff, Hooks, KeepAlive, PoolOptions
 from .stats import PoolState, PoolStats
 from .threaded import Pool
 
@@ -34,6 +34,7 @@ __all__ = [
     "ConnectContext",
     "ConnectTimeoutError",
     "Established",
+    "Hooks",
     "InvalidLeaseError",
     "KeepAlive",
     "KeepAliveTimeoutError",

@@ -23,14 +23,12 @@ from datetime import timedelta
 from typing import Any, Generic, Protocol, TypeVar, final
 
 from . import log as _log
-from ._core.actions import CloseConnection, CompleteRequest, StartConnect, StartKeepAlive
-from ._core.records import ConnState
-from .errors import InvalidLeaseError, PoolClearedError
+from ._core.records import Conn
+from .errors import InvalidLeaseError
 from .events import Listener, PoolEvent, deliver
 from .stats import PoolState
 
 C = TypeVar("C")
-_S_CLOSED = ConnState.CLOSED
 _POOL_CLOSED = PoolState.CLOSED
 
 __all__ = ["Clock", "ConnectContext", "Established", "Lease"]
@@ -153,7 +151,7 @@ class Lease(Generic[C]):
 
     __slots__ = ("_conn", "_pool")
 
-    def __init__(self, conn: Any, pool: _LeaseOwner) -> None:
+    def __init__(self, conn: Conn, pool: _LeaseOwner) -> None:
         self._conn = conn
         #: the pool while the lease is out; the pool's ``Returned`` marker once given back
         self._pool: _LeaseOwner | Returned = pool
@@ -169,15 +167,15 @@ class Lease(Generic[C]):
                 reason="already returned",
                 lease=self,
             )
-        return self._conn.connection  # type: ignore[no-any-return]
+        return self._conn.connection  # type: ignore[no-any-return]  # (the core keeps Any)
 
     @property
     def connection_id(self) -> int:
-        return self._conn.id  # type: ignore[no-any-return]
+        return self._conn.id
 
     @property
     def generation(self) -> int:
-        return self._conn.generation  # type: ignore[no-any-return]
+        return self._conn.generation
 
     @property
     def service_id(self) -> Any:
@@ -270,17 +268,6 @@ def check_lease(lease: Any, call: str) -> None:
         raise TypeError(f"{call} takes a Lease (from checkout()), got {lease!r}")
 
 
-def lease_for(pool: Any, conn: Any) -> Any:
-    """``pool``'s lease on ``conn``, just handed to a waiter (outside any lock). If a
-    ``clear(interrupt_in_use=True)`` closed it before the waiter resumed, it is given back and
-    the checkout fails with the retryable ``PoolClearedError``: a closed connection is never
-    returned."""
-    if conn.state is _S_CLOSED:
-        pool._give_back(conn)
-        raise PoolClearedError(address=pool.address, interrupted=True)
-    return pool._make_lease(conn)
-
-
 def listener_tuple(listeners: Iterable[Listener]) -> tuple[Listener, ...]:
     out = tuple(listeners)
     for listener in out:
@@ -315,7 +302,10 @@ class EventSink:
         return self._listeners
 
     def observed(self) -> bool:
-        return bool(self._listeners) or _log.enabled()
+        """Whether anyone observes the pool now: a listener, or DEBUG logging on. The pools ask
+        only here (``PoolBase._input``); their fast paths run only where the cheaper test
+        ``_quick and log.cached_level(10) is False`` already proves the answer false."""
+        return bool(self._listeners) or (_log.cached_level(10) is not False and _log.enabled())
 
     def push(self, events: list[PoolEvent]) -> None:
         self._queue.extend(events)
@@ -393,46 +383,6 @@ def checkout_stack() -> str:
     out (for leak reports)."""
     frames = [f for f in traceback.extract_stack() if not f.filename.startswith(_PACKAGE_DIR)]
     return "".join(traceback.format_list(frames))
-
-
-def carry_out(
-    pool: Any, actions: list[Any], wake: Callable[[Any], Any]
-) -> list[tuple[Any, BaseException]] | None:
-    """Do what the core asked, in order, outside the pool's lock: ``wake(owner)`` for a
-    completed request, the pool's own ``_start_connect``, ``_close_connection`` and
-    ``_start_keep_alive`` for the others.
-
-    Returns the connects and probes that could not even start (no thread, no loop), each with
-    its error, for the caller to report to the core (``report_unstarted``): the core counts
-    them as running until it is told."""
-    unstarted: list[tuple[Any, BaseException]] | None = None
-    for action in actions:
-        kind = type(action)
-        if kind is CompleteRequest:
-            wake(action.request.owner)
-        elif kind is CloseConnection:
-            pool._close_connection(action.conn, action.connection, action.pending)
-        elif kind is StartConnect or kind is StartKeepAlive:
-            try:
-                if kind is StartConnect:
-                    pool._start_connect(action.conn)
-                else:
-                    pool._start_keep_alive(action.conn)
-            except Exception as exc:
-                if unstarted is None:
-                    unstarted = []
-                unstarted.append((action, exc))
-    return unstarted
-
-
-def report_unstarted(core: Any, unstarted: list[tuple[Any, BaseException]], now: float) -> None:
-    """Tell the core (under the front end's lock) that these connects and probes failed: they
-    could not start."""
-    for action, error in unstarted:
-        if type(action) is StartConnect:
-            core.connect_failed(action.conn, now, error)
-        else:
-            core.keep_alive_done(action.conn, now, error)
 
 
 def call_close(connection: Any, *, prefer_aclose: bool = False) -> Any:

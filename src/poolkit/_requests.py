@@ -9,7 +9,8 @@ Rules of this module
   not block.
 * The front ends keep the waiting requests by id (``RequestBook``) so that ``cancel_request`` can
   find them; an id may be reused once its request has completed. The book changes only under
-  the front end's lock, which it is given (a completion takes it to strike its entry).
+  the front end's lock, which it is given (a completion takes it to strike its entry);
+  ``AsyncPool``'s is no lock at all, since it runs on one thread.
 * The same core paths as the awaitable checkout: one core ``Request`` per request object, owned by
   it; nothing here decides anything.
 """

@@ -1,30 +1,34 @@
-"""What the threaded pool does outside its lock: it carries out the core's actions (connects,
-closes, keep-alive probes, wake-ups) on threads of its own, and runs its timer thread. These are
-methods of :class:`~poolkit.Pool` (bound there by name), kept in a module of their own.
+"""How ``Pool`` runs what the core decides: connects, keep-alive probes and closes on threads, a
+timer thread for the core's earliest deadline, and the blocking waits of checkouts.
 
 Rules of this module
 --------------------
-* Decide under the lock, act outside it: a function here takes the pool's lock only to feed the
-  core a result and take its output, and does every call into user code (connect, probe,
-  close, listeners, wake-ups) with the lock released.
+* One lock guards the core (``_base``'s rules): a method here takes it only to feed the core a
+  result and take its output, and calls user code (connect, probe, close) with it released.
+* Each connect and probe runs on a thread of its own. The core keeps the connects in flight
+  within ``max_connecting``; a connect it abandoned (its timeout, a clear, close) keeps its
+  thread until the connect function returns, and counts against the limits until then.
+* One timer thread per pool, started on first need, sleeps until the core's earliest deadline.
+  A clock with ``call_at`` (the test clock) replaces it, and a clock with ``start_thread`` and
+  ``new_signal`` also runs the worker threads and the blocking waits.
 """
 
 from __future__ import annotations
 
 import inspect
 import logging
-import operator
 import threading
+from _thread import allocate_lock as _allocate_lock
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypeVar
 
-from ._core import Action, Conn
-from ._frontend import ConnectContext, call_close, carry_out, report_unstarted, unwrap
+from ._base import PoolBase
+from ._core import Conn, PoolCore
+from ._frontend import ConnectContext, call_close, unwrap
+from .options import PoolOptions
 from .stats import PoolState
 
-if TYPE_CHECKING:
-    from .threaded import Pool
-
+C = TypeVar("C")
 _log = logging.getLogger("poolkit.pool")
 #: the longest single wait of the timer thread: any deadline further away is waited for in steps
 _MAX_WAIT = min(threading.TIMEOUT_MAX, 86400.0)
@@ -45,156 +49,186 @@ def _start_daemon(target: Callable[[], None], name: str) -> None:
     threading.Thread(target=target, name=name, daemon=True).start()
 
 
-def _take_locked(self: Pool[Any]) -> list[Action]:
-    """Under the lock: take the core's output, queue its events, re-arm the timer."""
-    core = self._core
-    actions, events = core.take()
-    if events:
-        self._sink.push(events)
-    if core.timers.dirty:
-        self._rearm_locked()
-    return actions
+def _lock_signal() -> tuple[Callable[[], Any], Callable[[], Any]]:
+    """A one-shot wake-up as ``(wait, wake)``: a lock taken at birth that ``wake`` releases."""
+    lock = _allocate_lock()
+    lock.acquire()
+    return lock.acquire, lock.release
 
 
-def _carry_out(self: Pool[Any], actions: list[Action]) -> None:
-    """Outside the lock: do what the core asked (a waiter's wake-up is its owner, called),
-    then deliver the events."""
-    while actions:
-        unstarted = carry_out(self, actions, operator.call)
-        if not unstarted:
-            break
-        # a connect or probe whose thread could not start: the core learns it failed
-        with self._lock:
-            core = self._core
-            core.observed = self._sink.observed()
-            report_unstarted(core, unstarted, self._time())
-            actions = self._take_locked()
-    self._sink.flush()
+class ThreadIO(PoolBase[C]):
+    """``Pool`` less its public checkout and close: threads, the timer, the blocking waits."""
 
+    _CONNECT_KIND = "a function"
 
-def _start_connect(self: Pool[Any], conn: Conn) -> None:
-    ctx = ConnectContext(conn.id, self._connect_address, self, conn.generation)
-    conn.handle = ctx
-    self._start_thread(lambda: self._run_connect(conn, ctx), f"poolkit-connect-{conn.id}")
+    @staticmethod
+    def _wake(owner: Any) -> None:
+        """A waiter's owner is its wake-up (a lock's release, a request object's completion)."""
+        owner()
 
+    _lock: threading.Lock
 
-def _run_connect(self: Pool[Any], conn: Conn, ctx: ConnectContext) -> None:
-    try:
-        result = _not_awaitable(
-            self._connect(ctx),
-            "Pool's connect function returned an awaitable ({!r}), not a connection: an async "
-            "connect needs poolkit.AsyncPool",
+    def _init_io(self) -> None:
+        """After ``PoolBase.__init__``: the threads and waits (the clock's, if it runs them)."""
+        clock = self._clock
+        self._start_thread: Callable[[Callable[[], None], str], Any] = getattr(
+            clock, "start_thread", _start_daemon
         )
-    except BaseException as exc:
-        with self._lock:
-            core = self._core
-            core.observed = self._sink.observed()
-            core.connect_failed(conn, self._time(), exc)
-            actions = self._take_locked()
-        self._carry_out(actions)
-        if not isinstance(exc, Exception):
-            raise
-        return
-    connection, max_streams, service_id = unwrap(result)
-    with self._lock:
-        core = self._core
-        core.observed = self._sink.observed()
-        core.connected(conn, self._time(), connection, service_id, max_streams)
-        actions = self._take_locked()
-    self._carry_out(actions)
-
-
-def _start_keep_alive(self: Pool[Any], conn: Conn) -> None:
-    self._start_thread(lambda: self._run_keep_alive(conn), f"poolkit-keep-alive-{conn.id}")
-
-
-def _run_keep_alive(self: Pool[Any], conn: Conn) -> None:
-    keep_alive = self.options.keep_alive
-    assert keep_alive is not None
-    error: BaseException | None = None
-    try:
-        _not_awaitable(
-            keep_alive.probe(conn.connection),
-            "KeepAlive.probe returned an awaitable ({!r}): Pool needs a plain function",
+        self._fake_signals = hasattr(clock, "new_signal")
+        self._new_signal: Callable[[], tuple[Callable[[], Any], Callable[[], Any]]] = (
+            self._clock_signal if self._fake_signals else _lock_signal
         )
-    except BaseException as exc:
-        error = exc
-    with self._lock:
-        core = self._core
-        core.observed = self._sink.observed()
-        core.keep_alive_done(conn, self._time(), error)
-        actions = self._take_locked()
-    self._carry_out(actions)
-    if error is not None and not isinstance(error, Exception):
-        raise error
+        self._timer_cv = threading.Condition(self._lock)
+        self._timer_thread = False
 
+    def _clock_signal(self) -> tuple[Callable[[], Any], Callable[[], Any]]:
+        signal = self._clock.new_signal()  # type: ignore[union-attr]
+        return signal.wait, signal.set
 
-def _close_connection(self: Pool[Any], conn: Conn, connection: Any, pending: bool) -> None:
-    if pending:
-        ctx: ConnectContext | None = conn.handle
-        if ctx is not None:
-            ctx._cancelled = True
-        return
-    try:
-        call_close(connection)
-    except Exception:
-        _log.exception("closing connection %d of %s raised", conn.id, self.address)
+    def _check_connect(self, connect: Callable[..., Any]) -> None:
+        if inspect.iscoroutinefunction(connect):
+            raise TypeError(
+                f"Pool(connect=...) must be a plain function (Pool runs on threads), got the "
+                f"async function {connect!r}: use poolkit.AsyncPool for it"
+            )
 
+    def _check_options(self, options: PoolOptions) -> None:
+        functions = {} if options.hooks is None else options.hooks.functions()
+        if options.keep_alive is not None:
+            functions["keep_alive.probe"] = options.keep_alive.probe
+        for name, function in functions.items():
+            if inspect.iscoroutinefunction(function):
+                what = name if "." in name else f"hooks.{name}"
+                raise TypeError(
+                    f"PoolOptions.{what} must be a plain function for Pool, got the async "
+                    f"function {function!r}"
+                )
 
-def _rearm_locked(self: Pool[Any]) -> None:
-    when = self._core.next_deadline()
-    if when == self._timer_at:
-        return
-    self._timer_at = when
-    if self._call_at is not None:
-        if self._timer_handle is not None:
-            self._timer_handle.cancel()
-        self._timer_handle = None if when is None else self._call_at(when, self._on_timer)
-        return
-    if when is None:
-        return
-    if not self._timer_thread:
-        self._timer_thread = True
-        _start_daemon(self._timer_loop, f"poolkit-timer-{self.address}")
-    self._timer_cv.notify()
+    # ------------------------------------------------------------------ connects and probes
 
+    def _start_connect(self, conn: Conn) -> None:
+        ctx = ConnectContext(conn.id, self._connect_address, self, conn.generation)
+        conn.handle = ctx
+        self._start_thread(lambda: self._run_connect(conn, ctx), f"poolkit-connect-{conn.id}")
 
-def _timer_loop(self: Pool[Any]) -> None:
-    cv = self._timer_cv
-    while True:
-        with cv:
-            while True:
-                if self._core.state is PoolState.CLOSED:
-                    self._timer_thread = False
-                    return
-                at = self._timer_at
-                if at is None:
-                    cv.wait()
-                    continue
-                delay = at - self._time()
-                if delay <= 0:
-                    break
-                cv.wait(min(delay, _MAX_WAIT))  # (a deadline past what the platform can wait)
+    def _run_connect(self, conn: Conn, ctx: ConnectContext) -> None:
         try:
-            self._on_timer()
-        except Exception:  # a bug: logged, and the timer goes on (no deadline may be lost)
-            _log.exception("the timer of pool %s raised", self.address)
+            result = _not_awaitable(
+                self._connect(ctx),
+                "Pool's connect function returned an awaitable ({!r}), not a connection: an "
+                "async connect needs poolkit.AsyncPool",
+            )
+            if self._configure is not None:
+                self._configured(result)
+        except BaseException as exc:
+            self._connect_over(conn, None, exc)
+            return
+        self._connect_over(conn, result)
 
+    def _configured(self, result: Any) -> None:
+        """``hooks.configure`` on a new connection; if it fails, the connection is closed before
+        the error goes on: the connect failed."""
+        connection = unwrap(result)[0]
+        try:
+            assert self._configure is not None
+            _not_awaitable(
+                self._configure(connection),
+                "Hooks.configure returned an awaitable ({!r}): Pool needs a plain function",
+            )
+        except BaseException:
+            try:
+                call_close(connection)
+            except Exception:
+                _log.exception("closing connection of %s after configure failed", self.address)
+            raise
 
-def _on_timer(self: Pool[Any]) -> None:
-    with self._lock:
-        armed = self._timer_at
-        self._timer_at = None
-        self._timer_handle = None
-        now = self._time()
-        if armed is not None and now < armed:
-            now = armed
-        core = self._core
-        core.observed = self._sink.observed()
-        orphans = self._orphans
-        while orphans:  # watched leases garbage-collected while out
-            core.lease_collected(orphans.popleft(), now)
-        core.fire_timers(now)
-        core.timers.dirty = True
-        actions = self._take_locked()
-    self._carry_out(actions)
+    def _start_keep_alive(self, conn: Conn) -> None:
+        self._start_thread(lambda: self._run_keep_alive(conn), f"poolkit-keep-alive-{conn.id}")
+
+    def _run_keep_alive(self, conn: Conn) -> None:
+        keep_alive = self.options.keep_alive
+        assert keep_alive is not None
+        error: BaseException | None = None
+        try:
+            _not_awaitable(
+                keep_alive.probe(conn.connection),
+                "KeepAlive.probe returned an awaitable ({!r}): Pool needs a plain function",
+            )
+        except BaseException as exc:
+            error = exc
+        self._probe_ended(conn, error)
+        if error is not None and not isinstance(error, Exception):
+            raise error
+
+    def _close_connection(self, conn: Conn, connection: Any, pending: bool) -> None:
+        if pending:
+            ctx: ConnectContext | None = conn.handle
+            if ctx is not None:
+                ctx._cancelled = True  # the connect function may poll it; its thread runs on
+            return
+        try:
+            call_close(connection)
+        except Exception:
+            _log.exception("closing connection %d of %s raised", conn.id, self.address)
+
+    # ------------------------------------------------------------------ the timer
+
+    def _rearm_locked(self) -> None:
+        when = self._core.next_deadline()
+        if when == self._timer_at:
+            return
+        self._timer_at = when
+        if self._call_at is not None:
+            if self._timer_handle is not None:
+                self._timer_handle.cancel()
+            self._timer_handle = None if when is None else self._call_at(when, self._on_timer)
+            return
+        if when is None:
+            return
+        if not self._timer_thread:
+            self._timer_thread = True
+            _start_daemon(self._timer_loop, f"poolkit-timer-{self.address}")
+        self._timer_cv.notify()
+
+    def _timer_loop(self) -> None:
+        cv = self._timer_cv
+        while True:
+            with cv:
+                while True:
+                    if self._core.state is PoolState.CLOSED:
+                        self._timer_thread = False
+                        return
+                    at = self._timer_at
+                    if at is None:
+                        cv.wait()
+                        continue
+                    delay = at - self._time()
+                    if delay <= 0:
+                        break
+                    cv.wait(min(delay, _MAX_WAIT))  # (a deadline past what the platform can wait)
+            try:
+                self._on_timer()
+            except Exception:  # a bug: logged, and the timer goes on (no deadline may be lost)
+                _log.exception("the timer of pool %s raised", self.address)
+
+    def _close_step(self, core: PoolCore, now: float) -> None:
+        """``close``'s input: the core closes; the timer thread wakes to end."""
+        core.close(now)
+        self._timer_cv.notify_all()
+
+    # ------------------------------------------------------------------ leases lost, fork
+
+    def _reap_soon(self) -> None:
+        """``_reap`` from wherever a lease was collected (a closed pool has no next step to do
+        it): at once if the lock is free, else on a thread of its own (the collection may have
+        happened inside this thread's locked section)."""
+        if self._lock.acquire(blocking=False):
+            self._lock.release()
+            self._reap()
+        else:
+            self._start_thread(self._reap, "poolkit-reap")
+
+    def _reset_io_after_fork(self) -> None:
+        self._lock = threading.Lock()
+        self._timer_cv = threading.Condition(self._lock)
+        self._timer_thread = False

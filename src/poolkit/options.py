@@ -11,9 +11,9 @@ import dataclasses
 import math
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-__all__ = ["Backoff", "KeepAlive", "PoolOptions"]
+__all__ = ["Backoff", "Hooks", "KeepAlive", "PoolOptions"]
 
 Seconds = float | int | timedelta
 
@@ -93,6 +93,12 @@ class KeepAlive:
     probe: Callable[[Any], Any]
     timeout: float | None = None
 
+    if TYPE_CHECKING:  # what the constructor takes (durations also as timedelta; read as float)
+
+        def __init__(
+            self, interval: Seconds, probe: Callable[[Any], Any], timeout: Seconds | None = None
+        ) -> None: ...
+
     def __post_init__(self) -> None:
         seconds = _finite_seconds("KeepAlive", self)
         object.__setattr__(self, "interval", seconds("interval", none=False, zero=False))
@@ -123,6 +129,18 @@ class Backoff:
     max_delay: float = 60.0
     jitter: float = 0.03
     circuit_breaker_after: float | None = 30.0
+
+    if TYPE_CHECKING:  # what the constructor takes (durations also as timedelta; read as float)
+
+        def __init__(
+            self,
+            *,
+            base: Seconds = 0.1,
+            factor: float = 1.25,
+            max_delay: Seconds = 60.0,
+            jitter: float = 0.03,
+            circuit_breaker_after: Seconds | None = 30.0,
+        ) -> None: ...
 
     def __post_init__(self) -> None:
         seconds = _finite_seconds("Backoff", self)
@@ -158,6 +176,68 @@ class Backoff:
         except OverflowError:
             raw = self.max_delay
         return min(raw, self.max_delay) * (1.0 + self.jitter * (2.0 * rand - 1.0))
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Hooks:
+    """What the pool runs on a connection on its way in and out: ``PoolOptions(hooks=Hooks(...))``.
+
+    Each hook takes the connection (what the connect function returned): an async function for
+    :class:`~poolkit.AsyncPool`, a plain one for :class:`~poolkit.Pool`. The pool runs them
+    outside its lock; the core decides when, like every other input.
+
+    * ``configure(conn)``: once after a connect, before the connection's first use (session
+      settings, prepared statements). It runs as part of the connect (inside
+      ``connect_timeout``); if it raises, the connect failed and the connection is closed.
+    * ``check(conn)``: before a connection is handed out, when it has sat available for at least
+      ``check_after`` seconds (``0``: before every hand-out; a pre-ping). If it raises (or takes
+      longer than ``timeout``), that connection is closed (reason ``"error"``) and the checkout
+      goes on with another, or a new one, within its own deadline: the caller never sees it.
+    * ``reset(conn)``: on check-in, before the connection is available again (roll back, reset
+      the session). If it raises (or takes longer than ``timeout``), the connection is closed.
+      A connection being reset is neither available nor counted in use.
+    * ``is_broken(conn, error)``: asked (a plain function for both pools) when the block of
+      ``pool.connection()`` raised ``error``; true: the connection is discarded instead of
+      released.
+    * ``timeout``: seconds a ``check`` or ``reset`` may take; ``None`` for no limit.
+    """
+
+    configure: Callable[[Any], Any] | None = None
+    check: Callable[[Any], Any] | None = None
+    check_after: float = 0.0
+    reset: Callable[[Any], Any] | None = None
+    is_broken: Callable[[Any, BaseException], Any] | None = None
+    timeout: float | None = 30.0
+
+    if TYPE_CHECKING:  # what the constructor takes (durations also as timedelta; read as float)
+
+        def __init__(
+            self,
+            *,
+            configure: Callable[[Any], Any] | None = None,
+            check: Callable[[Any], Any] | None = None,
+            check_after: Seconds = 0.0,
+            reset: Callable[[Any], Any] | None = None,
+            is_broken: Callable[[Any, BaseException], Any] | None = None,
+            timeout: Seconds | None = 30.0,
+        ) -> None: ...
+
+    def __post_init__(self) -> None:
+        seconds = _finite_seconds("Hooks", self)
+        object.__setattr__(self, "check_after", seconds("check_after", none=False, zero=True))
+        object.__setattr__(self, "timeout", seconds("timeout", none=True, zero=False))
+        for name in ("configure", "check", "reset", "is_broken"):
+            hook = getattr(self, name)
+            if hook is not None and not callable(hook):
+                raise TypeError(
+                    f"Hooks.{name} must be a function of the connection or None, not "
+                    f"{type(hook).__name__}"
+                )
+
+    def functions(self) -> dict[str, Callable[..., Any]]:
+        """The hooks that are set, by name."""
+        names = ("configure", "check", "reset", "is_broken")
+        return {name: getattr(self, name) for name in names if getattr(self, name) is not None}
 
 
 def _count(name: str, value: object, minimum: int) -> int:
@@ -210,6 +290,8 @@ class PoolOptions:
       (watching records a stack at each checkout and turns the fast paths off: a diagnostic
       setting). Watched or not, a lease garbage-collected while out is reported and its
       connection closed, never lost.
+    * ``hooks``: a :class:`Hooks` (configure after connect, check before hand-out, reset on
+      check-in, is_broken after an error); ``None``: connections go in and out as they are.
     """
 
     max_size: int = 100
@@ -227,6 +309,30 @@ class PoolOptions:
     keep_alive: KeepAlive | None = None
     connect_retry: Backoff | None = None
     leak_timeout: float | None = None
+    hooks: Hooks | None = None
+
+    if TYPE_CHECKING:  # what the constructor takes (durations also as timedelta; read as float)
+
+        def __init__(
+            self,
+            *,
+            max_size: int = 100,
+            min_size: int = 0,
+            max_idle_time: Seconds | None = None,
+            max_connecting: int = 2,
+            wait_queue_timeout: Seconds | None = None,
+            background_interval: Seconds = 1.0,
+            connect_timeout: Seconds | None = 30.0,
+            load_balanced: bool = False,
+            soft_max_size: int | None = None,
+            max_lifetime: Seconds | None = None,
+            max_lifetime_jitter: float = 0.1,
+            max_waiting: int = 0,
+            keep_alive: KeepAlive | None = None,
+            connect_retry: Backoff | None = None,
+            leak_timeout: Seconds | None = None,
+            hooks: Hooks | None = None,
+        ) -> None: ...
 
     def __post_init__(self) -> None:
         setattr_ = object.__setattr__
@@ -253,6 +359,11 @@ class PoolOptions:
             raise TypeError(
                 "PoolOptions.keep_alive must be a poolkit.KeepAlive or None, not "
                 f"{type(self.keep_alive).__name__}"
+            )
+        if self.hooks is not None and not isinstance(self.hooks, Hooks):
+            raise TypeError(
+                "PoolOptions.hooks must be a poolkit.Hooks or None, not "
+                f"{type(self.hooks).__name__}"
             )
         if self.connect_retry is not None and not isinstance(self.connect_retry, Backoff):
             raise TypeError(
@@ -324,4 +435,4 @@ _CMAP_NAMES: Final[dict[str, tuple[str, bool]]] = {
 
 _DEFAULTS: Final[dict[str, Any]] = {f.name: f.default for f in dataclasses.fields(PoolOptions)}
 
-PoolOptions.__module__ = KeepAlive.__module__ = Backoff.__module__ = "poolkit"
+PoolOptions.__module__ = KeepAlive.__module__ = Backoff.__module__ = Hooks.__module__ = "poolkit"

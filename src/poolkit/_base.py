@@ -1,0 +1,542 @@
+"""The public surface both pools share, written once: ``AsyncPool`` and ``Pool`` add only how they
+wait (a future or a lock), how they run I/O (tasks or threads: ``_asyncio_io``, ``_threaded_io``)
+and their check-out and check-in fast paths.
+
+Rules of this module
+--------------------
+* Every input reaches the core under the front end's lock (a real one in ``Pool``, none in
+  ``AsyncPool``: one thread) through ``_input``, the one place that tells the core whether anyone
+  observes it, and then its output is taken (``_take_locked``); the lock released, the actions
+  are carried out in the core's order and then the events delivered. ``_feed`` does all of that
+  for one step; the waiting checkouts inline it. The exceptions are the fast paths
+  (``lease_idle``, ``release_idle``, and ``note_wait`` for what they hand off), which build no
+  event and run only when nobody observes the pool.
+* No user code (connect, probe, close, listener, a request's ``complete``) runs under the lock.
+* A :class:`~poolkit.Lease` is valid for one check-in: its ``_pool`` is this pool while it is
+  out and turns into the pool's ``Returned`` marker, under the lock, when it is given back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Hashable, Iterable, Iterator
+from typing import Any, ClassVar, Generic, TypedDict, TypeVar
+
+from ._core import (
+    Action,
+    CloseConnection,
+    CompleteRequest,
+    Conn,
+    ConnState,
+    PoolCore,
+    Request,
+    RequestState,
+    StartConnect,
+    StartKeepAlive,
+)
+from ._core.records import Hold
+from ._frontend import (
+    Clock,
+    EventSink,
+    Lease,
+    Returned,
+    check_lease,
+    check_max_streams,
+    checkout_stack,
+    invalid_lease,
+    listener_tuple,
+    redact,
+    register_for_fork,
+    unwrap,
+)
+from ._requests import LeaseRequest, RequestBook, check_requests, deliver
+from .errors import InvalidLeaseError, PoolClearedError, RequestCancelledError
+from .events import Listener
+from .options import PoolOptions
+from .stats import PoolState, PoolStats
+
+C = TypeVar("C")
+T = TypeVar("T")
+_log = logging.getLogger("poolkit.pool")
+#: ``checkout(timeout=...)`` not given: ``options.wait_queue_timeout``
+DEFAULT: Any = object()
+_SERVED = RequestState.SERVED
+_S_CLOSED = ConnState.CLOSED
+#: ``_take_locked``'s answer when the core has no output (never appended to: nothing to carry out)
+NO_OUTPUT: list[Action] = []
+
+
+class PoolArguments(TypedDict, total=False):
+    """The keyword arguments of both pools, after ``connect`` (see :class:`PoolBase`)."""
+
+    address: str
+    options: PoolOptions | None
+    listeners: Iterable[Listener]
+    clock: Clock | None
+
+
+class PoolBase(Generic[C]):
+    """What ``AsyncPool`` and ``Pool`` share.
+
+    ``connect`` makes a connection (see each pool); ``address`` names the server in reprs, events,
+    logs and errors (a password in it is masked; the connect function sees it whole);
+    ``options`` a :class:`~poolkit.PoolOptions`; ``listeners`` callables taking each event;
+    ``clock`` a :class:`~poolkit.Clock` (tests: :class:`poolkit.testing.FakeClock`).
+    """
+
+    #: what ``connect`` must be, for the error that refuses another thing
+    _CONNECT_KIND: ClassVar[str]
+    #: the front end's lease classes: plain, and watched for leaks (``leak_timeout``)
+    _lease_class: ClassVar[type[Lease[Any]]]
+    _watched_class: ClassVar[Any]
+
+    def __init__(
+        self,
+        connect: Callable[..., Any],
+        lock: contextlib.AbstractContextManager[Any],
+        *,
+        address: str = "localhost",
+        options: PoolOptions | None = None,
+        listeners: Iterable[Listener] = (),
+        clock: Clock | None = None,
+    ) -> None:
+        name = type(self).__name__
+        if not callable(connect):
+            raise TypeError(f"{name}(connect=...) must be {self._CONNECT_KIND}, got {connect!r}")
+        self._check_connect(connect)
+        if options is None:
+            options = PoolOptions()
+        elif not isinstance(options, PoolOptions):
+            raise TypeError(
+                f"{name}(options=...) must be a PoolOptions, got {type(options).__name__}"
+            )
+        self._check_options(options)
+        if not isinstance(address, str) or not address:
+            raise ValueError(f"{name}(address=...) must be a non-empty string, got {address!r}")
+        self._connect = connect
+        #: the address shown (reprs, events, logs, errors): a password in it is masked
+        self.address = redact(address)
+        self._connect_address = address  #: the real one, only for the connect function
+        self.options = options
+        self._clock = clock
+        self._time: Callable[[], float] = clock.monotonic if clock is not None else time.monotonic
+        #: a clock's own timers (the test clock), in place of the loop's or a timer thread
+        self._call_at: Any = getattr(clock, "call_at", None)
+        self._timer_at: float | None = None  #: the deadline the timer is armed for
+        self._timer_handle: Any = None  #: the armed ``call_at`` timer, if any
+        self._sink = EventSink(listener_tuple(listeners))
+        self._listened = bool(self._sink.listeners)
+        #: whether the fast paths may run at all (no listener; leases not watched for leaks);
+        #: each one also checks that DEBUG logging is off (``log.cached_level(10) is False``)
+        self._quick = not self._listened and options.leak_timeout is None
+        #: leases garbage-collected while out, appended by their ``__del__``: the watch of a
+        #: watched one, the connection of another
+        self._orphans: deque[Hold | Conn] = deque()
+        #: waits ended by ``Pool``'s fast hand-offs, noted outside the lock (a deque append is
+        #: atomic) and added to the core's tally when the statistics are read
+        self._handoff_waits: deque[float] = deque()
+        self._returned = Returned(self)
+        self._lock = lock
+        self._book = RequestBook(lock)
+        self._core = PoolCore(options, self.address, observed=self._sink.observed())
+        self._clocked = self._core.clocked
+        #: ``hooks.configure``, run on each new connection as part of its connect
+        self._configure = None if options.hooks is None else options.hooks.configure
+        register_for_fork(self)
+
+    def _check_connect(self, connect: Callable[..., Any]) -> None:
+        """Refuse a connect function of the other front end's kind."""
+
+    def _check_options(self, options: PoolOptions) -> None:
+        """Refuse options the front end cannot run."""
+
+    # ------------------------------------------------------------------ feeding the core
+
+    def _input(self) -> PoolCore:
+        """The core, told whether anyone observes it now (a listener, or DEBUG logging): the one
+        place that decides it. Under the lock, before every input but the fast paths'."""
+        core = self._core
+        core.observed = self._sink.observed()
+        return core
+
+    def _feed(self, step: Callable[[PoolCore, float], T]) -> T:
+        """One input: ``step(core, now)`` under the lock, then its output carried out.
+
+        (A checkout that waits takes this path inlined, in each pool's ``checkout``: it is the
+        path of every checkout under contention, and the calls cost a tenth of its time.)"""
+        with self._lock:
+            result = step(self._input(), self._time())
+            actions = self._take_locked()
+        if actions is not NO_OUTPUT:
+            self._carry_out(actions)
+        return result
+
+    def _after_core(self) -> None:
+        """Carry out what a fast path left in the core (closes of perished connections...)."""
+        with self._lock:
+            actions = self._take_locked()
+        if actions is not NO_OUTPUT:
+            self._carry_out(actions)
+
+    def _take_locked(self) -> list[Action]:
+        """Under the lock: take the core's output, queue its events, re-arm the timer."""
+        core = self._core
+        if not (core.actions or core.events):
+            if core.timers.dirty:
+                self._rearm_locked()
+            return NO_OUTPUT
+        actions, events = core.take()
+        if events:
+            self._sink.push(events)
+        if core.timers.dirty:
+            self._rearm_locked()
+        return actions
+
+    def _carry_out(self, actions: list[Action]) -> None:
+        """Outside the lock: do what the core asked, in order; then deliver the events.
+
+        A connect or probe that could not even start (no thread, no loop) is reported to the
+        core as failed, which counts it as running until it is told."""
+        while actions:
+            unstarted: list[tuple[StartConnect | StartKeepAlive, Exception]] = []
+            for action in actions:
+                if type(action) is CompleteRequest:
+                    self._wake(action.request.owner)
+                elif type(action) is CloseConnection:
+                    self._close_connection(action.conn, action.connection, action.pending)
+                elif type(action) is StartConnect:
+                    try:
+                        self._start_connect(action.conn)
+                    except Exception as exc:
+                        unstarted.append((action, exc))
+                elif type(action) is StartKeepAlive:
+                    try:
+                        self._start_keep_alive(action.conn)
+                    except Exception as exc:
+                        unstarted.append((action, exc))
+            if not unstarted:
+                break
+            with self._lock:
+                core = self._input()
+                now = self._time()
+                for start, error in unstarted:
+                    if type(start) is StartConnect:
+                        core.connect_failed(start.conn, now, error)
+                    else:
+                        core.keep_alive_done(start.conn, now, error)
+                actions = self._take_locked()
+        self._sink.flush()
+
+    # (each front end: how it wakes a waiter, binds to its loop, runs I/O and its timer)
+
+    @staticmethod
+    def _wake(owner: Any) -> None:
+        raise NotImplementedError
+
+    def _bind(self, operation: str, *, required: bool = True) -> None:
+        """Before ``operation``: ``AsyncPool`` binds to the running event loop."""
+
+    def _start_connect(self, conn: Conn) -> None:
+        raise NotImplementedError
+
+    def _start_keep_alive(self, conn: Conn) -> None:
+        raise NotImplementedError
+
+    def _close_connection(self, conn: Conn, connection: Any, pending: bool) -> None:
+        raise NotImplementedError
+
+    def _rearm_locked(self) -> None:
+        raise NotImplementedError
+
+    def _reap_soon(self) -> None:
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ what the I/O reports
+
+    def _connect_over(self, conn: Conn, result: Any, error: BaseException | None = None) -> None:
+        """``conn``'s connect function returned ``result``, or raised ``error``: the core learns
+        it; an error that is not an ``Exception`` (KeyboardInterrupt...) goes on up."""
+        if error is not None:
+            self._connect_ended(conn, error)
+            if not isinstance(error, Exception):
+                raise error
+            return
+        connection, max_streams, service_id = unwrap(result)
+        self._feed(lambda core, now: core.connected(conn, now, connection, service_id, max_streams))
+
+    def _connect_ended(self, conn: Conn, error: BaseException) -> None:
+        """``conn``'s connect ended without a connection (a report the core takes more than once
+        without harm: a connect it has closed and not abandoned is ignored)."""
+        self._feed(lambda core, now: core.connect_failed(conn, now, error))
+
+    def _probe_ended(self, conn: Conn, error: BaseException | None) -> None:
+        """``conn``'s keep-alive probe ended (the core ignores a probe already ended)."""
+        self._feed(lambda core, now: core.keep_alive_done(conn, now, error))
+
+    def _on_timer(self) -> None:
+        """The timer fired: the core's deadlines up to now (never before the one armed)."""
+
+        def step(core: PoolCore, now: float) -> None:
+            armed = self._timer_at
+            self._timer_at = None
+            self._timer_handle = None
+            if armed is not None and now < armed:
+                now = armed
+            orphans = self._orphans
+            while orphans:  # leases garbage-collected while out
+                core.lease_collected(orphans.popleft(), now)
+            core.fire_timers(now)
+            core.timers.dirty = True
+
+        self._feed(step)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def ready(self) -> None:
+        """Mark the pool ready: checkouts may proceed, ``min_size`` is populated in the background.
+        Does nothing if already ready; raises :class:`~poolkit.PoolClosedError` if closed.
+        (``AsyncPool``: call it from the event loop the pool will run on.)"""
+        self._bind("ready")
+        self._feed(lambda core, now: core.ready(now))
+
+    def clear(
+        self,
+        *,
+        interrupt_in_use: bool = False,
+        service_id: Any = None,
+        cause: BaseException | None = None,
+    ) -> None:
+        """Start a new generation: pause the pool, fail every waiting checkout with a retryable
+        :class:`~poolkit.PoolClearedError`, close old connections as they are met (at once if
+        ``interrupt_in_use``). In load-balanced mode, clear only ``service_id``'s connections and
+        do not pause. ``cause`` is the error that made you clear, quoted in the waiters' errors.
+        """
+        self._bind("clear", required=False)
+        self._feed(
+            lambda core, now: core.clear(
+                now, interrupt_in_use=interrupt_in_use, service_id=service_id, cause=cause
+            )
+        )
+
+    # ------------------------------------------------------------------ checkout and check-in
+
+    def _served(self, req: Request) -> Lease[C]:
+        """The end of a checkout: the lease on what ``req`` was handed, or its error raised."""
+        conn = req.conn
+        if conn is not None:
+            if self._quick and conn.state is not _S_CLOSED:
+                return self._lease_class(conn, self)
+            return self._lease_for(conn)
+        assert req.error is not None
+        raise req.error
+
+    def _lease_for(self, conn: Conn) -> Lease[C]:
+        """The lease on ``conn``, just handed to a waiter (outside the lock). If a
+        ``clear(interrupt_in_use=True)`` closed it before the waiter resumed, it is given back and
+        the checkout fails with the retryable ``PoolClearedError``: a closed connection is never
+        returned."""
+        if conn.state is _S_CLOSED:
+            self._give_back(conn)
+            raise PoolClearedError(address=self.address, interrupted=True)
+        if self.options.leak_timeout is None:
+            return self._lease_class(conn, self)
+        stack = checkout_stack()
+
+        def step(core: PoolCore, now: float) -> Hold:
+            held = Hold(conn, now, stack)
+            core.hold(held, now)
+            return held
+
+        lease: Lease[C] = self._watched_class(conn, self, self._feed(step))
+        return lease
+
+    def _abandon(self, req: Request) -> None:
+        """The wait for ``req`` was interrupted (a cancellation, KeyboardInterrupt...): leave
+        the queue, or give back what came meanwhile, so that nothing is lost."""
+        if (
+            not self._feed(lambda core, now: core.cancel(req, now))
+            and req.state is _SERVED
+            and req.conn is not None
+        ):
+            self._give_back(req.conn)
+
+    def _checkin(self, lease: Lease[C], call: str) -> None:
+        check_lease(lease, call)
+        if lease._pool is not self:
+            raise self._invalid_lease(lease)
+        lease.release()  # (a watched lease's own release ends its watch)
+
+    @contextlib.contextmanager
+    def _scope(self, lease: Lease[C]) -> Iterator[C]:
+        """``connection()``'s block: gives ``lease`` back however it is left. Left by a
+        ``BaseException`` that is not an ``Exception`` (a cancellation, ``KeyboardInterrupt``)
+        the connection is discarded, since it may be mid-protocol; left by an ``Exception``, it
+        is discarded if ``hooks.is_broken`` says so, else released."""
+        try:
+            yield lease.connection
+        except Exception as exc:
+            if self._is_broken(lease, exc):
+                lease.discard(exc)
+            else:
+                lease.release()
+            raise
+        except BaseException as exc:
+            lease.discard(exc)
+            raise
+        else:
+            lease.release()
+
+    def _is_broken(self, lease: Lease[C], error: Exception) -> bool:
+        """``hooks.is_broken(connection, error)``; one that raises counts as "broken" (and is
+        logged): a connection the pool cannot judge is not handed to the next caller."""
+        hooks = self.options.hooks
+        if hooks is None or hooks.is_broken is None:
+            return False
+        try:
+            return bool(hooks.is_broken(lease._conn.connection, error))
+        except Exception:
+            _log.exception("hooks.is_broken of pool %s raised", self.address)
+            return True
+
+    def _release(self, lease: Lease[Any]) -> None:
+        """A check-in that the lease's fast path did not take."""
+
+        def step(core: PoolCore, now: float) -> None:
+            if lease._pool is not self:  # (given back meanwhile, by another thread)
+                raise self._invalid_lease(lease)
+            lease._pool = self._returned
+            core.release(lease._conn, now)
+
+        self._feed(step)
+
+    def _discard(self, lease: Lease[Any], error: BaseException | None) -> None:
+        def step(core: PoolCore, now: float) -> None:
+            if lease._pool is not self:
+                raise self._invalid_lease(lease)
+            lease._pool = self._returned
+            core.discard(lease._conn, now, error)
+
+        self._feed(step)
+
+    def _invalid_lease(self, lease: Lease[Any]) -> InvalidLeaseError:
+        return invalid_lease(self, self._returned, lease)
+
+    def _give_back(self, conn: Conn) -> None:
+        self._feed(lambda core, now: core.release(conn, now))
+
+    def _unhold(self, held: Hold) -> None:
+        self._feed(lambda core, now: core.unhold(held))
+        if self._orphans:
+            self._reap()
+
+    def _reap(self) -> None:
+        """Report the leases garbage-collected while out, and close their connections."""
+
+        def step(core: PoolCore, now: float) -> None:
+            orphans = self._orphans
+            while orphans:
+                core.lease_collected(orphans.popleft(), now)
+
+        self._feed(step)
+
+    # ------------------------------------------------------------------ request objects
+
+    def lease_request(self, request: LeaseRequest) -> None:
+        """Ask for a connection on behalf of ``request`` (an object with a hashable ``id`` and a
+        ``complete(result)`` method), without waiting. ``complete`` is called once, never under
+        the pool's lock (``AsyncPool``: on its event loop), with a :class:`~poolkit.Lease` or
+        the error (a timeout after ``wait_queue_timeout``,
+        :class:`~poolkit.RequestCancelledError`...)."""
+        self.lease_requests((request,))
+
+    def lease_requests(self, requests: Iterable[LeaseRequest]) -> None:
+        """:meth:`lease_request` for many requests at once, queued in the order given in one
+        step. A malformed request or an id already waiting raises before any is queued."""
+        call = f"{type(self).__name__}.lease_requests()"
+        batch = check_requests(requests, call)
+        self._bind("lease_requests")
+        book = self._book
+        timeout = self.options.wait_queue_timeout
+
+        def step(core: PoolCore, now: float) -> list[Callable[[], None]]:
+            book.check_free(batch, call)
+            return book.enqueue(core, batch, now, timeout, self._lease_for)
+
+        for finish in self._feed(step):
+            finish()
+
+    def cancel_request(self, request_id: Hashable) -> bool:
+        """Take the waiting request ``request_id`` out of the queue: its ``complete`` receives a
+        :class:`~poolkit.RequestCancelledError`. False if no such request is waiting (it may
+        have been served or failed already: then it is never served again)."""
+        request = self._feed(lambda core, now: self._book.cancel(core, request_id, now))
+        if request is None:
+            return False
+        deliver(request, RequestCancelledError(address=self.address, request_id=request_id))
+        return True
+
+    # ------------------------------------------------------------------ what a connection says
+
+    def set_max_streams(self, connection_id: int, max_streams: int) -> bool:
+        """Connection ``connection_id`` now serves at most ``max_streams`` leases at once (its own
+        notice, e.g. HTTP/2 SETTINGS). An increase serves waiting checkouts at once; a decrease
+        takes no lease back but gives no new one until the connection's use falls below it.
+        Returns false (and changes nothing) if the pool has no such established connection."""
+        max_streams = check_max_streams(max_streams)
+        return self._feed(lambda core, now: core.set_max_streams(connection_id, max_streams, now))
+
+    def connection_will_close(self, connection_id: int) -> bool:
+        """Connection ``connection_id`` said it will close (e.g. HTTP/2 GOAWAY): if available it
+        is closed now; if in use it drains (no new leases) and closes on its last check-in.
+        ``min_size`` is refilled. Returns false if the pool has no such connection."""
+        return self._feed(lambda core, now: core.will_close(connection_id, now))
+
+    # ------------------------------------------------------------------ views
+
+    def stats(self) -> PoolStats:
+        """A snapshot of the pool's state and counts."""
+        with self._lock:
+            self._fold_waits_locked()
+            return self._core.stats()
+
+    def _fold_waits_locked(self) -> None:
+        """Add the waits noted by fast hand-offs to the core's tally (under the lock)."""
+        core = self._core
+        waits = self._handoff_waits
+        while waits:
+            core.note_wait(waits.popleft())
+
+    @property
+    def state(self) -> PoolState:
+        return self._core.state
+
+    @property
+    def generation(self) -> int:
+        return self._core.generation
+
+    def __repr__(self) -> str:
+        s = self.stats()
+        return (
+            f"<{type(self).__name__} {self.address} {s.state.value} total={s.total} "
+            f"available={s.available} pending={s.pending} in_use={s.in_use} waiting={s.waiting}>"
+        )
+
+    # ------------------------------------------------------------------ fork
+
+    def _reset_after_fork(self) -> None:
+        """In the child after ``os.fork()``: the parent's connections are forgotten, not closed
+        (they are the parent's sockets); the pool starts over with new locks."""
+        self._reset_io_after_fork()
+        self._timer_at = None
+        self._timer_handle = None
+        self._sink.reinit_after_fork()
+        self._book = RequestBook(self._lock)
+        self._orphans.clear()
+        self._handoff_waits.clear()
+        self._core.reset_after_fork()
+
+    def _reset_io_after_fork(self) -> None:
+        raise NotImplementedError

@@ -54,6 +54,11 @@ class Front:
         self.connect_delay = 0.0
         #: errors the next connects raise, in order (then they succeed)
         self.connect_errors: list[BaseException] = []
+        #: (time, hook name, connection id) of every check and reset started (``Hooks``)
+        self.hook_runs: list[tuple[float, str, int]] = []
+        #: per hook name: how long each run takes, and the errors the next runs raise
+        self.hook_delay: dict[str, float] = {"check": 0.0, "reset": 0.0}
+        self.hook_errors: dict[str, list[BaseException]] = {"check": [], "reset": []}
 
     def _made(self, ctx: poolkit.ConnectContext) -> Any:
         if self.connect_errors:
@@ -79,6 +84,25 @@ class Front:
             return options
         return dataclasses.replace(
             options, keep_alive=dataclasses.replace(options.keep_alive, probe=probe)
+        )
+
+    def _hook_started(self, name: str, conn: Conn) -> BaseException | None:
+        self.hook_runs.append((self.now(), name, conn.id))
+        errors = self.hook_errors[name]
+        return errors.pop(0) if errors else None
+
+    def with_hooks(
+        self, options: poolkit.PoolOptions, make: Callable[[str], Callable[[Any], Any]]
+    ) -> poolkit.PoolOptions:
+        """``options`` with the ``check`` and ``reset`` hooks it sets replaced by this front end's
+        (``make(name)``), which record each run and take ``hook_delay`` and ``hook_errors``."""
+        hooks = options.hooks
+        if hooks is None:
+            return options
+        check = None if hooks.check is None else make("check")
+        reset = None if hooks.reset is None else make("reset")
+        return dataclasses.replace(
+            options, hooks=dataclasses.replace(hooks, check=check, reset=reset)
         )
 
     def at(self, kind: type[ev.PoolEvent]) -> list[float]:
@@ -140,7 +164,18 @@ class AsyncFront(Front):
             if error is not None:
                 raise error
 
-        self.options = options = self.with_keep_alive(options, probe)
+        def make(name: str) -> Callable[[Any], Any]:
+            async def hook(conn: Conn) -> None:
+                error = self._hook_started(name, conn)
+                if self.hook_delay[name]:
+                    await asyncio.sleep(self.hook_delay[name])
+                if error is not None:
+                    raise error
+
+            return hook
+
+        options = self.with_hooks(self.with_keep_alive(options, probe), make)
+        self.options = options
         self.pool = poolkit.AsyncPool(
             connect, address="db:1", options=options, listeners=[self._record]
         )
@@ -199,7 +234,18 @@ class ThreadFront(Front):
             if error is not None:
                 raise error
 
-        self.options = options = self.with_keep_alive(options, probe)
+        def make(name: str) -> Callable[[Any], Any]:
+            def hook(conn: Conn) -> None:
+                error = self._hook_started(name, conn)
+                if self.hook_delay[name]:
+                    clock.sleep(self.hook_delay[name])
+                if error is not None:
+                    raise error
+
+            return hook
+
+        options = self.with_hooks(self.with_keep_alive(options, probe), make)
+        self.options = options
         self.pool = poolkit.Pool(
             connect,
             address="db:1",

@@ -10,6 +10,8 @@ import pytest
 
 import poolkit
 from conftest import Conn
+from frontends import Front, ThreadFront, drive
+from poolkit import events as ev
 
 
 class Session(Conn):
@@ -180,3 +182,178 @@ def test_hooks_are_checked() -> None:
         poolkit.Hooks(check_after=-1)
     with pytest.raises(TypeError, match=r"PoolOptions\.hooks must be a poolkit\.Hooks"):
         poolkit.PoolOptions(hooks={"check": print})  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------- check and reset
+
+
+def _replaced(connection: Any) -> None:  # pragma: no cover - the front end puts its own hook
+    raise AssertionError("the test front end replaces this hook")
+
+
+def checked(after: float = 0.0, **more: Any) -> poolkit.Hooks:
+    return poolkit.Hooks(check=_replaced, check_after=after, **more)
+
+
+def resetting(**more: Any) -> poolkit.Hooks:
+    return poolkit.Hooks(reset=_replaced, **more)
+
+
+def release_apart(f: Front, lease: poolkit.Lease[Any]) -> None:
+    """Give ``lease`` back from a thread the clock tracks (``Pool`` resets in the thread that
+    checks in, and a reset that takes time must not block the scenario)."""
+    if isinstance(f, ThreadFront):
+        f.clock.start_thread(lease.release)
+    else:
+        lease.release()
+
+
+def test_a_check_runs_before_a_hand_out_and_a_failed_one_is_never_seen(front_kind: str) -> None:
+    async def scenario(f: Front) -> None:
+        lease = await f.lease(timeout=5)  # a new connection is handed out unchecked
+        lease.release()
+        lease = await f.lease(timeout=5)
+        assert [(name, cid) for _, name, cid in f.hook_runs] == [("check", 1)]
+        assert lease.connection_id == 1
+        lease.release()
+        f.hook_errors["check"].append(ConnectionResetError("server closed the connection"))
+        lease = await f.lease(timeout=5)  # the check fails: closed, and a new one is made
+        assert lease.connection_id == 2
+        assert f.close_reasons() == {1: "error"}
+        (failed,) = f.of(ev.ConnectionCheckFailedEvent)
+        assert failed.connection_id == 1 and isinstance(failed.error, ConnectionResetError)
+        stats = f.pool.stats()
+        assert (stats.checks, stats.checks_failed, stats.checkouts) == (2, 1, 3)
+        assert stats.checkout_failures == {}
+        lease.release()
+
+    drive(front_kind, scenario, max_size=2, hooks=checked())
+
+
+def test_a_check_runs_only_after_check_after_seconds_available(front_kind: str) -> None:
+    async def scenario(f: Front) -> None:
+        (await f.lease()).release()
+        await f.advance(9.9)
+        (await f.lease()).release()  # available for 9.9 s: no check
+        assert f.hook_runs == []
+        await f.advance(10)
+        t = f.now()
+        (await f.lease()).release()  # available for 10 s: checked
+        assert f.hook_runs == [(t, "check", 1)]
+        (await f.lease()).release()  # just checked and used: no check
+        assert len(f.hook_runs) == 1
+
+    drive(front_kind, scenario, max_size=1, hooks=checked(10))
+
+
+def test_a_check_that_times_out_closes_its_connection_and_the_waiter_is_served(
+    front_kind: str,
+) -> None:
+    async def scenario(f: Front) -> None:
+        await f.advance(1)
+        f.hook_delay["check"] = 5
+        pending = f.start(timeout=30)
+        await f.advance(2)  # the check of connection 1 ran out of time
+        assert f.close_reasons() == {1: "error"}
+        (failed,) = f.of(ev.ConnectionCheckFailedEvent)
+        assert isinstance(failed.error, poolkit.HookTimeoutError)
+        assert (failed.error.hook, failed.error.timeout) == ("check", 2)
+        await f.advance(3)  # (Pool: the checkout's thread ran the check: free once it returns)
+        assert pending.done and pending.lease is not None
+        assert pending.lease.connection_id == 2 and f.made[0].closed == 1
+        assert f.pool.stats().checks_failed == 1
+        pending.lease.release()
+
+    drive(front_kind, scenario, min_size=1, max_size=2, hooks=checked(timeout=2))
+
+
+def test_a_reset_runs_on_check_in_and_the_connection_is_neither_available_nor_in_use(
+    front_kind: str,
+) -> None:
+    async def scenario(f: Front) -> None:
+        lease = await f.lease()
+        f.hook_delay["reset"] = 1
+        release_apart(f, lease)
+        await f.settle()
+        stats = f.pool.stats()
+        assert (stats.resetting, stats.available, stats.in_use, stats.total) == (1, 0, 0, 1)
+        waiter = f.start(timeout=10)  # the pool is full: it waits for the reset
+        await f.settle()
+        assert not waiter.done and f.pool.stats().waiting == 1
+        await f.advance(1)
+        assert waiter.done and waiter.lease is not None and waiter.lease.connection_id == 1
+        assert [(name, cid) for _, name, cid in f.hook_runs] == [("reset", 1)]
+        stats = f.pool.stats()
+        assert (stats.resets, stats.resetting, stats.in_use, stats.available) == (1, 0, 1, 0)
+        f.hook_delay["reset"] = 0
+        waiter.lease.release()
+        await f.settle()
+        stats = f.pool.stats()
+        assert (stats.resets, stats.resets_failed, stats.available) == (2, 0, 1)
+
+    drive(front_kind, scenario, max_size=1, hooks=resetting())
+
+
+def test_a_failed_reset_closes_the_connection(front_kind: str) -> None:
+    async def scenario(f: Front) -> None:
+        lease = await f.lease()
+        f.hook_errors["reset"].append(RuntimeError("ROLLBACK failed"))
+        lease.release()
+        await f.settle()
+        assert f.close_reasons() == {1: "error"} and f.made[0].closed == 1
+        (failed,) = f.of(ev.ConnectionResetFailedEvent)
+        assert failed.connection_id == 1 and isinstance(failed.error, RuntimeError)
+        lease = await f.lease()
+        assert lease.connection_id == 2
+        stats = f.pool.stats()
+        assert (stats.resets, stats.resets_failed) == (1, 1)
+        lease.release()
+
+    drive(front_kind, scenario, max_size=1, hooks=resetting())
+
+
+def test_a_reset_that_times_out_closes_and_its_late_end_is_ignored(front_kind: str) -> None:
+    async def scenario(f: Front) -> None:
+        lease = await f.lease()
+        f.hook_delay["reset"] = 5
+        release_apart(f, lease)
+        await f.advance(3)
+        (failed,) = f.of(ev.ConnectionResetFailedEvent)
+        assert isinstance(failed.error, poolkit.HookTimeoutError)
+        assert failed.error.hook == "reset"
+        assert f.close_reasons() == {1: "error"}
+        await f.advance(3)  # the reset returns, late
+        stats = f.pool.stats()
+        assert (stats.total, stats.resets, stats.resets_failed) == (0, 1, 1)
+
+    drive(front_kind, scenario, max_size=1, hooks=resetting(timeout=3))
+
+
+def test_closing_the_pool_during_a_reset_closes_the_connection(front_kind: str) -> None:
+    async def scenario(f: Front) -> None:
+        lease = await f.lease()
+        f.hook_delay["reset"] = 5
+        release_apart(f, lease)
+        await f.settle()
+        if isinstance(f, ThreadFront):
+            f.pool.close()
+        else:
+            closing = asyncio.ensure_future(f.pool.close())
+        await f.advance(5)
+        if not isinstance(f, ThreadFront):
+            await closing
+        assert f.close_reasons() == {1: "poolClosed"} and f.made[0].closed == 1
+        stats = f.pool.stats()
+        assert (stats.total, stats.resetting, stats.resets) == (0, 0, 0)
+
+    drive(front_kind, scenario, max_size=1, hooks=resetting())
+
+
+def test_without_hooks_nothing_is_checked_or_reset(front_kind: str) -> None:
+    async def scenario(f: Front) -> None:
+        for _ in range(3):
+            (await f.lease()).release()
+        stats = f.pool.stats()
+        assert (stats.checks, stats.resets, stats.checking, stats.resetting) == (0, 0, 0, 0)
+
+    drive(front_kind, scenario, max_size=1)

@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from ._base import NO_OUTPUT, PoolBase
-from ._core import Conn, PoolCore
+from ._core import Conn, PoolCore, StartCheck, StartReset
 from ._frontend import ConnectContext, call_close, unwrap
 from .errors import ConnectCancelledError
 
@@ -192,6 +192,41 @@ class TaskIO(PoolBase[C]):
         if conn.handle is asyncio.current_task():
             conn.handle = None  # over: a close from here on has nothing to cancel
         self._probe_ended(conn, error)
+        if error is not None and not isinstance(error, Exception | asyncio.CancelledError):
+            raise error
+
+    def _run_hook(self, action: StartCheck | StartReset) -> tuple[BaseException | None] | None:
+        """Check or reset in a task of the pool's own; a close of the connection cancels it."""
+        conn = action.conn
+        checking = type(action) is StartCheck
+
+        def never_ran() -> None:
+            if conn.handle is task:
+                conn.handle = None
+            self._hook_ended(action, asyncio.CancelledError())
+
+        name = f"poolkit-{'check' if checking else 'reset'}-{conn.id}"
+        task = conn.handle = self._spawn(self._run_hook_task(action), name, never_ran)
+        return None
+
+    async def _run_hook_task(self, action: StartCheck | StartReset) -> None:
+        hooks = self.options.hooks
+        assert hooks is not None
+        hook = hooks.check if type(action) is StartCheck else hooks.reset
+        assert hook is not None
+        conn = action.conn
+        error: BaseException | None = None
+        try:
+            result = hook(conn.connection)
+            if inspect.isawaitable(result):
+                await result
+        except GeneratorExit:  # closed unfinished (its loop is gone): nothing to tell the pool
+            raise
+        except BaseException as exc:  # CancelledError too: the pool closed the connection
+            error = exc
+        if conn.handle is asyncio.current_task():
+            conn.handle = None
+        self._hook_ended(action, error)
         if error is not None and not isinstance(error, Exception | asyncio.CancelledError):
             raise error
 

@@ -34,8 +34,10 @@ from ._core import (
     PoolCore,
     Request,
     RequestState,
+    StartCheck,
     StartConnect,
     StartKeepAlive,
+    StartReset,
 )
 from ._core.records import Hold
 from ._frontend import (
@@ -198,37 +200,65 @@ class PoolBase(Generic[C]):
     def _carry_out(self, actions: list[Action]) -> None:
         """Outside the lock: do what the core asked, in order; then deliver the events.
 
-        A connect or probe that could not even start (no thread, no loop) is reported to the
-        core as failed, which counts it as running until it is told."""
+        What ends at once is reported back to the core in one locked step, and its output
+        carried out in turn: a connect or probe that could not even start (no thread, no loop),
+        which the core counts as running until it is told, and a check or reset run inline
+        (``Pool``: in the thread that carries out the action, as psycopg_pool does)."""
+        interrupt: BaseException | None = None
         while actions:
-            unstarted: list[tuple[StartConnect | StartKeepAlive, Exception]] = []
+            ended: list[tuple[Action, BaseException | None]] = []
             for action in actions:
                 if type(action) is CompleteRequest:
                     self._wake(action.request.owner)
                 elif type(action) is CloseConnection:
                     self._close_connection(action.conn, action.connection, action.pending)
+                elif type(action) is StartCheck or type(action) is StartReset:
+                    try:
+                        outcome = self._run_hook(action)
+                    except Exception as exc:  # it could not even start
+                        outcome = (exc,)
+                    if outcome is not None:
+                        ended.append((action, outcome[0]))
                 elif type(action) is StartConnect:
                     try:
                         self._start_connect(action.conn)
                     except Exception as exc:
-                        unstarted.append((action, exc))
+                        ended.append((action, exc))
                 elif type(action) is StartKeepAlive:
                     try:
                         self._start_keep_alive(action.conn)
                     except Exception as exc:
-                        unstarted.append((action, exc))
-            if not unstarted:
+                        ended.append((action, exc))
+            if not ended:
                 break
             with self._lock:
                 core = self._input()
                 now = self._time()
-                for start, error in unstarted:
-                    if type(start) is StartConnect:
-                        core.connect_failed(start.conn, now, error)
-                    else:
-                        core.keep_alive_done(start.conn, now, error)
+                for done, error in ended:
+                    self._report(core, now, done, error)
+                    if error is not None and not isinstance(error, Exception):
+                        interrupt = error  # (KeyboardInterrupt in a hook: raised once all is done)
                 actions = self._take_locked()
         self._sink.flush()
+        if interrupt is not None:
+            raise interrupt
+
+    @staticmethod
+    def _report(core: PoolCore, now: float, done: Action, error: BaseException | None) -> None:
+        """Tell the core that ``done``'s work ended (``error``: how it failed)."""
+        if type(done) is StartCheck:
+            core.check_done(done.conn, now, error)
+        elif type(done) is StartReset:
+            core.reset_done(done.conn, now, error)
+        elif type(done) is StartConnect:
+            assert error is not None
+            core.connect_failed(done.conn, now, error)
+        elif type(done) is StartKeepAlive:
+            core.keep_alive_done(done.conn, now, error)
+
+    def _hook_ended(self, action: StartCheck | StartReset, error: BaseException | None) -> None:
+        """A check or reset run apart (``AsyncPool``'s tasks) ended."""
+        self._feed(lambda core, now: self._report(core, now, action, error))
 
     # (each front end: how it wakes a waiter, binds to its loop, runs I/O and its timer)
 
@@ -249,6 +279,12 @@ class PoolBase(Generic[C]):
         raise NotImplementedError
 
     def _rearm_locked(self) -> None:
+        raise NotImplementedError
+
+    def _run_hook(self, action: StartCheck | StartReset) -> tuple[BaseException | None] | None:
+        """Run ``Hooks.check``/``Hooks.reset`` on ``action.conn``: ``(error,)`` if it ran to its
+        end here (``error`` ``None``: it passed), ``None`` if it runs apart and reports itself
+        through ``_hook_ended``."""
         raise NotImplementedError
 
     def _reap_soon(self) -> None:

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from ._base import PoolBase
-from ._core import Conn, PoolCore
+from ._core import Conn, PoolCore, StartCheck, StartReset
 from ._frontend import ConnectContext, call_close, unwrap
 from .options import PoolOptions
 from .stats import PoolState
@@ -159,6 +159,22 @@ class ThreadIO(PoolBase[C]):
         self._probe_ended(conn, error)
         if error is not None and not isinstance(error, Exception):
             raise error
+
+    def _run_hook(self, action: StartCheck | StartReset) -> tuple[BaseException | None] | None:
+        """Check or reset inline, in the thread carrying out the action (the checkout's, the
+        check-in's), as psycopg_pool does: no thread per run."""
+        hooks = self.options.hooks
+        assert hooks is not None
+        hook = hooks.check if type(action) is StartCheck else hooks.reset
+        assert hook is not None
+        try:
+            _not_awaitable(
+                hook(action.conn.connection),
+                "a Hooks function returned an awaitable ({!r}): Pool needs plain functions",
+            )
+        except BaseException as exc:
+            return (exc,)
+        return (None,)
 
     def _close_connection(self, conn: Conn, connection: Any, pending: bool) -> None:
         if pending:

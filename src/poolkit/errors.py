@@ -14,6 +14,7 @@ __all__ = [
     "CircuitOpenError",
     "ConnectCancelledError",
     "ConnectTimeoutError",
+    "HookTimeoutError",
     "InvalidLeaseError",
     "KeepAliveTimeoutError",
     "PoolClearedError",
@@ -167,6 +168,21 @@ class KeepAliveTimeoutError(PoolError):
             address=address,
         )
         self.connection_id = connection_id
+        self.timeout = timeout
+
+
+class HookTimeoutError(PoolError):
+    """A connection's ``Hooks.check`` or ``Hooks.reset`` (``hook``) ran longer than
+    ``Hooks.timeout``; the connection was closed."""
+
+    def __init__(self, *, address: str, connection_id: int, hook: str, timeout: float) -> None:
+        super().__init__(
+            f"Hooks.{hook} of connection {connection_id} to {address} took longer than "
+            f"{timeout:g} s",
+            address=address,
+        )
+        self.connection_id = connection_id
+        self.hook = hook
         self.timeout = timeout
 
 

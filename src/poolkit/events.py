@@ -39,6 +39,7 @@ __all__ = [
     "ConnectRecoveredEvent",
     "CircuitOpenedEvent",
     "ConnectAttemptFailedEvent",
+    "ConnectionCheckFailedEvent",
     "ConnectionCheckOutFailedEvent",
     "ConnectionCheckOutStartedEvent",
     "ConnectionCheckedInEvent",
@@ -47,6 +48,7 @@ __all__ = [
     "ConnectionCreatedEvent",
     "ConnectionDrainingEvent",
     "ConnectionReadyEvent",
+    "ConnectionResetFailedEvent",
     "KeepAliveFailedEvent",
     "KeepAliveStartedEvent",
     "KeepAliveSucceededEvent",
@@ -239,6 +241,26 @@ class KeepAliveFailedEvent(PoolEvent):
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ConnectionCheckFailedEvent(PoolEvent):
+    """``Hooks.check`` raised (or timed out) on a connection about to be handed out; it is
+    closed (reason ``error``) and the checkout goes on with another."""
+
+    connection_id: int
+    duration: float
+    error: BaseException
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ConnectionResetFailedEvent(PoolEvent):
+    """``Hooks.reset`` raised (or timed out) on a connection just checked in; it is closed
+    (reason ``error``)."""
+
+    connection_id: int
+    duration: float
+    error: BaseException
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class ConnectionDrainingEvent(PoolEvent):
     """A connection in use said it will close: no new leases; it closes when ``streams_in_use``
     leases have come back."""
@@ -312,6 +334,8 @@ class PoolListener:
     def keep_alive_started(self, event: KeepAliveStartedEvent) -> None: ...
     def keep_alive_succeeded(self, event: KeepAliveSucceededEvent) -> None: ...
     def keep_alive_failed(self, event: KeepAliveFailedEvent) -> None: ...
+    def connection_check_failed(self, event: ConnectionCheckFailedEvent) -> None: ...
+    def connection_reset_failed(self, event: ConnectionResetFailedEvent) -> None: ...
     def connection_draining(self, event: ConnectionDrainingEvent) -> None: ...
     def max_streams_changed(self, event: MaxStreamsChangedEvent) -> None: ...
     def circuit_opened(self, event: CircuitOpenedEvent) -> None: ...
@@ -340,6 +364,8 @@ _METHODS: Final[dict[type[PoolEvent], str]] = {
     KeepAliveStartedEvent: "keep_alive_started",
     KeepAliveSucceededEvent: "keep_alive_succeeded",
     KeepAliveFailedEvent: "keep_alive_failed",
+    ConnectionCheckFailedEvent: "connection_check_failed",
+    ConnectionResetFailedEvent: "connection_reset_failed",
     ConnectionDrainingEvent: "connection_draining",
     MaxStreamsChangedEvent: "max_streams_changed",
     CircuitOpenedEvent: "circuit_opened",

@@ -10,14 +10,16 @@ export), never on checkout: binding a pool costs its checkouts nothing.
 
 Metric names (Prometheus; OpenTelemetry uses the same with dots: ``poolkit.connections``):
 
-* gauges ``poolkit_connections{state=available|pending|in_use|backing_off}``,
+* gauges ``poolkit_connections{state=available|pending|in_use|backing_off|checking|resetting}``,
   ``poolkit_connections_by_role{role=kept|demand|overflow}``, ``poolkit_waiting``,
   ``poolkit_streams_in_use``, ``poolkit_stream_capacity``, ``poolkit_circuit_open``,
   ``poolkit_checkout_wait_max_seconds``;
 * counters ``poolkit_connections_created_total``, ``poolkit_connections_closed_total{reason}``,
   ``poolkit_connect_attempts_total``, ``poolkit_connect_failures_total``,
   ``poolkit_checkouts_total``, ``poolkit_checkout_failures_total{reason}``,
-  ``poolkit_checkout_waits_total``, ``poolkit_checkout_wait_seconds_total``.
+  ``poolkit_checkout_waits_total``, ``poolkit_checkout_wait_seconds_total``,
+  ``poolkit_checks_total``, ``poolkit_checks_failed_total``, ``poolkit_resets_total``,
+  ``poolkit_resets_failed_total``.
 
 Every series carries the pool's ``address`` and the extra labels (attributes) given.
 """
@@ -45,6 +47,8 @@ _GAUGES: tuple[tuple[str, str, Callable[[PoolStats], Any], str | None], ...] = (
             "pending": s.pending,
             "in_use": s.in_use,
             "backing_off": s.backing_off,
+            "checking": s.checking,
+            "resetting": s.resetting,
         },
         "state",
     ),
@@ -94,6 +98,20 @@ _COUNTERS: tuple[tuple[str, str, Callable[[PoolStats], Any], str | None], ...] =
         "checkout_wait_seconds",
         "Seconds checkouts waited, in all",
         lambda s: s.wait_time_total,
+        None,
+    ),
+    ("checks", "Hooks.check runs ended", lambda s: s.checks, None),
+    (
+        "checks_failed",
+        "Hooks.check runs that failed (closing their connection)",
+        lambda s: s.checks_failed,
+        None,
+    ),
+    ("resets", "Hooks.reset runs ended", lambda s: s.resets, None),
+    (
+        "resets_failed",
+        "Hooks.reset runs that failed (closing their connection)",
+        lambda s: s.resets_failed,
         None,
     ),
 )

@@ -26,7 +26,9 @@ class PoolStats:
     * ``total``: connections that exist (pending + available + in use + backing off), the CMAP
       ``totalConnectionCount``; ``available``, ``pending``: CMAP's counts of the same names;
       ``in_use``: connections with at least one lease out (or a keep-alive probe running);
-      ``backing_off``: slots waiting to retry a failed connect (``connect_retry``).
+      ``backing_off``: slots waiting to retry a failed connect (``connect_retry``);
+      ``checking``, ``resetting``: connections a ``Hooks.check`` or ``Hooks.reset`` runs on
+      (counted in ``total``, in neither ``available`` nor ``in_use``).
     * ``waiting``: checkouts queued for a connection.
     * ``abandoned``: connects the pool gave up on (connect timeout, an interrupting clear, close)
       whose function has not returned yet: not in ``total``, but they count against ``max_size``
@@ -43,6 +45,9 @@ class PoolStats:
       ``connect_failures``: connects started, and those that raised or timed out.
     * ``checkouts``: checkouts served; ``checkout_failures``: failed, by reason (``"timeout"``,
       ``"connectionError"``, ``"cancelled"``, ...).
+    * ``checks``, ``checks_failed``: ``Hooks.check`` runs ended, and those that failed or timed
+      out (each closed its connection); ``resets``, ``resets_failed``: the same for
+      ``Hooks.reset``.
     * ``waits``: checkouts that had to queue; ``wait_time_total``, ``wait_time_max``: the seconds
       they waited, in all and at most.
     """
@@ -55,6 +60,8 @@ class PoolStats:
     in_use: int
     waiting: int
     backing_off: int = 0
+    checking: int = 0
+    resetting: int = 0
     abandoned: int = 0
     kept: int = 0
     demand: int = 0
@@ -68,6 +75,10 @@ class PoolStats:
     connect_failures: int = 0
     checkouts: int = 0
     checkout_failures: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    checks: int = 0
+    checks_failed: int = 0
+    resets: int = 0
+    resets_failed: int = 0
     waits: int = 0
     wait_time_total: float = 0.0
     wait_time_max: float = 0.0

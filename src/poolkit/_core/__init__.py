@@ -1,6 +1,14 @@
 """The pure core of poolkit: records, actions, timers and the decisions of the pool."""
 
-from .actions import Action, CloseConnection, CompleteRequest, StartConnect, StartKeepAlive
+from .actions import (
+    Action,
+    CloseConnection,
+    CompleteRequest,
+    StartCheck,
+    StartConnect,
+    StartKeepAlive,
+    StartReset,
+)
 from .pool import PoolCore
 from .records import (
     TRANSITIONS,
@@ -30,8 +38,10 @@ __all__ = [
     "Request",
     "RequestState",
     "Role",
+    "StartCheck",
     "StartConnect",
     "StartKeepAlive",
+    "StartReset",
     "TimerEntry",
     "TimerHeap",
     "TimerKind",

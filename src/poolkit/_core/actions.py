@@ -13,6 +13,9 @@ Rules of this module
   returns a connection anyway; never twice with the same object.
 * ``StartKeepAlive``: run the keep-alive probe on ``conn.connection`` and report
   ``keep_alive_done`` back to the core (with the error if it raised).
+* ``StartCheck`` / ``StartReset``: run ``Hooks.check`` / ``Hooks.reset`` on
+  ``conn.connection`` and report ``check_done`` / ``reset_done`` back to the core (with the
+  error if it raised).
 * ``CompleteRequest``: ``request`` left the wait queue with ``conn`` or ``error`` set; wake its
   owner.
 """
@@ -63,6 +66,28 @@ class StartKeepAlive(Action):
 
     def __repr__(self) -> str:
         return f"StartKeepAlive({self.conn.id})"
+
+
+@final
+class StartCheck(Action):
+    __slots__ = ("conn",)
+
+    def __init__(self, conn: Conn) -> None:
+        self.conn = conn
+
+    def __repr__(self) -> str:
+        return f"StartCheck({self.conn.id})"
+
+
+@final
+class StartReset(Action):
+    __slots__ = ("conn",)
+
+    def __init__(self, conn: Conn) -> None:
+        self.conn = conn
+
+    def __repr__(self) -> str:
+        return f"StartReset({self.conn.id})"
 
 
 @final

@@ -38,6 +38,7 @@ from ..events import (
 from .actions import CloseConnection, StartConnect
 from .fields import CoreFields
 from .records import (
+    _CHECKING,
     _CLOSED,
     _CONNECTING,
     _DRAINING,
@@ -100,7 +101,7 @@ class ConnectionLife(CoreFields):
                 and len(self.conns) + self._abandoned < self._max_size
                 and (
                     (fill_min and len(self.conns) < opts.min_size)
-                    or len(self.wait_queue) > counts[_CONNECTING]
+                    or len(self.wait_queue) > counts[_CONNECTING] + counts[_CHECKING]
                 )
             ):
                 self.failures.attempt(self._start_connect(now))
@@ -110,7 +111,7 @@ class ConnectionLife(CoreFields):
             and len(self.conns) + self._abandoned < self._max_size
         ):
             missing = opts.min_size - len(self.conns) if fill_min else 0
-            if missing <= 0 and len(self.wait_queue) <= counts[_CONNECTING]:
+            if missing <= 0 and len(self.wait_queue) <= counts[_CONNECTING] + counts[_CHECKING]:
                 return
             self._start_connect(now)
 
@@ -171,6 +172,8 @@ class ConnectionLife(CoreFields):
         set. A pending one is abandoned: it counts against the limits until its function
         returns."""
         pending = conn.state is _CONNECTING
+        if conn.hook_started is not None:
+            self.hooks.end(conn)  # a check or reset running: its result will be ignored
         self._forget(conn, how)
         if pending:
             conn.abandoned = True

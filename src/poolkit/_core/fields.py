@@ -28,6 +28,7 @@ from ..options import PoolOptions
 from ..stats import PoolState, PoolStats
 from .actions import Action
 from .failures import ConnectFailures
+from .hooks import HookRuns
 from .idle import IdleSet
 from .keepalive import Probes
 from .leaks import LeakWatch
@@ -46,6 +47,7 @@ class CoreFields:
     __slots__ = (
         "_abandoned",
         "_background",
+        "_check_after",
         "_counts",
         "_idle",
         "_lb",
@@ -59,6 +61,7 @@ class CoreFields:
         "_quick_gen",
         "_rand",
         "_release_gen",
+        "_resets",
         "_waiters",
         "actions",
         "address",
@@ -69,6 +72,7 @@ class CoreFields:
         "events",
         "failures",
         "generation",
+        "hooks",
         "idle_set",
         "leaks",
         "observed",
@@ -116,6 +120,9 @@ class CoreFields:
     probes: Probes
     roles: Roles
     leaks: LeakWatch
+    hooks: HookRuns
+    _check_after: float | None
+    _resets: bool
     actions: list[Action]
     events: list[PoolEvent]
 
@@ -125,7 +132,9 @@ class CoreFields:
         def stats(self) -> PoolStats: ...
         def _serve(self, req: Request, conn: Conn, now: float) -> None: ...
         def _lease(self, conn: Conn) -> None: ...
-        def _give_back(self, conn: Conn, now: float, idle_since: float) -> bool: ...
+        def _give_back(
+            self, conn: Conn, now: float, idle_since: float, *, used: bool = True
+        ) -> bool: ...
         def _dispatch(self, now: float) -> None: ...
         def discard(self, conn: Conn, now: float, error: BaseException | None = None) -> None: ...
 

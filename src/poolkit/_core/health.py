@@ -1,9 +1,9 @@
 """Connect results and a connection's health: connects that return or fail (their retries and
-the circuit breaker are ``ConnectFailures``'), keep-alive probes (timed by ``Probes``), what a
-connection says of itself ("will close", a new stream limit), and leaked leases (watched by
-``LeakWatch``). :class:`Health` is one of the classes that make up
-:class:`~poolkit._core.pool.PoolCore` (see ``fields``): the pool's inputs here, and what they
-make the pool do.
+the circuit breaker are ``ConnectFailures``'), keep-alive probes (timed by ``Probes``), checks
+and resets (``Hooks``, timed by ``HookRuns``), what a connection says of itself ("will close", a
+new stream limit), and leaked leases (watched by ``LeakWatch``). :class:`Health` is one of the
+classes that make up :class:`~poolkit._core.pool.PoolCore` (see ``fields``): the pool's inputs
+here, and what they make the pool do.
 
 Rules of this module
 --------------------
@@ -14,6 +14,11 @@ Rules of this module
   counts as available for will-close and draining (the probe is dropped, not waited for).
 * Only idle connections are probed: the probe timer of a connection (``ka_timer``) is armed when
   it is parked and goes stale when it is leased or closed.
+* A check runs on an available connection the pool popped for a waiter (``_pop_idle``) and
+  covers a waiter as a connect in flight does; a reset runs on a connection whose last lease came
+  back. While either runs the connection is neither available nor in use, and only its result,
+  its timeout, will-close or the pool's close ends it. Passed, it serves the oldest waiter or is
+  parked, alive as of then; failed, it is closed and the waiters go on.
 * Without ``connect_retry`` a failed connect fails the oldest waiter if the waiters outnumber the
   connects still in flight (CMAP); with it, no waiter is told and the retry is planned here.
 """
@@ -30,18 +35,21 @@ from ..events import (
     CLOSE_POOL_CLOSED,
     CLOSE_WILL_CLOSE,
     ConnectAttemptFailedEvent,
+    ConnectionCheckFailedEvent,
     ConnectionDrainingEvent,
     ConnectionReadyEvent,
+    ConnectionResetFailedEvent,
     KeepAliveFailedEvent,
     KeepAliveStartedEvent,
     KeepAliveSucceededEvent,
     MaxStreamsChangedEvent,
 )
-from .actions import CloseConnection, StartKeepAlive
+from .actions import CloseConnection, StartCheck, StartKeepAlive, StartReset
 from .connections import ConnectionLife
 from .failures import Failing
 from .records import (
     _BACKING_OFF,
+    _CHECKING,
     _CLOSED,
     _CONNECTING,
     _DRAINING,
@@ -50,6 +58,7 @@ from .records import (
     _LEASED,
     _OVERFLOW,
     _READY,
+    _RESETTING,
     _S_CLOSED,
     Conn,
     ConnInput,
@@ -255,8 +264,9 @@ class Health(ConnectionLife):
                 self._close(conn, CLOSE_IDLE)
                 self._dispatch(now)
                 return
-            # The probe's stream comes back like a lease; a probe is not use: idle time runs on.
-            self._give_back(conn, now, conn.idle_since)
+            # The probe's stream comes back like a lease; a probe is not use: idle time runs on
+            # (and nothing is reset).
+            self._give_back(conn, now, conn.idle_since, used=False)
             return
         conn.streams -= 1
         # Closed even with other leases out (multiplexed): they come back to a closed connection.
@@ -281,6 +291,98 @@ class Health(ConnectionLife):
             self._fire(conn, ConnInput.RELEASE_LAST)  # -> IDLE, not in the idle set: then closed
             self._close(conn, CLOSE_POOL_CLOSED)
 
+    # ------------------------------------------------------------------ checks and resets
+
+    def _start_check(self, conn: Conn, now: float) -> None:
+        """The available ``conn`` (off the idle set) is checked before it is handed out."""
+        if conn.ka_timer is not None:
+            self.probes.stop(conn)  # not idle while checked: no keep-alive probe
+        self._fire(conn, ConnInput.CHECK)
+        self.hooks.start(conn, now)
+        self.actions.append(StartCheck(conn))
+
+    def check_done(self, conn: Conn, now: float, error: BaseException | None = None) -> None:
+        """``conn``'s check returned (``error`` ``None``) or raised ``error``: it serves the
+        oldest waiter (or is available again, alive as of now), or it is closed and the waiters
+        go on with another connection."""
+        started = self.hooks.end(conn)
+        if started is None or conn.state is not _CHECKING:
+            return  # ended already (timed out, closed by the pool): a late result
+        tally = self.tally
+        tally.checks += 1
+        if error is not None:
+            tally.checks_failed += 1
+            if self.observed:
+                self.events.append(
+                    ConnectionCheckFailedEvent(
+                        address=self.address,
+                        connection_id=conn.id,
+                        duration=now - started,
+                        error=error,
+                    )
+                )
+            self._close(conn, CLOSE_ERROR, error)
+            self._dispatch(now)
+            return
+        self._fire(conn, ConnInput.CHECKED)
+        conn.idle_since = now  # alive as of now: no new check for check_after
+        self._back_to_work(conn, now)
+
+    def _start_reset(self, conn: Conn, now: float) -> None:
+        """``conn`` came back from its last lease (now IDLE, off the idle set): reset it before
+        it is available again."""
+        self._fire(conn, ConnInput.RESET)
+        self.hooks.start(conn, now)
+        self.actions.append(StartReset(conn))
+
+    def reset_done(self, conn: Conn, now: float, error: BaseException | None = None) -> None:
+        """``conn``'s reset returned (``error`` ``None``) or raised ``error``: it serves the oldest
+        waiter or is available again, or it is closed."""
+        started = self.hooks.end(conn)
+        if started is None or conn.state is not _RESETTING:
+            return  # ended already (timed out, closed by the pool): a late result
+        tally = self.tally
+        tally.resets += 1
+        if error is not None:
+            tally.resets_failed += 1
+            if self.observed:
+                self.events.append(
+                    ConnectionResetFailedEvent(
+                        address=self.address,
+                        connection_id=conn.id,
+                        duration=now - started,
+                        error=error,
+                    )
+                )
+            self._close(conn, CLOSE_ERROR, error)
+            self._dispatch(now)
+            return
+        self._fire(conn, ConnInput.RESET_DONE)
+        conn.idle_since = now
+        self._back_to_work(conn, now)
+
+    def _back_to_work(self, conn: Conn, now: float) -> None:
+        """``conn`` passed its check or reset (IDLE, off the idle set): unless it perished
+        meanwhile (a clear, its lifetime, the pool closed), it serves the oldest waiter or is
+        parked."""
+        reason = self._perished(conn, now, check_idle=False)
+        if reason is not None:
+            self._close(conn, reason)
+            self._dispatch(now)
+            return
+        if self.wait_queue:
+            self._serve(self.wait_queue.pop_oldest(), conn, now)
+        else:
+            self._push_idle(conn, now)
+        self._dispatch(now)
+
+    def _hook_timed_out(self, conn: Conn, now: float) -> None:
+        error = self.hooks.timeout_error(conn, self.address)
+        if conn.state is _CHECKING:
+            self.check_done(conn, now, error)
+        else:
+            self.reset_done(conn, now, error)
+
     # ------------------------------------------------------------------ what a connection says
 
     def will_close(self, conn_id: int, now: float) -> bool:
@@ -293,6 +395,10 @@ class Health(ConnectionLife):
         state = conn.state
         if state is _IDLE:
             self.idle_set.remove(conn)
+            self._close(conn, CLOSE_WILL_CLOSE, how=ConnInput.WILL_CLOSE)
+            self._dispatch(now)
+            return True
+        if state is _CHECKING or state is _RESETTING:  # used by no one: closed now
             self._close(conn, CLOSE_WILL_CLOSE, how=ConnInput.WILL_CLOSE)
             self._dispatch(now)
             return True

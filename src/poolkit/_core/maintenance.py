@@ -34,15 +34,18 @@ from ..events import (
 from .actions import CompleteRequest
 from .failures import ConnectFailures
 from .health import Health
+from .hooks import HookRuns
 from .keepalive import Probes
 from .leaks import LeakWatch
 from .records import (
     _BACKING_OFF,
+    _CHECKING,
     _CLOSED,
     _CONNECTING,
     _IDLE,
     _PAUSED,
     _READY,
+    _RESETTING,
     FORGOTTEN_AT_FORK,
     Conn,
     ConnInput,
@@ -157,6 +160,8 @@ class Lifecycle(Health):
                 self._drop(conn)  # a slot for a retry: never announced
             elif conn.probe_started is not None:
                 self._end_probe_at_close(conn)  # the pool's own lease: given back now
+            elif conn.state is _CHECKING or conn.state is _RESETTING:
+                self._close(conn, CLOSE_POOL_CLOSED)  # its check or reset is ignored
         self.failures.stop()
         self._fail_all_waiters(
             now, lambda: PoolClosedError(address=self.address), CHECKOUT_POOL_CLOSED
@@ -218,6 +223,8 @@ class Lifecycle(Health):
                 self._backoff_over(entry.target, now)
             elif kind is TimerKind.LEAK:
                 self.leaks.report(entry.target, now, self.events, collected=False)  # once
+            elif kind is TimerKind.HOOK_TIMEOUT:
+                self._hook_timed_out(entry.target, now)
             else:  # CONNECT_TIMEOUT
                 conn: Conn = entry.target
                 timeout = self.options.connect_timeout
@@ -241,6 +248,8 @@ class Lifecycle(Health):
             return LeakWatch.timer_is_live(entry)
         if kind is TimerKind.BACKOFF:
             return ConnectFailures.timer_is_live(entry)
+        if kind is TimerKind.HOOK_TIMEOUT:
+            return HookRuns.timer_is_live(entry)
         return Probes.timer_is_live(entry)  # KEEP_ALIVE, PROBE_TIMEOUT
 
     def _schedule_background(self, when: float) -> None:

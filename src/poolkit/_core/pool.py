@@ -104,12 +104,14 @@ from ..options import PoolOptions
 from ..stats import PoolState, PoolStats
 from .actions import Action, CompleteRequest
 from .failures import ConnectFailures
+from .hooks import HookRuns
 from .idle import IdleSet
 from .keepalive import Probes
 from .leaks import LeakWatch
 from .maintenance import Lifecycle
 from .records import (
     _BACKING_OFF,
+    _CHECKING,
     _CLOSED,
     _CONNECTING,
     _DRAINING,
@@ -121,6 +123,7 @@ from .records import (
     _READY,
     _RELEASE,
     _RELEASE_LAST,
+    _RESETTING,
     _S_CLOSED,
     _SERVED,
     _WAITING,
@@ -176,11 +179,17 @@ class PoolCore(Lifecycle):
         #: whether ``lease_idle`` reads ``now``; when false a front end may pass 0.0 there and skip
         #: the clock (it only closes perished connections, and starts nothing, on that path).
         #: Every other input needs the real time: a check-in, say, may start a connect.
+        hooks = options.hooks
+        #: ``Hooks.check_after`` when a check hook is set (``_pop_idle``), else ``None``
+        self._check_after = None if hooks is None or hooks.check is None else hooks.check_after
         self.clocked = (
             options.max_idle_time is not None
             or options.max_lifetime is not None
             or options.keep_alive is not None
+            or self._check_after is not None  # (idle times decide the checks)
         )
+        #: resets on check-in (``Hooks.reset``): no check-in is plain (``_set_state``)
+        self._resets = hooks is not None and hooks.reset is not None
         self._set_state(_PAUSED, 0)  # (sets state, generation and the gates: "Gates" above)
         #: load-balanced mode: service id -> [generation, connection count]
         self.service_generations = {}
@@ -201,6 +210,7 @@ class PoolCore(Lifecycle):
         self._open = self.idle_set.open
         self.failures = ConnectFailures(options.connect_retry, rand, address)
         self.probes = Probes(self.timers, options.keep_alive)
+        self.hooks = HookRuns(self.timers, options.hooks)
         self.leaks = LeakWatch(self.timers, options.leak_timeout, address)
         soft = options.soft_max_size
         self.roles = Roles(options.min_size, self._max_size if soft is None else soft, self._regate)
@@ -243,6 +253,8 @@ class PoolCore(Lifecycle):
                 - counts[_CONNECTING]
                 - counts[_BACKING_OFF]
                 - counts[_DRAINING]
+                - counts[_CHECKING]
+                - counts[_RESETTING]
             )
         if state is _S_CLOSED:
             return 0
@@ -308,8 +320,8 @@ class PoolCore(Lifecycle):
             conn.streams = 1
             self.checkouts += 1
             return conn
-        if self.state is not _READY:
-            return None
+        if self.state is not _READY or self._check_after is not None:
+            return None  # (with a check hook, ``request`` decides: a check may start)
         found = self._take(now)  # the full check; closes perished ones on the way
         if found is not None:
             self._lease(found)
@@ -353,7 +365,7 @@ class PoolCore(Lifecycle):
         # (room first: a pool with waiters is most often full)
         if (
             len(self.conns) + self._abandoned < self._max_size
-            and len(waiters) > self._counts[_CONNECTING]
+            and len(waiters) > self._counts[_CONNECTING] + self._counts[_CHECKING]
         ):
             self._maybe_connect(now, fill_min=False)
 
@@ -426,10 +438,11 @@ class PoolCore(Lifecycle):
             return True
         return self._give_back(conn, now, now)
 
-    def _give_back(self, conn: Conn, now: float, idle_since: float) -> bool:
-        """One stream of ``conn`` came back (a lease's, or a keep-alive probe's); if it was the
-        last, the connection has been idle since ``idle_since``. Returns whether there may be
-        output (actions, a new earliest timer) besides events."""
+    def _give_back(self, conn: Conn, now: float, idle_since: float, *, used: bool = True) -> bool:
+        """One stream of ``conn`` came back (a lease's, or, not ``used``, a keep-alive probe's);
+        if it was the last, the connection has been idle since ``idle_since`` (and, ``used``, is
+        reset first if ``Hooks.reset`` is set). Returns whether there may be output (actions, a
+        new earliest timer) besides events."""
         conn.streams -= 1
         if conn.state is not _LEASED:
             if conn.state is _DRAINING:
@@ -457,6 +470,9 @@ class PoolCore(Lifecycle):
             if reason is not None:
                 self._close(conn, reason)
                 self._dispatch(now)
+                return True
+            if self._resets and used:
+                self._start_reset(conn, now)
                 return True
         conn.idle_since = idle_since
         if self._waiters:
@@ -505,7 +521,9 @@ class PoolCore(Lifecycle):
         self.generation = generation
         plain = not self._lb
         self._lease_gen = generation if plain and not self.clocked and state is _READY else -1
-        plain_release = plain and state is not _CLOSED and self._lifetime is None
+        plain_release = (
+            plain and state is not _CLOSED and self._lifetime is None and not self._resets
+        )
         self._release_gen = generation if plain_release else -1
         self._quick_gen = -1 if self.clocked else self._release_gen
 
@@ -537,12 +555,16 @@ class PoolCore(Lifecycle):
 
     def _pop_idle(self, now: float) -> Conn | None:
         """Pop the most recently used available connection that is not perished, closing the
-        perished ones met on the way (CMAP checkout)."""
+        perished ones met on the way (CMAP checkout). One that needs a check (``Hooks.check``)
+        starts it and ``None`` is returned: the check, once passed, serves the oldest waiter."""
         idle = self._idle
         while idle:
             conn = idle.pop()
             reason = self._perished(conn, now)
             if reason is None:
+                if self._check_after is not None and self.hooks.needs_check(conn, now):
+                    self._start_check(conn, now)
+                    return None
                 return conn
             self._close(conn, reason)
         return None
@@ -563,11 +585,12 @@ class PoolCore(Lifecycle):
             self.actions.append(CompleteRequest(req))
 
     def _dispatch(self, now: float) -> None:
-        """Hand available connections to waiters, oldest first; then connect if needed."""
+        """Hand available connections to waiters, oldest first (or start their checks, one for
+        each waiter not covered by a check running); then connect if needed."""
         waiters = self._waiters
-        while waiters and (self._idle or self._open):
+        counts = self._counts
+        while waiters and (self._idle or self._open) and len(waiters) > counts[_CHECKING]:
             conn = self._take(now)
-            if conn is None:
-                break
-            self._serve(self.wait_queue.pop_oldest(), conn, now)
+            if conn is not None:
+                self._serve(self.wait_queue.pop_oldest(), conn, now)
         self._maybe_connect(now, fill_min=True)

@@ -32,6 +32,8 @@ class ConnState(enum.IntEnum):
     LEASED = 3  #: established, at least one stream in use (CMAP "in use")
     DRAINING = 4  #: will close once its last lease is returned
     CLOSED = 5  #: gone; counts in nothing
+    CHECKING = 6  #: ``Hooks.check`` runs on it before it is handed out (neither available nor used)
+    RESETTING = 7  #: ``Hooks.reset`` runs on it after its check-in (neither available nor used)
 
 
 class ConnInput(enum.IntEnum):
@@ -45,6 +47,10 @@ class ConnInput(enum.IntEnum):
     RELEASE_LAST = 5  #: the last lease came back
     WILL_CLOSE = 6
     CLOSE = 7
+    CHECK = 8  #: an available connection's check starts
+    CHECKED = 9  #: its check passed
+    RESET = 10  #: a connection back from its last lease goes to be reset
+    RESET_DONE = 11  #: its reset passed
 
 
 #: the close reason of a record the pool forgot in a forked child (never announced: the
@@ -99,6 +105,17 @@ TRANSITIONS: Final[dict[tuple[ConnState, ConnInput], ConnState]] = {
     # its lease was out) may still see its leases come back.
     (_S.CLOSED, _I.RELEASE): _S.CLOSED,
     (_S.CLOSED, _I.RELEASE_LAST): _S.CLOSED,
+    # Hooks (``PoolOptions.hooks``): a check before an available connection is handed out, a
+    # reset after its last lease came back (from IDLE: the check-in makes it idle first). A
+    # failed check or reset, a will-close notice or the pool's close closes it.
+    (_S.IDLE, _I.CHECK): _S.CHECKING,
+    (_S.CHECKING, _I.CHECKED): _S.IDLE,
+    (_S.CHECKING, _I.WILL_CLOSE): _S.CLOSED,
+    (_S.CHECKING, _I.CLOSE): _S.CLOSED,
+    (_S.IDLE, _I.RESET): _S.RESETTING,
+    (_S.RESETTING, _I.RESET_DONE): _S.IDLE,
+    (_S.RESETTING, _I.WILL_CLOSE): _S.CLOSED,
+    (_S.RESETTING, _I.CLOSE): _S.CLOSED,
 }
 
 
@@ -111,7 +128,14 @@ TABLE: Final[tuple[tuple[ConnState | None, ...], ...]] = tuple(
 #: States whose number the core keeps in a counter. The others are derived: available is the
 #: length of the idle stack, leased is what remains of the total.
 COUNTED: Final[frozenset[ConnState]] = frozenset(
-    {ConnState.CONNECTING, ConnState.BACKING_OFF, ConnState.DRAINING, ConnState.CLOSED}
+    {
+        ConnState.CONNECTING,
+        ConnState.BACKING_OFF,
+        ConnState.DRAINING,
+        ConnState.CLOSED,
+        ConnState.CHECKING,
+        ConnState.RESETTING,
+    }
 )
 
 #: For the core's hot path: ``STEPS[state][input]`` is ``(new state, whether a counter changes)``
@@ -146,6 +170,8 @@ class Conn:
         "gate",
         "generation",
         "handle",
+        "hook_started",
+        "hook_timer",
         "id",
         "idle_since",
         "ka_timer",
@@ -190,6 +216,10 @@ class Conn:
         self.ka_timer: Any = None
         #: when the keep-alive probe in flight started (it holds one stream); ``None``: no probe
         self.probe_started: float | None = None
+        #: when the check or reset running on it started (``Hooks``); ``None``: none runs
+        self.hook_started: float | None = None
+        #: the timeout of that check or reset, if ``Hooks.timeout`` is set
+        self.hook_timer: Any = None
 
     def __repr__(self) -> str:
         return f"<Conn {self.id} {self.state.name} gen={self.generation} streams={self.streams}>"
@@ -260,6 +290,8 @@ _IDLE: Final = ConnState.IDLE
 _LEASED: Final = ConnState.LEASED
 _DRAINING: Final = ConnState.DRAINING
 _S_CLOSED: Final = ConnState.CLOSED
+_CHECKING: Final = ConnState.CHECKING
+_RESETTING: Final = ConnState.RESETTING
 _KEPT: Final = Role.KEPT
 _DEMAND: Final = Role.DEMAND
 _OVERFLOW: Final = Role.OVERFLOW

@@ -23,11 +23,15 @@ class Tally:
     """Cumulative counts of one pool, from its creation."""
 
     __slots__ = (
+        "checks",
+        "checks_failed",
         "closed",
         "connect_attempts",
         "connect_failures",
         "created",
         "failed",
+        "resets",
+        "resets_failed",
         "wait_max",
         "wait_total",
         "waits",
@@ -39,6 +43,10 @@ class Tally:
         self.created = 0  #: connections established
         self.closed: dict[str, int] = {}  #: connections closed, by reason
         self.failed: dict[str, int] = {}  #: checkouts failed, by reason
+        self.checks = 0  #: ``Hooks.check`` runs ended (passed, failed or timed out)
+        self.checks_failed = 0  #: those that failed or timed out
+        self.resets = 0  #: ``Hooks.reset`` runs ended
+        self.resets_failed = 0  #: those that failed or timed out
         self.waits = 0  #: checkouts that waited in the queue (until served, failed, cancelled)
         self.wait_total = 0.0  #: seconds they waited, in all
         self.wait_max = 0.0  #: the longest of those waits
@@ -90,6 +98,8 @@ class Tally:
             in_use=in_use,
             waiting=waiting,
             backing_off=counts[ConnState.BACKING_OFF],
+            checking=counts[ConnState.CHECKING],
+            resetting=counts[ConnState.RESETTING],
             abandoned=abandoned,
             kept=kept,
             demand=demand,
@@ -102,6 +112,10 @@ class Tally:
             connect_failures=self.connect_failures,
             checkouts=checkouts,
             checkout_failures=dict(self.failed),
+            checks=self.checks,
+            checks_failed=self.checks_failed,
+            resets=self.resets,
+            resets_failed=self.resets_failed,
             waits=self.waits,
             wait_time_total=self.wait_total,
             wait_time_max=self.wait_max,

@@ -29,6 +29,7 @@ class TimerKind(enum.IntEnum):
     PROBE_TIMEOUT = 6  #: a keep-alive probe ran out of time
     BACKOFF = 7  #: a backing-off slot's wait before its connect retry is over
     LEAK = 8  #: a watched lease has been out for leak_timeout
+    HOOK_TIMEOUT = 9  #: a connection's check or reset (``Hooks``) ran out of time
 
 
 @final

@@ -1,0 +1,224 @@
+"""PostgreSQL with asyncpg: a connect function, the hooks asyncpg's own pool runs, one-call pool.
+
+    pool = await poolkit.backends.asyncpg.create_pool(
+        "postgresql://app@db/app", options=poolkit.PoolOptions(max_size=10))
+    async with pool.connection() as conn:        # conn: an asyncpg.Connection
+        print(await conn.fetchval("SELECT 1"))
+    await pool.close()
+
+(or ``async with poolkit.backends.asyncpg.create_pool(...) as pool:``, as with asyncpg's pool).
+
+The hooks (:func:`hooks`), what asyncpg's ``Pool`` does with its connections, as poolkit
+:class:`~poolkit.Hooks`:
+
+* ``reset`` on check-in: asyncpg's ``Connection.reset()``, the same call asyncpg's pool makes: roll
+  back an open transaction (asyncpg reports one its ``transaction()`` did not manage through the
+  event loop's exception handler), drop the ``add_listener`` callbacks, then the connection's
+  ``get_reset_query()``: ``pg_advisory_unlock_all()``, ``CLOSE ALL``, ``UNLISTEN *``,
+  ``RESET ALL`` (as the server supports). Your own query replaces that one through
+  ``get_reset_query`` (asyncpg's documented way: :func:`connect` subclasses the connection class);
+  ``reset=False`` runs no reset at all, for sessions known to be clean. Prepared statements,
+  temporary tables and the statement cache stay (``DISCARD ALL`` would break asyncpg's cache).
+* ``check`` before a hand-out: ``is_closed()``. It costs nothing and is enough on asyncio: the
+  event loop reads an idle connection's socket, so a backend terminated by the server shows as
+  closed once the loop has run. ``check="ping"`` also sends ``SELECT 1`` (a round trip: a firewall
+  that drops idle connections silently is only found that way); ``check=None`` checks nothing.
+* ``is_broken`` when the block of ``pool.connection()`` raised: the connection is closed, or the
+  error is a connection-level one (class 08, the server shutting down, an I/O or protocol
+  error). An SQL error such as a division by zero is not: the reset rolls its transaction back.
+* :func:`probe` for ``PoolOptions(keep_alive=KeepAlive(interval, probe))``: ``SELECT 1``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Generator
+from typing import TYPE_CHECKING, Any, Literal
+
+from .. import AsyncPool, ConnectContext, Hooks, PoolOptions
+from ._common import ready_async, with_hooks
+from ._extras import require
+
+if TYPE_CHECKING:
+    import asyncpg
+    from asyncpg import Connection
+else:
+    asyncpg = require("asyncpg", "asyncpg", "asyncpg")
+    Connection = asyncpg.Connection
+
+__all__ = [
+    "PoolStarter",
+    "check_closed",
+    "check_ping",
+    "connect",
+    "create_pool",
+    "hooks",
+    "is_broken",
+    "probe",
+    "reset",
+]
+
+#: errors after which a connection is not used again (an SQL error of the session is not one)
+BROKEN_ERRORS: tuple[type[BaseException], ...] = (
+    OSError,  # ConnectionError, TimeoutError of the socket
+    asyncpg.PostgresConnectionError,  # class 08
+    asyncpg.AdminShutdownError,  # 57P01: pg_terminate_backend, a fast shutdown
+    asyncpg.CrashShutdownError,
+    asyncpg.CannotConnectNowError,
+    asyncpg.InternalClientError,  # the protocol is out of step
+)
+
+Check = Literal["closed", "ping"] | None
+
+
+def connect(
+    dsn: str | None = None,
+    *,
+    application_name: str = "poolkit",
+    reset_query: str | None = None,
+    **connect_kwargs: Any,
+) -> Callable[[ConnectContext], Awaitable[Connection]]:
+    """A connect function for :class:`~poolkit.AsyncPool`: ``asyncpg.connect(dsn,
+    **connect_kwargs)`` with ``application_name`` set (in ``server_settings``; one given there
+    wins), so the pool's sessions can be told apart in ``pg_stat_activity``.
+
+    ``reset_query``: the query :func:`reset` sends after the rollback, in place of asyncpg's
+    ``get_reset_query()`` (``""``: only roll back and drop listeners)."""
+    kwargs = dict(connect_kwargs)
+    settings = {"application_name": application_name, **(kwargs.pop("server_settings", None) or {})}
+    if reset_query is not None:
+        if not isinstance(reset_query, str):
+            raise TypeError(f"reset_query must be a str or None, not {type(reset_query).__name__}")
+        base = kwargs.get("connection_class", asyncpg.Connection)
+        kwargs["connection_class"] = _with_reset_query(base, reset_query)
+
+    async def connect_one(ctx: ConnectContext) -> Connection:
+        return await asyncpg.connect(dsn, server_settings=settings, **kwargs)
+
+    return connect_one
+
+
+def _with_reset_query(base: type[Any], query: str) -> type[Any]:
+    """``base`` with ``get_reset_query()`` answering ``query`` (asyncpg's documented override)."""
+
+    def get_reset_query(self: Any) -> str:
+        return query
+
+    return type(f"Reset{base.__name__}", (base,), {"get_reset_query": get_reset_query})
+
+
+async def reset(conn: Connection) -> None:
+    """The ``reset`` hook: ``conn.reset()`` (see the module's docstring); raises on a closed
+    connection, so the pool discards it."""
+    await conn.reset()
+
+
+_reset_hook = reset  # (the builders' ``reset`` arguments hide the name)
+
+
+async def check_closed(conn: Connection) -> None:
+    """The ``check`` hook without a round trip: raises if the connection is closed."""
+    if conn.is_closed():
+        raise asyncpg.ConnectionDoesNotExistError("connection is closed")
+
+
+async def check_ping(conn: Connection) -> None:
+    """The ``check`` hook with a round trip: closed, or ``SELECT 1`` fails: raises."""
+    await check_closed(conn)
+    await conn.execute("SELECT 1")
+
+
+async def probe(conn: Connection) -> None:
+    """A keep-alive probe: ``SELECT 1``."""
+    await conn.execute("SELECT 1")
+
+
+def is_broken(conn: Connection, error: BaseException) -> bool:
+    """The ``is_broken`` hook: whether ``conn`` must be discarded after ``error`` in its block."""
+    return bool(conn.is_closed()) or isinstance(error, BROKEN_ERRORS)
+
+
+def hooks(
+    *,
+    reset: bool = True,
+    check: Check = "closed",
+    check_after: float = 0.0,
+    configure: Callable[[Connection], Awaitable[Any]] | None = None,
+    timeout: float | None = 30.0,
+) -> Hooks:
+    """The :class:`~poolkit.Hooks` for asyncpg connections: ``reset`` (False: none), ``check``
+    (``"closed"``, ``"ping"`` or ``None``) when idle ``check_after`` seconds, ``is_broken``, and
+    your own ``configure`` (run once after each connect)."""
+    checks = {"closed": check_closed, "ping": check_ping, None: None}
+    if check not in checks:
+        raise ValueError(f"check must be 'closed', 'ping' or None, got {check!r}")
+    return Hooks(
+        configure=configure,
+        check=checks[check],
+        check_after=check_after,
+        reset=_reset_hook if reset else None,
+        is_broken=is_broken,
+        timeout=timeout,
+    )
+
+
+
+class PoolStarter:
+    """What :func:`create_pool` returns: ``await`` it for the ready pool, or ``async with`` it
+    for a pool closed at the end of the block."""
+
+    __slots__ = ("_pool", "_start")
+
+    def __init__(self, start: Callable[[], Awaitable[AsyncPool[Connection]]]) -> None:
+        self._start = start
+        self._pool: AsyncPool[Connection] | None = None
+
+    def __await__(self) -> Generator[Any, None, AsyncPool[Connection]]:
+        return self._start().__await__()
+
+    async def __aenter__(self) -> AsyncPool[Connection]:
+        self._pool = await self._start()
+        return self._pool
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        if self._pool is not None:
+            await self._pool.close()
+
+
+def create_pool(
+    dsn: str | None = None,
+    *,
+    options: PoolOptions | None = None,
+    reset: bool | str = True,
+    check: Check = "closed",
+    check_after: float = 0.0,
+    configure: Callable[[Connection], Awaitable[Any]] | None = None,
+    application_name: str = "poolkit",
+    address: str | None = None,
+    **connect_kwargs: Any,
+) -> PoolStarter:
+    """An :class:`~poolkit.AsyncPool` of asyncpg connections with the :func:`hooks` set, ready:
+    ``pool = await create_pool(dsn, options=...)``.
+
+    ``reset``: ``True`` asyncpg's full reset, ``False`` none, a string: your reset query (run
+    after the rollback). ``check``/``check_after``/``configure``: see :func:`hooks`.
+    ``options.hooks`` must be unset (these arguments set it). ``connect_kwargs`` go to
+    ``asyncpg.connect``. One connection is made before the pool is returned, so a wrong DSN or
+    password fails here (the pool is closed again)."""
+    chosen = hooks(
+        reset=reset is not False, check=check, check_after=check_after, configure=configure
+    )
+    options = with_hooks(options, chosen, "create_pool")
+    connect_one = connect(
+        dsn,
+        application_name=application_name,
+        reset_query=reset if isinstance(reset, str) else None,
+        **connect_kwargs,
+    )
+    shown = address or dsn or str(connect_kwargs.get("host", "postgresql"))
+
+    async def start() -> AsyncPool[Connection]:
+        pool = AsyncPool(connect_one, address=shown, options=options)
+        await ready_async(pool)
+        return pool
+
+    return PoolStarter(start)

@@ -1,0 +1,114 @@
+"""The PostgreSQL server the backend tests run against, and a session to watch it with.
+
+Tests take the ``pg`` fixture (import it: ``from pg_service import pg``). The server is
+``POOLKIT_TEST_PG_DSN`` (default ``postgresql://postgres@127.0.0.1:5432/test``); when it cannot
+be reached, or a driver is missing, the tests skip saying why, and fail under
+``POOLKIT_REQUIRE_SERVICES=1``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+import importlib
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from conftest import skip_or_fail
+
+DSN = os.environ.get("POOLKIT_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+def need(module: str) -> Any:
+    """``module`` imported, or the test skipped (failed under POOLKIT_REQUIRE_SERVICES=1)."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        skip_or_fail(f"{module} is not installed ({exc}): pip install -e '.[test]'")
+        raise AssertionError("not reached") from exc
+
+
+@functools.cache
+def _unreachable() -> str | None:
+    """Why the server cannot be used, or ``None`` (asked once per run)."""
+    try:
+        import psycopg
+    except ImportError:
+        return "psycopg is not installed (it watches the server): pip install -e '.[test]'"
+    try:
+        with psycopg.connect(DSN, connect_timeout=5) as conn:
+            conn.execute("SELECT 1")
+    except psycopg.Error as exc:
+        return f"PostgreSQL at {DSN} is not reachable: {exc}".strip()
+    return None
+
+
+@dataclasses.dataclass
+class PgServer:
+    """The server, seen from an admin session of its own (autocommit)."""
+
+    dsn: str
+    admin: Any  # a psycopg.Connection
+    #: an ``application_name`` of this test's own: its pool's sessions are those
+    app: str
+
+    def pids(self, app: str | None = None) -> list[int]:
+        """The backends of ``app`` (this test's by default) connected now."""
+        rows = self.admin.execute(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = %s ORDER BY pid",
+            [app or self.app],
+        ).fetchall()
+        return [int(row[0]) for row in rows]
+
+    def terminate(self, pid: int) -> None:
+        """``pg_terminate_backend(pid)``, and wait (at most 5 s) until the backend is gone."""
+        self.admin.execute("SELECT pg_terminate_backend(%s)", [pid])
+        self.wait(lambda: pid not in self.pids(), "the terminated backend to go")
+
+    def wait_sessions(self, count: int, app: str | None = None) -> None:
+        """Wait (at most 5 s) until ``app`` has ``count`` sessions (the server ends a closed
+        session's backend a moment after the client's goodbye)."""
+        self.wait(lambda: len(self.pids(app)) == count, f"{count} sessions of {app or self.app}")
+
+    @staticmethod
+    def wait(condition: Callable[[], bool], what: str, timeout: float = 5.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not condition():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"waited {timeout} s for {what}")
+            time.sleep(0.01)
+
+
+async def wait_until(condition: Callable[[], bool], what: str, timeout: float = 5.0) -> None:
+    """``PgServer.wait`` for a test on an event loop (the loop runs meanwhile)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"waited {timeout} s for {what}")
+        await asyncio.sleep(0.01)
+
+
+@pytest.fixture
+def pg() -> Iterator[PgServer]:
+    """The PostgreSQL server, with an ``application_name`` for this test's sessions."""
+    reason = _unreachable()
+    if reason is not None:
+        skip_or_fail(reason)
+    import psycopg
+
+    with psycopg.connect(DSN, autocommit=True, application_name="poolkit-tests-admin") as admin:
+        server = PgServer(DSN, admin, f"poolkit-test-{uuid.uuid4().hex[:12]}")
+        try:
+            yield server
+        finally:  # what a failed test left behind goes, so that it cannot disturb the next
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE application_name = %s",
+                [server.app],
+            )

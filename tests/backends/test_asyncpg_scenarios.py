@@ -27,7 +27,7 @@ def run(main: Callable[[], Coroutine[Any, Any, None]]) -> None:
     asyncio.run(main())
 
 
-def one_connection(server: PgServer, **kwargs: Any) -> pk_asyncpg.PoolStarter:
+def one_connection(server: PgServer, **kwargs: Any) -> pk_asyncpg.PoolStarter[Any]:
     """A pool of one connection: the next caller surely gets the previous caller's session."""
     options = poolkit.PoolOptions(max_size=1)
     app = server.app

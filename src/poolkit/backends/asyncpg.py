@@ -31,11 +31,11 @@ The hooks (:func:`hooks`), what asyncpg's ``Pool`` does with its connections, as
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Literal
 
 from .. import AsyncPool, ConnectContext, Hooks, PoolOptions
-from ._common import ready_async, with_hooks
+from ._common import PoolStarter, ready_async, shown_address, uri_params, with_hooks
 from ._extras import require
 
 if TYPE_CHECKING:
@@ -162,28 +162,6 @@ def hooks(
 
 
 
-class PoolStarter:
-    """What :func:`create_pool` returns: ``await`` it for the ready pool, or ``async with`` it
-    for a pool closed at the end of the block."""
-
-    __slots__ = ("_pool", "_start")
-
-    def __init__(self, start: Callable[[], Awaitable[AsyncPool[Connection]]]) -> None:
-        self._start = start
-        self._pool: AsyncPool[Connection] | None = None
-
-    def __await__(self) -> Generator[Any, None, AsyncPool[Connection]]:
-        return self._start().__await__()
-
-    async def __aenter__(self) -> AsyncPool[Connection]:
-        self._pool = await self._start()
-        return self._pool
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        if self._pool is not None:
-            await self._pool.close()
-
-
 def create_pool(
     dsn: str | None = None,
     *,
@@ -195,7 +173,7 @@ def create_pool(
     application_name: str = "poolkit",
     address: str | None = None,
     **connect_kwargs: Any,
-) -> PoolStarter:
+) -> PoolStarter[Connection]:
     """An :class:`~poolkit.AsyncPool` of asyncpg connections with the :func:`hooks` set, ready:
     ``pool = await create_pool(dsn, options=...)``.
 
@@ -214,7 +192,9 @@ def create_pool(
         reset_query=reset if isinstance(reset, str) else None,
         **connect_kwargs,
     )
-    shown = address or dsn or str(connect_kwargs.get("host", "postgresql"))
+    given = {k: connect_kwargs[k] for k in ("host", "port", "database") if k in connect_kwargs}
+    params = uri_params(dsn) | given
+    shown = address or shown_address(params)
 
     async def start() -> AsyncPool[Connection]:
         pool = AsyncPool(connect_one, address=shown, options=options)

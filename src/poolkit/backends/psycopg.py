@@ -203,9 +203,11 @@ def create_pool(
 ) -> Pool[Conn]:
     """A ready :class:`~poolkit.Pool` of psycopg connections with the :func:`hooks` set.
 
-    ``options.hooks`` must be unset (the other arguments set it); ``connect_kwargs`` go to
-    ``psycopg.connect``. One connection is made before the pool is returned, so a wrong DSN or
-    password fails here (and the pool is closed)."""
+    ``options`` is the pool's :class:`~poolkit.PoolOptions` (``options.hooks`` unset: the other
+    arguments set it); ``connect_kwargs`` go to ``psycopg.connect`` (libpq's own ``options``
+    parameter goes in the DSN: ``...?options=-csearch_path%3Dapp``). One connection is made
+    before the pool is returned, so a wrong DSN or password fails here (and the pool is
+    closed)."""
     chosen = hooks(
         reset=reset,
         check=check,

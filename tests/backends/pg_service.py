@@ -17,6 +17,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
@@ -112,3 +113,62 @@ def pg() -> Iterator[PgServer]:
                 "WHERE application_name = %s",
                 [server.app],
             )
+
+
+class SilentProxy:
+    """A real TCP relay to the server, on an event loop: ``freeze()`` makes every link open now
+    go silent both ways without closing (a firewall that dropped it); links opened later work.
+
+        async with SilentProxy(dsn) as proxy:
+            conn = await asyncpg.connect(proxy.dsn)
+    """
+
+    def __init__(self, dsn: str) -> None:
+        parts = urlsplit(dsn)
+        self._parts = parts
+        self._target = (parts.hostname or "127.0.0.1", parts.port or 5432)
+        self._server: asyncio.Server | None = None
+        self._frozen: list[asyncio.Event] = []
+        self._writers: list[asyncio.StreamWriter] = []
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.dsn = ""
+
+    async def __aenter__(self) -> SilentProxy:
+        self._server = await asyncio.start_server(self._link, "127.0.0.1", 0)
+        port = self._server.sockets[0].getsockname()[1]
+        netloc = self._parts.netloc.rsplit("@", 1)[0] + f"@127.0.0.1:{port}"
+        self.dsn = urlunsplit(self._parts._replace(netloc=netloc))
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for writer in self._writers:
+            writer.close()
+
+    def freeze(self) -> None:
+        for frozen in self._frozen:
+            frozen.set()
+
+    async def _link(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(*self._target)
+        frozen = asyncio.Event()
+        self._frozen.append(frozen)
+        self._writers += [writer, up_writer]
+        for source, sink in ((reader, up_writer), (up_reader, writer)):
+            task = asyncio.create_task(self._pipe(source, sink, frozen))
+            self._tasks.add(task)
+
+    @staticmethod
+    async def _pipe(
+        source: asyncio.StreamReader, sink: asyncio.StreamWriter, frozen: asyncio.Event
+    ) -> None:
+        while data := await source.read(65536):
+            if not frozen.is_set():  # (frozen: dropped, and the link kept open)
+                sink.write(data)
+                await sink.drain()
+        if not frozen.is_set():
+            sink.close()

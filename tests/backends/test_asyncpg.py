@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from pg_service import PgServer, need, pg, wait_until
+from pg_service import PgServer, SilentProxy, need, pg, wait_until
 
 import poolkit
 
@@ -182,6 +182,25 @@ def test_is_broken_is_false_for_an_sql_error(pg: PgServer) -> None:
         assert not pk_asyncpg.is_broken(conn, cancelled.value)
         assert pk_asyncpg.is_broken(conn, ConnectionResetError())
         await conn.close()
+
+    run(main)
+
+
+def test_close_is_bounded_when_the_server_no_longer_answers(pg: PgServer) -> None:
+    async def main() -> None:
+        async with SilentProxy(pg.dsn) as proxy:
+            connect_one = pk_asyncpg.connect(proxy.dsn, application_name=pg.app, close_timeout=0.2)
+            pool = poolkit.AsyncPool(connect_one)
+            pool.ready()
+            async with pool.connection() as conn:
+                assert await conn.fetchval("SELECT 1") == 1
+            proxy.freeze()
+            await asyncio.wait_for(pool.close(), 5)  # (asyncpg's close alone would wait forever)
+            assert conn.is_closed()
+            other = await connect(pg, close_timeout=None)
+            assert type(other) is asyncpg.Connection  # nothing asked: asyncpg's own class
+            await pk_asyncpg.close(other, 5)
+            assert other.is_closed()
 
     run(main)
 

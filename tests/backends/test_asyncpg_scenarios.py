@@ -8,7 +8,7 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from pg_service import PgServer, need, pg, wait_until
+from pg_service import PgServer, SilentProxy, need, pg, wait_until
 
 import poolkit
 
@@ -95,6 +95,32 @@ def test_a_ping_finds_a_dead_connection_the_loop_has_not_noticed(pg: PgServer) -
             async with pool.connection() as fresh:
                 assert await fresh.fetchval("SELECT 1") == 1
                 assert fresh.get_server_pid() != pid
+
+    run(main)
+
+
+def test_a_ping_with_a_timeout_finds_a_connection_gone_silent(pg: PgServer) -> None:
+    """A link a firewall dropped: no error, no close, no answer. The ping times out
+    (``hooks_timeout``), the connection is closed (bounded by ``close_timeout``) and the caller
+    gets a new one."""
+
+    async def main() -> None:
+        async with SilentProxy(pg.dsn) as proxy:
+            options = poolkit.PoolOptions(max_size=1)
+            async with pk_asyncpg.create_pool(
+                proxy.dsn,
+                options=options,
+                application_name=pg.app,
+                check="ping",
+                hooks_timeout=0.5,
+                close_timeout=0.2,
+            ) as pool:
+                async with pool.connection() as conn:
+                    pid = conn.get_server_pid()
+                proxy.freeze()
+                async with pool.connection() as fresh:
+                    assert await fresh.fetchval("SELECT 1") == 1
+                    assert fresh.get_server_pid() != pid
 
     run(main)
 

@@ -48,6 +48,7 @@ else:
 __all__ = [
     "PoolStarter",
     "check_closed",
+    "close",
     "check_ping",
     "connect",
     "create_pool",
@@ -75,6 +76,7 @@ def connect(
     *,
     application_name: str = "poolkit",
     reset_query: str | None = None,
+    close_timeout: float | None = 10.0,
     **connect_kwargs: Any,
 ) -> Callable[[ConnectContext], Awaitable[Connection]]:
     """A connect function for :class:`~poolkit.AsyncPool`: ``asyncpg.connect(dsn,
@@ -82,14 +84,20 @@ def connect(
     wins), so the pool's sessions can be told apart in ``pg_stat_activity``.
 
     ``reset_query``: the query :func:`reset` sends after the rollback, in place of asyncpg's
-    ``get_reset_query()`` (``""``: only roll back and drop listeners)."""
+    ``get_reset_query()`` (``""``: only roll back and drop listeners).
+    ``close_timeout``: the pool closes a connection with ``conn.close()``, which says goodbye
+    and waits for the server to hang up: a server that no longer answers would hold the pool's
+    ``close()`` forever. After this many seconds the connection is aborted instead (see
+    :func:`close`); ``None``: asyncpg's own ``close()``.
+
+    Both work as asyncpg documents it, through the connection class (``connection_class``, a
+    subclass of yours if you give one)."""
     kwargs = dict(connect_kwargs)
     settings = {"application_name": application_name, **(kwargs.pop("server_settings", None) or {})}
-    if reset_query is not None:
-        if not isinstance(reset_query, str):
-            raise TypeError(f"reset_query must be a str or None, not {type(reset_query).__name__}")
-        base = kwargs.get("connection_class", asyncpg.Connection)
-        kwargs["connection_class"] = _with_reset_query(base, reset_query)
+    if reset_query is not None and not isinstance(reset_query, str):
+        raise TypeError(f"reset_query must be a str or None, not {type(reset_query).__name__}")
+    base = kwargs.get("connection_class", asyncpg.Connection)
+    kwargs["connection_class"] = _connection_class(base, reset_query, close_timeout)
 
     async def connect_one(ctx: ConnectContext) -> Connection:
         return await asyncpg.connect(dsn, server_settings=settings, **kwargs)
@@ -97,13 +105,37 @@ def connect(
     return connect_one
 
 
-def _with_reset_query(base: type[Any], query: str) -> type[Any]:
-    """``base`` with ``get_reset_query()`` answering ``query`` (asyncpg's documented override)."""
+def _connection_class(base: type[Any], query: str | None, close_timeout: float | None) -> Any:
+    """``base`` with ``get_reset_query()`` answering ``query`` (asyncpg's documented override)
+    and a ``close()`` bounded by ``close_timeout``; ``base`` itself if neither is asked for."""
+    methods: dict[str, Any] = {}
+    if query is not None:
 
-    def get_reset_query(self: Any) -> str:
-        return query
+        def get_reset_query(self: Any) -> str:
+            return query
 
-    return type(f"Reset{base.__name__}", (base,), {"get_reset_query": get_reset_query})
+        methods["get_reset_query"] = get_reset_query
+    if close_timeout is not None:
+
+        async def close_bounded(self: Any, *, timeout: float | None = None) -> None:
+            await close(self, close_timeout if timeout is None else timeout, _close=base.close)
+
+        methods["close"] = close_bounded
+    if not methods:
+        return base
+    return type(f"Poolkit{base.__name__}", (base,), methods)
+
+
+async def close(
+    conn: Connection, timeout: float | None = 10.0, *, _close: Callable[..., Any] | None = None
+) -> None:
+    """Close ``conn`` gracefully (asyncpg's ``close()``: goodbye, and wait for the server to
+    hang up) for at most ``timeout`` seconds, then abort it: it is closed when this returns,
+    without an error for a server that did not answer."""
+    try:
+        await (_close or type(conn).close)(conn, timeout=timeout)
+    except (TimeoutError, OSError):
+        pass  # asyncpg aborted the connection before raising
 
 
 async def reset(conn: Connection) -> None:
@@ -170,7 +202,9 @@ def create_pool(
     check: Check = "closed",
     check_after: float = 0.0,
     configure: Callable[[Connection], Awaitable[Any]] | None = None,
+    hooks_timeout: float | None = 30.0,
     application_name: str = "poolkit",
+    close_timeout: float | None = 10.0,
     address: str | None = None,
     **connect_kwargs: Any,
 ) -> PoolStarter[Connection]:
@@ -178,18 +212,25 @@ def create_pool(
     ``pool = await create_pool(dsn, options=...)``.
 
     ``reset``: ``True`` asyncpg's full reset, ``False`` none, a string: your reset query (run
-    after the rollback). ``check``/``check_after``/``configure``: see :func:`hooks`.
+    after the rollback). ``check``/``check_after``/``configure``: see :func:`hooks`;
+    ``hooks_timeout``: the seconds a check or reset may take (``Hooks.timeout``).
+    ``application_name``/``close_timeout``: see :func:`connect`.
     ``options.hooks`` must be unset (these arguments set it). ``connect_kwargs`` go to
     ``asyncpg.connect``. One connection is made before the pool is returned, so a wrong DSN or
     password fails here (the pool is closed again)."""
     chosen = hooks(
-        reset=reset is not False, check=check, check_after=check_after, configure=configure
+        reset=reset is not False,
+        check=check,
+        check_after=check_after,
+        configure=configure,
+        timeout=hooks_timeout,
     )
     options = with_hooks(options, chosen, "create_pool")
     connect_one = connect(
         dsn,
         application_name=application_name,
         reset_query=reset if isinstance(reset, str) else None,
+        close_timeout=close_timeout,
         **connect_kwargs,
     )
     given = {k: connect_kwargs[k] for k in ("host", "port", "database") if k in connect_kwargs}

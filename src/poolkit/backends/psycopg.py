@@ -196,6 +196,7 @@ def create_pool(
     check: Check = "closed",
     check_after: float = 0.0,
     configure: Callable[[Conn], Any] | None = None,
+    hooks_timeout: float | None = 30.0,
     autocommit: bool = False,
     application_name: str = "poolkit",
     address: str | None = None,
@@ -203,17 +204,18 @@ def create_pool(
 ) -> Pool[Conn]:
     """A ready :class:`~poolkit.Pool` of psycopg connections with the :func:`hooks` set.
 
-    ``options`` is the pool's :class:`~poolkit.PoolOptions` (``options.hooks`` unset: the other
-    arguments set it); ``connect_kwargs`` go to ``psycopg.connect`` (libpq's own ``options``
-    parameter goes in the DSN: ``...?options=-csearch_path%3Dapp``). One connection is made
-    before the pool is returned, so a wrong DSN or password fails here (and the pool is
-    closed)."""
+    ``options``: the pool's :class:`~poolkit.PoolOptions`, ``hooks`` unset (the other arguments
+    set it: see :func:`hooks`; ``hooks_timeout`` is ``Hooks.timeout``). ``connect_kwargs`` go to
+    ``psycopg.connect`` (libpq's own ``options`` parameter goes in the DSN:
+    ``...?options=-csearch_path%3Dapp``). One connection is made before the pool is returned, so
+    a wrong DSN or password fails here (and the pool is closed)."""
     chosen = hooks(
         reset=reset,
         check=check,
         check_after=check_after,
         configure=configure,
         autocommit=autocommit,
+        timeout=hooks_timeout,
     )
     pool = Pool(
         connect(dsn, autocommit=autocommit, application_name=application_name, **connect_kwargs),
@@ -232,6 +234,7 @@ def create_async_pool(
     check: Check = "closed",
     check_after: float = 0.0,
     configure: Callable[[AsyncConn], Awaitable[Any]] | None = None,
+    hooks_timeout: float | None = 30.0,
     autocommit: bool = False,
     application_name: str = "poolkit",
     address: str | None = None,
@@ -246,6 +249,7 @@ def create_async_pool(
         check_after=check_after,
         configure=configure,
         autocommit=autocommit,
+        timeout=hooks_timeout,
     )
     options = with_hooks(options, chosen, "create_async_pool")
     connect_one = async_connect(

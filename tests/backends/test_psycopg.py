@@ -10,7 +10,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Coroutine, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, assert_type
 
 import pytest
 from pg_service import PgServer, need, pg
@@ -19,10 +19,12 @@ import poolkit
 
 __all__ = ["pg"]
 
-psycopg = need("psycopg")
 if TYPE_CHECKING:
+    import psycopg
+
     from poolkit.backends import psycopg as pk
-else:
+else:  # (the driver first: missing, the tests skip, or fail under POOLKIT_REQUIRE_SERVICES=1)
+    psycopg = need("psycopg")
     pk = need("poolkit.backends.psycopg")
 
 CTX = poolkit.ConnectContext(1, "test", None, 0)
@@ -39,6 +41,11 @@ def table(pg: PgServer) -> Iterator[str]:
     pg.admin.execute(f"CREATE TABLE {name} (x int)")
     yield name
     pg.admin.execute(f"DROP TABLE {name}")
+
+
+def status(conn: Any) -> str:
+    """The connection's transaction status by name (read anew at each call)."""
+    return str(conn.info.transaction_status.name)
 
 
 def rows(server: PgServer, table: str) -> list[int]:
@@ -75,11 +82,11 @@ def test_reset_clears_a_session_and_rolls_back_with_a_warning(
         conn.execute("SELECT pg_advisory_lock(4242)")  # (a session's lock outlives a rollback)
         conn.execute("CREATE TEMP TABLE t_left (x int)")
         assert conn.execute("SHOW timezone").fetchone() == ("Pacific/Chatham",)
-        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
+        assert status(conn) == "INTRANS"
         with caplog.at_level(logging.WARNING, "poolkit.backends.psycopg"):
             pk.make_reset(pk.DEFAULT_RESET_QUERY)(conn)
         assert "rolling back a transaction left open" in caplog.text
-        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        assert status(conn) == "IDLE"
         assert conn.deferrable is None and conn.isolation_level is None
         assert not conn.autocommit
         assert conn.execute("SHOW timezone").fetchone() == default_tz
@@ -96,7 +103,7 @@ def test_reset_rolls_back_a_failed_transaction_and_restores_autocommit(pg: PgSer
         with pytest.raises(psycopg.errors.DivisionByZero) as caught:
             conn.execute("SELECT 1/0")
         assert not pk.is_broken(conn, caught.value)
-        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.INERROR
+        assert status(conn) == "INERROR"
         pk.make_reset(None, autocommit=True)(conn)
         assert conn.autocommit
         assert conn.execute("SELECT 1").fetchone() == (1,)
@@ -118,7 +125,7 @@ def test_check_is_broken_and_reset_on_a_terminated_connection(pg: PgServer) -> N
         pk.check_closed(conn)
         pk.check_ping(conn)
         pk.ping(conn)
-        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        assert status(conn) == "IDLE"
         pg.terminate(conn.info.backend_pid)
         assert not conn.closed  # psycopg has not noticed: it reads only when asked
         with pytest.raises(psycopg.OperationalError):
@@ -171,7 +178,7 @@ def test_async_hooks_reset_check_and_is_broken(pg: PgServer) -> None:
                 await conn.execute("SELECT 1/0")
             assert not pk.is_broken(conn, caught.value)
             await pk.make_async_reset(pk.DEFAULT_RESET_QUERY)(conn)
-            assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+            assert status(conn) == "IDLE"
             assert conn.read_only is None
             cur = await conn.execute("SELECT current_setting('timezone') <> 'Pacific/Chatham'")
             assert await cur.fetchone() == (True,)
@@ -219,7 +226,7 @@ def test_connection_commits_on_success_and_rolls_back_on_error(pg: PgServer, tab
         with pytest.raises(psycopg.errors.DivisionByZero):
             insert_and_fail(pool, table, 3, sql=True)  # a failed transaction: rolled back too
         with pk.connection(pool) as conn:
-            assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+            assert status(conn) == "IDLE"
         assert rows(pg, table) == [1]
     with pytest.raises(TypeError, match="takes a poolkit Pool"):
         pk.connection(object())  # type: ignore[call-overload]
@@ -251,6 +258,24 @@ def test_async_connection_commits_on_success_and_rolls_back_on_error(
 
 
 # ---------------------------------------------------------------- the one-call pools
+
+
+def test_the_types_a_user_sees(pg: PgServer) -> None:
+    """(mypy checks the ``assert_type`` lines; at run time they only run.)"""
+    with pk.create_pool(pg.dsn, application_name=pg.app) as pool:
+        assert_type(pool, poolkit.Pool[psycopg.Connection[Any]])
+        with pk.connection(pool) as conn:
+            assert_type(conn, psycopg.Connection[Any])
+        with pool.connection() as conn:
+            assert_type(conn, psycopg.Connection[Any])
+
+    async def main() -> None:
+        async with pk.create_async_pool(pg.dsn, application_name=pg.app) as apool:
+            assert_type(apool, poolkit.AsyncPool[psycopg.AsyncConnection[Any]])
+            async with pk.connection(apool) as aconn:
+                assert_type(aconn, psycopg.AsyncConnection[Any])
+
+    run(main)
 
 
 def test_create_pool_serves_32_threads_on_10_connections(pg: PgServer) -> None:

@@ -19,10 +19,12 @@ pytestmark = pytest.mark.skip(reason="needs the pool to run Hooks (issue 16, cor
 
 __all__ = ["pg"]
 
-psycopg = need("psycopg")
 if TYPE_CHECKING:
+    import psycopg
+
     from poolkit.backends import psycopg as pk
-else:
+else:  # (the driver first: missing, the tests skip, or fail under POOLKIT_REQUIRE_SERVICES=1)
+    psycopg = need("psycopg")
     pk = need("poolkit.backends.psycopg")
 
 IDLE = psycopg.pq.TransactionStatus.IDLE

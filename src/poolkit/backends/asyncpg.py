@@ -27,6 +27,10 @@ The hooks (:func:`hooks`), what asyncpg's ``Pool`` does with its connections, as
   error is a connection-level one (class 08, the server shutting down, an I/O or protocol
   error). An SQL error such as a division by zero is not: the reset rolls its transaction back.
 * :func:`probe` for ``PoolOptions(keep_alive=KeepAlive(interval, probe))``: ``SELECT 1``.
+* closing: the pool calls ``conn.close()``, asyncpg's graceful close, which waits for the server
+  to hang up; :func:`connect` bounds it by ``close_timeout`` (10 s) and then aborts the
+  connection, so a server gone silent cannot hold ``pool.close()`` (:func:`close` does the same
+  for any asyncpg connection).
 """
 
 from __future__ import annotations

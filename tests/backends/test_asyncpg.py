@@ -181,6 +181,13 @@ def test_is_broken_is_false_for_an_sql_error(pg: PgServer) -> None:
             await conn.execute("SET statement_timeout = 10; SELECT pg_sleep(5)")
         assert not pk_asyncpg.is_broken(conn, cancelled.value)
         assert pk_asyncpg.is_broken(conn, ConnectionResetError())
+        await conn.execute("RESET statement_timeout")
+        with pytest.raises(TimeoutError) as timed_out:  # (an OSError, and not a broken one)
+            async with asyncio.timeout(0.05):
+                await conn.fetchval("SELECT pg_sleep(2)")
+        assert not pk_asyncpg.is_broken(conn, timed_out.value)
+        await pk_asyncpg.reset(conn)  # asyncpg cancelled the query: the connection serves on
+        assert await conn.fetchval("SELECT 1") == 1
         await conn.close()
 
     run(main)

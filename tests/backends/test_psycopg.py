@@ -198,6 +198,21 @@ def test_async_hooks_reset_check_and_is_broken(pg: PgServer) -> None:
     run(main)
 
 
+def test_async_a_query_timed_out_by_asyncio_leaves_a_usable_connection(pg: PgServer) -> None:
+    async def main() -> None:
+        conn = await pk.async_connect(pg.dsn, application_name=pg.app)(CTX)
+        async with conn:
+            with pytest.raises(TimeoutError) as timed_out:
+                async with asyncio.timeout(0.05):
+                    await conn.execute("SELECT pg_sleep(2)")
+            assert not pk.is_broken(conn, timed_out.value)
+            await pk.make_async_reset(pk.DEFAULT_RESET_QUERY)(conn)
+            cur = await conn.execute("SELECT 1")
+            assert await cur.fetchone() == (1,)
+
+    run(main)
+
+
 # ---------------------------------------------------------------- connection(pool)
 
 

@@ -64,7 +64,7 @@ __all__ = [
 
 #: errors after which a connection is not used again (an SQL error of the session is not one)
 BROKEN_ERRORS: tuple[type[BaseException], ...] = (
-    OSError,  # ConnectionError, TimeoutError of the socket
+    OSError,  # ConnectionError, ssl.SSLError (not TimeoutError: see is_broken)
     asyncpg.PostgresConnectionError,  # class 08
     asyncpg.AdminShutdownError,  # 57P01: pg_terminate_backend, a fast shutdown
     asyncpg.CrashShutdownError,
@@ -170,6 +170,10 @@ async def probe(conn: Connection) -> None:
 
 def is_broken(conn: Connection, error: BaseException) -> bool:
     """The ``is_broken`` hook: whether ``conn`` must be discarded after ``error`` in its block."""
+    if isinstance(error, TimeoutError):
+        # (an OSError, from asyncio.timeout() around a query or command_timeout: asyncpg has
+        # cancelled the query and the connection serves on once the reset rolled back)
+        return bool(conn.is_closed())
     return bool(conn.is_closed()) or isinstance(error, BROKEN_ERRORS)
 
 

@@ -11,7 +11,7 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from pg_service import PgServer, need, pg
+from pg_service import PgServer, SilentProxy, need, pg
 
 import poolkit
 
@@ -183,6 +183,30 @@ def test_async_a_dirty_session_and_a_dead_one(pg: PgServer) -> None:
                 await conn.rollback()
             pg.terminate(pid)
             async with pk.connection(pool) as fresh:  # checked: replaced, unseen
+                assert fresh.info.backend_pid != pid
+
+    run(main)
+
+
+def test_async_a_ping_with_a_timeout_finds_a_connection_gone_silent(pg: PgServer) -> None:
+    """(psycopg's async connection, cancelled mid-query, sends the server a cancel request and
+    then waits up to 5 s for the query's end before it gives up on the connection: a pool that
+    waits for a timed-out hook to return keeps the caller that long.)"""
+
+    async def main() -> None:
+        async with SilentProxy(pg.dsn) as proxy, pk.create_async_pool(
+            proxy.dsn,
+            options=poolkit.PoolOptions(max_size=1),
+            application_name=pg.app,
+            check="ping",
+            hooks_timeout=0.5,
+        ) as pool:
+            async with pk.connection(pool) as conn:
+                pid = conn.info.backend_pid
+            proxy.freeze()
+            async with pk.connection(pool) as fresh:
+                cur = await fresh.execute("SELECT 1")
+                assert await cur.fetchone() == (1,)
                 assert fresh.info.backend_pid != pid
 
     run(main)

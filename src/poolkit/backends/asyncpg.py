@@ -52,8 +52,8 @@ else:
 __all__ = [
     "PoolStarter",
     "check_closed",
-    "close",
     "check_ping",
+    "close",
     "connect",
     "create_pool",
     "hooks",
@@ -199,7 +199,6 @@ def hooks(
         is_broken=is_broken,
         timeout=timeout,
     )
-
 
 
 def create_pool(

@@ -1,0 +1,188 @@
+"""The psycopg backend's hook functions, plain (for ``Pool``) and async (for ``AsyncPool``).
+
+Rules of this module
+--------------------
+* A hook that finds the connection unusable raises (the pool then closes it); it never closes
+  the connection itself.
+* What a connection's transaction status can tell without a round trip is read locally
+  (``conn.info.transaction_status``): a clean connection costs its reset no I/O unless a reset
+  query is asked for.
+* The plain and async versions say the same thing in the same order; only the awaits differ.
+"""
+
+from __future__ import annotations
+
+import logging
+import select
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import psycopg
+from psycopg.pq import TransactionStatus
+
+#: what :func:`make_reset` sends by default after the rollback: the statements asyncpg's pool
+#: resets a session with (``DISCARD ALL`` would also drop psycopg's prepared statements)
+DEFAULT_RESET_QUERY = "SELECT pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *; RESET ALL"
+
+_IDLE = TransactionStatus.IDLE
+_LEFT_OPEN = (TransactionStatus.INTRANS, TransactionStatus.INERROR)
+
+logger = logging.getLogger("poolkit.backends.psycopg")
+
+Conn = psycopg.Connection[Any]
+AsyncConn = psycopg.AsyncConnection[Any]
+
+
+def _usable(conn: Conn | AsyncConn) -> TransactionStatus:
+    """The connection's transaction status; raises if it is closed, broken or mid-query."""
+    if conn.closed or conn.broken:
+        raise psycopg.OperationalError("the connection is closed")
+    status = conn.info.transaction_status
+    if status == TransactionStatus.ACTIVE:
+        raise psycopg.ProgrammingError("the connection was given back in the middle of a query")
+    if status == TransactionStatus.UNKNOWN:
+        raise psycopg.OperationalError("the connection is in an unknown state")
+    return status
+
+
+def _left_open(conn: Conn | AsyncConn, status: TransactionStatus) -> None:
+    logger.warning(
+        "rolling back a transaction left %s on a connection given back to the pool (to commit "
+        "on success, use poolkit.backends.psycopg.connection(pool)): %s",
+        "failed" if status == TransactionStatus.INERROR else "open",
+        conn,
+    )
+
+
+def _readable(fd: int) -> bool:
+    """Whether the server sent something to an idle connection (its goodbye, a notification)."""
+    if hasattr(select, "poll"):
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        return bool(poller.poll(0))
+    return bool(select.select([fd], [], [], 0)[0])  # pragma: no cover - no poll(): Windows
+
+
+def is_broken(conn: Conn | AsyncConn, error: BaseException) -> bool:
+    """The ``is_broken`` hook (plain for both pools): the connection is closed or broken (an SQL
+    error such as a division by zero leaves it usable: its transaction is rolled back)."""
+    return bool(conn.closed or conn.broken)
+
+
+# ---------------------------------------------------------------------- plain (Pool)
+
+
+def make_reset(query: str | None, *, autocommit: bool = False) -> Callable[[Conn], None]:
+    """A ``reset`` hook: roll back what was left open or failed, give ``autocommit`` back its
+    value and the isolation level, read-only and deferrable attributes their defaults (None),
+    then run ``query`` (if any) outside a transaction."""
+
+    def reset(conn: Conn) -> None:
+        status = _usable(conn)
+        if status in _LEFT_OPEN:
+            _left_open(conn, status)
+            conn.rollback()
+        if conn.autocommit != autocommit:
+            conn.autocommit = autocommit
+        if conn.isolation_level is not None:
+            conn.isolation_level = None
+        if conn.read_only is not None:
+            conn.read_only = None
+        if conn.deferrable is not None:
+            conn.deferrable = None
+        if query:
+            _outside_a_transaction(conn, query)
+        if conn.info.transaction_status != _IDLE:
+            raise psycopg.ProgrammingError("the reset left the connection in a transaction")
+
+    return reset
+
+
+def _outside_a_transaction(conn: Conn, query: str) -> None:
+    if conn.autocommit or conn.info.transaction_status != _IDLE:
+        conn.execute(query)  # (in a transaction: the final check of the reset refuses it)
+        return
+    conn.autocommit = True
+    try:
+        conn.execute(query)
+    finally:
+        conn.autocommit = False
+
+
+def ping(conn: Conn) -> None:
+    """A round trip: an empty query, outside a transaction (a keep-alive ``probe`` too)."""
+    _usable(conn)
+    _outside_a_transaction(conn, "")
+
+
+def check_closed(conn: Conn) -> None:
+    """The ``check`` hook without a round trip, unless the server sent something meanwhile:
+    raises if the connection is closed or broken, or if what the server sent was its goodbye
+    (``pg_terminate_backend``, a shutdown)."""
+    _usable(conn)
+    if _readable(conn.fileno()):
+        ping(conn)
+
+
+def check_ping(conn: Conn) -> None:
+    """The ``check`` hook with a round trip (a firewall that drops idle connections silently is
+    only found that way)."""
+    ping(conn)
+
+
+# ---------------------------------------------------------------------- async (AsyncPool)
+
+
+def make_async_reset(
+    query: str | None, *, autocommit: bool = False
+) -> Callable[[AsyncConn], Awaitable[None]]:
+    """:func:`make_reset` for ``psycopg.AsyncConnection``."""
+
+    async def reset(conn: AsyncConn) -> None:
+        status = _usable(conn)
+        if status in _LEFT_OPEN:
+            _left_open(conn, status)
+            await conn.rollback()
+        if conn.autocommit != autocommit:
+            await conn.set_autocommit(autocommit)
+        if conn.isolation_level is not None:
+            await conn.set_isolation_level(None)
+        if conn.read_only is not None:
+            await conn.set_read_only(None)
+        if conn.deferrable is not None:
+            await conn.set_deferrable(None)
+        if query:
+            await _async_outside_a_transaction(conn, query)
+        if conn.info.transaction_status != _IDLE:
+            raise psycopg.ProgrammingError("the reset left the connection in a transaction")
+
+    return reset
+
+
+async def _async_outside_a_transaction(conn: AsyncConn, query: str) -> None:
+    if conn.autocommit or conn.info.transaction_status != _IDLE:
+        await conn.execute(query)
+        return
+    await conn.set_autocommit(True)
+    try:
+        await conn.execute(query)
+    finally:
+        await conn.set_autocommit(False)
+
+
+async def async_ping(conn: AsyncConn) -> None:
+    """:func:`ping` for ``psycopg.AsyncConnection``."""
+    _usable(conn)
+    await _async_outside_a_transaction(conn, "")
+
+
+async def async_check_closed(conn: AsyncConn) -> None:
+    """:func:`check_closed` for ``psycopg.AsyncConnection``."""
+    _usable(conn)
+    if _readable(conn.fileno()):
+        await async_ping(conn)
+
+
+async def async_check_ping(conn: AsyncConn) -> None:
+    """:func:`check_ping` for ``psycopg.AsyncConnection``."""
+    await async_ping(conn)

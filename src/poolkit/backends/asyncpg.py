@@ -1,0 +1,252 @@
+"""PostgreSQL with asyncpg: a connect function, the hooks asyncpg's own pool runs, one-call pool.
+
+    pool = await poolkit.backends.asyncpg.create_pool(
+        "postgresql://app@db/app", options=poolkit.PoolOptions(max_size=10))
+    async with pool.connection() as conn:        # conn: an asyncpg.Connection
+        print(await conn.fetchval("SELECT 1"))
+    await pool.close()
+
+(or ``async with poolkit.backends.asyncpg.create_pool(...) as pool:``, as with asyncpg's pool).
+
+The hooks (:func:`hooks`), what asyncpg's ``Pool`` does with its connections, as poolkit
+:class:`~poolkit.Hooks`:
+
+* ``reset`` on check-in: asyncpg's ``Connection.reset()``, the same call asyncpg's pool makes: roll
+  back an open transaction (asyncpg reports one its ``transaction()`` did not manage through the
+  event loop's exception handler), drop the ``add_listener`` callbacks, then the connection's
+  ``get_reset_query()``: ``pg_advisory_unlock_all()``, ``CLOSE ALL``, ``UNLISTEN *``,
+  ``RESET ALL`` (as the server supports). Your own query replaces that one through
+  ``get_reset_query`` (asyncpg's documented way: :func:`connect` subclasses the connection class);
+  ``reset=False`` runs no reset at all, for sessions known to be clean. Prepared statements,
+  temporary tables and the statement cache stay (``DISCARD ALL`` would break asyncpg's cache).
+* ``check`` before a hand-out: ``is_closed()``. It costs nothing and is enough on asyncio: the
+  event loop reads an idle connection's socket, so a backend terminated by the server shows as
+  closed once the loop has run. ``check="ping"`` also sends ``SELECT 1`` (a round trip: a firewall
+  that drops idle connections silently is only found that way); ``check=None`` checks nothing.
+* ``is_broken`` when the block of ``pool.connection()`` raised: the connection is closed, or the
+  error is a connection-level one (class 08, the server shutting down, an I/O or protocol
+  error). An SQL error such as a division by zero is not: the reset rolls its transaction back.
+* :func:`probe` for ``PoolOptions(keep_alive=KeepAlive(interval, probe))``: ``SELECT 1``.
+* closing: the pool calls ``conn.close()``, asyncpg's graceful close, which waits for the server
+  to hang up; :func:`connect` bounds it by ``close_timeout`` (10 s) and then aborts the
+  connection, so a server gone silent cannot hold ``pool.close()`` (:func:`close` does the same
+  for any asyncpg connection).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Literal
+
+from .. import AsyncPool, ConnectContext, Hooks, PoolOptions
+from ._common import PoolStarter, ready_async, shown_address, uri_params, with_hooks
+from ._extras import require
+
+if TYPE_CHECKING:
+    import asyncpg
+    from asyncpg import Connection
+else:
+    asyncpg = require("asyncpg", "asyncpg", "asyncpg")
+    Connection = asyncpg.Connection
+
+__all__ = [
+    "PoolStarter",
+    "check_closed",
+    "check_ping",
+    "close",
+    "connect",
+    "create_pool",
+    "hooks",
+    "is_broken",
+    "probe",
+    "reset",
+]
+
+#: errors after which a connection is not used again (an SQL error of the session is not one)
+BROKEN_ERRORS: tuple[type[BaseException], ...] = (
+    OSError,  # ConnectionError, ssl.SSLError (not TimeoutError: see is_broken)
+    asyncpg.PostgresConnectionError,  # class 08
+    asyncpg.AdminShutdownError,  # 57P01: pg_terminate_backend, a fast shutdown
+    asyncpg.CrashShutdownError,
+    asyncpg.CannotConnectNowError,
+    asyncpg.InternalClientError,  # the protocol is out of step
+)
+
+Check = Literal["closed", "ping"] | None
+
+
+def connect(
+    dsn: str | None = None,
+    *,
+    application_name: str = "poolkit",
+    reset_query: str | None = None,
+    close_timeout: float | None = 10.0,
+    **connect_kwargs: Any,
+) -> Callable[[ConnectContext], Awaitable[Connection]]:
+    """A connect function for :class:`~poolkit.AsyncPool`: ``asyncpg.connect(dsn,
+    **connect_kwargs)`` with ``application_name`` set (in ``server_settings``; one given there
+    wins), so the pool's sessions can be told apart in ``pg_stat_activity``.
+
+    ``reset_query``: the query :func:`reset` sends after the rollback, in place of asyncpg's
+    ``get_reset_query()`` (``""``: only roll back and drop listeners).
+    ``close_timeout``: the pool closes a connection with ``conn.close()``, which says goodbye
+    and waits for the server to hang up: a server that no longer answers would hold the pool's
+    ``close()`` forever. After this many seconds the connection is aborted instead (see
+    :func:`close`); ``None``: asyncpg's own ``close()``.
+
+    Both work as asyncpg documents it, through the connection class (``connection_class``, a
+    subclass of yours if you give one)."""
+    kwargs = dict(connect_kwargs)
+    settings = {"application_name": application_name, **(kwargs.pop("server_settings", None) or {})}
+    if reset_query is not None and not isinstance(reset_query, str):
+        raise TypeError(f"reset_query must be a str or None, not {type(reset_query).__name__}")
+    base = kwargs.get("connection_class", asyncpg.Connection)
+    kwargs["connection_class"] = _connection_class(base, reset_query, close_timeout)
+
+    async def connect_one(ctx: ConnectContext) -> Connection:
+        return await asyncpg.connect(dsn, server_settings=settings, **kwargs)
+
+    return connect_one
+
+
+def _connection_class(base: type[Any], query: str | None, close_timeout: float | None) -> Any:
+    """``base`` with ``get_reset_query()`` answering ``query`` (asyncpg's documented override)
+    and a ``close()`` bounded by ``close_timeout``; ``base`` itself if neither is asked for."""
+    methods: dict[str, Any] = {}
+    if query is not None:
+
+        def get_reset_query(self: Any) -> str:
+            return query
+
+        methods["get_reset_query"] = get_reset_query
+    if close_timeout is not None:
+
+        async def close_bounded(self: Any, *, timeout: float | None = None) -> None:
+            await close(self, close_timeout if timeout is None else timeout, _close=base.close)
+
+        methods["close"] = close_bounded
+    if not methods:
+        return base
+    return type(f"Poolkit{base.__name__}", (base,), methods)
+
+
+async def close(
+    conn: Connection, timeout: float | None = 10.0, *, _close: Callable[..., Any] | None = None
+) -> None:
+    """Close ``conn`` gracefully (asyncpg's ``close()``: goodbye, and wait for the server to
+    hang up) for at most ``timeout`` seconds, then abort it: it is closed when this returns,
+    without an error for a server that did not answer."""
+    try:
+        await (_close or type(conn).close)(conn, timeout=timeout)
+    except (TimeoutError, OSError):
+        pass  # asyncpg aborted the connection before raising
+
+
+async def reset(conn: Connection) -> None:
+    """The ``reset`` hook: ``conn.reset()`` (see the module's docstring); raises on a closed
+    connection, so the pool discards it."""
+    await conn.reset()
+
+
+_reset_hook = reset  # (the builders' ``reset`` arguments hide the name)
+
+
+async def check_closed(conn: Connection) -> None:
+    """The ``check`` hook without a round trip: raises if the connection is closed."""
+    if conn.is_closed():
+        raise asyncpg.ConnectionDoesNotExistError("connection is closed")
+
+
+async def check_ping(conn: Connection) -> None:
+    """The ``check`` hook with a round trip: closed, or ``SELECT 1`` fails: raises."""
+    await check_closed(conn)
+    await conn.execute("SELECT 1")
+
+
+async def probe(conn: Connection) -> None:
+    """A keep-alive probe: ``SELECT 1``."""
+    await conn.execute("SELECT 1")
+
+
+def is_broken(conn: Connection, error: BaseException) -> bool:
+    """The ``is_broken`` hook: whether ``conn`` must be discarded after ``error`` in its block."""
+    if isinstance(error, TimeoutError):
+        # (an OSError, from asyncio.timeout() around a query or command_timeout: asyncpg has
+        # cancelled the query and the connection serves on once the reset rolled back)
+        return bool(conn.is_closed())
+    return bool(conn.is_closed()) or isinstance(error, BROKEN_ERRORS)
+
+
+def hooks(
+    *,
+    reset: bool = True,
+    check: Check = "closed",
+    check_after: float = 0.0,
+    configure: Callable[[Connection], Awaitable[Any]] | None = None,
+    timeout: float | None = 30.0,
+) -> Hooks:
+    """The :class:`~poolkit.Hooks` for asyncpg connections: ``reset`` (False: none), ``check``
+    (``"closed"``, ``"ping"`` or ``None``) when idle ``check_after`` seconds, ``is_broken``, and
+    your own ``configure`` (run once after each connect)."""
+    checks = {"closed": check_closed, "ping": check_ping, None: None}
+    if check not in checks:
+        raise ValueError(f"check must be 'closed', 'ping' or None, got {check!r}")
+    return Hooks(
+        configure=configure,
+        check=checks[check],
+        check_after=check_after,
+        reset=_reset_hook if reset else None,
+        is_broken=is_broken,
+        timeout=timeout,
+    )
+
+
+def create_pool(
+    dsn: str | None = None,
+    *,
+    options: PoolOptions | None = None,
+    reset: bool | str = True,
+    check: Check = "closed",
+    check_after: float = 0.0,
+    configure: Callable[[Connection], Awaitable[Any]] | None = None,
+    hooks_timeout: float | None = 30.0,
+    application_name: str = "poolkit",
+    close_timeout: float | None = 10.0,
+    address: str | None = None,
+    **connect_kwargs: Any,
+) -> PoolStarter[Connection]:
+    """An :class:`~poolkit.AsyncPool` of asyncpg connections with the :func:`hooks` set, ready:
+    ``pool = await create_pool(dsn, options=...)``.
+
+    ``reset``: ``True`` asyncpg's full reset, ``False`` none, a string: your reset query (run
+    after the rollback). ``check``/``check_after``/``configure``: see :func:`hooks`;
+    ``hooks_timeout``: the seconds a check or reset may take (``Hooks.timeout``).
+    ``application_name``/``close_timeout``: see :func:`connect`.
+    ``options.hooks`` must be unset (these arguments set it). ``connect_kwargs`` go to
+    ``asyncpg.connect``. One connection is made before the pool is returned, so a wrong DSN or
+    password fails here (the pool is closed again)."""
+    chosen = hooks(
+        reset=reset is not False,
+        check=check,
+        check_after=check_after,
+        configure=configure,
+        timeout=hooks_timeout,
+    )
+    options = with_hooks(options, chosen, "create_pool")
+    connect_one = connect(
+        dsn,
+        application_name=application_name,
+        reset_query=reset if isinstance(reset, str) else None,
+        close_timeout=close_timeout,
+        **connect_kwargs,
+    )
+    given = {k: connect_kwargs[k] for k in ("host", "port", "database") if k in connect_kwargs}
+    params = uri_params(dsn) | given
+    shown = address or shown_address(params)
+
+    async def start() -> AsyncPool[Connection]:
+        pool = AsyncPool(connect_one, address=shown, options=options)
+        await ready_async(pool)
+        return pool
+
+    return PoolStarter(start)

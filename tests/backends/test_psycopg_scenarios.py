@@ -1,0 +1,229 @@
+"""The issue's scenarios on pools of psycopg connections made by ``create_pool`` and
+``create_async_pool``: they need the pool to run the backend's hooks (``test_psycopg.py`` shows
+each going wrong without them)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from pg_service import PgServer, SilentProxy, need, pg
+
+import poolkit
+
+pytestmark = pytest.mark.skip(reason="needs the pool to run Hooks (issue 16, core part)")
+
+__all__ = ["pg"]
+
+if TYPE_CHECKING:
+    import psycopg
+
+    from poolkit.backends import psycopg as pk
+else:  # (the driver first: missing, the tests skip, or fail under POOLKIT_REQUIRE_SERVICES=1)
+    psycopg = need("psycopg")
+    pk = need("poolkit.backends.psycopg")
+
+IDLE = psycopg.pq.TransactionStatus.IDLE
+
+
+def run(main: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    asyncio.run(main())
+
+
+def one_connection(server: PgServer, **kwargs: Any) -> poolkit.Pool[Any]:
+    """A pool of one connection: the next caller surely gets the previous caller's session."""
+    options = poolkit.PoolOptions(max_size=1)
+    return pk.create_pool(server.dsn, options=options, application_name=server.app, **kwargs)
+
+
+def test_a_set_and_a_transaction_do_not_reach_the_next_caller(
+    pg: PgServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    with one_connection(pg) as pool:
+        with pool.connection() as conn:
+            default_tz = conn.execute("SHOW timezone").fetchone()
+            pid = conn.info.backend_pid
+            conn.execute("SET timezone = 'Pacific/Chatham'")
+            conn.commit()
+            conn.execute("CREATE TEMP TABLE left_behind (x int)")  # and left open
+        with pool.connection() as conn:
+            assert conn.info.backend_pid == pid  # the same session, cleaned
+            assert conn.info.transaction_status == IDLE
+            assert conn.execute("SHOW timezone").fetchone() == default_tz
+            assert conn.execute("SELECT to_regclass('left_behind')").fetchone() == (None,)
+    assert "rolling back a transaction left open" in caplog.text
+
+
+def test_a_failed_transaction_does_not_reach_the_next_caller(pg: PgServer) -> None:
+    with one_connection(pg) as pool:
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            select(pool, "SELECT 1/0")
+        assert select(pool, "SELECT 1") == 1
+        assert pool.stats().connections_closed.get("error", 0) == 0  # kept: not broken
+
+
+def select(pool: poolkit.Pool[Any], query: Any) -> Any:
+    """One value, through the generic ``pool.connection()`` (which neither commits nor
+    rolls back: the reset does)."""
+    with pool.connection() as conn:
+        row = conn.execute(query).fetchone()
+        return None if row is None else row[0]
+
+
+def test_a_terminated_connection_is_replaced_unseen_when_checked(pg: PgServer) -> None:
+    with one_connection(pg) as pool:  # check="closed": a round trip only if the server spoke
+        with pk.connection(pool) as conn:
+            pid = conn.info.backend_pid
+        pg.terminate(pid)
+        for _ in range(3):
+            with pk.connection(pool) as fresh:
+                assert fresh.execute("SELECT 1").fetchone() == (1,)
+                assert fresh.info.backend_pid != pid
+        assert pool.stats().connections_closed.get("error") == 1
+
+
+def test_unchecked_a_terminated_connection_gives_one_clear_error(pg: PgServer) -> None:
+    with one_connection(pg, check=None) as pool:
+        with pk.connection(pool) as conn:
+            pid = conn.info.backend_pid
+        pg.terminate(pid)
+        with pytest.raises(psycopg.OperationalError, match="terminating connection"):
+            select(pool, "SELECT 1")
+        with pk.connection(pool) as fresh:  # is_broken discarded it: a new connection
+            assert fresh.execute("SELECT 1").fetchone() == (1,)
+            assert fresh.info.backend_pid != pid
+        assert pool.stats().total == 1
+
+
+def test_client_side_settings_are_given_back_their_defaults(pg: PgServer) -> None:
+    with one_connection(pg) as pool:
+        with pool.connection() as conn:
+            conn.autocommit = True
+            conn.read_only = True
+        with pool.connection() as conn:
+            assert not conn.autocommit and conn.read_only is None
+
+
+def test_server_settings_survive_the_reset_and_configure_runs_once(pg: PgServer) -> None:
+    configured: list[int] = []
+
+    def configure(conn: Any) -> None:
+        configured.append(conn.info.backend_pid)
+
+    # (libpq's ``options`` goes in the DSN: ``options=`` is the pool's)
+    dsn = pg.dsn + "?options=-csearch_path%3Dkept_path"
+    options = poolkit.PoolOptions(max_size=1)
+    app = pg.app
+    with pk.create_pool(dsn, options=options, application_name=app, configure=configure) as pool:
+        for _ in range(3):
+            with pk.connection(pool) as conn:
+                assert conn.execute("SHOW search_path").fetchone() == ("kept_path",)
+                conn.execute("SET search_path = 'changed'")
+    assert len(configured) == 1
+
+
+def test_the_new_users_workload_on_threads_with_sessions_left_dirty(pg: PgServer) -> None:
+    """10,000 ``SELECT 1`` from 50 threads on 10 connections through the generic
+    ``pool.connection()``; every 50th block leaves a SET and an open transaction, every 50th
+    (another) a failed one: no caller ever sees either."""
+    options = poolkit.PoolOptions(max_size=10)
+    errors: list[BaseException] = []
+    done = [0] * 50
+    with pk.create_pool(pg.dsn, options=options, application_name=pg.app) as pool:
+        default_tz = select(pool, "SHOW timezone")
+
+        def worker(n: int) -> None:
+            try:
+                for i in range(200):
+                    with pool.connection() as conn:
+                        assert conn.info.transaction_status == IDLE
+                        assert conn.execute("SELECT 1").fetchone() == (1,)
+                        if (n + i) % 50 == 0:
+                            conn.execute("SET timezone = 'Pacific/Chatham'")
+                            conn.commit()
+                            conn.execute("SELECT 2")  # left open
+                        elif (n + i) % 50 == 25:
+                            with pytest.raises(psycopg.errors.DivisionByZero):
+                                conn.execute("SELECT 1/0")
+                        elif (n + i) % 10 == 5:
+                            assert conn.execute("SHOW timezone").fetchone() == (default_tz,)
+                    done[n] += 1
+            except BaseException as exc:  # reported below, from the test's thread
+                errors.append(exc)
+
+        threads = [threading.Thread(target=worker, args=(n,)) for n in range(50)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert errors == []
+        assert sum(done) == 10_000
+        assert len(pg.pids()) <= 10
+        assert pool.stats().connections_closed.get("error", 0) == 0
+
+
+def test_async_a_dirty_session_and_a_dead_one(pg: PgServer) -> None:
+    async def main() -> None:
+        options = poolkit.PoolOptions(max_size=1)
+        app = pg.app
+        async with pk.create_async_pool(pg.dsn, options=options, application_name=app) as pool:
+            async with pool.connection() as conn:
+                pid = conn.info.backend_pid
+                await conn.execute("SET timezone = 'Pacific/Chatham'")
+                await conn.commit()
+                await conn.execute("SELECT 2")  # left open
+            async with pool.connection() as conn:
+                assert conn.info.transaction_status == IDLE
+                cur = await conn.execute("SELECT current_setting('timezone')")
+                assert await cur.fetchone() != ("Pacific/Chatham",)
+                await conn.rollback()
+            pg.terminate(pid)
+            async with pk.connection(pool) as fresh:  # checked: replaced, unseen
+                assert fresh.info.backend_pid != pid
+
+    run(main)
+
+
+def test_async_a_ping_with_a_timeout_finds_a_connection_gone_silent(pg: PgServer) -> None:
+    """(psycopg's async connection, cancelled mid-query, sends the server a cancel request and
+    then waits up to 5 s for the query's end before it gives up on the connection: a pool that
+    waits for a timed-out hook to return keeps the caller that long.)"""
+
+    async def main() -> None:
+        async with SilentProxy(pg.dsn) as proxy, pk.create_async_pool(
+            proxy.dsn,
+            options=poolkit.PoolOptions(max_size=1),
+            application_name=pg.app,
+            check="ping",
+            hooks_timeout=0.5,
+        ) as pool:
+            async with pk.connection(pool) as conn:
+                pid = conn.info.backend_pid
+            proxy.freeze()
+            async with pk.connection(pool) as fresh:
+                cur = await fresh.execute("SELECT 1")
+                assert await cur.fetchone() == (1,)
+                assert fresh.info.backend_pid != pid
+
+    run(main)
+
+
+def test_logging_is_quiet_for_blocks_that_use_connection(
+    pg: PgServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``connection(pool)`` commits or rolls back itself: the reset finds nothing to roll back."""
+    with caplog.at_level(logging.WARNING, "poolkit.backends.psycopg"), one_connection(pg) as pool:
+        with pk.connection(pool) as conn:
+            conn.execute("SELECT 1")
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            fail(pool)
+    assert caplog.text == ""
+
+
+def fail(pool: poolkit.Pool[Any]) -> None:
+    with pk.connection(pool) as conn:
+        conn.execute("SELECT 1/0")

@@ -12,8 +12,6 @@ from pg_service import PgServer, SilentProxy, need, pg, wait_until
 
 import poolkit
 
-pytestmark = pytest.mark.skip(reason="needs the pool to run Hooks (issue 16, core part)")
-
 __all__ = ["pg"]
 
 asyncpg = need("asyncpg")
@@ -130,6 +128,8 @@ def test_unchecked_a_terminated_connection_gives_one_clear_error(pg: PgServer) -
         async with one_connection(pg, check=None) as pool:
             async with pool.connection() as conn:
                 pid = conn.get_server_pid()
+            # (the reset runs in a task of the pool: once it is over the connection is idle)
+            await wait_until(lambda: pool.stats().available == 1, "the reset to end")
             pg.terminate(pid)
             await wait_until(conn.is_closed, "asyncpg to see the connection closed")
             with pytest.raises(asyncpg.InterfaceError, match="connection is closed"):

@@ -15,8 +15,6 @@ from pg_service import PgServer, SilentProxy, need, pg
 
 import poolkit
 
-pytestmark = pytest.mark.skip(reason="needs the pool to run Hooks (issue 16, core part)")
-
 __all__ = ["pg"]
 
 if TYPE_CHECKING:

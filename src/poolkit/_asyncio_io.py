@@ -196,30 +196,42 @@ class TaskIO(PoolBase[C]):
             raise error
 
     def _run_hook(self, action: StartCheck | StartReset) -> tuple[BaseException | None] | None:
-        """Check or reset in a task of the pool's own; a close of the connection cancels it."""
-        conn = action.conn
-        checking = type(action) is StartCheck
-
-        def never_ran() -> None:
-            if conn.handle is task:
-                conn.handle = None
-            self._hook_ended(action, asyncio.CancelledError())
-
-        name = f"poolkit-{'check' if checking else 'reset'}-{conn.id}"
-        task = conn.handle = self._spawn(self._run_hook_task(action), name, never_ran)
-        return None
-
-    async def _run_hook_task(self, action: StartCheck | StartReset) -> None:
+        """Check or reset: the hook is called here; a plain result (a plain function, as a check
+        that only asks ``is_closed()``) ends it at once, an awaitable is awaited in a task of the
+        pool's own, which a close of the connection cancels."""
         hooks = self.options.hooks
         assert hooks is not None
         hook = hooks.check if type(action) is StartCheck else hooks.reset
         assert hook is not None
         conn = action.conn
-        error: BaseException | None = None
         try:
             result = hook(conn.connection)
-            if inspect.isawaitable(result):
-                await result
+        except Exception as exc:
+            return (exc,)
+        if not inspect.isawaitable(result):
+            return (None,)
+
+        def never_ran() -> None:  # (cancelled before it awaited the hook: not left un-awaited)
+            if inspect.iscoroutine(result):
+                result.close()
+            if conn.handle is task:
+                conn.handle = None
+            self._hook_ended(action, asyncio.CancelledError())
+
+        name = f"poolkit-{'check' if type(action) is StartCheck else 'reset'}-{conn.id}"
+        try:
+            task = conn.handle = self._spawn(self._await_hook(action, result), name, never_ran)
+        except BaseException:
+            if inspect.iscoroutine(result):
+                result.close()
+            raise
+        return None
+
+    async def _await_hook(self, action: StartCheck | StartReset, result: Awaitable[Any]) -> None:
+        conn = action.conn
+        error: BaseException | None = None
+        try:
+            await result
         except GeneratorExit:  # closed unfinished (its loop is gone): nothing to tell the pool
             raise
         except BaseException as exc:  # CancelledError too: the pool closed the connection

@@ -152,13 +152,13 @@ def test_application_name_is_set_and_other_server_settings_kept(pg: PgServer) ->
 def test_check_is_broken_and_reset_on_a_terminated_connection(pg: PgServer) -> None:
     async def main() -> None:
         conn = await connect(pg)
-        await pk_asyncpg.check_closed(conn)
+        pk_asyncpg.check_closed(conn)
         await pk_asyncpg.check_ping(conn)
         await pk_asyncpg.probe(conn)
         pg.terminate(conn.get_server_pid())
         await wait_until(conn.is_closed, "asyncpg to see the connection closed")
         with pytest.raises(asyncpg.ConnectionDoesNotExistError):
-            await pk_asyncpg.check_closed(conn)
+            pk_asyncpg.check_closed(conn)
         with pytest.raises(asyncpg.ConnectionDoesNotExistError):
             await pk_asyncpg.check_ping(conn)
         with pytest.raises(asyncpg.InterfaceError) as caught:

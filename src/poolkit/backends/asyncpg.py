@@ -151,15 +151,16 @@ async def reset(conn: Connection) -> None:
 _reset_hook = reset  # (the builders' ``reset`` arguments hide the name)
 
 
-async def check_closed(conn: Connection) -> None:
-    """The ``check`` hook without a round trip: raises if the connection is closed."""
+def check_closed(conn: Connection) -> None:
+    """The ``check`` hook without a round trip: raises if the connection is closed. A plain
+    function: ``AsyncPool`` runs it at once, in the checkout's step, with no task."""
     if conn.is_closed():
         raise asyncpg.ConnectionDoesNotExistError("connection is closed")
 
 
 async def check_ping(conn: Connection) -> None:
     """The ``check`` hook with a round trip: closed, or ``SELECT 1`` fails: raises."""
-    await check_closed(conn)
+    check_closed(conn)
     await conn.execute("SELECT 1")
 
 

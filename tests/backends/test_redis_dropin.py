@@ -88,6 +88,7 @@ def test_timeout_raises_redis_connection_error(redis_server: RedisServer) -> Non
         redis_server.url, max_connections=1, timeout=0.05, client_name=redis_server.name
     )
     try:
+        pool.poolkit_pool.checkout(timeout=10).release()  # (connected within the timeout)
         held = pool.get_connection()
         with pytest.raises(redis.ConnectionError, match="No connection available") as caught:
             redis.Redis(connection_pool=pool).ping()
@@ -233,6 +234,7 @@ def test_async_timeout_and_killed_connection(redis_server: RedisServer) -> None:
         )
         client = redis.asyncio.Redis(connection_pool=pool)
         try:
+            (await pool.poolkit_pool.checkout(timeout=10)).release()
             held = await pool.get_connection()
             with pytest.raises(redis.ConnectionError, match="No connection available"):
                 await client.ping()

@@ -8,6 +8,7 @@ it back after. These classes are redis-py's ``ConnectionPool`` (subclassed: ``fr
 behaviour, except that waiting callers are served strictly in arrival order: redis-py's
 blocking pool lets a thread that just gave a connection back take it again ahead of threads that
 have waited for seconds; here a connection given back goes to the oldest waiter.
+``AsyncConnectionPool`` is in ``_redis_dropin_async``, on what this module's pool shares.
 
 Rules of this module
 --------------------
@@ -27,7 +28,6 @@ Rules of this module
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import os
 import threading
@@ -39,19 +39,16 @@ from ._extras import require
 require("redis", "redis", "redis")  # no redis-py: an ImportError naming poolkit[redis]
 
 import redis  # noqa: E402
-import redis.asyncio  # noqa: E402
-import redis.asyncio.connection  # noqa: E402
 import redis.connection  # noqa: E402
 import redis.event  # noqa: E402
 
 from .._frontend import ConnectContext, Lease  # noqa: E402
-from ..asyncio import AsyncPool  # noqa: E402
 from ..errors import PoolClosedError, WaitQueueTimeoutError  # noqa: E402
 from ..events import Listener  # noqa: E402
 from ..options import PoolOptions  # noqa: E402
 from ..threaded import Pool  # noqa: E402
 
-__all__ = ["AsyncConnectionPool", "ConnectionPool"]
+__all__ = ["ConnectionPool"]
 
 #: redis-py's untyped parts, called through ``Any`` (mypy --strict refuses untyped calls)
 _events: Any = redis.event
@@ -77,14 +74,6 @@ class _Slot:
         return self.connection.disconnect()
 
 
-def _options(options: PoolOptions | None, max_connections: int, timeout: float | None) -> Any:
-    return dataclasses.replace(
-        PoolOptions() if options is None else options,
-        max_size=max_connections,
-        wait_queue_timeout=timeout,
-    )
-
-
 def _address(kwargs: dict[str, Any]) -> str:
     if "path" in kwargs:
         return f"unix:{kwargs['path']}"
@@ -97,7 +86,40 @@ def _healthy(connection: Any) -> bool:
     return bool(connection.is_connected) and not (should_reconnect and should_reconnect())
 
 
-class ConnectionPool(redis.ConnectionPool):
+class _Served:
+    """What both drop-in pools keep beside redis-py's pool: the poolkit pool's options, the
+    leases out (by connection) and the open connections."""
+
+    def _init_served(
+        self,
+        options: PoolOptions | None,
+        max_connections: int,
+        timeout: float | None,
+        listeners: Iterable[Listener],
+    ) -> None:
+        self.timeout = timeout
+        self._pool_options = dataclasses.replace(
+            PoolOptions() if options is None else options,
+            max_size=max_connections,
+            wait_queue_timeout=timeout,
+        )
+        self._listeners = tuple(listeners)
+        self._leases: dict[Any, Lease[_Slot]] = {}
+        self._open_connections: set[Any] = set()
+
+    def _connections(self, *, free: bool, in_use: bool) -> set[Any]:
+        every = set(self._open_connections)
+        leased = set(self._leases)
+        return (every - leased if free else set()) | (every & leased if in_use else set())
+
+    def _get_free_connections(self) -> set[Any]:
+        return self._connections(free=True, in_use=False)
+
+    def _get_in_use_connections(self) -> set[Any]:
+        return self._connections(free=False, in_use=True)
+
+
+class ConnectionPool(_Served, redis.ConnectionPool):
     """redis-py's ``ConnectionPool`` (as ``BlockingConnectionPool``) served by a poolkit
     :class:`~poolkit.Pool`: ``redis.Redis(connection_pool=ConnectionPool(max_connections=10))``
     or ``ConnectionPool.from_url(url, max_connections=10)``.
@@ -118,12 +140,8 @@ class ConnectionPool(redis.ConnectionPool):
         listeners: Iterable[Listener] = (),
         **connection_kwargs: Any,
     ) -> None:
-        self.timeout = timeout
-        self._pool_options = _options(options, max_connections, timeout)
-        self._listeners = tuple(listeners)
+        self._init_served(options, max_connections, timeout, listeners)
         self._pool: Pool[_Slot] | None = None
-        self._leases: dict[Any, Lease[_Slot]] = {}
-        self._open_connections: set[Any] = set()
         self._state_lock = threading.Lock()
         super().__init__(
             connection_class=connection_class,
@@ -234,186 +252,12 @@ class ConnectionPool(redis.ConnectionPool):
         if pool is not None:
             pool.close()
 
-    def _connections(self, *, free: bool, in_use: bool) -> set[Any]:
-        every = set(self._open_connections)
-        leased = set(self._leases)
-        return (every - leased if free else set()) | (every & leased if in_use else set())
-
-    def _get_free_connections(self) -> set[Any]:
-        return self._connections(free=True, in_use=False)
-
-    def _get_in_use_connections(self) -> set[Any]:
-        return self._connections(free=False, in_use=True)
-
     def set_retry(self, retry: Any) -> None:
         self.connection_kwargs.update({"retry": retry})
         for connection in self._connections(free=True, in_use=True):
             connection.retry = retry
 
     def re_auth_callback(self, token: Any) -> None:
-        """Each connection re-authenticates with ``token`` when next given back."""
-        for connection in self._connections(free=True, in_use=True):
-            connection.set_re_auth_token(token)
-
-
-class AsyncConnectionPool(redis.asyncio.ConnectionPool):
-    """:class:`ConnectionPool` for ``redis.asyncio.Redis``, served by a poolkit
-    :class:`~poolkit.AsyncPool`, opened on the event loop of the first ``get_connection`` (one
-    pool per event loop, as every poolkit ``AsyncPool``)."""
-
-    def __init__(
-        self,
-        max_connections: int = 50,
-        timeout: float | None = 20,
-        connection_class: type[Any] = redis.asyncio.Connection,
-        *,
-        options: PoolOptions | None = None,
-        listeners: Iterable[Listener] = (),
-        **connection_kwargs: Any,
-    ) -> None:
-        self.timeout = timeout
-        self._pool_options = _options(options, max_connections, timeout)
-        self._listeners = tuple(listeners)
-        self._pool: AsyncPool[_Slot] | None = None
-        self._leases: dict[Any, Lease[_Slot]] = {}
-        self._open_connections: set[Any] = set()
-        self._closing: set[asyncio.Task[None]] = set()
-        super().__init__(
-            connection_class=connection_class,
-            max_connections=max_connections,
-            **connection_kwargs,
-        )
-
-    @property
-    def poolkit_pool(self) -> AsyncPool[Any]:
-        """The poolkit pool serving now (opened on the running loop if none is)."""
-        return self._pool or self._open()
-
-    def _open(self) -> AsyncPool[_Slot]:
-        pool = self._pool
-        if pool is None:
-            pool = AsyncPool(
-                self._connect,
-                address=_address(self.connection_kwargs),
-                options=self._pool_options,
-                listeners=self._listeners,
-            )
-            pool.ready()
-            self._pool = pool
-        return pool
-
-    async def _connect(self, ctx: ConnectContext) -> _Slot:
-        make: Any = self.make_connection
-        connection: Any = make()
-        try:
-            await connection.connect()
-        except BaseException:
-            await connection.disconnect()
-            raise
-        return _Slot(connection, self._open_connections)
-
-    def reset(self) -> None:
-        """Forget the poolkit pool (closed in a task of the running loop, if one runs); the next
-        ``get_connection`` opens a new one."""
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            task = asyncio.get_running_loop().create_task(pool.close())
-            self._closing.add(task)
-            task.add_done_callback(self._closing.discard)
-
-    def can_get_connection(self) -> bool:
-        pool = self._pool
-        if pool is None:
-            return True
-        stats = pool.stats()
-        return stats.available > 0 or not self.max_connections or stats.total < self.max_connections
-
-    async def get_connection(self, *args: Any, **kwargs: Any) -> Any:
-        """A connection, waiting up to ``timeout`` seconds for one, in arrival order."""
-        while True:
-            pool = self._pool or self._open()
-            try:
-                lease = await pool.checkout()
-                break
-            except WaitQueueTimeoutError as exc:
-                raise redis.ConnectionError(NO_CONNECTION) from exc
-            except PoolClosedError:
-                if self._pool is pool:
-                    raise
-        connection = lease.connection.connection
-        self._leases[connection] = lease
-        try:
-            await self.ensure_connection(connection)
-        except BaseException:
-            await self.release(connection)
-            raise
-        return connection
-
-    async def release(self, connection: Any) -> None:
-        """Give ``connection`` back: to the oldest waiter, or to be closed if it is broken."""
-        lease = self._leases.pop(connection, None)
-        if lease is None:
-            return
-        if not _healthy(connection):
-            lease.discard()
-            return
-        dispatcher: Any = self._event_dispatcher
-        try:
-            await dispatcher.dispatch_async(_events.AsyncAfterConnectionReleasedEvent(connection))
-        except BaseException:
-            lease.discard()
-            raise
-        lease.release()
-
-    async def disconnect(self, inuse_connections: bool = True) -> None:
-        """Drop the sockets (of connections in use too, by default), as redis-py does."""
-        connections = self._connections(free=True, in_use=inuse_connections)
-        results = await asyncio.gather(
-            *(connection.disconnect() for connection in connections), return_exceptions=True
-        )
-        for result in results:
-            if isinstance(result, BaseException):
-                raise result
-
-    async def aclose(self) -> None:
-        """Close the poolkit pool and every connection (those in use when given back)."""
-        on_close = getattr(self, "_on_close", None)
-        if on_close is not None:
-            await on_close()
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            await pool.close()
-        if self._closing:
-            await asyncio.gather(*self._closing)
-
-    async def update_active_connections_for_reconnect(self) -> None:
-        for connection in self._connections(free=False, in_use=True):
-            connection.mark_for_reconnect()
-
-    def _connections(self, *, free: bool, in_use: bool) -> set[Any]:
-        every = set(self._open_connections)
-        leased = set(self._leases)
-        return (every - leased if free else set()) | (every & leased if in_use else set())
-
-    def _get_free_connections(self) -> set[Any]:
-        return self._connections(free=True, in_use=False)
-
-    def _get_in_use_connections(self) -> set[Any]:
-        return self._connections(free=False, in_use=True)
-
-    def get_connection_count(self) -> list[tuple[int, dict[Any, Any]]]:
-        counts: list[tuple[int, dict[Any, Any]]] = super().get_connection_count()
-        return [
-            (len(self._get_free_connections()), counts[0][1]),
-            (len(self._get_in_use_connections()), counts[1][1]),
-        ]
-
-    def set_retry(self, retry: Any) -> None:
-        self.connection_kwargs.update({"retry": retry})
-        for connection in self._connections(free=True, in_use=True):
-            connection.retry = retry
-
-    async def re_auth_callback(self, token: Any) -> None:
         """Each connection re-authenticates with ``token`` when next given back."""
         for connection in self._connections(free=True, in_use=True):
             connection.set_re_auth_token(token)

@@ -54,7 +54,8 @@ from ..asyncio import AsyncPool  # noqa: E402
 from ..events import Listener  # noqa: E402
 from ..options import Hooks, KeepAlive, PoolOptions  # noqa: E402
 from ..threaded import Pool  # noqa: E402
-from ._redis_dropin import AsyncConnectionPool, ConnectionPool  # noqa: E402
+from ._redis_dropin import ConnectionPool  # noqa: E402
+from ._redis_dropin_async import AsyncConnectionPool  # noqa: E402
 
 __all__ = [
     "AsyncConnectionPool",

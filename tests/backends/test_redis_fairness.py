@@ -98,8 +98,11 @@ def test_drop_in_serves_every_thread(redis_server: RedisServer) -> None:
         key=f"{redis_server.name}:n",
     )
     print(result.line())
+    # (redis-py's BlockingConnectionPool, same run: most threads complete 1 command and wait
+    # the whole run; here every thread completes hundreds, max wait tens of ms: the bounds leave
+    # room for a loaded 2-core machine)
     assert min(result.ops) >= 10, result.line()
-    assert result.max_wait < 1.0, result.line()
+    assert result.max_wait < 2.0, result.line()
     assert min(result.ops) >= statistics.median(result.ops) / 4, result.line()
 
 

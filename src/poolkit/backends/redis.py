@@ -20,18 +20,19 @@ API, and its commands, pipelines and pub/sub all go over that one socket, so ``W
 ``send_command``/``read_response`` and parse replies themselves; the drop-in pool below is the
 place where poolkit holds bare connections (redis-py's clients ask their pool for those).
 
-The client's connection is the pool's to replace, never its own: it is connected (and named
-with ``CLIENT SETNAME``) inside the connect function, so that connect errors, timeouts and retries
-are the pool's; it is not silently reconnected (a lost connection fails every later command with
-``redis.ConnectionError`` until the pool closes it); and redis-py retries nothing unless you pass
-``retry=``. So a connection the server dropped shows as what it is: ``check`` (a ``PING``)
-replaces it before hand-out, or the caller sees one ``ConnectionError`` and ``is_broken`` has
-it discarded.
+The client's connection is made (and named with ``CLIENT SETNAME``) inside the connect
+function, so that connect errors, timeouts and retries are the pool's, and redis-py retries no
+command unless you pass ``retry=``. So a connection the server dropped shows as what it is:
+``check`` (a ``PING``) finds it before hand-out and the pool replaces it, or the caller sees one
+``redis.ConnectionError`` and ``is_broken`` has the client discarded. A connection that redis-py
+itself closed (``PubSub.close()`` does; so does a failed command whose error the caller caught)
+is reconnected at the client's next command, as redis-py's own pools do.
 
 Rules of this module
 --------------------
 * Nothing here decides anything about pooling: these are the functions the pool calls.
 * The hooks read the connection's state and send ``PING``; they never reconnect.
+* A client's pool (``_Dedicated``) holds its one connection; only a command reconnects it.
 """
 
 from __future__ import annotations
@@ -119,7 +120,7 @@ def _address(url: str | None, kwargs: dict[str, Any]) -> str:
 
 class _Dedicated(redis.ConnectionPool):
     """The pool of one client held by poolkit: its one connection, made and connected at once,
-    lent to the client's commands one at a time and never remade."""
+    lent to the client's commands one at a time (and reconnected if redis-py closed it)."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(max_connections=1, **kwargs)
@@ -135,9 +136,12 @@ class _Dedicated(redis.ConnectionPool):
                 raise redis.ConnectionError(_IN_USE)
             self._available_connections.pop()
             self._in_use_connections.add(connection)
-        if not connection.is_connected:
-            self.release(connection)
-            raise redis.ConnectionError(_LOST)
+        if not connection.is_connected:  # (closed by redis-py: PubSub.close(), a failed command)
+            try:
+                connection.connect()
+            except BaseException:
+                self.release(connection)
+                raise
         return connection
 
 
@@ -162,18 +166,17 @@ class _AsyncDedicated(redis.asyncio.ConnectionPool):
         self._available_connections.pop()
         self._in_use_connections.add(connection)
         if not connection.is_connected:
-            await self.release(connection)
-            raise redis.ConnectionError(_LOST)
+            try:
+                await connection.connect()
+            except BaseException:
+                await self.release(connection)
+                raise
         return connection
 
 
 _IN_USE = (
     "this client's one connection is in use (by a pipeline, pub/sub or another thread): a client "
     "leased from a poolkit pool serves one caller, one command at a time"
-)
-_LOST = (
-    "the connection to Redis was lost; poolkit closes it when it is given back (leave the "
-    "`with pool.connection()` block: the next lease is another connection)"
 )
 
 

@@ -272,6 +272,34 @@ def test_keep_alive_probe_closes_a_killed_connection(redis_server: RedisServer) 
             assert r.ping() is True
 
 
+def test_async_keep_alive_probe_closes_a_killed_connection(redis_server: RedisServer) -> None:
+    async def main() -> None:
+        closed = asyncio.Event()
+
+        def listen(event: object) -> None:
+            if isinstance(event, poolkit.events.ConnectionClosedEvent):
+                closed.set()
+
+        options = poolkit.PoolOptions(
+            max_size=2,
+            min_size=1,
+            keep_alive=pk_redis.async_keep_alive(0.05),
+            hooks=poolkit.Hooks(),
+        )
+        async with await pk_redis.create_async_pool(
+            redis_server.url, options=options, listeners=[listen], client_name=redis_server.name
+        ) as pool:
+            assert len(await asyncio.to_thread(redis_server.wait_clients, 1)) == 1
+            await asyncio.to_thread(redis_server.kill_all)
+            await asyncio.wait_for(closed.wait(), 5.0)
+            assert pool.stats().connections_closed == {"error": 1}
+            async with pool.connection() as r:
+                assert await r.ping() is True
+
+    asyncio.run(main())
+    assert redis_server.wait_clients(0) == []
+
+
 def test_create_pool_from_keywords(redis_server: RedisServer) -> None:
     with pk_redis.create_pool(host="127.0.0.1", port=6379, client_name=redis_server.name) as pool:
         assert pool.address == "127.0.0.1:6379/0"

@@ -1,0 +1,282 @@
+"""Raw TCP, optionally TLS: connect functions and hooks for a protocol of your own.
+
+No extra to install (the standard library only). For :class:`poolkit.Pool` a connection is a
+connected blocking ``socket.socket`` (an ``ssl.SSLSocket`` with TLS), closed with ``close()``;
+for :class:`poolkit.AsyncPool` a :class:`StreamConnection`: asyncio's ``reader`` and ``writer``,
+closed with ``aclose()``.
+
+* TLS: ``tls=True`` verifies the server against the system's CAs and its name
+  (``ssl.create_default_context()``); pass an ``ssl.SSLContext`` to trust other CAs or present a
+  client certificate. ``server_hostname`` is the name checked (default: ``host``).
+* ``connect_timeout`` bounds the TCP connect and the TLS handshake together.
+* ``keepalive`` sets ``SO_KEEPALIVE`` (the kernel probes idle connections: a dead peer shows as an
+  error instead of a hang); ``nodelay`` sets ``TCP_NODELAY`` (small requests go out at once).
+
+Rules of this module
+--------------------
+* The hooks know nothing of the protocol spoken: ``check`` only finds a connection the peer
+  closed (or one with bytes nobody asked for); ``is_broken`` judges by the error and the socket.
+* ``check`` reads nothing on a healthy connection (a peek for plain TCP; for TLS a non-blocking
+  read that only TLS records, such as session tickets, can satisfy).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import socket
+import ssl
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, final
+
+from .._frontend import ConnectContext
+from ..asyncio import AsyncPool
+from ..events import Listener
+from ..options import Hooks, PoolOptions
+from ..threaded import Pool
+
+__all__ = [
+    "StreamConnection",
+    "async_check",
+    "async_connect",
+    "async_hooks",
+    "check",
+    "connect",
+    "create_async_pool",
+    "create_pool",
+    "hooks",
+    "is_broken",
+    "open_socket",
+    "open_stream",
+]
+
+#: errors after which a connection is gone or mid-message (``ssl.SSLError`` is an ``OSError``)
+BROKEN_ERRORS: tuple[type[BaseException], ...] = (OSError, EOFError, asyncio.IncompleteReadError)
+
+
+def _context(tls: bool | ssl.SSLContext) -> ssl.SSLContext | None:
+    if isinstance(tls, ssl.SSLContext):
+        return tls
+    if tls is True:
+        return ssl.create_default_context()
+    if tls is False:
+        return None
+    raise TypeError(f"tls must be a bool or an ssl.SSLContext, got {type(tls).__name__}")
+
+
+def _tune(sock: Any, keepalive: bool, nodelay: bool) -> None:
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, int(keepalive))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, int(nodelay))
+
+
+def open_socket(
+    host: str,
+    port: int,
+    *,
+    tls: bool | ssl.SSLContext = False,
+    server_hostname: str | None = None,
+    connect_timeout: float | None = 10.0,
+    timeout: float | None = None,
+    keepalive: bool = True,
+    nodelay: bool = True,
+) -> socket.socket:
+    """A connected blocking socket (TLS: handshake done, certificate checked); ``timeout`` is the
+    socket's own timeout for later reads and writes (``None``: blocking)."""
+    context = _context(tls)
+    deadline = None if connect_timeout is None else time.monotonic() + connect_timeout
+    sock = socket.create_connection((host, port), timeout=connect_timeout)
+    try:
+        _tune(sock, keepalive, nodelay)
+        if context is not None:
+            if deadline is not None:
+                sock.settimeout(max(deadline - time.monotonic(), 1e-3))
+            sock = context.wrap_socket(sock, server_hostname=server_hostname or host)
+        sock.settimeout(timeout)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+@final
+class StreamConnection:
+    """An asyncio TCP (or TLS) connection: ``reader`` and ``writer``, closed with
+    :meth:`aclose`."""
+
+    __slots__ = ("reader", "writer")
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+
+    @property
+    def closed(self) -> bool:
+        """The connection is closing, or the peer closed its side."""
+        return self.writer.is_closing() or self.reader.at_eof()
+
+    async def aclose(self) -> None:
+        """Close the connection and wait until it is (a peer that already left is no error)."""
+        self.writer.close()
+        try:
+            await self.writer.wait_closed()
+        except OSError:  # (reset by the peer; a TLS close_notify the peer never answered)
+            pass
+
+    def __repr__(self) -> str:
+        peer = self.writer.get_extra_info("peername")
+        tls = " tls" if self.writer.get_extra_info("ssl_object") is not None else ""
+        return f"<StreamConnection{tls} peer={peer!r}{' closed' if self.closed else ''}>"
+
+
+async def open_stream(
+    host: str,
+    port: int,
+    *,
+    tls: bool | ssl.SSLContext = False,
+    server_hostname: str | None = None,
+    connect_timeout: float | None = 10.0,
+    keepalive: bool = True,
+    nodelay: bool = True,
+    limit: int = 2**16,
+) -> StreamConnection:
+    """A connected :class:`StreamConnection` (TLS: handshake done, certificate checked);
+    ``limit`` is the reader's buffer limit."""
+    context = _context(tls)
+    async with asyncio.timeout(connect_timeout):
+        reader, writer = await asyncio.open_connection(
+            host,
+            port,
+            ssl=context,
+            server_hostname=(server_hostname or host) if context is not None else None,
+            limit=limit,
+        )
+    try:
+        _tune(writer.get_extra_info("socket"), keepalive, nodelay)
+    except BaseException:
+        writer.close()
+        raise
+    return StreamConnection(reader, writer)
+
+
+def connect(host: str, port: int, **kwargs: Any) -> Callable[[ConnectContext], socket.socket]:
+    """A connect function for :class:`poolkit.Pool`: :func:`open_socket` with ``kwargs``."""
+    _context(kwargs.get("tls", False))  # (a wrong ``tls`` fails here, not at each connect)
+
+    def connect_tcp(ctx: ConnectContext) -> socket.socket:
+        return open_socket(host, port, **kwargs)
+
+    return connect_tcp
+
+
+def async_connect(
+    host: str, port: int, **kwargs: Any
+) -> Callable[[ConnectContext], Awaitable[StreamConnection]]:
+    """A connect function for :class:`poolkit.AsyncPool`: :func:`open_stream` with ``kwargs``."""
+    _context(kwargs.get("tls", False))
+
+    async def connect_tcp(ctx: ConnectContext) -> StreamConnection:
+        return await open_stream(host, port, **kwargs)
+
+    return connect_tcp
+
+
+def check(sock: socket.socket) -> None:
+    """The ``check`` hook for sockets: raises ``ConnectionError`` if the peer closed the
+    connection or sent bytes nobody asked for (the protocol is out of step); reads nothing from
+    a healthy connection."""
+    if sock.fileno() == -1:
+        raise ConnectionError("the socket is closed")
+    timeout = sock.gettimeout()
+    sock.settimeout(0.0)
+    try:
+        # (no peek through TLS: a read that finds no application data)
+        tls = isinstance(sock, ssl.SSLSocket)
+        data = sock.recv(1) if tls else sock.recv(1, socket.MSG_PEEK)
+    except (BlockingIOError, ssl.SSLWantReadError):
+        return  # nothing to read: alive
+    finally:
+        if sock.fileno() != -1:
+            sock.settimeout(timeout)
+    if not data:
+        raise ConnectionError("the peer closed the connection")
+    raise ConnectionError("unexpected data waiting on an idle connection")
+
+
+async def async_check(connection: StreamConnection) -> None:
+    """The ``check`` hook for :class:`StreamConnection`: raises ``ConnectionError`` if it is
+    closing, the peer closed it, or bytes nobody asked for are waiting."""
+    if connection.closed:
+        raise ConnectionError("the peer closed the connection")
+    for _ in range(2):  # (a turn of the loop runs its reads after this task: the second sees them)
+        await asyncio.sleep(0)
+    if connection.closed:
+        raise ConnectionError("the peer closed the connection")
+    if len(getattr(connection.reader, "_buffer", b"")):  # (StreamReader has no public peek)
+        raise ConnectionError("unexpected data waiting on an idle connection")
+
+
+def is_broken(connection: socket.socket | StreamConnection, error: BaseException) -> bool:
+    """The ``is_broken`` hook (both pools): an I/O error, a timeout, an end of stream, or the
+    connection closed."""
+    if isinstance(error, BROKEN_ERRORS):
+        return True
+    if isinstance(connection, StreamConnection):
+        return connection.closed
+    return connection.fileno() == -1
+
+
+def hooks(*, check_after: float = 1.0, timeout: float | None = 5.0) -> Hooks:
+    """:func:`check` (on connections idle at least ``check_after`` seconds) and
+    :func:`is_broken`, for :class:`poolkit.Pool`."""
+    return Hooks(check=check, check_after=check_after, is_broken=is_broken, timeout=timeout)
+
+
+def async_hooks(*, check_after: float = 1.0, timeout: float | None = 5.0) -> Hooks:
+    """:func:`async_check` and :func:`is_broken`, for :class:`poolkit.AsyncPool`."""
+    return Hooks(check=async_check, check_after=check_after, is_broken=is_broken, timeout=timeout)
+
+
+def _with_hooks(options: PoolOptions | None, default: Hooks) -> PoolOptions:
+    options = PoolOptions() if options is None else options
+    return options if options.hooks is not None else dataclasses.replace(options, hooks=default)
+
+
+def create_pool(
+    host: str,
+    port: int,
+    *,
+    options: PoolOptions | None = None,
+    listeners: Iterable[Listener] = (),
+    **kwargs: Any,
+) -> Pool[socket.socket]:
+    """A ready :class:`poolkit.Pool` of sockets to ``host:port`` (``kwargs``: those of
+    :func:`open_socket`), with :func:`hooks` unless ``options`` has hooks."""
+    pool = Pool(
+        connect(host, port, **kwargs),
+        address=f"{host}:{port}",
+        options=_with_hooks(options, hooks()),
+        listeners=listeners,
+    )
+    pool.ready()
+    return pool
+
+
+async def create_async_pool(
+    host: str,
+    port: int,
+    *,
+    options: PoolOptions | None = None,
+    listeners: Iterable[Listener] = (),
+    **kwargs: Any,
+) -> AsyncPool[StreamConnection]:
+    """A ready :class:`poolkit.AsyncPool` of :class:`StreamConnection` to ``host:port`` on the
+    running loop, with :func:`async_hooks` unless ``options`` has hooks."""
+    pool = AsyncPool(
+        async_connect(host, port, **kwargs),
+        address=f"{host}:{port}",
+        options=_with_hooks(options, async_hooks()),
+        listeners=listeners,
+    )
+    pool.ready()
+    return pool

@@ -63,10 +63,10 @@ Fast paths
 ----------
 ``lease_idle``, ``release_idle``, ``request``, ``release``/``_give_back`` (``_release_stream`` for
 a multiplexed connection), ``_serve``, ``_lease``, ``_take``, ``_pop_idle`` and ``_dispatch`` run
-on every checkout and check-in, so they read the idle set's and the wait queue's containers
-directly, through ``_idle`` (``IdleSet.stack``), ``_open`` (``IdleSet.open``) and ``_waiters``
-(``WaitQueue.queue``), the same objects the collaborators own (never replaced, only changed in
-place). They also inline the two hot transitions (``_IDLE_LEASE``, ``_LEASED_IDLE``),
+on every checkout and check-in, so they read and change the idle set's and the wait queue's
+containers directly, through ``_idle`` (``IdleSet.stack``), ``_open`` (``IdleSet.open``) and
+``_waiters`` (``WaitQueue.queue``), the same objects the collaborators own (never replaced, only
+changed in place). They also inline the two hot transitions (``_IDLE_LEASE``, ``_LEASED_IDLE``),
 ``WaitQueue.pop_oldest`` in ``release_idle``, ``WaitQueue.add`` and
 ``ConnectFailures.circuit_open`` in ``request``, and ``IdleSet.add_open`` in ``_release_stream``:
 each call saved there is a measurable share of a checkout (with the two calls of ``request``, a

@@ -1,0 +1,38 @@
+"""The README's backend examples run as written, against the test servers (PostgreSQL, Redis)."""
+
+from __future__ import annotations
+
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+from pg_service import PgServer, pg
+
+from conftest import RedisServer
+
+__all__ = ["pg"]
+
+README = pathlib.Path(__file__).parents[2] / "README.md"
+_TEXT = README.read_text()
+_START = _TEXT.index("\n## Backends")
+SECTION = _TEXT[_START : _TEXT.index("\n## ", _START + 1)]
+EXAMPLES = re.findall(r"```python\n(.*?)```", SECTION, re.S)
+README_DSN = "postgresql://postgres@127.0.0.1/test"
+README_REDIS = "redis://127.0.0.1:6379/0"
+
+
+def test_there_is_an_example_per_backend() -> None:
+    names = ["asyncpg", "psycopg", "redis", "tcp"]
+    assert len(EXAMPLES) == len(names)
+    for name, example in zip(names, EXAMPLES, strict=True):
+        assert f"import {name}" in example or "import redis as pk_redis" in example
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=["asyncpg", "psycopg", "redis", "tcp"])
+def test_example_runs(pg: PgServer, redis_server: RedisServer, example: str) -> None:
+    code = example.replace(README_DSN, pg.dsn).replace(README_REDIS, redis_server.url)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip(), "an example prints what it got"

@@ -1,12 +1,14 @@
-"""How ``AsyncPool`` runs what the core decides: connects and keep-alive probes as tasks of its
-own, closes, one loop timer for the core's earliest deadline, and its tie to one event loop.
+"""How ``AsyncPool`` runs what the core decides: connects, keep-alive probes, checks and resets
+as tasks of its own (a plain check or reset at once), and closes. (Its tie to one event loop and
+its loop timer are in ``asyncio``.)
 
 Rules of this module
 --------------------
 * Connects run in tasks the pool owns, never in a checkout's task: cancelling a checkout never
   cancels or leaks a connect. Every task the pool spawns is kept until done (``close`` waits for
   them), and one that never ran is reported as its coroutine would have been.
-* User code (connect, probe, close) runs in the pool's tasks, never inside a core input.
+* User code (connect, configure, probe, check, reset, close) runs outside every core input: in
+  the pool's tasks, or, a plain check or reset, in the step that carries out the core's actions.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from ._base import NO_OUTPUT, PoolBase
-from ._core import Conn, PoolCore, StartCheck, StartReset
+from ._core import Conn, PoolCore, StartCheck, StartKeepAlive, StartReset
 from ._frontend import ConnectContext, call_close, unwrap
 from .errors import ConnectCancelledError
 
@@ -165,47 +167,16 @@ class TaskIO(PoolBase[C]):
     def _cancelled(self, conn: Conn) -> ConnectCancelledError:
         return ConnectCancelledError(address=self.address, connection_id=conn.id)
 
-    def _start_keep_alive(self, conn: Conn) -> None:
-        # the connect context is done with: the handle is now the probe, which a close cancels
-
-        def never_ran() -> None:
-            if conn.handle is task:
-                conn.handle = None
-            self._probe_ended(conn, asyncio.CancelledError())
-
-        task = conn.handle = self._spawn(
-            self._run_keep_alive(conn), f"poolkit-keep-alive-{conn.id}", never_ran
-        )
-
-    async def _run_keep_alive(self, conn: Conn) -> None:
-        keep_alive = self.options.keep_alive
-        assert keep_alive is not None
-        error: BaseException | None = None
-        try:
-            result = keep_alive.probe(conn.connection)
-            if inspect.isawaitable(result):
-                await result
-        except GeneratorExit:  # closed unfinished (its loop is gone): nothing to tell the pool
-            raise
-        except BaseException as exc:  # CancelledError too: the pool closed the connection, or
-            error = exc  # (the connection still open) someone else cancelled the task
-        if conn.handle is asyncio.current_task():
-            conn.handle = None  # over: a close from here on has nothing to cancel
-        self._probe_ended(conn, error)
-        if error is not None and not isinstance(error, Exception | asyncio.CancelledError):
-            raise error
-
-    def _run_hook(self, action: StartCheck | StartReset) -> tuple[BaseException | None] | None:
-        """Check or reset: the hook is called here; a plain result (a plain function, as a check
-        that only asks ``is_closed()``) ends it at once, an awaitable is awaited in a task of the
-        pool's own, which a close of the connection cancels."""
-        hooks = self.options.hooks
-        assert hooks is not None
-        hook = hooks.check if type(action) is StartCheck else hooks.reset
-        assert hook is not None
+    def _run_hook(
+        self, action: StartCheck | StartReset | StartKeepAlive
+    ) -> tuple[BaseException | None] | None:
+        """A check, reset or keep-alive probe: the function is called here; a plain result (a
+        plain function, as a check that only asks ``is_closed()``) ends it at once, an awaitable
+        is awaited in a task of the pool's own, which a close of the connection cancels."""
         conn = action.conn
+        function, name = self._hook_of(action)
         try:
-            result = hook(conn.connection)
+            result = function(conn.connection)
         except Exception as exc:
             return (exc,)
         if not inspect.isawaitable(result):
@@ -218,26 +189,28 @@ class TaskIO(PoolBase[C]):
                 conn.handle = None
             self._hook_ended(action, asyncio.CancelledError())
 
-        name = f"poolkit-{'check' if type(action) is StartCheck else 'reset'}-{conn.id}"
         try:
-            task = conn.handle = self._spawn(self._await_hook(action, result), name, never_ran)
+            work = self._await_hook(action, result)
+            task = conn.handle = self._spawn(work, f"poolkit-{name}-{conn.id}", never_ran)
         except BaseException:
             if inspect.iscoroutine(result):
                 result.close()
             raise
         return None
 
-    async def _await_hook(self, action: StartCheck | StartReset, result: Awaitable[Any]) -> None:
+    async def _await_hook(
+        self, action: StartCheck | StartReset | StartKeepAlive, result: Awaitable[Any]
+    ) -> None:
         conn = action.conn
         error: BaseException | None = None
         try:
             await result
         except GeneratorExit:  # closed unfinished (its loop is gone): nothing to tell the pool
             raise
-        except BaseException as exc:  # CancelledError too: the pool closed the connection
-            error = exc
+        except BaseException as exc:  # CancelledError too: the pool closed the connection, or
+            error = exc  # (the connection still open) someone else cancelled the task
         if conn.handle is asyncio.current_task():
-            conn.handle = None
+            conn.handle = None  # over: a close from here on has nothing to cancel
         self._hook_ended(action, error)
         if error is not None and not isinstance(error, Exception | asyncio.CancelledError):
             raise error
@@ -247,7 +220,7 @@ class TaskIO(PoolBase[C]):
     def _close_connection(self, conn: Conn, connection: Any, pending: bool) -> None:
         handle = conn.handle
         if isinstance(handle, asyncio.Future) and not handle.done():
-            handle.cancel()  # a keep-alive probe in flight
+            handle.cancel()  # a keep-alive probe, check or reset in flight
         if pending:
             ctx: ConnectContext | None = conn.handle
             if ctx is not None:
@@ -273,35 +246,6 @@ class TaskIO(PoolBase[C]):
                 if inspect.iscoroutine(result):
                     result.close()
                 _log.exception("connection %d of %s could not be closed", conn.id, self.address)
-
-    # ------------------------------------------------------------------ the timer
-
-    def _rearm_locked(self) -> None:
-        when = self._core.next_deadline()
-        if when == self._timer_at:
-            return
-        self._cancel_timer()
-        if when is None:
-            return
-        if self._call_at is not None:
-            self._timer_handle = self._call_at(when, self._on_timer)
-        else:
-            loop = self._loop
-            if loop is None:  # armed once the pool is bound to a loop
-                self._core.timers.dirty = True
-                return
-            if self._clock is None:
-                self._timer_handle = loop.call_at(when, self._on_timer)
-            else:
-                delay = max(0.0, when - self._time())
-                self._timer_handle = loop.call_later(delay, self._on_timer)
-        self._timer_at = when
-
-    def _cancel_timer(self) -> None:
-        if self._timer_handle is not None:
-            self._timer_handle.cancel()
-        self._timer_handle = None
-        self._timer_at = None
 
     # ------------------------------------------------------------------ leases lost, fork
 

@@ -212,23 +212,22 @@ class PoolBase(Generic[C]):
                     self._wake(action.request.owner)
                 elif type(action) is CloseConnection:
                     self._close_connection(action.conn, action.connection, action.pending)
-                elif type(action) is StartCheck or type(action) is StartReset:
+                elif type(action) is StartConnect:
+                    try:
+                        self._start_connect(action.conn)
+                    except Exception as exc:  # it could not even start
+                        ended.append((action, exc))
+                elif (
+                    type(action) is StartCheck
+                    or type(action) is StartReset
+                    or type(action) is StartKeepAlive
+                ):
                     try:
                         outcome = self._run_hook(action)
                     except Exception as exc:  # it could not even start
                         outcome = (exc,)
                     if outcome is not None:
                         ended.append((action, outcome[0]))
-                elif type(action) is StartConnect:
-                    try:
-                        self._start_connect(action.conn)
-                    except Exception as exc:
-                        ended.append((action, exc))
-                elif type(action) is StartKeepAlive:
-                    try:
-                        self._start_keep_alive(action.conn)
-                    except Exception as exc:
-                        ended.append((action, exc))
             if not ended:
                 break
             with self._lock:
@@ -256,8 +255,10 @@ class PoolBase(Generic[C]):
         elif type(done) is StartKeepAlive:
             core.keep_alive_done(done.conn, now, error)
 
-    def _hook_ended(self, action: StartCheck | StartReset, error: BaseException | None) -> None:
-        """A check or reset run apart (``AsyncPool``'s tasks) ended."""
+    def _hook_ended(
+        self, action: StartCheck | StartReset | StartKeepAlive, error: BaseException | None
+    ) -> None:
+        """A check, reset or probe run apart (a task, a thread) ended."""
         self._feed(lambda core, now: self._report(core, now, action, error))
 
     # (each front end: how it wakes a waiter, binds to its loop, runs I/O and its timer)
@@ -272,20 +273,32 @@ class PoolBase(Generic[C]):
     def _start_connect(self, conn: Conn) -> None:
         raise NotImplementedError
 
-    def _start_keep_alive(self, conn: Conn) -> None:
-        raise NotImplementedError
-
     def _close_connection(self, conn: Conn, connection: Any, pending: bool) -> None:
         raise NotImplementedError
 
     def _rearm_locked(self) -> None:
         raise NotImplementedError
 
-    def _run_hook(self, action: StartCheck | StartReset) -> tuple[BaseException | None] | None:
-        """Run ``Hooks.check``/``Hooks.reset`` on ``action.conn``: ``(error,)`` if it ran to its
-        end here (``error`` ``None``: it passed), ``None`` if it runs apart and reports itself
-        through ``_hook_ended``."""
+    def _run_hook(
+        self, action: StartCheck | StartReset | StartKeepAlive
+    ) -> tuple[BaseException | None] | None:
+        """Run ``Hooks.check``/``Hooks.reset`` or the keep-alive probe on ``action.conn``:
+        ``(error,)`` if it ran to its end here (``error`` ``None``: it passed), ``None`` if it
+        runs apart and reports itself through ``_hook_ended``."""
         raise NotImplementedError
+
+    def _hook_of(
+        self, action: StartCheck | StartReset | StartKeepAlive
+    ) -> tuple[Callable[[Any], Any], str]:
+        """The function ``action`` runs on its connection, and its name."""
+        if type(action) is StartKeepAlive:
+            assert self.options.keep_alive is not None
+            return self.options.keep_alive.probe, "keep-alive"
+        hooks = self.options.hooks
+        assert hooks is not None
+        hook = hooks.check if type(action) is StartCheck else hooks.reset
+        assert hook is not None
+        return hook, "check" if type(action) is StartCheck else "reset"
 
     def _reap_soon(self) -> None:
         raise NotImplementedError
@@ -307,10 +320,6 @@ class PoolBase(Generic[C]):
         """``conn``'s connect ended without a connection (a report the core takes more than once
         without harm: a connect it has closed and not abandoned is ignored)."""
         self._feed(lambda core, now: core.connect_failed(conn, now, error))
-
-    def _probe_ended(self, conn: Conn, error: BaseException | None) -> None:
-        """``conn``'s keep-alive probe ended (the core ignores a probe already ended)."""
-        self._feed(lambda core, now: core.keep_alive_done(conn, now, error))
 
     def _on_timer(self) -> None:
         """The timer fired: the core's deadlines up to now (never before the one armed)."""

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from ._base import PoolBase
-from ._core import Conn, PoolCore, StartCheck, StartReset
+from ._core import Conn, PoolCore, StartCheck, StartKeepAlive, StartReset
 from ._frontend import ConnectContext, call_close, unwrap
 from .options import PoolOptions
 from .stats import PoolState
@@ -142,39 +142,36 @@ class ThreadIO(PoolBase[C]):
                 _log.exception("closing connection of %s after configure failed", self.address)
             raise
 
-    def _start_keep_alive(self, conn: Conn) -> None:
-        self._start_thread(lambda: self._run_keep_alive(conn), f"poolkit-keep-alive-{conn.id}")
-
-    def _run_keep_alive(self, conn: Conn) -> None:
-        keep_alive = self.options.keep_alive
-        assert keep_alive is not None
-        error: BaseException | None = None
-        try:
-            _not_awaitable(
-                keep_alive.probe(conn.connection),
-                "KeepAlive.probe returned an awaitable ({!r}): Pool needs a plain function",
-            )
-        except BaseException as exc:
-            error = exc
-        self._probe_ended(conn, error)
-        if error is not None and not isinstance(error, Exception):
-            raise error
-
-    def _run_hook(self, action: StartCheck | StartReset) -> tuple[BaseException | None] | None:
-        """Check or reset inline, in the thread carrying out the action (the checkout's, the
+    def _run_hook(
+        self, action: StartCheck | StartReset | StartKeepAlive
+    ) -> tuple[BaseException | None] | None:
+        """A keep-alive probe on a thread of its own (the timer's thread must not wait for it); a
+        check or reset inline, in the thread carrying out the action (the checkout's, the
         check-in's), as psycopg_pool does: no thread per run."""
-        hooks = self.options.hooks
-        assert hooks is not None
-        hook = hooks.check if type(action) is StartCheck else hooks.reset
-        assert hook is not None
+        if type(action) is StartKeepAlive:
+            name = f"poolkit-keep-alive-{action.conn.id}"
+            self._start_thread(lambda: self._run_probe(action), name)
+            return None
+        return self._run_inline(action)
+
+    def _run_inline(
+        self, action: StartCheck | StartReset | StartKeepAlive
+    ) -> tuple[BaseException | None]:
+        function, name = self._hook_of(action)
         try:
             _not_awaitable(
-                hook(action.conn.connection),
-                "a Hooks function returned an awaitable ({!r}): Pool needs plain functions",
+                function(action.conn.connection),
+                f"the {name} function returned an awaitable ({{!r}}): Pool needs plain functions",
             )
         except BaseException as exc:
             return (exc,)
         return (None,)
+
+    def _run_probe(self, action: StartKeepAlive) -> None:
+        (error,) = self._run_inline(action)
+        self._hook_ended(action, error)
+        if error is not None and not isinstance(error, Exception):
+            raise error
 
     def _close_connection(self, conn: Conn, connection: Any, pending: bool) -> None:
         if pending:

@@ -5,6 +5,8 @@ Rules of this module
 * Every decision is the core's, and everything the two pools share is in ``_base``; this module
   adds the waiting checkout (a plain future), the closing that waits for the pool's own tasks,
   and the check-out and check-in fast paths.
+* One ``call_at`` timer on the pool's loop (or the test clock's) stands for the core's earliest
+  deadline.
 * The pool binds to the running loop on first use that needs one (``ready``, a checkout that
   waits) and refuses any other loop afterwards, like asyncio's own primitives.
 * A waiting checkout waits on a plain future. When its task is cancelled it tells the core as
@@ -123,6 +125,35 @@ class AsyncPool(TaskIO[C]):
                     ) from None
                 return
         self._bind_loop(operation)
+
+    # (the loop timer for the core's earliest deadline)
+
+    def _rearm_locked(self) -> None:
+        when = self._core.next_deadline()
+        if when == self._timer_at:
+            return
+        self._cancel_timer()
+        if when is None:
+            return
+        if self._call_at is not None:
+            self._timer_handle = self._call_at(when, self._on_timer)
+        else:
+            loop = self._loop
+            if loop is None:  # armed once the pool is bound to a loop
+                self._core.timers.dirty = True
+                return
+            if self._clock is None:
+                self._timer_handle = loop.call_at(when, self._on_timer)
+            else:
+                delay = max(0.0, when - self._time())
+                self._timer_handle = loop.call_later(delay, self._on_timer)
+        self._timer_at = when
+
+    def _cancel_timer(self) -> None:
+        if self._timer_handle is not None:
+            self._timer_handle.cancel()
+        self._timer_handle = None
+        self._timer_at = None
 
     async def close(self) -> None:
         """Close the pool: close available and pending connections, fail waiting checkouts.

@@ -305,28 +305,7 @@ class Health(ConnectionLife):
         """``conn``'s check returned (``error`` ``None``) or raised ``error``: it serves the
         oldest waiter (or is available again, alive as of now), or it is closed and the waiters
         go on with another connection."""
-        started = self.hooks.end(conn)
-        if started is None or conn.state is not _CHECKING:
-            return  # ended already (timed out, closed by the pool): a late result
-        tally = self.tally
-        tally.checks += 1
-        if error is not None:
-            tally.checks_failed += 1
-            if self.observed:
-                self.events.append(
-                    ConnectionCheckFailedEvent(
-                        address=self.address,
-                        connection_id=conn.id,
-                        duration=now - started,
-                        error=error,
-                    )
-                )
-            self._close(conn, CLOSE_ERROR, error)
-            self._dispatch(now)
-            return
-        self._fire(conn, ConnInput.CHECKED)
-        conn.idle_since = now  # alive as of now: no new check for check_after
-        self._back_to_work(conn, now)
+        self._hook_done(conn, now, error, checked=True)
 
     def _start_reset(self, conn: Conn, now: float) -> None:
         """``conn`` came back from its last lease (now IDLE, off the idle set): reset it before
@@ -338,16 +317,21 @@ class Health(ConnectionLife):
     def reset_done(self, conn: Conn, now: float, error: BaseException | None = None) -> None:
         """``conn``'s reset returned (``error`` ``None``) or raised ``error``: it serves the oldest
         waiter or is available again, or it is closed."""
+        self._hook_done(conn, now, error, checked=False)
+
+    def _hook_done(
+        self, conn: Conn, now: float, error: BaseException | None, *, checked: bool
+    ) -> None:
+        """The end of a check (``checked``) or a reset on ``conn``."""
         started = self.hooks.end(conn)
-        if started is None or conn.state is not _RESETTING:
+        if started is None or conn.state is not (_CHECKING if checked else _RESETTING):
             return  # ended already (timed out, closed by the pool): a late result
-        tally = self.tally
-        tally.resets += 1
+        self.tally.hook_ended(checked, failed=error is not None)
         if error is not None:
-            tally.resets_failed += 1
             if self.observed:
+                failed = ConnectionCheckFailedEvent if checked else ConnectionResetFailedEvent
                 self.events.append(
-                    ConnectionResetFailedEvent(
+                    failed(
                         address=self.address,
                         connection_id=conn.id,
                         duration=now - started,
@@ -357,8 +341,8 @@ class Health(ConnectionLife):
             self._close(conn, CLOSE_ERROR, error)
             self._dispatch(now)
             return
-        self._fire(conn, ConnInput.RESET_DONE)
-        conn.idle_since = now
+        self._fire(conn, ConnInput.CHECKED if checked else ConnInput.RESET_DONE)
+        conn.idle_since = now  # alive (or clean) as of now: no new check for check_after
         self._back_to_work(conn, now)
 
     def _back_to_work(self, conn: Conn, now: float) -> None:

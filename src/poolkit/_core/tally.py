@@ -57,6 +57,15 @@ class Tally:
         if seconds > self.wait_max:
             self.wait_max = seconds
 
+    def hook_ended(self, checked: bool, *, failed: bool) -> None:
+        """A check (``checked``) or a reset ended, ``failed`` or passed."""
+        if checked:
+            self.checks += 1
+            self.checks_failed += failed
+        else:
+            self.resets += 1
+            self.resets_failed += failed
+
     def count(self, table: dict[str, int], reason: str) -> None:
         table[reason] = table.get(reason, 0) + 1
 

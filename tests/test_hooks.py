@@ -357,3 +357,51 @@ def test_without_hooks_nothing_is_checked_or_reset(front_kind: str) -> None:
         assert (stats.checks, stats.resets, stats.checking, stats.resetting) == (0, 0, 0, 0)
 
     drive(front_kind, scenario, max_size=1)
+
+
+# ---------------------------------------------------------------------- end
+
+
+def test_end_runs_in_the_caller_when_the_block_ends(front_kind: str) -> None:
+    ended: list[tuple[int, str | None]] = []
+    fail_commit = [RuntimeError("COMMIT failed")]
+
+    def end(conn: Session, error: BaseException | None) -> None:
+        ended.append((conn.id, None if error is None else type(error).__name__))
+        if error is None and len(ended) == 3:
+            raise fail_commit.pop()  # the third block's commit fails
+        if error is not None:
+            raise OSError("ROLLBACK failed too")  # logged; the block's error is raised
+
+    async def aend(conn: Session, error: BaseException | None) -> None:
+        end(conn, error)
+
+    hooks = poolkit.Hooks(end=aend if front_kind == "asyncio" else end)
+    options = poolkit.PoolOptions(max_size=1, hooks=hooks)
+    stats: list[poolkit.PoolStats] = []
+
+    async def abody(pool: poolkit.AsyncPool[Session]) -> None:
+        async with pool.connection():
+            assert ended == []  # not yet: when the block ends
+        with pytest.raises(KeyError):
+            async with pool.connection():
+                raise KeyError("x")
+        with pytest.raises(RuntimeError, match="COMMIT failed"):
+            async with pool.connection():
+                pass
+        stats.append(pool.stats())
+
+    def body(pool: poolkit.Pool[Session]) -> None:
+        with pool.connection():
+            assert ended == []
+        with pytest.raises(KeyError), pool.connection():
+            raise KeyError("x")
+        with pytest.raises(RuntimeError, match="COMMIT failed"), pool.connection():
+            pass
+        stats.append(pool.stats())
+
+    made = run_both(front_kind, options, abody if front_kind == "asyncio" else body)
+    assert ended == [(1, None), (1, "KeyError"), (1, None)]
+    (s,) = stats
+    assert (s.total, s.available, s.in_use) == (1, 1, 0)  # given back every time
+    assert made[0].closed == 1  # (at close)

@@ -147,6 +147,8 @@ class PoolBase(Generic[C]):
         self._clocked = self._core.clocked
         #: ``hooks.configure``, run on each new connection as part of its connect
         self._configure = None if options.hooks is None else options.hooks.configure
+        #: ``hooks.end``, run by ``connection()`` when its block ends
+        self._end = None if options.hooks is None else options.hooks.end
         register_for_fork(self)
 
     def _check_connect(self, connect: Callable[..., Any]) -> None:
@@ -433,6 +435,23 @@ class PoolBase(Generic[C]):
             raise
         else:
             lease.release()
+
+    @contextlib.contextmanager
+    def _ending(self, connection: C) -> Iterator[None]:
+        """``hooks.end`` around ``Pool.connection()``'s block (``AsyncPool`` awaits its own)."""
+        end = self._end
+        if end is None:
+            yield
+            return
+        try:
+            yield
+        except Exception as exc:
+            try:
+                end(connection, exc)
+            except Exception:  # (the block's error is the one the caller sees)
+                _log.exception("hooks.end of pool %s raised after %r", self.address, exc)
+            raise
+        end(connection, None)
 
     def _is_broken(self, lease: Lease[C], error: Exception) -> bool:
         """``hooks.is_broken(connection, error)``; one that raises counts as "broken" (and is

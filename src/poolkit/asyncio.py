@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
+import logging
 import time
 from _thread import get_ident as _get_ident
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -32,6 +34,7 @@ from .log import cached_level as _cached_level
 __all__ = ["AsyncPool"]
 
 C = TypeVar("C")
+_log = logging.getLogger("poolkit.pool")
 
 
 class _AsyncLease(Lease[Any]):
@@ -230,6 +233,28 @@ class AsyncPool(TaskIO[C]):
     @contextlib.asynccontextmanager
     async def connection(self, timeout: float | None = DEFAULT) -> AsyncIterator[C]:
         """``async with pool.connection() as conn:`` checks out and always gives back (left by a
-        cancellation, the connection is discarded: it may be mid-protocol)."""
+        cancellation, the connection is discarded: it may be mid-protocol), after ``hooks.end``
+        if set."""
         with self._scope(await self.checkout(timeout)) as connection:
-            yield connection
+            if self._end is None:
+                yield connection
+                return
+            try:
+                yield connection
+            except Exception as exc:
+                await self._ended(connection, exc)
+                raise
+            await self._ended(connection, None)
+
+    async def _ended(self, connection: C, error: Exception | None) -> None:
+        """``hooks.end(connection, error)``, awaited; after an error what it raises is logged
+        (the block's error is the one the caller sees)."""
+        assert self._end is not None
+        try:
+            result = self._end(connection, error)
+            if inspect.isawaitable(result):
+                await result
+        except Exception:
+            if error is None:
+                raise
+            _log.exception("hooks.end of pool %s raised after %r", self.address, error)

@@ -196,6 +196,11 @@ class Hooks:
     * ``reset(conn)``: on check-in, before the connection is available again (roll back, reset
       the session). If it raises (or takes longer than ``timeout``), the connection is closed.
       A connection being reset is neither available nor counted in use.
+    * ``end(conn, error)``: run by ``pool.connection()`` in the caller when its block ends,
+      before the connection is given back: ``error`` is ``None`` if the block succeeded (commit),
+      else the exception it raised (roll back). On success, what ``end`` raises reaches the
+      caller (a COMMIT that fails); on an error, the block's error is the one raised and what
+      ``end`` raised is logged.
     * ``is_broken(conn, error)``: asked (a plain function for both pools) when the block of
       ``pool.connection()`` raised ``error``; true: the connection is discarded instead of
       released.
@@ -206,6 +211,7 @@ class Hooks:
     check: Callable[[Any], Any] | None = None
     check_after: float = 0.0
     reset: Callable[[Any], Any] | None = None
+    end: Callable[[Any, BaseException | None], Any] | None = None
     is_broken: Callable[[Any, BaseException], Any] | None = None
     timeout: float | None = 30.0
 
@@ -218,6 +224,7 @@ class Hooks:
             check: Callable[[Any], Any] | None = None,
             check_after: Seconds = 0.0,
             reset: Callable[[Any], Any] | None = None,
+            end: Callable[[Any, BaseException | None], Any] | None = None,
             is_broken: Callable[[Any, BaseException], Any] | None = None,
             timeout: Seconds | None = 30.0,
         ) -> None: ...
@@ -226,7 +233,7 @@ class Hooks:
         seconds = _finite_seconds("Hooks", self)
         object.__setattr__(self, "check_after", seconds("check_after", none=False, zero=True))
         object.__setattr__(self, "timeout", seconds("timeout", none=True, zero=False))
-        for name in ("configure", "check", "reset", "is_broken"):
+        for name in ("configure", "check", "reset", "end", "is_broken"):
             hook = getattr(self, name)
             if hook is not None and not callable(hook):
                 raise TypeError(
@@ -236,7 +243,7 @@ class Hooks:
 
     def functions(self) -> dict[str, Callable[..., Any]]:
         """The hooks that are set, by name."""
-        names = ("configure", "check", "reset", "is_broken")
+        names = ("configure", "check", "reset", "end", "is_broken")
         return {name: getattr(self, name) for name in names if getattr(self, name) is not None}
 
 

@@ -157,8 +157,9 @@ class Pool(ThreadIO[C]):
     @contextlib.contextmanager
     def connection(self, timeout: float | None = DEFAULT) -> Iterator[C]:
         """``with pool.connection() as conn:`` checks out and always gives back (left by a
-        ``KeyboardInterrupt``, say, the connection is discarded: it may be mid-protocol)."""
-        with self._scope(self.checkout(timeout)) as connection:
+        ``KeyboardInterrupt``, say, the connection is discarded: it may be mid-protocol), after
+        ``hooks.end`` if set."""
+        with self._scope(self.checkout(timeout)) as connection, self._ending(connection):
             yield connection
 
     def _fold_waits(self) -> None:

@@ -42,18 +42,41 @@ def test_a_set_and_a_transaction_do_not_reach_the_next_caller(
     pg: PgServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     with one_connection(pg) as pool:
-        with pool.connection() as conn:
-            default_tz = conn.execute("SHOW timezone").fetchone()
-            pid = conn.info.backend_pid
-            conn.execute("SET timezone = 'Pacific/Chatham'")
-            conn.commit()
-            conn.execute("CREATE TEMP TABLE left_behind (x int)")  # and left open
+        # (checkout/release: pool.connection() would commit the transaction, as psycopg_pool's)
+        lease = pool.checkout()
+        conn = lease.connection
+        default_tz = conn.execute("SHOW timezone").fetchone()
+        pid = conn.info.backend_pid
+        conn.execute("SET timezone = 'Pacific/Chatham'")
+        conn.commit()
+        conn.execute("CREATE TEMP TABLE left_behind (x int)")  # and left open
+        lease.release()
         with pool.connection() as conn:
             assert conn.info.backend_pid == pid  # the same session, cleaned
             assert conn.info.transaction_status == IDLE
             assert conn.execute("SHOW timezone").fetchone() == default_tz
             assert conn.execute("SELECT to_regclass('left_behind')").fetchone() == (None,)
     assert "rolling back a transaction left open" in caplog.text
+
+
+def test_pool_connection_commits_when_its_block_succeeds_and_rolls_back_when_it_raises(
+    pg: PgServer,
+) -> None:
+    # psycopg_pool's contract, on the generic pool.connection() (through Hooks.end)
+    with one_connection(pg) as pool:
+        with pool.connection() as conn:
+            conn.execute("CREATE TEMP TABLE kept (x int)")
+            conn.execute("INSERT INTO kept VALUES (1)")
+        with pytest.raises(ZeroDivisionError):
+            insert_then_fail(pool)
+        with pool.connection() as conn:
+            assert conn.execute("SELECT x FROM kept").fetchall() == [(1,)]
+
+
+def insert_then_fail(pool: poolkit.Pool[Any]) -> None:
+    with pool.connection() as conn:
+        conn.execute("INSERT INTO kept VALUES (2)")
+        raise ZeroDivisionError
 
 
 def test_a_failed_transaction_does_not_reach_the_next_caller(pg: PgServer) -> None:

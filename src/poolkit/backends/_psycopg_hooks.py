@@ -186,3 +186,21 @@ async def async_check_closed(conn: AsyncConn) -> None:
 async def async_check_ping(conn: AsyncConn) -> None:
     """:func:`check_ping` for ``psycopg.AsyncConnection``."""
     await async_ping(conn)
+
+
+def end(conn: Conn, error: BaseException | None) -> None:
+    """The ``end`` hook (psycopg_pool's contract): commit when ``pool.connection()``'s block
+    succeeded, roll back when it raised (a connection closed or broken has nothing to roll back).
+    A failing COMMIT reaches the caller."""
+    if error is None:
+        conn.commit()
+    elif not (conn.closed or conn.broken):
+        conn.rollback()
+
+
+async def async_end(conn: AsyncConn, error: BaseException | None) -> None:
+    """:func:`end` for ``psycopg.AsyncConnection``."""
+    if error is None:
+        await conn.commit()
+    elif not (conn.closed or conn.broken):
+        await conn.rollback()

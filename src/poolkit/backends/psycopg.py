@@ -4,27 +4,22 @@
     from poolkit.backends import psycopg as pg
 
     pool = pg.create_pool("postgresql://app@db/app", options=poolkit.PoolOptions(max_size=10))
-    with pg.connection(pool) as conn:            # commits if the block succeeds,
+    with pool.connection() as conn:              # commits if the block succeeds,
         conn.execute("INSERT INTO t VALUES (1)")  # rolls back if it raises
     pool.close()
 
     apool = await pg.create_async_pool(dsn)     # or: async with pg.create_async_pool(dsn) as apool
-    async with pg.connection(apool) as conn:
+    async with apool.connection() as conn:
         await conn.execute("INSERT INTO t VALUES (1)")
 
-Why ``connection(pool)`` and not a commit in a hook
----------------------------------------------------
+Commit or roll back: ``pool.connection()``
+------------------------------------------
 psycopg_pool's ``pool.connection()`` commits when its block succeeds and rolls back when it
-raises. Here the pools are poolkit's own (statistics, events, metrics, types, request objects all
-as for any other poolkit pool), and ``pool.connection()`` is their generic check-out/check-in.
-The commit cannot be moved into a hook: a ``reset`` does not know whether the block succeeded (it
-would commit the half-done work of a block that raised), ``is_broken`` cannot await a rollback
-on ``AsyncPool``, and above all a COMMIT that fails in a hook fails after the caller's block has
-returned: a deferred constraint or a serialization failure would be swallowed by the pool and the
-caller would believe its data written. So the commit runs in the caller's frame:
-``with pg.connection(pool) as conn:`` (one function for both pools: ``async with`` for an
-``AsyncPool``) checks out, commits on success, rolls back on an error (a failed rollback does not
-hide the error), and gives the connection back; an error in the commit reaches the caller.
+raises; so does ``pool.connection()`` of the pools built here, through ``Hooks.end`` (:func:`end`,
+:func:`async_end`), which the pool runs in the caller when the block ends, before the connection
+goes back: a COMMIT that fails (a deferred constraint, a serialization failure) reaches the
+caller, and after an error the block's error is the one raised. :func:`connection` does the same
+for a pool built without these hooks.
 
 Everything else is made safe by the hooks, whatever way a connection comes back:
 
@@ -69,9 +64,11 @@ from ._psycopg_hooks import (
     DEFAULT_RESET_QUERY,
     async_check_closed,
     async_check_ping,
+    async_end,
     async_ping,
     check_closed,
     check_ping,
+    end,
     is_broken,
     make_async_reset,
     make_reset,
@@ -83,6 +80,7 @@ __all__ = [
     "async_check_closed",
     "async_check_ping",
     "async_connect",
+    "async_end",
     "async_hooks",
     "async_ping",
     "check_closed",
@@ -91,6 +89,7 @@ __all__ = [
     "connection",
     "create_async_pool",
     "create_pool",
+    "end",
     "hooks",
     "is_broken",
     "make_async_reset",
@@ -163,6 +162,7 @@ def hooks(
         check=_check(check, check_closed, check_ping),
         check_after=check_after,
         reset=make_reset(_reset_query(reset), autocommit=autocommit),
+        end=end,
         is_broken=is_broken,
         timeout=timeout,
     )
@@ -183,6 +183,7 @@ def async_hooks(
         check=_check(check, async_check_closed, async_check_ping),
         check_after=check_after,
         reset=make_async_reset(_reset_query(reset), autocommit=autocommit),
+        end=async_end,
         is_broken=is_broken,
         timeout=timeout,
     )
@@ -279,6 +280,9 @@ def connection(pool: Any, timeout: float | None = DEFAULT) -> Any:
     most ``timeout`` seconds; default: the pool's ``wait_queue_timeout``), commit when the block
     succeeds, roll back when it raises, give back. ``with`` for a ``Pool``, ``async with`` for an
     ``AsyncPool``."""
+    hooks = getattr(getattr(pool, "options", None), "hooks", None)
+    if hooks is not None and hooks.end is not None and isinstance(pool, AsyncPool | Pool):
+        return pool.connection(timeout)  # (its end hook commits or rolls back)
     if isinstance(pool, AsyncPool):
         return _async_transaction(pool, timeout)
     if isinstance(pool, Pool):

@@ -215,9 +215,10 @@ class AsyncPool(TaskIO[C]):
         core.request(req, now)
         if req.queued:
             req.owner = loop.create_future()
-        actions = self._take_locked()
-        if actions is not NO_OUTPUT:
-            self._carry_out(actions)
+        if core.actions or core.events or core.timers.dirty:
+            actions = self._take_locked()
+            if actions is not NO_OUTPUT:
+                self._carry_out(actions)
         if req.queued:
             try:
                 await req.owner

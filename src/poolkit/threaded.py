@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from _thread import allocate_lock as _allocate_lock
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar, Unpack, final, overload
 
@@ -132,14 +133,21 @@ class Pool(ThreadIO[C]):
         if timeout is DEFAULT:
             timeout = self.options.wait_queue_timeout
         wait: Callable[[], Any] | None = None
+        actions = NO_OUTPUT
         with self._lock:  # (``_feed`` inlined: the path of every checkout that waits)
             core = self._input()
             now = self._time()
             req = Request(now, None if timeout is None else now + timeout)
             core.request(req, now)
             if req.queued:  # (its owner is set before the lock is let go: a connect may serve it)
-                wait, req.owner = self._new_signal()
-            actions = self._take_locked()
+                if self._fake_signals:
+                    wait, req.owner = self._new_signal()
+                else:  # _lock_signal inlined
+                    signal = _allocate_lock()
+                    signal.acquire()
+                    wait, req.owner = signal.acquire, signal.release
+            if core.actions or core.events or core.timers.dirty:
+                actions = self._take_locked()
         if actions is not NO_OUTPUT:
             self._carry_out(actions)
         if wait is not None:

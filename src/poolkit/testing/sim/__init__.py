@@ -1,0 +1,30 @@
+"""A simulated database-like server on 127.0.0.1 and its clients, for tests and benchmarks.
+
+See :mod:`.protocol` for the wire protocol, :class:`SimSettings` for what can be set, and
+:class:`SimServer` for the run-time controls.
+"""
+
+from .client import (
+    SimConnection,
+    SimGoingAwayError,
+    SimRefusedError,
+    SimSocketConnection,
+    SimStreamRefusedError,
+    sim_connect,
+    sim_connect_sync,
+)
+from .server import SimServer
+from .settings import SimSettings, SimStats
+
+__all__ = [
+    "SimConnection",
+    "SimGoingAwayError",
+    "SimRefusedError",
+    "SimServer",
+    "SimSettings",
+    "SimSocketConnection",
+    "SimStats",
+    "SimStreamRefusedError",
+    "sim_connect",
+    "sim_connect_sync",
+]

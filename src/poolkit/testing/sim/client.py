@@ -1,0 +1,317 @@
+"""Clients of the simulated server: :class:`SimConnection` (asyncio, multiplexed) and
+:class:`SimSocketConnection` (a blocking socket, one request at a time), and the connect
+functions :func:`sim_connect` (for :class:`poolkit.AsyncPool`) and :func:`sim_connect_sync`
+(for :class:`poolkit.Pool`).
+
+The connect functions tell the pool what the server says: ``GOAWAY`` becomes
+``pool.connection_will_close(id)`` and ``SETTINGS`` becomes ``pool.set_max_streams(id, n)``.
+
+Rules of this module
+--------------------
+* A connection that saw ``GOAWAY`` sends no new request (:class:`SimGoingAwayError`).
+* When the connection breaks, every request waiting on it fails with a ``ConnectionError``.
+* :class:`SimConnection` keeps to the stream limit itself: a request over it waits for a slot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import itertools
+import socket
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from ..._frontend import ConnectContext, Established
+from .protocol import HEADER, FrameType, ProtocolError, encode, parse_header, parse_u32
+
+__all__ = [
+    "SimConnection",
+    "SimGoingAwayError",
+    "SimRefusedError",
+    "SimSocketConnection",
+    "SimStreamRefusedError",
+    "sim_connect",
+    "sim_connect_sync",
+]
+
+
+class SimRefusedError(ConnectionRefusedError):
+    """The server refused the connection (``REFUSED``); the message says why."""
+
+
+class SimStreamRefusedError(ConnectionError):
+    """The server did not serve one request (``STREAM_REFUSED``); the connection lives on."""
+
+
+class SimGoingAwayError(ConnectionError):
+    """The connection announced ``GOAWAY``: it takes no new request."""
+
+
+OnGoaway = Callable[[Any, str], object]
+OnSettings = Callable[[Any, int], object]
+
+
+def _greeting(kind: FrameType, payload: bytes) -> int:
+    if kind is FrameType.REFUSED:
+        raise SimRefusedError(f"the server refused the connection: {payload.decode()}")
+    if kind is not FrameType.HELLO:
+        raise ProtocolError(f"expected HELLO, got {kind.name}")
+    return parse_u32(payload)
+
+
+class SimConnection:
+    """An asyncio connection to a :class:`~.server.SimServer`; make one with :meth:`connect`.
+
+    ``max_streams``: requests it may have in flight (the server's latest word). ``going_away``:
+    the server sent ``GOAWAY`` (``goaway_reason`` says why). ``on_goaway(conn, reason)`` and
+    ``on_settings(conn, max_streams)`` are called when those frames arrive."""
+
+    def __init__(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, max_streams: int
+    ) -> None:
+        self._reader = reader
+        self._writer = writer
+        self.max_streams = max_streams
+        self.going_away = False
+        self.goaway_reason: str | None = None
+        self.on_goaway: OnGoaway | None = None
+        self.on_settings: OnSettings | None = None
+        self._ids = itertools.count(1)
+        self._pending: dict[int, asyncio.Future[bytes]] = {}
+        #: requests given up on (timeout, cancel): their streams stay taken until answered
+        self._abandoned: set[int] = set()
+        self._slots: collections.deque[asyncio.Future[None]] = collections.deque()
+        self._error: BaseException | None = None
+        self._task = asyncio.get_running_loop().create_task(self._read_loop())
+
+    @classmethod
+    async def connect(cls, host: str, port: int, timeout: float | None = None) -> SimConnection:
+        """Connect and read the server's greeting; :class:`SimRefusedError` if refused,
+        ``TimeoutError`` after ``timeout`` seconds."""
+        async with asyncio.timeout(timeout):
+            reader, writer = await asyncio.open_connection(host, port)
+            try:
+                kind, _, length = parse_header(await reader.readexactly(HEADER.size))
+                max_streams = _greeting(kind, await reader.readexactly(length))
+            except BaseException:
+                writer.close()
+                raise
+        return cls(reader, writer, max_streams)
+
+    @property
+    def in_flight(self) -> int:
+        """Streams taken: requests waiting for an answer, also those given up on."""
+        return len(self._pending) + len(self._abandoned)
+
+    @property
+    def closed(self) -> bool:
+        return self._error is not None
+
+    async def request(self, payload: bytes, timeout: float | None = None) -> bytes:
+        """Send ``payload``, return the response (the server echoes it)."""
+        async with asyncio.timeout(timeout):
+            while self.in_flight >= self.max_streams and self._error is None:
+                self._check_open()
+                slot = asyncio.get_running_loop().create_future()
+                self._slots.append(slot)
+                try:
+                    await slot
+                finally:
+                    if slot in self._slots:
+                        self._slots.remove(slot)
+            self._check_open()
+            stream_id = next(self._ids)
+            future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+            self._pending[stream_id] = future
+            try:
+                self._writer.write(encode(FrameType.REQUEST, stream_id, payload))
+                return await future
+            finally:
+                del self._pending[stream_id]
+                if (future.cancelled() or not future.done()) and self._error is None:
+                    self._abandoned.add(stream_id)
+                self._wake()
+
+    def _check_open(self) -> None:
+        if self.going_away:
+            raise SimGoingAwayError(f"the server sent GOAWAY: {self.goaway_reason}")
+        if self._error is not None:
+            raise ConnectionError(f"the connection is closed: {self._error}")
+
+    def _wake(self) -> None:
+        free = self.max_streams - self.in_flight
+        for slot in list(self._slots):
+            if free <= 0 and self._error is None:
+                return
+            if not slot.done():
+                slot.set_result(None)
+                free -= 1
+
+    async def _read_loop(self) -> None:
+        try:
+            while True:
+                kind, stream_id, length = parse_header(await self._reader.readexactly(HEADER.size))
+                payload = await self._reader.readexactly(length)
+                self._frame(kind, stream_id, payload)
+        except asyncio.IncompleteReadError:
+            self._fail(ConnectionError("the server closed the connection"))
+        except (OSError, ProtocolError) as exc:
+            self._fail(exc)
+
+    def _frame(self, kind: FrameType, stream_id: int, payload: bytes) -> None:
+        if kind is FrameType.RESPONSE or kind is FrameType.STREAM_REFUSED:
+            future = self._pending.get(stream_id)
+            if future is None or future.done():
+                self._abandoned.discard(stream_id)  # (a request given up on)
+                self._wake()
+                return
+            if kind is FrameType.RESPONSE:
+                future.set_result(payload)
+            else:
+                future.set_exception(SimStreamRefusedError(payload.decode()))
+        elif kind is FrameType.SETTINGS:
+            self.max_streams = parse_u32(payload)
+            self._wake()
+            if self.on_settings is not None:
+                self.on_settings(self, self.max_streams)
+        elif kind is FrameType.GOAWAY:
+            self.going_away = True
+            self.goaway_reason = payload.decode()
+            self._wake()
+            if self.on_goaway is not None:
+                self.on_goaway(self, self.goaway_reason)
+        else:
+            raise ProtocolError(f"unexpected {kind.name} frame")
+
+    def _fail(self, error: BaseException) -> None:
+        self._error = error
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(
+                    error if isinstance(error, ConnectionError) else ConnectionError(str(error))
+                )
+        self._wake()
+        self._writer.close()
+
+    async def aclose(self) -> None:
+        """Close the connection (requests in flight fail)."""
+        self._task.cancel()
+        if self._error is None:
+            self._fail(ConnectionError("the connection was closed"))
+        try:
+            await self._task
+        except asyncio.CancelledError:
+            pass
+        try:
+            await self._writer.wait_closed()
+        except OSError:
+            pass
+
+
+class SimSocketConnection:
+    """A blocking connection to a :class:`~.server.SimServer`, one request at a time (a lock
+    keeps threads in turn). Control frames are read while waiting for a response."""
+
+    def __init__(self, sock: socket.socket, max_streams: int) -> None:
+        self.sock = sock
+        self.max_streams = max_streams
+        self.going_away = False
+        self.goaway_reason: str | None = None
+        self.on_goaway: OnGoaway | None = None
+        self.on_settings: OnSettings | None = None
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+
+    @classmethod
+    def connect(cls, host: str, port: int, timeout: float | None = None) -> SimSocketConnection:
+        sock = socket.create_connection((host, port), timeout=timeout)
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            kind, _, payload = cls._read_frame(sock)
+            max_streams = _greeting(kind, payload)
+            sock.settimeout(None)
+        except BaseException:
+            sock.close()
+            raise
+        return cls(sock, max_streams)
+
+    @staticmethod
+    def _read_exactly(sock: socket.socket, n: int) -> bytes:
+        data = bytearray()
+        while len(data) < n:
+            chunk = sock.recv(n - len(data))
+            if not chunk:
+                raise ConnectionError("the server closed the connection")
+            data += chunk
+        return bytes(data)
+
+    @classmethod
+    def _read_frame(cls, sock: socket.socket) -> tuple[FrameType, int, bytes]:
+        kind, stream_id, length = parse_header(cls._read_exactly(sock, HEADER.size))
+        return kind, stream_id, cls._read_exactly(sock, length)
+
+    def request(self, payload: bytes, timeout: float | None = None) -> bytes:
+        """Send ``payload``, return the response; ``TimeoutError`` after ``timeout`` seconds."""
+        with self._lock:
+            if self.going_away:
+                raise SimGoingAwayError(f"the server sent GOAWAY: {self.goaway_reason}")
+            stream_id = next(self._ids)
+            self.sock.settimeout(timeout)
+            self.sock.sendall(encode(FrameType.REQUEST, stream_id, payload))
+            while True:
+                kind, got, body = self._read_frame(self.sock)
+                if kind is FrameType.RESPONSE and got == stream_id:
+                    return body
+                if kind is FrameType.STREAM_REFUSED and got == stream_id:
+                    raise SimStreamRefusedError(body.decode())
+                self._control(kind, body)
+
+    def _control(self, kind: FrameType, body: bytes) -> None:
+        if kind is FrameType.SETTINGS:
+            self.max_streams = parse_u32(body)
+            if self.on_settings is not None:
+                self.on_settings(self, self.max_streams)
+        elif kind is FrameType.GOAWAY:
+            self.going_away = True
+            self.goaway_reason = body.decode()
+            if self.on_goaway is not None:
+                self.on_goaway(self, self.goaway_reason)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _wire(conn: SimConnection | SimSocketConnection, ctx: ConnectContext) -> None:
+    pool, cid = ctx.pool, ctx.connection_id
+    conn.on_goaway = lambda _conn, _reason: pool.connection_will_close(cid)
+    conn.on_settings = lambda _conn, n: pool.set_max_streams(cid, n)
+
+
+def sim_connect(
+    host: str, port: int, *, timeout: float | None = 5.0
+) -> Callable[[ConnectContext], Awaitable[Established[SimConnection]]]:
+    """A connect function for :class:`poolkit.AsyncPool`: a :class:`SimConnection` with the
+    server's stream limit, and ``GOAWAY``/``SETTINGS`` passed on to the pool."""
+
+    async def connect_sim(ctx: ConnectContext) -> Established[SimConnection]:
+        conn = await SimConnection.connect(host, port, timeout)
+        _wire(conn, ctx)
+        return Established(conn, max_streams=conn.max_streams)
+
+    return connect_sim
+
+
+def sim_connect_sync(
+    host: str, port: int, *, timeout: float | None = 5.0
+) -> Callable[[ConnectContext], SimSocketConnection]:
+    """A connect function for :class:`poolkit.Pool`: a :class:`SimSocketConnection` (one lease
+    at a time), ``GOAWAY`` passed on to the pool when it is read."""
+
+    def connect_sim(ctx: ConnectContext) -> SimSocketConnection:
+        conn = SimSocketConnection.connect(host, port, timeout)
+        conn.on_goaway = lambda _conn, _reason: ctx.pool.connection_will_close(ctx.connection_id)
+        return conn
+
+    return connect_sim

@@ -12,6 +12,7 @@ from .client import (
     SimStreamRefusedError,
     sim_connect,
     sim_connect_sync,
+    sim_is_broken,
 )
 from .server import SimServer
 from .settings import SimSettings, SimStats
@@ -27,4 +28,5 @@ __all__ = [
     "SimStreamRefusedError",
     "sim_connect",
     "sim_connect_sync",
+    "sim_is_broken",
 ]

@@ -34,6 +34,7 @@ __all__ = [
     "SimStreamRefusedError",
     "sim_connect",
     "sim_connect_sync",
+    "sim_is_broken",
 ]
 
 
@@ -315,3 +316,11 @@ def sim_connect_sync(
         return conn
 
     return connect_sim
+
+
+def sim_is_broken(conn: object, error: BaseException) -> bool:
+    """The pools' ``Hooks(is_broken=...)`` for sim connections: an error of the connection
+    (reset, closed, timeout mid-request, GOAWAY) breaks it; a refused stream does not."""
+    if isinstance(error, SimStreamRefusedError):
+        return False
+    return isinstance(error, OSError | EOFError | ProtocolError)

@@ -18,9 +18,12 @@ from poolkit.testing.sim import (
     SimServer,
     SimSettings,
     SimSocketConnection,
+    sim_check,
     sim_connect,
     sim_connect_sync,
+    sim_is_broken,
 )
+from poolkit.testing.sim.protocol import FrameType, encode, parse_header
 from poolkit.testing.sim.settings import draw_service_time
 
 HOST = "127.0.0.1"
@@ -363,3 +366,57 @@ def test_threaded_pool_runs_200_requests_on_a_server_thread() -> None:
         assert stats.requests_served == 200 and stats.peak_in_service <= 4
         handle.call(handle.server.goaway)
     assert handle.server.stats().connections_open == 0
+
+
+def test_the_server_refuses_streams_over_its_limit() -> None:
+    async def body(server: SimServer) -> None:
+        reader, writer = await asyncio.open_connection(HOST, server.port)
+        frames = []
+
+        async def frame() -> tuple[FrameType, int, bytes]:
+            kind, stream_id, length = parse_header(await reader.readexactly(9))
+            return kind, stream_id, await reader.readexactly(length)
+
+        assert await frame() == (FrameType.HELLO, 0, b"\0\0\0\1")
+        writer.write(encode(FrameType.REQUEST, 1, b"a") + encode(FrameType.REQUEST, 2, b"b"))
+        frames = [await frame(), await frame()]
+        assert (FrameType.STREAM_REFUSED, 2, b"over the stream limit of 1") in frames
+        assert (FrameType.RESPONSE, 1, b"a") in frames
+        assert server.stats().streams_refused == 1
+        writer.write(encode(FrameType.RESPONSE, 3, b"not a request"))  # (out of turn: closed)
+        assert await reader.read() == b""
+        writer.close()
+
+    run(SimSettings(service_time=0.05), body)
+
+
+def test_blocking_client_reads_goaway_and_settings_while_idle() -> None:
+    with SimServer(SimSettings(max_streams=2)).start_in_thread() as handle:
+        conn = SimSocketConnection.connect(HOST, handle.port, timeout=5)
+        assert conn.max_streams == 2 and conn.request(b"x", timeout=5) == b"x"
+        handle.call(handle.server.set_max_streams, 3)
+        handle.call(handle.server.goaway, "bye")
+        deadline = time.monotonic() + 2
+        while not conn.going_away and time.monotonic() < deadline:
+            conn.poll()
+            time.sleep(0.01)
+        assert (conn.max_streams, conn.goaway_reason) == (3, "bye")
+        with pytest.raises(SimGoingAwayError):
+            conn.request(b"y")
+        with pytest.raises(SimGoingAwayError):
+            sim_check(conn)
+        conn.close()
+
+
+def test_threaded_pool_replaces_connections_that_go_away() -> None:
+    settings = SimSettings(goaway_after_requests=3)
+    with SimServer(settings).start_in_thread() as handle:
+        hooks = poolkit.Hooks(check=sim_check, is_broken=sim_is_broken)
+        options = poolkit.PoolOptions(max_size=1, hooks=hooks)
+        with poolkit.Pool(sim_connect_sync(HOST, handle.port), options=options) as pool:
+            for i in range(9):
+                with pool.connection() as conn:
+                    assert conn.request(b"%d" % i, timeout=5) == b"%d" % i
+                time.sleep(0.02)  # (the GOAWAY arrives)
+            assert pool.stats().connections_created == 3
+        assert handle.call(handle.server.stats).goaways_sent == 3

@@ -4,14 +4,13 @@ See :mod:`.protocol` for the wire protocol, :class:`SimSettings` for what can be
 :class:`SimServer` for the run-time controls.
 """
 
+from .blocking import SimSocketConnection, sim_check, sim_connect_sync
 from .client import (
     SimConnection,
     SimGoingAwayError,
     SimRefusedError,
-    SimSocketConnection,
     SimStreamRefusedError,
     sim_connect,
-    sim_connect_sync,
     sim_is_broken,
 )
 from .server import SimServer
@@ -26,6 +25,7 @@ __all__ = [
     "SimSocketConnection",
     "SimStats",
     "SimStreamRefusedError",
+    "sim_check",
     "sim_connect",
     "sim_connect_sync",
     "sim_is_broken",

@@ -1,7 +1,6 @@
-"""Clients of the simulated server: :class:`SimConnection` (asyncio, multiplexed) and
-:class:`SimSocketConnection` (a blocking socket, one request at a time), and the connect
-functions :func:`sim_connect` (for :class:`poolkit.AsyncPool`) and :func:`sim_connect_sync`
-(for :class:`poolkit.Pool`).
+"""The asyncio client of the simulated server: :class:`SimConnection` (multiplexed), the connect
+function :func:`sim_connect` for :class:`poolkit.AsyncPool`, the clients' errors and the
+``is_broken`` hook :func:`sim_is_broken` (the blocking client is in :mod:`.blocking`).
 
 The connect functions tell the pool what the server says: ``GOAWAY`` becomes
 ``pool.connection_will_close(id)`` and ``SETTINGS`` becomes ``pool.set_max_streams(id, n)``.
@@ -18,8 +17,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import itertools
-import socket
-import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -30,10 +27,8 @@ __all__ = [
     "SimConnection",
     "SimGoingAwayError",
     "SimRefusedError",
-    "SimSocketConnection",
     "SimStreamRefusedError",
     "sim_connect",
-    "sim_connect_sync",
     "sim_is_broken",
 ]
 
@@ -54,7 +49,7 @@ OnGoaway = Callable[[Any, str], object]
 OnSettings = Callable[[Any, int], object]
 
 
-def _greeting(kind: FrameType, payload: bytes) -> int:
+def greeting_limit(kind: FrameType, payload: bytes) -> int:
     if kind is FrameType.REFUSED:
         raise SimRefusedError(f"the server refused the connection: {payload.decode()}")
     if kind is not FrameType.HELLO:
@@ -95,7 +90,7 @@ class SimConnection:
             reader, writer = await asyncio.open_connection(host, port)
             try:
                 kind, _, length = parse_header(await reader.readexactly(HEADER.size))
-                max_streams = _greeting(kind, await reader.readexactly(length))
+                max_streams = greeting_limit(kind, await reader.readexactly(length))
             except BaseException:
                 writer.close()
                 raise
@@ -211,80 +206,7 @@ class SimConnection:
             pass
 
 
-class SimSocketConnection:
-    """A blocking connection to a :class:`~.server.SimServer`, one request at a time (a lock
-    keeps threads in turn). Control frames are read while waiting for a response."""
-
-    def __init__(self, sock: socket.socket, max_streams: int) -> None:
-        self.sock = sock
-        self.max_streams = max_streams
-        self.going_away = False
-        self.goaway_reason: str | None = None
-        self.on_goaway: OnGoaway | None = None
-        self.on_settings: OnSettings | None = None
-        self._ids = itertools.count(1)
-        self._lock = threading.Lock()
-
-    @classmethod
-    def connect(cls, host: str, port: int, timeout: float | None = None) -> SimSocketConnection:
-        sock = socket.create_connection((host, port), timeout=timeout)
-        try:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            kind, _, payload = cls._read_frame(sock)
-            max_streams = _greeting(kind, payload)
-            sock.settimeout(None)
-        except BaseException:
-            sock.close()
-            raise
-        return cls(sock, max_streams)
-
-    @staticmethod
-    def _read_exactly(sock: socket.socket, n: int) -> bytes:
-        data = bytearray()
-        while len(data) < n:
-            chunk = sock.recv(n - len(data))
-            if not chunk:
-                raise ConnectionError("the server closed the connection")
-            data += chunk
-        return bytes(data)
-
-    @classmethod
-    def _read_frame(cls, sock: socket.socket) -> tuple[FrameType, int, bytes]:
-        kind, stream_id, length = parse_header(cls._read_exactly(sock, HEADER.size))
-        return kind, stream_id, cls._read_exactly(sock, length)
-
-    def request(self, payload: bytes, timeout: float | None = None) -> bytes:
-        """Send ``payload``, return the response; ``TimeoutError`` after ``timeout`` seconds."""
-        with self._lock:
-            if self.going_away:
-                raise SimGoingAwayError(f"the server sent GOAWAY: {self.goaway_reason}")
-            stream_id = next(self._ids)
-            self.sock.settimeout(timeout)
-            self.sock.sendall(encode(FrameType.REQUEST, stream_id, payload))
-            while True:
-                kind, got, body = self._read_frame(self.sock)
-                if kind is FrameType.RESPONSE and got == stream_id:
-                    return body
-                if kind is FrameType.STREAM_REFUSED and got == stream_id:
-                    raise SimStreamRefusedError(body.decode())
-                self._control(kind, body)
-
-    def _control(self, kind: FrameType, body: bytes) -> None:
-        if kind is FrameType.SETTINGS:
-            self.max_streams = parse_u32(body)
-            if self.on_settings is not None:
-                self.on_settings(self, self.max_streams)
-        elif kind is FrameType.GOAWAY:
-            self.going_away = True
-            self.goaway_reason = body.decode()
-            if self.on_goaway is not None:
-                self.on_goaway(self, self.goaway_reason)
-
-    def close(self) -> None:
-        self.sock.close()
-
-
-def _wire(conn: SimConnection | SimSocketConnection, ctx: ConnectContext) -> None:
+def _wire(conn: SimConnection, ctx: ConnectContext) -> None:
     pool, cid = ctx.pool, ctx.connection_id
     conn.on_goaway = lambda _conn, _reason: pool.connection_will_close(cid)
     conn.on_settings = lambda _conn, n: pool.set_max_streams(cid, n)
@@ -300,20 +222,6 @@ def sim_connect(
         conn = await SimConnection.connect(host, port, timeout)
         _wire(conn, ctx)
         return Established(conn, max_streams=conn.max_streams)
-
-    return connect_sim
-
-
-def sim_connect_sync(
-    host: str, port: int, *, timeout: float | None = 5.0
-) -> Callable[[ConnectContext], SimSocketConnection]:
-    """A connect function for :class:`poolkit.Pool`: a :class:`SimSocketConnection` (one lease
-    at a time), ``GOAWAY`` passed on to the pool when it is read."""
-
-    def connect_sim(ctx: ConnectContext) -> SimSocketConnection:
-        conn = SimSocketConnection.connect(host, port, timeout)
-        conn.on_goaway = lambda _conn, _reason: ctx.pool.connection_will_close(ctx.connection_id)
-        return conn
 
     return connect_sim
 

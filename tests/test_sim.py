@@ -4,9 +4,13 @@ on 127.0.0.1, and poolkit's pools run through it. Timings are asserted with gene
 from __future__ import annotations
 
 import asyncio
+import re
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import pytest
 
@@ -420,3 +424,15 @@ def test_threaded_pool_replaces_connections_that_go_away() -> None:
                 time.sleep(0.02)  # (the GOAWAY arrives)
             assert pool.stats().connections_created == 3
         assert handle.call(handle.server.stats).goaways_sent == 3
+
+
+def test_readme_example_runs() -> None:
+    text = (Path(__file__).parents[1] / "README.md").read_text()
+    start = text.index("\n## Testing your code with poolkit")
+    section = text[start : text.index("\n## ", start + 1)]
+    (example,) = re.findall(r"```python\n(.*?)```", section, re.S)
+    out = subprocess.run(
+        [sys.executable, "-c", example], capture_output=True, text=True, timeout=30
+    )
+    assert out.returncode == 0, out.stderr
+    assert "requests_served=100" in out.stdout

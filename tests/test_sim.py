@@ -436,3 +436,30 @@ def test_readme_example_runs() -> None:
     )
     assert out.returncode == 0, out.stderr
     assert "requests_served=100" in out.stdout
+
+
+def test_stream_limit_reaches_an_async_pool() -> None:
+    async def body(server: SimServer) -> None:
+        options = poolkit.PoolOptions(max_size=1)
+        async with poolkit.AsyncPool(sim_connect(HOST, server.port), options=options) as pool:
+            leases = [await pool.checkout(timeout=5) for _ in range(4)]  # one connection, 4 leases
+            assert len({lease.connection_id for lease in leases}) == 1
+            assert pool.stats().stream_capacity == 4
+            answers = await asyncio.gather(*(lease.connection.request(b"m") for lease in leases))
+            assert answers == [b"m"] * 4
+            server.set_max_streams(2)  # (SETTINGS: the pool's set_max_streams)
+            await wait_for(lambda: pool.stats().stream_capacity == 2)
+            for lease in leases:
+                await pool.checkin(lease)
+            two = [await pool.checkout(timeout=5) for _ in range(2)]
+            with pytest.raises(poolkit.WaitQueueTimeoutError):
+                await pool.checkout(timeout=0.05)
+            for lease in two:
+                await pool.checkin(lease)
+            server.goaway("drain")  # (GOAWAY: the pool's connection_will_close)
+            await wait_for(lambda: pool.stats().total == 0)
+            async with pool.connection() as conn:
+                assert await conn.request(b"new") == b"new"
+            assert pool.stats().connections_created == 2
+
+    run(SimSettings(max_streams=4), body)

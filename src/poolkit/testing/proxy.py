@@ -231,6 +231,7 @@ class FaultProxy:
             await sender
         finally:
             sender.cancel()
+            await asyncio.gather(sender, return_exceptions=True)
 
     async def _send(
         self,

@@ -9,7 +9,9 @@ Rules of this module
 --------------------
 * A connection that saw ``GOAWAY`` sends no new request (:class:`SimGoingAwayError`).
 * When the connection breaks, every request waiting on it fails with a ``ConnectionError``.
-* :class:`SimConnection` keeps to the stream limit itself: a request over it waits for a slot.
+* :class:`SimConnection` keeps to the stream limit itself: a request over it waits for a slot;
+  a request given up on keeps its stream until the server answers it.
+* What ``on_goaway`` / ``on_settings`` raise goes to the loop's exception handler.
 """
 
 from __future__ import annotations
@@ -170,16 +172,26 @@ class SimConnection:
         elif kind is FrameType.SETTINGS:
             self.max_streams = parse_u32(payload)
             self._wake()
-            if self.on_settings is not None:
-                self.on_settings(self, self.max_streams)
+            self._notify(self.on_settings, self.max_streams)
         elif kind is FrameType.GOAWAY:
             self.going_away = True
             self.goaway_reason = payload.decode()
             self._wake()
-            if self.on_goaway is not None:
-                self.on_goaway(self, self.goaway_reason)
+            self._notify(self.on_goaway, self.goaway_reason)
         else:
             raise ProtocolError(f"unexpected {kind.name} frame")
+
+    def _notify(self, callback: Callable[[Any, Any], object] | None, value: object) -> None:
+        """Call ``callback(self, value)``; what it raises goes to the loop's exception handler
+        (it is not the connection's error)."""
+        if callback is None:
+            return
+        try:
+            callback(self, value)
+        except Exception as exc:
+            asyncio.get_running_loop().call_exception_handler(
+                {"message": f"{callback!r} of {self!r} raised", "exception": exc}
+            )
 
     def _fail(self, error: BaseException) -> None:
         self._error = error

@@ -285,6 +285,7 @@ class SimServer:
             for task in list(session.tasks):
                 task.cancel()
             session.close()
+            await asyncio.gather(*session.tasks, return_exceptions=True)
 
     def _request(self, session: _Session, stream_id: int, payload: bytes) -> None:
         if session.doomed or self._rng.random() < self.settings.drop_request_fraction:

@@ -115,12 +115,17 @@ def test_reset_gives_connection_reset_errors() -> None:
 
         loop = asyncio.get_running_loop()
 
-        def blocking() -> None:  # (a plain socket sees the RST too)
+        async def reset_all() -> int:
+            return proxy.reset_all()
+
+        def blocking() -> None:  # (a blocking client sees the RST too)
             sock = SimSocketConnection.connect(HOST, proxy.port, timeout=5)
-            loop.call_soon_threadsafe(proxy.reset_all)
-            with pytest.raises(ConnectionResetError):
-                sock.request(b"y", timeout=5)
-            sock.close()
+            try:
+                assert asyncio.run_coroutine_threadsafe(reset_all(), loop).result(5) == 1
+                with pytest.raises(ConnectionResetError):
+                    sock.request(b"y", timeout=5)
+            finally:
+                sock.close()
 
         await asyncio.to_thread(blocking)
         assert proxy.stats().connections_reset == 2

@@ -303,7 +303,7 @@ def test_multiplexing_and_a_stream_limit_change() -> None:
         start = time.monotonic()
         answers = await asyncio.gather(*(conn.request(b"%d" % i) for i in range(4)))
         assert answers == [b"%d" % i for i in range(4)]
-        assert time.monotonic() - start < 0.19  # four at once on one connection, not 0.4 s
+        assert time.monotonic() - start < 0.35  # four at once on one connection, not 0.4 s
         assert server.stats().peak_in_service == 4
         limits: list[int] = []
         conn.on_settings = lambda _c, n: limits.append(n)

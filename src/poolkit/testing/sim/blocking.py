@@ -40,6 +40,7 @@ class SimSocketConnection:
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self._buffer = bytearray(buffer)
+        self._error: OSError | None = None
 
     @classmethod
     def connect(cls, host: str, port: int, timeout: float | None = None) -> SimSocketConnection:
@@ -78,7 +79,8 @@ class SimSocketConnection:
 
     def poll(self) -> None:
         """Read what has arrived without waiting: control frames take effect, and ``closed``
-        turns true if the server closed or reset the connection. Raises nothing."""
+        turns true if the server closed or reset the connection (the next ``request`` raises
+        the error found, e.g. ``ConnectionResetError``). Raises nothing itself."""
         if self.closed:
             return
         timeout = self.sock.gettimeout()
@@ -89,8 +91,9 @@ class SimSocketConnection:
             self.closed = True  # (the end of the stream)
         except BlockingIOError:
             pass
-        except OSError:
+        except OSError as exc:
             self.closed = True
+            self._error = exc
         finally:
             self.sock.settimeout(timeout)
         while (frame := self._frame_in_buffer()) is not None:
@@ -99,6 +102,8 @@ class SimSocketConnection:
     def _check_open(self) -> None:
         if self.going_away:
             raise SimGoingAwayError(f"the server sent GOAWAY: {self.goaway_reason}")
+        if self._error is not None:
+            raise self._error  # (e.g. the ConnectionResetError a poll found)
         if self.closed:
             raise ConnectionError("the connection is closed")
 

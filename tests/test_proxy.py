@@ -195,3 +195,25 @@ def test_threaded_pool_through_a_proxy_on_a_thread_recovers_from_a_reset() -> No
             with pool.connection() as conn:
                 assert conn.request(b"c", timeout=5) == b"c"
             assert pool.stats().connections_created >= 2
+
+
+def test_an_unreachable_target_resets_the_client() -> None:
+    with socket.socket() as probe:  # (a port nobody listens on)
+        probe.bind((HOST, 0))
+        port = probe.getsockname()[1]
+
+    async def main() -> None:
+        async with FaultProxy(HOST, port) as proxy:
+            with pytest.raises(ConnectionError):
+                await SimConnection.connect(HOST, proxy.port, timeout=5)
+            assert proxy.stats().connections_accepted == 1
+
+    asyncio.run(main())
+
+
+def test_a_server_thread_reports_a_failed_start() -> None:
+    with SimServer().start_in_thread() as handle:
+        with pytest.raises(OSError, match="in use"):
+            SimServer(port=handle.port).start_in_thread()  # (the port is taken)
+        handle.stop()
+        handle.stop()  # (twice is fine)

@@ -1,0 +1,342 @@
+""":class:`SimServer`: a real TCP server on 127.0.0.1 that behaves like a database under load.
+
+It speaks the protocol of :mod:`.protocol` (requests are echoed) with the behaviour set by
+:class:`~.settings.SimSettings`: handshake latency, service times, ``max_connections``, a
+server-wide concurrency limit (the "cores": what makes a pool size optimal), fault injection and
+multiplexing. Faults can also be switched on at run time: :meth:`SimServer.stall`,
+:meth:`SimServer.refuse_new`, :meth:`SimServer.goaway`, :meth:`SimServer.set_max_streams`.
+
+Rules of this module
+--------------------
+* Bind 127.0.0.1 only: any other host is a ValueError.
+* Every method runs on the server's event loop (from another thread: ``ServerThread.call``),
+  except :meth:`SimServer.stats`, which only reads counters.
+* The concurrency limit is FIFO across all connections: a request is served in arrival order.
+* A dropped request or connection is reset (``SO_LINGER`` 0, then closed), never answered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import random
+import socket
+import struct
+from typing import Any
+
+from .._thread import ServerThread
+from .protocol import HEADER, FrameType, ProtocolError, encode, parse_header, u32
+from .settings import SimSettings, SimStats, draw_service_time
+
+__all__ = ["SimServer"]
+
+LOCALHOST = "127.0.0.1"
+
+
+def check_host(host: str, what: str) -> None:
+    if host != LOCALHOST:
+        raise ValueError(f"{what} binds {LOCALHOST} only, not {host!r}")
+
+
+def reset(writer: asyncio.StreamWriter) -> None:
+    """Close ``writer``'s connection with a reset (RST) instead of a FIN."""
+    sock = writer.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    writer.transport.abort()
+
+
+class _Fifo:
+    """A FIFO limit of ``limit`` holders (None: no limit), with its counts."""
+
+    def __init__(self, limit: int | None) -> None:
+        self.limit = limit
+        self.active = 0
+        self.peak = 0
+        self.waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+
+    async def acquire(self) -> None:
+        if self.limit is None or (self.active < self.limit and not self.waiters):
+            self._take()
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self.waiters.append(waiter)
+        try:
+            await waiter  # (release() counted us in already)
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                self.release()
+            else:
+                self.waiters.remove(waiter)
+            raise
+
+    def _take(self) -> None:
+        self.active += 1
+        self.peak = max(self.peak, self.active)
+
+    def release(self) -> None:
+        self.active -= 1
+        while self.waiters:
+            waiter = self.waiters.popleft()
+            if not waiter.done():
+                self._take()
+                waiter.set_result(None)
+                return
+
+
+class _Session:
+    """One accepted connection."""
+
+    def __init__(self, writer: asyncio.StreamWriter, doomed: bool) -> None:
+        self.writer = writer
+        self.doomed = doomed
+        self.in_flight: set[int] = set()
+        self.served = 0
+        self.going_away = False
+        self.closed = False
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    def send(self, kind: FrameType, stream_id: int, payload: bytes = b"") -> None:
+        if not self.closed and not self.writer.is_closing():
+            self.writer.write(encode(kind, stream_id, payload))
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.writer.close()
+
+
+class SimServer:
+    """The simulated server. ``async with SimServer(SimSettings(...)) as server:`` starts it;
+    connect to ``server.port`` on 127.0.0.1 (or use :func:`~.client.sim_connect`)."""
+
+    def __init__(
+        self, settings: SimSettings | None = None, *, host: str = LOCALHOST, port: int = 0
+    ) -> None:
+        check_host(host, "SimServer")
+        self.settings = settings if settings is not None else SimSettings()
+        self.host = host
+        self._port = port
+        self._rng = random.Random(self.settings.seed)
+        self._max_streams = self.settings.max_streams
+        self._limit = _Fifo(self.settings.concurrency)
+        self._sessions: set[_Session] = set()
+        self._handlers: set[asyncio.Task[Any]] = set()
+        self._server: asyncio.Server | None = None
+        self._stalls: list[tuple[float, float]] = []
+        self._refusals: list[tuple[float, float]] = []
+        self._counts = collections.Counter[str]()
+        self._peak_open = 0
+        self._closing = False
+
+    # ------------------------------------------------------------------ life
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._server = await asyncio.start_server(self._handle, self.host, self._port)
+        self._port = self._server.sockets[0].getsockname()[1]
+        now = loop.time()
+        self._stalls = [(now + s, now + s + d) for s, d in self.settings.stall_windows]
+        self._refusals = [(now + s, now + s + d) for s, d in self.settings.refuse_windows]
+
+    async def close(self) -> None:
+        """Stop listening and close every connection (requests in flight are not answered)."""
+        self._closing = True
+        if self._server is not None:
+            self._server.close()
+        for session in list(self._sessions):
+            session.close()
+        for task in list(self._handlers):
+            task.cancel()
+        await asyncio.gather(*self._handlers, return_exceptions=True)
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    async def __aenter__(self) -> SimServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    def start_in_thread(self) -> ServerThread[SimServer]:
+        """Start this server on a thread of its own (for :class:`poolkit.Pool` and threads):
+        the handle has ``.port`` and ``.stop()``; call the server's methods with ``.call()``."""
+        return ServerThread(self)
+
+    @property
+    def port(self) -> int:
+        return self._port
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self._port}"
+
+    @property
+    def max_streams(self) -> int:
+        return self._max_streams
+
+    # ------------------------------------------------------------------ run-time controls
+
+    def set_max_streams(self, n: int) -> None:
+        """A new stream limit for every connection, announced now in a ``SETTINGS`` frame."""
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"set_max_streams(n=...) must be an int >= 1, got {n!r}")
+        self._max_streams = n
+        for session in self._sessions:
+            session.send(FrameType.SETTINGS, 0, u32(n))
+
+    def goaway(self, reason: str = "server closing") -> None:
+        """Every open connection announces ``GOAWAY``, then closes once its requests are done."""
+        for session in list(self._sessions):
+            self._goaway(session, reason)
+
+    def stall(self, duration: float) -> None:
+        """Answer nothing (greetings, responses) for ``duration`` seconds from now."""
+        now = asyncio.get_running_loop().time()
+        self._stalls.append((now, now + duration))
+
+    def refuse_new(self, duration: float) -> None:
+        """Refuse new connections for ``duration`` seconds from now."""
+        now = asyncio.get_running_loop().time()
+        self._refusals.append((now, now + duration))
+
+    def stats(self) -> SimStats:
+        c = self._counts
+        return SimStats(
+            connections_open=len(self._sessions),
+            connections_peak=self._peak_open,
+            connections_accepted=c["accepted"],
+            connections_refused=c["refused"],
+            connections_dropped=c["connections_dropped"],
+            requests_served=c["served"],
+            requests_dropped=c["requests_dropped"],
+            streams_refused=c["streams_refused"],
+            in_service=self._limit.active,
+            queued=len(self._limit.waiters),
+            peak_in_service=self._limit.peak,
+            goaways_sent=c["goaways"],
+        )
+
+    # ------------------------------------------------------------------ connections
+
+    def _refusal(self) -> str | None:
+        now = asyncio.get_running_loop().time()
+        if any(start <= now < end for start, end in self._refusals):
+            return "not accepting new connections"
+        limit = self.settings.max_connections
+        if limit is not None and len(self._sessions) >= limit:
+            return f"too many connections (max_connections={limit})"
+        return None
+
+    async def _wait_stalls(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            now = loop.time()
+            ends = [end for start, end in self._stalls if start <= now < end]
+            if not ends:
+                return
+            await asyncio.sleep(max(ends) - now)
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._handlers.add(task)
+        try:
+            reason = self._refusal()
+            if reason is not None:
+                self._counts["refused"] += 1
+                writer.write(encode(FrameType.REFUSED, 0, reason.encode()))
+                with contextlib.suppress(OSError):
+                    await writer.drain()
+                writer.close()
+                return
+            await self._session(reader, writer)
+        except asyncio.CancelledError:
+            if not self._closing:
+                raise
+            # (close() cancelled it: end quietly, asyncio's stream callback logs a cancellation)
+        finally:
+            self._handlers.discard(task)
+
+    async def _session(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._counts["accepted"] += 1
+        doomed = self._rng.random() < self.settings.drop_connection_fraction
+        session = _Session(writer, doomed)
+        self._sessions.add(session)
+        self._peak_open = max(self._peak_open, len(self._sessions))
+        try:
+            await asyncio.sleep(self.settings.handshake_latency)
+            await self._wait_stalls()
+            session.send(FrameType.HELLO, 0, u32(self._max_streams))
+            while not session.closed:
+                header = await reader.readexactly(HEADER.size)
+                kind, stream_id, length = parse_header(header)
+                payload = await reader.readexactly(length)
+                if kind is not FrameType.REQUEST:
+                    raise ProtocolError(f"a client may send requests only, not {kind.name}")
+                self._request(session, stream_id, payload)
+        except (OSError, EOFError, ProtocolError):
+            pass  # (the client went, or spoke out of turn: close)
+        finally:
+            self._sessions.discard(session)
+            for task in list(session.tasks):
+                task.cancel()
+            session.close()
+            await asyncio.gather(*session.tasks, return_exceptions=True)
+
+    def _request(self, session: _Session, stream_id: int, payload: bytes) -> None:
+        if session.doomed or self._rng.random() < self.settings.drop_request_fraction:
+            self._counts["connections_dropped" if session.doomed else "requests_dropped"] += 1
+            session.closed = True
+            reset(session.writer)
+            return
+        refusal = None
+        if session.going_away:
+            refusal = "the connection is going away"
+        elif stream_id in session.in_flight:
+            refusal = f"stream {stream_id} is already in flight"
+        elif len(session.in_flight) >= self._max_streams:
+            refusal = f"over the stream limit of {self._max_streams}"
+        if refusal is not None:
+            self._counts["streams_refused"] += 1
+            session.send(FrameType.STREAM_REFUSED, stream_id, refusal.encode())
+            return
+        session.in_flight.add(stream_id)
+        service = draw_service_time(self.settings.service_time, self._rng)
+        task = asyncio.get_running_loop().create_task(
+            self._serve(session, stream_id, payload, service)
+        )
+        session.tasks.add(task)
+        task.add_done_callback(session.tasks.discard)
+
+    async def _serve(self, session: _Session, stream_id: int, payload: bytes, t: float) -> None:
+        await self._wait_stalls()
+        await self._limit.acquire()
+        try:
+            await asyncio.sleep(t)
+        finally:
+            self._limit.release()
+        await self._wait_stalls()
+        session.in_flight.discard(stream_id)
+        if session.closed:
+            return
+        session.send(FrameType.RESPONSE, stream_id, payload)
+        self._counts["served"] += 1
+        session.served += 1
+        after = self.settings.goaway_after_requests
+        if after is not None and session.served >= after:
+            self._goaway(session, f"served {after} requests")
+        elif session.going_away and not session.in_flight:
+            session.close()
+
+    def _goaway(self, session: _Session, reason: str) -> None:
+        if session.going_away or session.closed:
+            return
+        session.going_away = True
+        self._counts["goaways"] += 1
+        session.send(FrameType.GOAWAY, 0, reason.encode())
+        if not session.in_flight:
+            session.close()

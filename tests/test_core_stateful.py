@@ -33,7 +33,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-from poolkit import Backoff, KeepAlive, PoolOptions
+from poolkit import Backoff, Hooks, KeepAlive, PoolOptions
 from poolkit._core import (
     CloseConnection,
     CompleteRequest,
@@ -44,8 +44,10 @@ from poolkit._core import (
     Request,
     RequestState,
     Role,
+    StartCheck,
     StartConnect,
     StartKeepAlive,
+    StartReset,
 )
 from poolkit.errors import (
     CircuitOpenError,
@@ -90,6 +92,14 @@ def _no_probe(connection: Any) -> None:  # pragma: no cover - the machine report
 
 
 _KEEP_ALIVES = [None, None, KeepAlive(1.0, _no_probe), KeepAlive(0.5, _no_probe, timeout=0.25)]
+_HOOKS = [
+    None,
+    None,
+    Hooks(check=_no_probe),
+    Hooks(check=_no_probe, check_after=1.0),
+    Hooks(reset=_no_probe),
+    Hooks(check=_no_probe, reset=_no_probe, timeout=0.5),
+]
 _RETRIES = [
     None,
     None,
@@ -120,6 +130,7 @@ def pool_options(draw: st.DrawFn) -> PoolOptions:
         connect_retry=draw(st.sampled_from(_RETRIES)),
         leak_timeout=draw(st.sampled_from([None, None, 1.0])),
         load_balanced=draw(st.sampled_from([False, False, True])),
+        hooks=draw(st.sampled_from(_HOOKS)),
     )
 
 
@@ -142,7 +153,13 @@ def _stale(core: PoolCore, conn: Conn) -> bool:
     return entry is None or conn.generation != entry[0]
 
 
-_ESTABLISHED = (ConnState.IDLE, ConnState.LEASED, ConnState.DRAINING)
+_ESTABLISHED = (
+    ConnState.IDLE,
+    ConnState.LEASED,
+    ConnState.DRAINING,
+    ConnState.CHECKING,
+    ConnState.RESETTING,
+)
 
 
 class ConnectionObject:
@@ -193,6 +210,8 @@ class PoolCoreMachine(RuleBasedStateMachine):
         self.arrived_stale: set[int] = set()  #: ...of a generation already cleared
         #: connections the core asked to probe whose result the driver still owes
         self.probing: list[Conn] = []
+        #: checks and resets asked for and not yet reported back (``Hooks``): (record, is a check)
+        self.hooking: list[tuple[Conn, bool]] = []
         #: events seen: checkouts started, checkouts ended (out or failed), check-ins
         self.ev_started = self.ev_ended = self.ev_checked_in = 0
 
@@ -242,6 +261,13 @@ class PoolCoreMachine(RuleBasedStateMachine):
                 self.started[conn.id] = conn
                 self.owed.append(conn)
                 self.started_at[conn.id] = self.now
+            elif isinstance(action, StartCheck | StartReset):
+                conn = action.conn
+                checking = isinstance(action, StartCheck)
+                expected = ConnState.CHECKING if checking else ConnState.RESETTING
+                assert conn.state is expected and conn.hook_started == self.now, conn
+                assert all(c is not conn for c, _ in self.hooking), f"a second run on {conn}"
+                self.hooking.append((conn, checking))
             elif isinstance(action, CloseConnection):
                 conn = action.conn
                 assert conn.id in self.started, f"CloseConnection for unknown {conn}"
@@ -434,7 +460,9 @@ class PoolCoreMachine(RuleBasedStateMachine):
             c.id
             for c in core.conns.values()
             if interrupt
-            and c.state in (ConnState.LEASED, ConnState.DRAINING)
+            # (in use, or checked or reset by the pool: not available, so interrupted too)
+            and c.state
+            in (ConnState.LEASED, ConnState.DRAINING, ConnState.CHECKING, ConnState.RESETTING)
             and c.service_id in cleared
         }
         _, actions, events = self._do(
@@ -687,6 +715,10 @@ class PoolCoreMachine(RuleBasedStateMachine):
             assert conn.probe_started is None
         elif state in (ConnState.LEASED, ConnState.DRAINING):
             assert known and conn.state is ConnState.DRAINING
+        elif state in (ConnState.CHECKING, ConnState.RESETTING):
+            # used by no one (a check or reset runs on it): closed now, its run ignored
+            assert known and conn.state is ConnState.CLOSED and conn.close_reason == "willClose"
+            assert conn.hook_started is None
         else:
             assert not known and conn.state is state
 
@@ -749,6 +781,26 @@ class PoolCoreMachine(RuleBasedStateMachine):
         if self.now == self.fired_at:
             self.advance(0.0)  # as a front end re-arms its timer: what fell due runs now
 
+    @precondition(lambda self: self.hooking)
+    @rule(index=st.integers(min_value=0), fail=st.booleans())
+    def hook_done(self, index: int, fail: bool) -> None:
+        """A check or reset returns (or raises), possibly after the core ended it itself (its
+        timeout, a close)."""
+        conn, checking = self.hooking.pop(index % len(self.hooking))
+        running = conn.hook_started is not None
+        error = ConnectError(f"hook on {conn.id} failed") if fail else None
+        done = self.c.check_done if checking else self.c.reset_done
+        _, actions, _ = self._do(lambda core: done(conn, self.now, error))
+        assert conn.hook_started is None and conn.hook_timer is None
+        if not running:
+            assert actions == [], "a late check or reset result changed things"
+        elif fail:
+            assert conn.state is ConnState.CLOSED and conn.close_reason == "error", conn
+        else:
+            assert conn.state in (ConnState.IDLE, ConnState.LEASED, ConnState.CLOSED), conn
+        if self.now == self.fired_at:
+            self.advance(0.0)  # as a front end re-arms its timer: what fell due runs now
+
     @rule(dt=st.sampled_from([0.0, 0.25, 0.5, 1.0, 2.0, 5.0]))
     def advance(self, dt: float) -> None:
         self.now += dt
@@ -768,9 +820,14 @@ class PoolCoreMachine(RuleBasedStateMachine):
         plain = not core.options.load_balanced
         ready = core.state is PoolState.READY
         lease = core.generation if plain and not core.clocked and ready else -1
+        hooks = core.options.hooks
+        resets = hooks is not None and hooks.reset is not None
         release = (
             core.generation
-            if plain and core.state is not PoolState.CLOSED and core.options.max_lifetime is None
+            if plain
+            and core.state is not PoolState.CLOSED
+            and core.options.max_lifetime is None
+            and not resets
             else -1
         )
         quick = -1 if core.clocked else release
@@ -829,8 +886,15 @@ class PoolCoreMachine(RuleBasedStateMachine):
         assert stats.in_use == by_state[ConnState.LEASED] + by_state[ConnState.DRAINING]
         assert stats.waiting == core.waiting
         assert stats.generation == core.generation and stats.state is core.state
+        assert stats.checking == by_state[ConnState.CHECKING]
+        assert stats.resetting == by_state[ConnState.RESETTING]
         assert stats.total == (
-            stats.available + stats.pending + stats.in_use + by_state[ConnState.BACKING_OFF]
+            stats.available
+            + stats.pending
+            + stats.in_use
+            + by_state[ConnState.BACKING_OFF]
+            + stats.checking
+            + stats.resetting
         )
         for s in ConnState:
             if s is not ConnState.CLOSED:
@@ -1036,14 +1100,21 @@ class PoolCoreMachine(RuleBasedStateMachine):
             planned = failing.pending is not None or core.pending > 0
             # (or planned once a connect given up on returns and frees max_connecting)
             assert planned or not room or abandoned, "failing with no retry planned"
-            assert core.available == 0, "a connection is available while a request waits"
+            assert core.available == 0 or core.waiting <= core.count(ConnState.CHECKING), (
+                "a connection is available while a request waits that no check covers"
+            )
             return
-        assert core.pending > 0 or not room or abandoned, "a waiter is stuck with no connect"
+        # (a check running, Hooks.check, covers a waiter as a connect in flight does)
+        checking = core.count(ConnState.CHECKING)
+        covered = core.pending + checking
+        assert covered > 0 or not room or abandoned, "a waiter is stuck with no connect"
         # stronger: every waiter not covered by a connect in flight gets one while there is room
         if room and core.pending + abandoned < opts.max_connecting:
-            assert core.waiting <= core.pending, "waiters not covered by connects"
-        # and nothing sits available while a request waits
-        assert core.available == 0, "a connection is available while a request waits"
+            assert core.waiting <= covered, "waiters not covered by connects"
+        # and nothing sits available while a request waits that no check covers
+        assert core.available == 0 or core.waiting <= checking, (
+            "a connection is available while a request waits"
+        )
 
     @invariant()
     def events_pair(self) -> None:

@@ -405,3 +405,24 @@ def test_end_runs_in_the_caller_when_the_block_ends(front_kind: str) -> None:
     (s,) = stats
     assert (s.total, s.available, s.in_use) == (1, 1, 0)  # given back every time
     assert made[0].closed == 1  # (at close)
+
+
+def test_each_waiter_gets_a_check_of_its_own_and_no_connect_is_needed(front_kind: str) -> None:
+    async def scenario(f: Front) -> None:
+        assert f.pool.stats().available == 2
+        f.hook_delay["check"] = 1
+        first, second = f.start(timeout=10), f.start(timeout=10)
+        await f.settle()
+        # the second checkout is not left waiting beside an available connection
+        assert sorted(cid for _, name, cid in f.hook_runs if name == "check") == [1, 2]
+        stats = f.pool.stats()
+        assert (stats.checking, stats.available, stats.pending, stats.total) == (2, 0, 0, 2)
+        await f.advance(1)
+        assert first.lease is not None and second.lease is not None
+        assert {first.lease.connection_id, second.lease.connection_id} == {1, 2}
+        assert f.created() == 2
+        f.hook_delay["check"] = 0
+        first.lease.release()
+        second.lease.release()
+
+    drive(front_kind, scenario, min_size=2, max_size=4, hooks=checked())

@@ -362,10 +362,14 @@ class PoolCore(Lifecycle):
         req.queued = True
         if deadline is not None:
             self.timers.push(deadline, TimerKind.DEADLINE, req)
+        checking = self._counts[_CHECKING]
+        if checking and self._idle and len(waiters) > checking:
+            self._dispatch(now)  # (available ones wait beside waiters only for checks: start one)
+            return
         # (room first: a pool with waiters is most often full)
         if (
             len(self.conns) + self._abandoned < self._max_size
-            and len(waiters) > self._counts[_CONNECTING] + self._counts[_CHECKING]
+            and len(waiters) > self._counts[_CONNECTING] + checking
         ):
             self._maybe_connect(now, fill_min=False)
 

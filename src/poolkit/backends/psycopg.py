@@ -45,7 +45,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
-from typing import TYPE_CHECKING, Any, Literal, overload
+from typing import TYPE_CHECKING, Any, Final, Literal, overload
 
 from .. import AsyncPool, ConnectContext, Hooks, Pool, PoolOptions
 from .._base import DEFAULT
@@ -139,11 +139,35 @@ def _reset_query(reset: bool | str) -> str | None:
     return reset
 
 
-def _check(check: Check, plain: Callable[..., Any], ping_: Callable[..., Any]) -> Any:
-    checks = {"closed": plain, "ping": ping_, None: None}
+#: what a ``Pool`` and an ``AsyncPool`` of psycopg connections run: (the "closed" check, the
+#: "ping" check, the reset maker, the end hook)
+_SYNC_KIT: Final = (check_closed, check_ping, make_reset, end)
+_ASYNC_KIT: Final = (async_check_closed, async_check_ping, make_async_reset, async_end)
+
+
+def _hooks(
+    kit: tuple[Any, ...],
+    reset: bool | str,
+    check: Check,
+    check_after: float,
+    configure: Callable[[Any], Any] | None,
+    autocommit: bool,
+    timeout: float | None,
+) -> Hooks:
+    """The hooks of ``kit`` (``_SYNC_KIT`` or ``_ASYNC_KIT``) with these settings."""
+    check_closed_, check_ping_, make_reset_, end_ = kit
+    checks = {"closed": check_closed_, "ping": check_ping_, None: None}
     if check not in checks:
         raise ValueError(f"check must be 'closed', 'ping' or None, got {check!r}")
-    return checks[check]
+    return Hooks(
+        configure=configure,
+        check=checks[check],
+        check_after=check_after,
+        reset=make_reset_(_reset_query(reset), autocommit=autocommit),
+        end=end_,
+        is_broken=is_broken,
+        timeout=timeout,
+    )
 
 
 def hooks(
@@ -157,15 +181,7 @@ def hooks(
 ) -> Hooks:
     """The :class:`~poolkit.Hooks` for a :class:`~poolkit.Pool` of psycopg connections (see the
     module's docstring); ``autocommit``: the value the reset gives back."""
-    return Hooks(
-        configure=configure,
-        check=_check(check, check_closed, check_ping),
-        check_after=check_after,
-        reset=make_reset(_reset_query(reset), autocommit=autocommit),
-        end=end,
-        is_broken=is_broken,
-        timeout=timeout,
-    )
+    return _hooks(_SYNC_KIT, reset, check, check_after, configure, autocommit, timeout)
 
 
 def async_hooks(
@@ -178,15 +194,7 @@ def async_hooks(
     timeout: float | None = 30.0,
 ) -> Hooks:
     """:func:`hooks` for an :class:`~poolkit.AsyncPool` of ``psycopg.AsyncConnection``."""
-    return Hooks(
-        configure=configure,
-        check=_check(check, async_check_closed, async_check_ping),
-        check_after=check_after,
-        reset=make_async_reset(_reset_query(reset), autocommit=autocommit),
-        end=async_end,
-        is_broken=is_broken,
-        timeout=timeout,
-    )
+    return _hooks(_ASYNC_KIT, reset, check, check_after, configure, autocommit, timeout)
 
 
 def create_pool(

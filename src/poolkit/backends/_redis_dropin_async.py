@@ -24,6 +24,18 @@ from ._redis_dropin import NO_CONNECTION, _address, _events, _healthy, _Served, 
 __all__ = ["AsyncConnectionPool"]
 
 
+async def connected(make_connection: Any) -> Any:
+    """A new ``redis.asyncio`` connection from ``make_connection()``, connected; one whose
+    connect fails is disconnected (nothing half open is left) and the error goes on."""
+    connection: Any = make_connection()
+    try:
+        await connection.connect()
+    except BaseException:
+        await connection.disconnect()
+        raise
+    return connection
+
+
 class AsyncConnectionPool(_Served, redis.asyncio.ConnectionPool):
     """:class:`ConnectionPool` for ``redis.asyncio.Redis``, served by a poolkit
     :class:`~poolkit.AsyncPool`, opened on the event loop of the first ``get_connection`` (one
@@ -67,14 +79,7 @@ class AsyncConnectionPool(_Served, redis.asyncio.ConnectionPool):
         return pool
 
     async def _connect(self, ctx: ConnectContext) -> _Slot:
-        make: Any = self.make_connection
-        connection: Any = make()
-        try:
-            await connection.connect()
-        except BaseException:
-            await connection.disconnect()
-            raise
-        return _Slot(connection, self._open_connections)
+        return _Slot(await connected(self.make_connection), self._open_connections)
 
     def reset(self) -> None:
         """Forget the poolkit pool (closed in a task of the running loop, if one runs); the next

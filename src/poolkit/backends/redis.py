@@ -56,7 +56,7 @@ from ..events import Listener  # noqa: E402
 from ..options import Hooks, KeepAlive, PoolOptions  # noqa: E402
 from ..threaded import Pool  # noqa: E402
 from ._redis_dropin import ConnectionPool  # noqa: E402
-from ._redis_dropin_async import AsyncConnectionPool  # noqa: E402
+from ._redis_dropin_async import AsyncConnectionPool, connected  # noqa: E402
 
 __all__ = [
     "AsyncConnectionPool",
@@ -149,13 +149,7 @@ class _AsyncDedicated(redis.asyncio.ConnectionPool):
     """``_Dedicated`` for ``redis.asyncio``: connected by :meth:`open`."""
 
     async def open(self) -> None:
-        make: Any = self.make_connection
-        connection: Any = make()
-        try:
-            await connection.connect()
-        except BaseException:
-            await connection.disconnect()
-            raise
+        connection = await connected(self.make_connection)
         self.connection = connection
         self._available_connections.append(connection)
 

@@ -438,7 +438,15 @@ class PoolCoreMachine(RuleBasedStateMachine):
         if interrupt:
             for conn in self.c.conns.values():
                 assert (
-                    conn.state in (ConnState.IDLE, ConnState.BACKING_OFF)  # (slots: see _retry)
+                    # (slots: see _retry; a check or reset is not interrupted: its connection
+                    # closes, stale, when it ends)
+                    conn.state
+                    in (
+                        ConnState.IDLE,
+                        ConnState.BACKING_OFF,
+                        ConnState.CHECKING,
+                        ConnState.RESETTING,
+                    )
                     or conn.generation == self.c.generation
                 )
 
@@ -460,9 +468,7 @@ class PoolCoreMachine(RuleBasedStateMachine):
             c.id
             for c in core.conns.values()
             if interrupt
-            # (in use, or checked or reset by the pool: not available, so interrupted too)
-            and c.state
-            in (ConnState.LEASED, ConnState.DRAINING, ConnState.CHECKING, ConnState.RESETTING)
+            and c.state in (ConnState.LEASED, ConnState.DRAINING)
             and c.service_id in cleared
         }
         _, actions, events = self._do(
@@ -1098,6 +1104,7 @@ class PoolCoreMachine(RuleBasedStateMachine):
             # connect_retry: one attempt at a time, backing off or connecting
             # (a connect started before the failures covers it: if it fails, it is the retry)
             planned = failing.pending is not None or core.pending > 0
+            planned = planned or core.count(ConnState.CHECKING) > 0  # (a check covers a waiter)
             # (or planned once a connect given up on returns and frees max_connecting)
             assert planned or not room or abandoned, "failing with no retry planned"
             assert core.available == 0 or core.waiting <= core.count(ConnState.CHECKING), (

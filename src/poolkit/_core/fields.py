@@ -61,7 +61,6 @@ class CoreFields:
         "_quick_gen",
         "_rand",
         "_release_gen",
-        "_resets",
         "_waiters",
         "actions",
         "address",
@@ -122,7 +121,6 @@ class CoreFields:
     leaks: LeakWatch
     hooks: HookRuns
     _check_after: float | None
-    _resets: bool
     actions: list[Action]
     events: list[PoolEvent]
 

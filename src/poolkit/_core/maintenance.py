@@ -42,7 +42,8 @@ from .records import (
     _CHECKING,
     _CLOSED,
     _CONNECTING,
-    _IDLE,
+    _DRAINING,
+    _LEASED,
     _PAUSED,
     _READY,
     _RESETTING,
@@ -141,11 +142,14 @@ class Lifecycle(Health):
         self._schedule_background(now)
 
     def _interrupt(self, applies: Any) -> None:
-        """Close in-use and pending connections of the cleared generation (CMAP interrupt)."""
+        """Close in-use and pending connections of the cleared generation (CMAP interrupt).
+        Not a backing-off slot (it takes the new generation), nor a connection being checked or
+        reset (in use by no one: stale now, it closes when its check or reset ends, and a check
+        keeps covering its waiter till then)."""
         for conn in list(self.conns.values()):
             state = conn.state
-            if state is not _IDLE and state is not _BACKING_OFF and applies(conn):
-                self._close(conn, CLOSE_STALE)  # (a backing-off slot takes the new generation)
+            if (state is _LEASED or state is _DRAINING or state is _CONNECTING) and applies(conn):
+                self._close(conn, CLOSE_STALE)
 
     def close(self, now: float) -> None:
         if self.state is _CLOSED:

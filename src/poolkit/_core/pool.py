@@ -176,21 +176,6 @@ class PoolCore(Lifecycle):
         self.checkouts = 0  #: checkouts served, ever (the one count the fast paths keep)
         #: ``max_lifetime``'s jitter: a uniform draw in [0, 1) (an input, like the time)
         self._rand = rand
-        #: whether ``lease_idle`` reads ``now``; when false a front end may pass 0.0 there and skip
-        #: the clock (it only closes perished connections, and starts nothing, on that path).
-        #: Every other input needs the real time: a check-in, say, may start a connect.
-        hooks = options.hooks
-        #: ``Hooks.check_after`` when a check hook is set (``_pop_idle``), else ``None``
-        self._check_after = None if hooks is None or hooks.check is None else hooks.check_after
-        self.clocked = (
-            options.max_idle_time is not None
-            or options.max_lifetime is not None
-            or options.keep_alive is not None
-            or self._check_after is not None  # (idle times decide the checks)
-        )
-        #: resets on check-in (``Hooks.reset``): no check-in is plain (``_set_state``)
-        self._resets = hooks is not None and hooks.reset is not None
-        self._set_state(_PAUSED, 0)  # (sets state, generation and the gates: "Gates" above)
         #: load-balanced mode: service id -> [generation, connection count]
         self.service_generations = {}
         #: every connection not closed, by id
@@ -212,6 +197,18 @@ class PoolCore(Lifecycle):
         self.probes = Probes(self.timers, options.keep_alive)
         self.hooks = HookRuns(self.timers, options.hooks)
         self.leaks = LeakWatch(self.timers, options.leak_timeout, address)
+        #: ``HookRuns.check_after``, read on the checkout paths (``_pop_idle``, ``lease_idle``)
+        self._check_after = self.hooks.check_after
+        #: whether ``lease_idle`` reads ``now``; when false a front end may pass 0.0 there and skip
+        #: the clock (it only closes perished connections, and starts nothing, on that path).
+        #: Every other input needs the real time: a check-in, say, may start a connect.
+        self.clocked = (
+            options.max_idle_time is not None
+            or options.max_lifetime is not None
+            or options.keep_alive is not None
+            or self._check_after is not None  # (idle times decide the checks)
+        )
+        self._set_state(_PAUSED, 0)  # (sets state, generation and the gates: "Gates" above)
         soft = options.soft_max_size
         self.roles = Roles(options.min_size, self._max_size if soft is None else soft, self._regate)
         self.actions: list[Action] = []
@@ -475,7 +472,7 @@ class PoolCore(Lifecycle):
                 self._close(conn, reason)
                 self._dispatch(now)
                 return True
-            if self._resets and used:
+            if used and self.hooks.resets:
                 self._start_reset(conn, now)
                 return True
         conn.idle_since = idle_since
@@ -526,7 +523,7 @@ class PoolCore(Lifecycle):
         plain = not self._lb
         self._lease_gen = generation if plain and not self.clocked and state is _READY else -1
         plain_release = (
-            plain and state is not _CLOSED and self._lifetime is None and not self._resets
+            plain and state is not _CLOSED and self._lifetime is None and not self.hooks.resets
         )
         self._release_gen = generation if plain_release else -1
         self._quick_gen = -1 if self.clocked else self._release_gen

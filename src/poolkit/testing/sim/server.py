@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import heapq
 import random
 import socket
 import struct
@@ -48,42 +49,43 @@ def reset(writer: asyncio.StreamWriter) -> None:
     writer.transport.abort()
 
 
-class _Fifo:
-    """A FIFO limit of ``limit`` holders (None: no limit), with its counts."""
+class _Cores:
+    """The server's "cores": a FIFO queue with ``limit`` servers (None: no limit), computed
+    ahead. A request arriving at ``t`` starts when the earliest core is free (never before
+    ``t``) and holds it for its service time, so the capacity is exactly ``limit`` requests per
+    mean service time, however late the event loop's timers fire."""
 
     def __init__(self, limit: int | None) -> None:
         self.limit = limit
-        self.active = 0
+        self.free_at: list[float] = []  # a heap: when each busy core is next free
+        self.outstanding = 0  # requests booked and not yet finished
         self.peak = 0
-        self.waiters: collections.deque[asyncio.Future[None]] = collections.deque()
 
-    async def acquire(self) -> None:
-        if self.limit is None or (self.active < self.limit and not self.waiters):
-            self._take()
-            return
-        waiter = asyncio.get_running_loop().create_future()
-        self.waiters.append(waiter)
-        try:
-            await waiter  # (release() counted us in already)
-        except asyncio.CancelledError:
-            if waiter.done() and not waiter.cancelled():
-                self.release()
-            else:
-                self.waiters.remove(waiter)
-            raise
+    def book(self, now: float, service: float) -> float:
+        """Book a request arriving ``now``; returns when its service ends."""
+        self.outstanding += 1
+        self.peak = max(self.peak, self.in_service)
+        if self.limit is None:
+            return now + service
+        if len(self.free_at) < self.limit:
+            done = now + service
+            heapq.heappush(self.free_at, done)
+            return done
+        start = max(now, self.free_at[0])
+        heapq.heapreplace(self.free_at, start + service)
+        return start + service
 
-    def _take(self) -> None:
-        self.active += 1
-        self.peak = max(self.peak, self.active)
+    def finish(self) -> None:
+        self.outstanding -= 1
 
-    def release(self) -> None:
-        self.active -= 1
-        while self.waiters:
-            waiter = self.waiters.popleft()
-            if not waiter.done():
-                self._take()
-                waiter.set_result(None)
-                return
+    @property
+    def in_service(self) -> int:
+        n = self.outstanding
+        return n if self.limit is None else min(n, self.limit)
+
+    @property
+    def queued(self) -> int:
+        return 0 if self.limit is None else max(0, self.outstanding - self.limit)
 
 
 class _Session:
@@ -96,7 +98,8 @@ class _Session:
         self.served = 0
         self.going_away = False
         self.closed = False
-        self.tasks: set[asyncio.Task[None]] = set()
+        #: stream id -> the timer that answers it, and whether it still holds a core
+        self.timers: dict[int, tuple[asyncio.TimerHandle, bool]] = {}
 
     def send(self, kind: FrameType, stream_id: int, payload: bytes = b"") -> None:
         if not self.closed and not self.writer.is_closing():
@@ -121,7 +124,8 @@ class SimServer:
         self._port = port
         self._rng = random.Random(self.settings.seed)
         self._max_streams = self.settings.max_streams
-        self._limit = _Fifo(self.settings.concurrency)
+        self._cores = _Cores(self.settings.concurrency)
+        self._late = 0.0  # how late the loop's timers fire, on average (compensated)
         self._sessions: set[_Session] = set()
         self._handlers: set[asyncio.Task[Any]] = set()
         self._server: asyncio.Server | None = None
@@ -214,9 +218,9 @@ class SimServer:
             requests_served=c["served"],
             requests_dropped=c["requests_dropped"],
             streams_refused=c["streams_refused"],
-            in_service=self._limit.active,
-            queued=len(self._limit.waiters),
-            peak_in_service=self._limit.peak,
+            in_service=self._cores.in_service,
+            queued=self._cores.queued,
+            peak_in_service=self._cores.peak,
             goaways_sent=c["goaways"],
         )
 
@@ -230,6 +234,10 @@ class SimServer:
         if limit is not None and len(self._sessions) >= limit:
             return f"too many connections (max_connections={limit})"
         return None
+
+    def _stall_end(self, now: float) -> float | None:
+        ends = [end for start, end in self._stalls if start <= now < end]
+        return max(ends) if ends else None
 
     async def _wait_stalls(self) -> None:
         loop = asyncio.get_running_loop()
@@ -282,10 +290,12 @@ class SimServer:
             pass  # (the client went, or spoke out of turn: close)
         finally:
             self._sessions.discard(session)
-            for task in list(session.tasks):
-                task.cancel()
+            for handle, serving in session.timers.values():
+                handle.cancel()
+                if serving:
+                    self._cores.finish()
+            session.timers.clear()
             session.close()
-            await asyncio.gather(*session.tasks, return_exceptions=True)
 
     def _request(self, session: _Session, stream_id: int, payload: bytes) -> None:
         if session.doomed or self._rng.random() < self.settings.drop_request_fraction:
@@ -306,20 +316,30 @@ class SimServer:
             return
         session.in_flight.add(stream_id)
         service = draw_service_time(self.settings.service_time, self._rng)
-        task = asyncio.get_running_loop().create_task(
-            self._serve(session, stream_id, payload, service)
-        )
-        session.tasks.add(task)
-        task.add_done_callback(session.tasks.discard)
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        done = self._cores.book(self._stall_end(now) or now, service)
+        at = done - self._late
+        handle = loop.call_at(at, self._served, session, stream_id, payload, at)
+        session.timers[stream_id] = (handle, True)
 
-    async def _serve(self, session: _Session, stream_id: int, payload: bytes, t: float) -> None:
-        await self._wait_stalls()
-        await self._limit.acquire()
-        try:
-            await asyncio.sleep(t)
-        finally:
-            self._limit.release()
-        await self._wait_stalls()
+    def _served(self, session: _Session, stream_id: int, payload: bytes, at: float) -> None:
+        """A request's service ended (its timer was set early by the usual lateness)."""
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        self._late = min(0.9 * self._late + 0.1 * max(0.0, now - at), 0.002)
+        self._cores.finish()
+        self._respond(session, stream_id, payload)
+
+    def _respond(self, session: _Session, stream_id: int, payload: bytes) -> None:
+        """Answer, unless the server is stalled: then answer when the stall ends."""
+        loop = asyncio.get_running_loop()
+        stall = self._stall_end(loop.time())
+        if stall is not None:
+            handle = loop.call_at(stall, self._respond, session, stream_id, payload)
+            session.timers[stream_id] = (handle, False)
+            return
+        session.timers.pop(stream_id, None)
         session.in_flight.discard(stream_id)
         if session.closed:
             return

@@ -1,0 +1,295 @@
+"""What one run of ``poolkit bench`` does: its target, its workload and its pool.
+
+Rules of this module
+--------------------
+* Everything a user types is checked here, once: a bad value raises :class:`BenchUsageError`
+  naming the option and the rule (the command prints it on one line and exits 2).
+* A target's password never leaves this module except inside ``Target.url``: ``Target.shown``
+  is what is printed, logged or put in a result.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import urllib.parse
+from typing import Literal
+
+from ..testing.sim.settings import ServiceTime, SimSettings
+
+__all__ = [
+    "BenchUsageError",
+    "RunConfig",
+    "Sweep",
+    "Target",
+    "parse_duration",
+    "parse_sweep",
+    "parse_target",
+]
+
+TargetKind = Literal["sim", "postgresql", "redis", "tcp"]
+SWEEPABLE = ("max_size", "min_size", "max_connecting", "concurrency")
+
+
+class BenchUsageError(ValueError):
+    """A bad command line: the message names the option at fault."""
+
+
+_UNITS = {"us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e-?[0-9]+)?)\s*([a-zµ]*)\s*$", re.IGNORECASE)
+
+
+def parse_duration(text: str, what: str) -> float:
+    """``"250ms"``, ``"2s"``, ``"1.5"`` (seconds), ``"1m"`` -> seconds."""
+    match = _DURATION.match(text)
+    if match is None or match.group(2).lower() not in {*_UNITS, ""}:
+        raise BenchUsageError(f"{what}: {text!r} is not a duration (e.g. 500ms, 2s, 1.5, 1m)")
+    return float(match.group(1)) * _UNITS.get(match.group(2).lower(), 1.0)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Target:
+    """Where the workload goes. ``url`` may hold a password: print ``shown``."""
+
+    kind: TargetKind
+    url: str
+    shown: str
+    sim: SimSettings | None = None
+    host: str = ""
+    port: int = 0
+
+
+_SIM_KEYS: dict[str, str] = {
+    "service_time": "service_time",
+    "service": "service_time",
+    "handshake": "handshake_latency",
+    "handshake_latency": "handshake_latency",
+    "concurrency": "concurrency",
+    "cores": "concurrency",
+    "max_connections": "max_connections",
+    "streams": "max_streams",
+    "max_streams": "max_streams",
+    "drop_requests": "drop_request_fraction",
+    "drop_request_fraction": "drop_request_fraction",
+    "drop_connections": "drop_connection_fraction",
+    "drop_connection_fraction": "drop_connection_fraction",
+    "goaway_after": "goaway_after_requests",
+    "goaway_after_requests": "goaway_after_requests",
+    "seed": "seed",
+}
+
+#: the embedded server when nothing is said: a database with 8 cores, 1 ms a query (drawn from an
+#: exponential distribution), 5 ms to connect, 100 connections at most
+SIM_DEFAULTS: dict[str, str] = {
+    "service_time": "exp:1ms",
+    "handshake": "5ms",
+    "concurrency": "8",
+    "max_connections": "100",
+}
+
+
+def _service_time(text: str) -> ServiceTime:
+    head, _, rest = text.partition(":")
+    if head == "exp":
+        return ("exp", parse_duration(rest, "sim service_time (exp:MEAN)"))
+    if head == "uniform":
+        lo, _, hi = rest.partition(":")
+        what = "sim service_time (uniform:LO:HI)"
+        return ("uniform", parse_duration(lo, what), parse_duration(hi, what))
+    return parse_duration(text, "sim service_time")
+
+
+def sim_settings(pairs: dict[str, str]) -> SimSettings:
+    """The embedded server's settings from ``key=value`` pairs (the ``sim://`` query or
+    ``--sim``), over :data:`SIM_DEFAULTS`."""
+    values: dict[str, object] = {}
+    for key, text in {**SIM_DEFAULTS, **pairs}.items():
+        name = _SIM_KEYS.get(key)
+        if name is None:
+            known = ", ".join(sorted(k for k in _SIM_KEYS if k in _SIM_KEYS.values()))
+            raise BenchUsageError(f"sim setting {key!r} is unknown (known: {known})")
+        try:
+            if name == "service_time":
+                values[name] = _service_time(text)
+            elif name == "handshake_latency":
+                values[name] = parse_duration(text, f"sim {key}")
+            elif name.endswith("fraction"):
+                values[name] = float(text)
+            elif text.lower() in {"", "none", "off"} and name != "max_streams":
+                values[name] = None
+            else:
+                values[name] = int(text)
+        except ValueError as exc:
+            if isinstance(exc, BenchUsageError):
+                raise
+            raise BenchUsageError(f"sim setting {key}={text!r}: not a number") from None
+    try:
+        return SimSettings(**values)  # type: ignore[arg-type]
+    except ValueError as exc:
+        raise BenchUsageError(str(exc).replace("SimSettings(", "sim setting (")) from None
+
+
+def _mask(parts: urllib.parse.SplitResult) -> str:
+    if parts.password is None:
+        return parts.geturl()
+    netloc = parts.netloc.rsplit("@", 1)[1]
+    user = urllib.parse.quote(parts.username or "", safe="")
+    return parts._replace(netloc=f"{user}:***@{netloc}").geturl()
+
+
+def parse_target(text: str, sim_pairs: dict[str, str] | None = None) -> Target:
+    """``sim://[?key=value&...]``, ``postgresql://...`` (or ``postgres://``), ``redis://...``
+    (or ``rediss://``), ``tcp://host:port``."""
+    parts = urllib.parse.urlsplit(text)
+    scheme = parts.scheme.lower()
+    if scheme == "sim":
+        if parts.netloc:
+            raise BenchUsageError(
+                f"target {text!r}: the embedded server takes no address (sim://?key=value...)"
+            )
+        pairs = dict(urllib.parse.parse_qsl(parts.query, keep_blank_values=True))
+        settings = sim_settings({**pairs, **(sim_pairs or {})})
+        return Target("sim", text, text, sim=settings)
+    if sim_pairs:
+        raise BenchUsageError("--sim: only for the embedded server (target sim://)")
+    if scheme in {"postgresql", "postgres"}:
+        return Target("postgresql", text, _mask(parts), host=parts.hostname or "", port=0)
+    if scheme in {"redis", "rediss", "unix"}:
+        return Target("redis", text, _mask(parts))
+    if scheme == "tcp":
+        try:
+            port = parts.port
+        except ValueError:
+            port = None
+        if not parts.hostname or port is None:
+            raise BenchUsageError(f"target {text!r}: tcp targets are tcp://HOST:PORT")
+        return Target("tcp", text, text, host=parts.hostname, port=port)
+    raise BenchUsageError(
+        f"target {text!r}: unknown scheme (use sim://, postgresql://, redis:// or tcp://)"
+    )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Sweep:
+    """Run once per value of ``param``."""
+
+    param: str
+    values: tuple[int, ...]
+
+
+def _int(text: str, what: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise BenchUsageError(f"{what}: {text!r} is not an integer") from None
+
+
+def parse_sweep(text: str) -> Sweep:
+    """``max_size=1,2,4,8`` | ``max_size=1..8`` (every integer) | ``max_size=1..64:x2``
+    (doubling) | ``max_size=2..32:2`` (step 2)."""
+    param, sep, spec = text.partition("=")
+    param = param.strip().replace("-", "_")
+    if not sep or param not in SWEEPABLE:
+        raise BenchUsageError(
+            f"--sweep {text!r}: expected NAME=VALUES with NAME one of {', '.join(SWEEPABLE)}"
+        )
+    what = f"--sweep {param}"
+    if ".." in spec:
+        lo_text, _, rest = spec.partition("..")
+        hi_text, _, step_text = rest.partition(":")
+        lo, hi = _int(lo_text, what), _int(hi_text, what)
+        if lo > hi:
+            raise BenchUsageError(f"{what}: {lo}..{hi} is empty")
+        values: list[int] = []
+        if step_text.startswith("x"):
+            factor = _int(step_text[1:], what)
+            if factor < 2 or lo < 1:
+                raise BenchUsageError(f"{what}: a geometric range needs LO >= 1 and xF with F >= 2")
+            n = lo
+            while n <= hi:
+                values.append(n)
+                n *= factor
+        else:
+            step = _int(step_text, what) if step_text else 1
+            if step < 1:
+                raise BenchUsageError(f"{what}: the step must be >= 1")
+            values = list(range(lo, hi + 1, step))
+    else:
+        values = [_int(v.strip(), what) for v in spec.split(",") if v.strip()]
+    if not values:
+        raise BenchUsageError(f"{what}: no values")
+    if len(values) > 64:
+        raise BenchUsageError(f"{what}: {len(values)} values; at most 64")
+    floor = 0 if param == "min_size" else 1
+    if any(v < floor for v in values):
+        raise BenchUsageError(f"{what}: every value must be >= {floor}")
+    return Sweep(param, tuple(values))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RunConfig:
+    """One measured run (a sweep makes one per value)."""
+
+    target: Target
+    concurrency: int = 32
+    threads: bool = False
+    duration: float | None = 10.0
+    ops: int | None = None
+    warmup: float = 1.0
+    think: float = 0.0
+    processes: int = 1
+    max_size: int = 10
+    min_size: int = 0
+    max_connecting: int = 2
+    wait_queue_timeout: float | None = 10.0
+    connect_timeout: float = 10.0
+    hooks: bool = True
+    driver: str | None = None
+    query: str = "SELECT 1"
+    payload: int = 16
+    pgbouncer: bool = False
+    op_timeout: float = 10.0
+
+    def with_value(self, param: str, value: int) -> RunConfig:
+        if param not in SWEEPABLE:
+            raise BenchUsageError(f"--sweep: {param!r} cannot be swept")
+        changes: dict[str, int] = {param: value}
+        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+
+    def check(self) -> None:
+        """Raise :class:`BenchUsageError` for values no run can use."""
+        rules: list[tuple[bool, str]] = [
+            (self.concurrency >= 1, "--concurrency must be >= 1"),
+            (self.processes >= 1, "--processes must be >= 1"),
+            (self.processes <= 64, "--processes must be <= 64"),
+            (self.max_size >= 1, "--max-size must be >= 1"),
+            (self.min_size >= 0, "--min-size must be >= 0"),
+            (self.min_size <= self.max_size, "--min-size must be <= --max-size"),
+            (self.max_connecting >= 1, "--max-connecting must be >= 1"),
+            (self.warmup >= 0, "--warmup must be >= 0"),
+            (self.think >= 0, "--think must be >= 0"),
+            (self.payload >= 1, "--payload must be >= 1"),
+            (self.connect_timeout > 0, "--connect-timeout must be > 0"),
+            (self.op_timeout > 0, "--op-timeout must be > 0"),
+            (self.duration is None or self.duration > 0, "--duration must be > 0"),
+            (self.ops is None or self.ops >= 1, "--ops must be >= 1"),
+            (
+                self.ops is None or self.ops >= self.processes,
+                "--ops must be >= --processes (each process does its share)",
+            ),
+            (
+                self.driver is None or self.target.kind == "postgresql",
+                "--driver is for postgresql:// targets",
+            ),
+            (
+                self.driver in {None, "asyncpg", "psycopg"},
+                "--driver must be asyncpg or psycopg",
+            ),
+            (
+                not (self.threads and self.driver == "asyncpg"),
+                "--threads needs --driver psycopg (asyncpg is asyncio only)",
+            ),
+        ]
+        for ok, message in rules:
+            if not ok:
+                raise BenchUsageError(message)

@@ -1,0 +1,93 @@
+"""``--plot FILE.png``: a sweep's throughput and waits against the swept value (matplotlib, the
+``poolkit[plot]`` extra).
+
+Rules of this module
+--------------------
+* Readable at a glance: both axes labelled with units, the recommendation marked on both
+  panels and named in the title, the target and workload in the caption.
+"""
+
+from __future__ import annotations
+
+from .display import describe
+from .report import BenchResult
+
+__all__ = ["plot_sweep"]
+
+
+def plot_sweep(result: BenchResult, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
+
+    assert result.sweep is not None
+    param = result.sweep.param
+    points = sorted(result.points, key=lambda p: p.value(param))
+    xs = [p.value(param) for p in points]
+    rec = result.recommendation
+
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6.5), sharex=True)
+    top.plot(xs, [p.throughput for p in points], "o-", color="tab:blue", label="throughput")
+    top.set_ylabel("throughput (operations/s)")
+    top.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
+    top.set_ylim(bottom=0)
+    top.grid(alpha=0.3)
+
+    ms = 1e3
+    bottom.plot(
+        xs,
+        [p.tally.wait.quantile(0.99) * ms for p in points],
+        "o-",
+        color="tab:orange",
+        label="checkout wait p99",
+    )
+    bottom.plot(
+        xs,
+        [p.tally.wait.max * ms for p in points],
+        "s--",
+        color="tab:red",
+        alpha=0.6,
+        label="checkout wait max",
+    )
+    bottom.plot(
+        xs,
+        [p.tally.latency.quantile(0.99) * ms for p in points],
+        "^-",
+        color="tab:green",
+        label="operation time p99 (connection held)",
+    )
+    bottom.set_ylabel("time (ms)")
+    bottom.set_xlabel(f"{param} (per pool)" if param != "concurrency" else "concurrency (tasks)")
+    bottom.grid(alpha=0.3)
+    bottom.set_ylim(bottom=0)
+    if len(xs) > 1 and xs[0] > 0 and xs[-1] / xs[0] >= 8:
+        bottom.set_xscale("log", base=2)
+    bottom.set_xticks(xs)
+    bottom.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+
+    title = f"poolkit bench: throughput and waits by {param}"
+    if rec is not None:
+        for ax in (top, bottom):
+            ax.axvline(rec.value, color="tab:green", linestyle=":", linewidth=2)
+        top.annotate(
+            f"recommended {param}={rec.value}\n{rec.throughput:,.0f} ops/s "
+            f"({rec.throughput / rec.best_throughput:.0%} of best)",
+            xy=(rec.value, rec.throughput),
+            xytext=(-190 if xs.index(rec.value) >= len(xs) / 2 else 12, -45),
+            textcoords="offset points",
+            arrowprops={"arrowstyle": "->", "color": "tab:green"},
+            color="tab:green",
+            fontsize=10,
+            fontweight="bold",
+        )
+        title += f" — recommended {param}={rec.value}"
+    top.legend(loc="lower right")
+    bottom.legend(loc="upper left")
+    fig.suptitle(title, fontsize=12, fontweight="bold")
+    c = result.config
+    fig.text(0.5, 0.005, describe(c, param), ha="center", va="bottom", fontsize=8, color="0.35")
+    fig.tight_layout(rect=(0, 0.03, 1, 0.97))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

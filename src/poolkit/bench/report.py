@@ -1,0 +1,206 @@
+"""The results of ``poolkit bench``: per run (a sweep's point), the recommendation, and the JSON
+document (schema in ``docs/bench.md``; its version is :data:`SCHEMA`).
+
+Rules of this module
+--------------------
+* Times in results are milliseconds, rates operations per second.
+* The recommendation is the smallest value whose throughput is within :data:`WITHIN` of the
+  best, among the runs with at most :data:`ERROR_BUDGET` errors; it always says why.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from .config import RunConfig, Sweep
+from .histogram import Histogram
+from .measure import Tally
+
+__all__ = ["SCHEMA", "BenchResult", "PointResult", "Recommendation", "recommend"]
+
+SCHEMA = "poolkit.bench/1"
+WITHIN = 0.05
+ERROR_BUDGET = 0.01
+
+
+def _ms(h: Histogram) -> dict[str, float]:
+    return {
+        "p50": round(h.quantile(0.50) * 1e3, 3),
+        "p99": round(h.quantile(0.99) * 1e3, 3),
+        "max": round(h.max * 1e3, 3),
+        "mean": round(h.mean * 1e3, 3),
+    }
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PointResult:
+    """One measured run."""
+
+    max_size: int
+    min_size: int
+    max_connecting: int
+    concurrency: int
+    processes: int
+    seconds: float
+    tally: Tally
+    client_connections_peak: int
+    server_connections_peak: int | None
+    connections_created: int
+    left_open: int
+    server_left_open: int | None
+    interrupted: bool
+
+    @property
+    def ops(self) -> int:
+        return self.tally.ops
+
+    @property
+    def errors(self) -> int:
+        return sum(self.tally.errors.values())
+
+    @property
+    def throughput(self) -> float:
+        return self.tally.ops / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def error_fraction(self) -> float:
+        done = self.ops + self.errors
+        return self.errors / done if done else 0.0
+
+    def value(self, param: str) -> int:
+        return int(getattr(self, param))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "max_size": self.max_size,
+            "min_size": self.min_size,
+            "max_connecting": self.max_connecting,
+            "concurrency": self.concurrency,
+            "processes": self.processes,
+            "seconds": round(self.seconds, 3),
+            "ops": self.ops,
+            "throughput": round(self.throughput, 1),
+            "errors": dict(sorted(self.tally.errors.items())),
+            "wait_ms": _ms(self.tally.wait),
+            "latency_ms": _ms(self.tally.latency),
+            "connections": {
+                "client_peak": self.client_connections_peak,
+                "server_peak": self.server_connections_peak,
+                "created": self.connections_created,
+                "left_open": self.left_open,
+                "server_left_open": self.server_left_open,
+            },
+            "interrupted": self.interrupted,
+        }
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Recommendation:
+    param: str
+    value: int
+    throughput: float
+    best_value: int
+    best_throughput: float
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "param": self.param,
+            "value": self.value,
+            "throughput": round(self.throughput, 1),
+            "best_value": self.best_value,
+            "best_throughput": round(self.best_throughput, 1),
+            "reason": self.reason,
+        }
+
+
+def recommend(param: str, points: list[PointResult]) -> Recommendation | None:
+    """The smallest ``param`` within 5 % of the best throughput (see the module rules)."""
+    done = [p for p in points if not p.interrupted and p.seconds > 0]
+    clean = [p for p in done if p.error_fraction <= ERROR_BUDGET] or done
+    if not clean:
+        return None
+    best = max(clean, key=lambda p: p.throughput)
+    if best.throughput <= 0:
+        return None
+    chosen = min(
+        (p for p in clean if p.throughput >= (1 - WITHIN) * best.throughput),
+        key=lambda p: p.value(param),
+    )
+    share = chosen.throughput / best.throughput
+    reason = (
+        f"{param}={chosen.value(param)} is the smallest value within {WITHIN:.0%} of the best "
+        f"throughput: {chosen.throughput:,.0f} ops/s, {share:.0%} of {best.throughput:,.0f} ops/s "
+        f"at {param}={best.value(param)}"
+    )
+    larger = [p for p in clean if p.value(param) > chosen.value(param)]
+    if larger:
+        top = max(larger, key=lambda p: p.value(param))
+        reason += (
+            f"; more ({param}={top.value(param)}) adds no throughput, only connections "
+            f"(server peak {_peak(top)} vs {_peak(chosen)}) and time per operation "
+            f"(p99 {top.tally.latency.quantile(0.99) * 1e3:.2f} ms vs "
+            f"{chosen.tally.latency.quantile(0.99) * 1e3:.2f} ms)"
+        )
+    if len(clean) < len(done):
+        reason += f"; runs with more than {ERROR_BUDGET:.0%} errors were left out"
+    return Recommendation(
+        param, chosen.value(param), chosen.throughput, best.value(param), best.throughput, reason
+    )
+
+
+def _peak(p: PointResult) -> str:
+    n = (
+        p.server_connections_peak
+        if p.server_connections_peak is not None
+        else (p.client_connections_peak)
+    )
+    return str(n)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BenchResult:
+    config: RunConfig
+    mode: str
+    driver: str | None
+    sweep: Sweep | None
+    points: list[PointResult]
+    interrupted: bool
+    recommendation: Recommendation | None
+
+    def to_json(self) -> dict[str, Any]:
+        c = self.config
+        sim = dataclasses.asdict(c.target.sim) if c.target.sim is not None else None
+        return {
+            "schema": SCHEMA,
+            "target": c.target.shown,
+            "kind": c.target.kind,
+            "mode": self.mode,
+            "driver": self.driver,
+            "settings": {
+                "concurrency": c.concurrency,
+                "processes": c.processes,
+                "duration": c.duration,
+                "ops": c.ops,
+                "warmup": c.warmup,
+                "think": c.think,
+                "max_size": c.max_size,
+                "min_size": c.min_size,
+                "max_connecting": c.max_connecting,
+                "wait_queue_timeout": c.wait_queue_timeout,
+                "connect_timeout": c.connect_timeout,
+                "hooks": c.hooks,
+                "sim": sim,
+            },
+            "sweep": (
+                {"param": self.sweep.param, "values": list(self.sweep.values)}
+                if self.sweep is not None
+                else None
+            ),
+            "results": [p.to_json() for p in self.points],
+            "recommendation": (
+                self.recommendation.to_json() if self.recommendation is not None else None
+            ),
+            "interrupted": self.interrupted,
+        }

@@ -1,0 +1,249 @@
+"""The operation ``poolkit bench`` repeats, per target, and how it connects.
+
+One :class:`Workload` per target kind, built in each worker process from the run's
+:class:`~.config.RunConfig`; its drivers are imported only there (an extra that is missing
+raises the backend's ``ImportError``, naming the ``pip install``).
+
+Rules of this module
+--------------------
+* Each target's connections carry the name :data:`APPLICATION_NAME` where the server can show
+  one (PostgreSQL's ``application_name``, Redis's client name): that is how the bench counts
+  the connections the server sees, and how a test finds any left behind.
+* An operation is bounded by ``op_timeout``: a target that stops answering is an error, not a
+  hang.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Callable
+from typing import Any
+
+from ..options import Hooks
+from ..testing.sim import (
+    SimConnection,
+    SimSocketConnection,
+    sim_check,
+    sim_connect,
+    sim_connect_sync,
+    sim_is_broken,
+)
+from .config import RunConfig
+
+__all__ = ["APPLICATION_NAME", "Workload", "workload"]
+
+#: the name the bench's connections carry on the server
+APPLICATION_NAME = "poolkit-bench"
+
+Connect = Callable[[Any], Any]
+
+
+class Workload:
+    """How to connect and what one operation is, for ``AsyncPool`` (``async_*``) and for
+    ``Pool`` (``sync_*``)."""
+
+    address = ""
+
+    def async_connect(self) -> Connect:
+        raise NotImplementedError
+
+    async def async_op(self, conn: Any) -> None:
+        raise NotImplementedError
+
+    def async_hooks(self) -> Hooks | None:
+        return None
+
+    def sync_connect(self) -> Connect:
+        raise NotImplementedError
+
+    def sync_op(self, conn: Any) -> None:
+        raise NotImplementedError
+
+    def sync_hooks(self) -> Hooks | None:
+        return None
+
+
+def _sim_async_check(conn: SimConnection) -> None:
+    """A plain function: ``AsyncPool`` runs it at once, no task (a check at every checkout)."""
+    if conn.closed:
+        raise ConnectionError("the simulated server closed this connection")
+
+
+class SimWorkload(Workload):
+    def __init__(self, config: RunConfig) -> None:
+        self.host, self.port = config.target.host, config.target.port
+        self.address = f"{self.host}:{self.port}"
+        self.payload = b"x" * config.payload
+        self.timeout = config.op_timeout
+        self.connect_timeout = config.connect_timeout
+
+    def async_connect(self) -> Connect:
+        return sim_connect(self.host, self.port, timeout=self.connect_timeout)
+
+    async def async_op(self, conn: SimConnection) -> None:
+        await conn.request(self.payload, timeout=self.timeout)
+
+    def async_hooks(self) -> Hooks:
+        return Hooks(check=_sim_async_check, is_broken=sim_is_broken)
+
+    def sync_connect(self) -> Connect:
+        return sim_connect_sync(self.host, self.port, timeout=self.connect_timeout)
+
+    def sync_op(self, conn: SimSocketConnection) -> None:
+        conn.request(self.payload, timeout=self.timeout)
+
+    def sync_hooks(self) -> Hooks:
+        return Hooks(check=sim_check, is_broken=sim_is_broken)
+
+
+class AsyncpgWorkload(Workload):
+    def __init__(self, config: RunConfig) -> None:
+        from ..backends import asyncpg as backend
+
+        self.backend = backend
+        self.address = config.target.shown
+        self.query = config.query
+        self.timeout = config.op_timeout
+        kwargs: dict[str, Any] = {"timeout": config.connect_timeout}
+        if config.pgbouncer:
+            kwargs["statement_cache_size"] = 0  # PgBouncer's transaction pooling: see docs/bench.md
+        self.connect = backend.connect(
+            config.target.url, application_name=APPLICATION_NAME, **kwargs
+        )
+
+    def async_connect(self) -> Connect:
+        return self.connect
+
+    async def async_op(self, conn: Any) -> None:
+        await conn.fetchval(self.query, timeout=self.timeout)
+
+    def async_hooks(self) -> Hooks:
+        return self.backend.hooks()
+
+
+class PsycopgWorkload(Workload):
+    def __init__(self, config: RunConfig) -> None:
+        from ..backends import psycopg as backend
+
+        self.backend = backend
+        self.address = config.target.shown
+        self.query = config.query
+        self.timeout = config.op_timeout
+        self.url = config.target.url
+        self.kwargs: dict[str, Any] = {
+            "autocommit": True,
+            "application_name": APPLICATION_NAME,
+            "connect_timeout": max(1, round(config.connect_timeout)),
+        }
+        if config.pgbouncer:
+            self.kwargs["prepare_threshold"] = None
+
+    def async_connect(self) -> Connect:
+        return self.backend.async_connect(self.url, **self.kwargs)
+
+    async def async_op(self, conn: Any) -> None:
+        async with asyncio.timeout(self.timeout):
+            cursor = await conn.execute(self.query)
+            await cursor.fetchall()
+
+    def async_hooks(self) -> Hooks:
+        return self.backend.async_hooks()
+
+    def sync_connect(self) -> Connect:
+        return self.backend.connect(self.url, **self.kwargs)
+
+    def sync_op(self, conn: Any) -> None:
+        conn.execute(self.query).fetchall()
+
+    def sync_hooks(self) -> Hooks:
+        return self.backend.hooks()
+
+
+class RedisWorkload(Workload):
+    def __init__(self, config: RunConfig) -> None:
+        from ..backends import redis as backend
+
+        self.backend = backend
+        self.address = config.target.shown
+        self.url = config.target.url
+        self.kwargs = {
+            "client_name": APPLICATION_NAME,
+            "socket_timeout": config.op_timeout,
+            "socket_connect_timeout": config.connect_timeout,
+        }
+
+    def async_connect(self) -> Connect:
+        return self.backend.async_connect(self.url, **self.kwargs)
+
+    async def async_op(self, conn: Any) -> None:
+        await conn.ping()
+
+    def async_hooks(self) -> Hooks:
+        return self.backend.async_hooks()
+
+    def sync_connect(self) -> Connect:
+        return self.backend.connect(self.url, **self.kwargs)
+
+    def sync_op(self, conn: Any) -> None:
+        conn.ping()
+
+    def sync_hooks(self) -> Hooks:
+        return self.backend.hooks()
+
+
+class TcpWorkload(Workload):
+    """An echo-style target: send ``payload`` bytes, read as many back."""
+
+    def __init__(self, config: RunConfig) -> None:
+        from ..backends import tcp as backend
+
+        self.backend = backend
+        self.host, self.port = config.target.host, config.target.port
+        self.address = f"{self.host}:{self.port}"
+        self.payload = b"x" * (config.payload - 1) + b"\n"
+        self.timeout = config.op_timeout
+        self.connect_timeout = config.connect_timeout
+
+    def async_connect(self) -> Connect:
+        return self.backend.async_connect(
+            self.host, self.port, connect_timeout=self.connect_timeout
+        )
+
+    async def async_op(self, conn: Any) -> None:
+        async with asyncio.timeout(self.timeout):
+            conn.writer.write(self.payload)
+            await conn.reader.readexactly(len(self.payload))
+
+    def async_hooks(self) -> Hooks:
+        return self.backend.async_hooks()
+
+    def sync_connect(self) -> Connect:
+        return self.backend.connect(
+            self.host, self.port, connect_timeout=self.connect_timeout, timeout=self.timeout
+        )
+
+    def sync_op(self, conn: socket.socket) -> None:
+        conn.sendall(self.payload)
+        left = len(self.payload)
+        while left:
+            chunk = conn.recv(left)
+            if not chunk:
+                raise ConnectionError("the target closed the connection")
+            left -= len(chunk)
+
+    def sync_hooks(self) -> Hooks:
+        return self.backend.hooks()
+
+
+def workload(config: RunConfig) -> Workload:
+    """The :class:`Workload` of ``config``'s target (drivers imported here)."""
+    kind = config.target.kind
+    if kind == "sim":
+        return SimWorkload(config)
+    if kind == "postgresql":
+        driver = config.driver or ("psycopg" if config.threads else "asyncpg")
+        return AsyncpgWorkload(config) if driver == "asyncpg" else PsycopgWorkload(config)
+    if kind == "redis":
+        return RedisWorkload(config)
+    return TcpWorkload(config)

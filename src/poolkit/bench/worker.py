@@ -1,0 +1,289 @@
+"""A worker process of ``poolkit bench``: one pool, ``concurrency`` tasks (or threads) repeating
+the target's operation, and reports to the parent over a pipe.
+
+The conversation, parent to worker: the :class:`~.config.RunConfig` at spawn, then ``"go"``
+(start the clock: warm-up, then the measured phase) and possibly ``"stop"`` (Ctrl-C in the
+parent, or another worker failed). Worker to parent: ``("ready", None)`` once its pool is open,
+``("report", WorkerReport)`` every :data:`TICK` seconds and a final one, or ``("error", text)``.
+
+Rules of this module
+--------------------
+* A worker ignores SIGINT: the parent decides when it stops, so that it always closes its pool
+  and sends its final report (Ctrl-C then closes every connection).
+* An operation is counted when it ends inside the measured phase; the wait (checkout) and the
+  operation are timed separately.
+* The pool is used as an application uses it: ``pool.connection()``, nothing private.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import threading
+import time
+from multiprocessing.connection import Connection
+from typing import Any
+
+from ..asyncio import AsyncPool
+from ..options import Hooks, PoolOptions
+from ..threaded import Pool
+from .config import RunConfig
+from .measure import Gauges, Tally, WorkerReport
+from .targets import workload
+
+__all__ = ["TICK", "pool_options", "worker_main"]
+
+TICK = 0.2
+
+
+def pool_options(config: RunConfig, hooks: Hooks | None, share: int = 1) -> PoolOptions:
+    return PoolOptions(
+        max_size=config.max_size,
+        min_size=config.min_size,
+        max_connecting=config.max_connecting,
+        wait_queue_timeout=config.wait_queue_timeout,
+        connect_timeout=config.connect_timeout,
+        hooks=hooks if config.hooks else None,
+    )
+
+
+class _Clock:
+    """The phases of a run: warm-up, measured, over (by time, by operations, or "stop")."""
+
+    def __init__(self, config: RunConfig, share: int | None) -> None:
+        self.config = config
+        self.share = share  # operations this worker does (--ops), None: by time
+        self.started = time.perf_counter()
+        self.measure_from = self.started + config.warmup
+        self.until = (
+            self.measure_from + config.duration
+            if config.duration is not None and share is None
+            else float("inf")
+        )
+        self.started_ops = 0
+        self.stopped_at: float | None = None
+        self.tally = Tally()
+        self.warmup_tally = Tally()
+
+    def current(self, now: float) -> Tally | None:
+        """The tally an operation ending ``now`` counts in (None: over)."""
+        if self.stopped_at is not None or now >= self.until:
+            return None
+        return self.tally if now >= self.measure_from else self.warmup_tally
+
+    def may_start(self) -> bool:
+        if self.stopped_at is not None or time.perf_counter() >= self.until:
+            return False
+        if self.share is not None and time.perf_counter() >= self.measure_from:
+            if self.started_ops >= self.share:
+                return False
+            self.started_ops += 1
+        return True
+
+    def done(self) -> bool:
+        now = time.perf_counter()
+        if self.stopped_at is None and (
+            now >= self.until
+            or (
+                self.share is not None
+                and self.tally.ops + sum(self.tally.errors.values()) >= self.share
+            )
+        ):
+            self.stopped_at = min(now, self.until)
+        return self.stopped_at is not None
+
+    def stop(self) -> None:
+        if self.stopped_at is None:
+            self.stopped_at = time.perf_counter()
+
+    def measured(self) -> float:
+        end = self.stopped_at if self.stopped_at is not None else time.perf_counter()
+        return max(0.0, min(end, self.until) - self.measure_from)
+
+
+def _gauges(stats: Any, before: Gauges) -> Gauges:
+    return Gauges(
+        total=stats.total,
+        in_use=stats.in_use,
+        pending=stats.pending,
+        waiting=stats.waiting,
+        available=stats.available,
+        peak_total=max(before.peak_total, stats.total),
+        peak_waiting=max(before.peak_waiting, stats.waiting),
+        created=stats.connections_created,
+        closed=sum(stats.connections_closed.values()),
+    )
+
+
+def _share(config: RunConfig, index: int) -> int | None:
+    if config.ops is None:
+        return None
+    base, extra = divmod(config.ops, config.processes)
+    return base + (1 if index < extra else 0)
+
+
+def worker_main(config: RunConfig, index: int, channel: Connection) -> None:
+    """The worker process's entry point."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        if config.threads:
+            _run_threads(config, index, channel)
+        else:
+            asyncio.run(_run_async(config, index, channel))
+    except Exception as exc:  # one line for the parent: it ends the run and prints it
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        try:
+            channel.send(("error", f"{type(exc).__name__}: {text}" if text else type(exc).__name__))
+        except OSError:
+            pass
+    finally:
+        channel.close()
+
+
+async def _run_async(config: RunConfig, index: int, channel: Connection) -> None:
+    target = workload(config)
+    loop = asyncio.get_running_loop()
+    inbox: asyncio.Queue[str] = asyncio.Queue()
+    loop.add_reader(channel.fileno(), lambda: inbox.put_nowait(channel.recv()))
+    options = pool_options(config, target.async_hooks())
+    pool: AsyncPool[Any] = AsyncPool(
+        target.async_connect(), address=target.address, options=options
+    )
+    gauges = Gauges()
+    clock: _Clock | None = None
+    try:
+        pool.ready()
+        channel.send(("ready", None))
+        if await inbox.get() != "go":
+            return
+        clock = _Clock(config, _share(config, index))
+        op = target.async_op
+        run_clock = clock
+
+        async def repeat() -> None:
+            perf = time.perf_counter
+            think = config.think
+            while run_clock.may_start():
+                t0 = perf()
+                try:
+                    async with pool.connection() as conn:
+                        t1 = perf()
+                        await op(conn)
+                except Exception as exc:
+                    tally = run_clock.current(perf())
+                    if tally is not None:
+                        tally.error(exc)
+                else:
+                    t2 = perf()
+                    tally = run_clock.current(t2)
+                    if tally is not None:
+                        tally.ops += 1
+                        tally.wait.record(t1 - t0)
+                        tally.latency.record(t2 - t1)
+                if think:
+                    await asyncio.sleep(think)
+
+        tasks = [asyncio.create_task(repeat()) for _ in range(config.concurrency)]
+        while not clock.done():
+            try:
+                message = await asyncio.wait_for(inbox.get(), TICK)
+            except TimeoutError:
+                message = ""
+            if message == "stop":
+                clock.stop()
+            if all(task.done() for task in tasks):
+                clock.stop()
+            gauges = _gauges(pool.stats(), gauges)
+            channel.send(("report", _report(index, clock, gauges)))
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    finally:
+        loop.remove_reader(channel.fileno())
+        await pool.close()
+        if clock is not None:
+            gauges = _gauges(pool.stats(), gauges)
+            left = pool.stats().total
+            channel.send(("report", _report(index, clock, gauges, final=True, left=left)))
+
+
+def _report(
+    index: int, clock: _Clock, gauges: Gauges, final: bool = False, left: int = 0
+) -> WorkerReport:
+    warming = time.perf_counter() < clock.measure_from and clock.stopped_at is None
+    return WorkerReport(index, clock.measured(), warming, clock.tally.copy(), gauges, final, left)
+
+
+def _run_threads(config: RunConfig, index: int, channel: Connection) -> None:
+    target = workload(config)
+    options = pool_options(config, target.sync_hooks())
+    pool: Pool[Any] = Pool(target.sync_connect(), address=target.address, options=options)
+    gauges = Gauges()
+    clock: _Clock | None = None
+    try:
+        pool.ready()
+        channel.send(("ready", None))
+        if channel.recv() != "go":
+            return
+        clock = _Clock(config, _share(config, index))
+        lock = threading.Lock()  # guards the clock's tallies (threads record, the loop copies)
+        op = target.sync_op
+        run_clock = clock
+
+        def repeat() -> None:
+            perf = time.perf_counter
+            think = config.think
+            while True:
+                with lock:
+                    if not run_clock.may_start():
+                        return
+                t0 = perf()
+                try:
+                    with pool.connection() as conn:
+                        t1 = perf()
+                        op(conn)
+                except Exception as exc:
+                    with lock:
+                        tally = run_clock.current(perf())
+                        if tally is not None:
+                            tally.error(exc)
+                else:
+                    t2 = perf()
+                    with lock:
+                        tally = run_clock.current(t2)
+                        if tally is not None:
+                            tally.ops += 1
+                            tally.wait.record(t1 - t0)
+                            tally.latency.record(t2 - t1)
+                if think:
+                    time.sleep(think)
+
+        threads = [
+            threading.Thread(target=repeat, name=f"bench-{i}", daemon=True)
+            for i in range(config.concurrency)
+        ]
+        for thread in threads:
+            thread.start()
+        while True:
+            with lock:
+                if clock.done():
+                    break
+            if channel.poll(TICK) and channel.recv() == "stop":
+                with lock:
+                    clock.stop()
+            if not any(thread.is_alive() for thread in threads):
+                with lock:
+                    clock.stop()
+            gauges = _gauges(pool.stats(), gauges)
+            with lock:
+                report = _report(index, clock, gauges)
+            channel.send(("report", report))
+        pool.close()  # (waiting checkouts fail at once; operations in flight end on their own)
+        for thread in threads:
+            thread.join(config.op_timeout + 1.0)
+    finally:
+        pool.close()
+        if clock is not None:
+            gauges = _gauges(pool.stats(), gauges)
+            left = pool.stats().total
+            channel.send(("report", _report(index, clock, gauges, final=True, left=left)))

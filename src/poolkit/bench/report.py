@@ -115,7 +115,9 @@ class Recommendation:
         }
 
 
-def recommend(param: str, points: list[PointResult]) -> Recommendation | None:
+def recommend(
+    param: str, points: list[PointResult], partial: bool = False
+) -> Recommendation | None:
     """The smallest ``param`` within 5 % of the best throughput (see the module rules)."""
     done = [p for p in points if not p.interrupted and p.seconds > 0]
     clean = [p for p in done if p.error_fraction <= ERROR_BUDGET] or done
@@ -145,6 +147,8 @@ def recommend(param: str, points: list[PointResult]) -> Recommendation | None:
         )
     if len(clean) < len(done):
         reason += f"; runs with more than {ERROR_BUDGET:.0%} errors were left out"
+    if partial:
+        reason += "; from the runs finished before the interruption only"
     return Recommendation(
         param, chosen.value(param), chosen.throughput, best.value(param), best.throughput, reason
     )

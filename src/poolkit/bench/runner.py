@@ -195,7 +195,7 @@ def run_bench(
         sweep,
         points,
         bool(interrupt),
-        recommend(sweep.param, points) if sweep is not None else None,
+        recommend(sweep.param, points, bool(interrupt)) if sweep is not None else None,
     )
 
 

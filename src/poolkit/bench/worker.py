@@ -65,20 +65,27 @@ class _Clock:
         self.tally = Tally()
         self.warmup_tally = Tally()
 
-    def current(self, now: float) -> Tally | None:
-        """The tally an operation ending ``now`` counts in (None: over)."""
+    def current(self, now: float, started_measured: bool) -> Tally | None:
+        """The tally an operation ending ``now`` counts in (None: over). By time, an operation
+        counts where it ends; by count (``--ops``), where it started (so exactly ``share``
+        are measured)."""
+        if self.share is not None:
+            return self.tally if started_measured else self.warmup_tally
         if self.stopped_at is not None or now >= self.until:
             return None
         return self.tally if now >= self.measure_from else self.warmup_tally
 
-    def may_start(self) -> bool:
-        if self.stopped_at is not None or time.perf_counter() >= self.until:
-            return False
-        if self.share is not None and time.perf_counter() >= self.measure_from:
+    def start(self) -> bool | None:
+        """May an operation start? None: no, the run is over; else whether it is measured."""
+        now = time.perf_counter()
+        if self.stopped_at is not None or now >= self.until:
+            return None
+        measured = now >= self.measure_from
+        if self.share is not None and measured:
             if self.started_ops >= self.share:
-                return False
+                return None
             self.started_ops += 1
-        return True
+        return measured
 
     def done(self) -> bool:
         now = time.perf_counter()
@@ -163,19 +170,19 @@ async def _run_async(config: RunConfig, index: int, channel: Connection) -> None
         async def repeat() -> None:
             perf = time.perf_counter
             think = config.think
-            while run_clock.may_start():
+            while (measured := run_clock.start()) is not None:
                 t0 = perf()
                 try:
                     async with pool.connection() as conn:
                         t1 = perf()
                         await op(conn)
                 except Exception as exc:
-                    tally = run_clock.current(perf())
+                    tally = run_clock.current(perf(), measured)
                     if tally is not None:
                         tally.error(exc)
                 else:
                     t2 = perf()
-                    tally = run_clock.current(t2)
+                    tally = run_clock.current(t2, measured)
                     if tally is not None:
                         tally.ops += 1
                         tally.wait.record(t1 - t0)
@@ -235,8 +242,9 @@ def _run_threads(config: RunConfig, index: int, channel: Connection) -> None:
             think = config.think
             while True:
                 with lock:
-                    if not run_clock.may_start():
-                        return
+                    measured = run_clock.start()
+                if measured is None:
+                    return
                 t0 = perf()
                 try:
                     with pool.connection() as conn:
@@ -244,13 +252,13 @@ def _run_threads(config: RunConfig, index: int, channel: Connection) -> None:
                         op(conn)
                 except Exception as exc:
                     with lock:
-                        tally = run_clock.current(perf())
+                        tally = run_clock.current(perf(), measured)
                         if tally is not None:
                             tally.error(exc)
                 else:
                     t2 = perf()
                     with lock:
-                        tally = run_clock.current(t2)
+                        tally = run_clock.current(t2, measured)
                         if tally is not None:
                             tally.ops += 1
                             tally.wait.record(t1 - t0)

@@ -1,0 +1,314 @@
+"""``poolkit bench`` run as a user runs it: a subprocess, its exit code, stdout and stderr.
+
+Wall-clock time is real here (bounded runs of a second or so): these are integration tests of
+the command; the theory check is the one place figures are compared with expectations, with
+wide margins (the machine is shared)."""
+
+from __future__ import annotations
+
+import importlib.resources
+import json
+import signal
+import socketserver
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+from bench_run import (
+    PG_DSN,
+    REDIS_URL,
+    assert_one_line_error,
+    bench,
+    need_port,
+)
+
+SHORT = ("--duration", "1", "--warmup", "0.2")
+
+
+def schema() -> dict[str, Any]:
+    text = importlib.resources.files("poolkit.bench").joinpath("schema.json").read_text()
+    loaded: dict[str, Any] = json.loads(text)
+    return loaded
+
+
+def test_the_default_target_runs_and_prints_a_summary() -> None:
+    ran = bench(*SHORT)
+    assert ran.code == 0, ran.stderr
+    assert "poolkit bench sim://" in ran.stdout
+    assert "ops/s" in ran.stdout and "wait p99" in ran.stdout
+    assert "left open 0" in ran.stdout
+    assert ran.stderr == ""  # (not a terminal: no live view)
+
+
+def test_the_console_script_and_python_m() -> None:
+    script = Path(sys.executable).with_name("poolkit")
+    assert script.exists(), "pip install -e . installs the poolkit console script"
+    done = subprocess.run([str(script), "bench", "--help"], capture_output=True, text=True)
+    assert done.returncode == 0 and "--sweep" in done.stdout and "--processes" in done.stdout
+    done = subprocess.run([sys.executable, "-m", "poolkit"], capture_output=True, text=True)
+    assert done.returncode == 2 and "usage: poolkit bench" in done.stdout
+    done = subprocess.run(
+        [sys.executable, "-m", "poolkit", "serve"], capture_output=True, text=True
+    )
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "'serve'" in done.stderr
+
+
+def test_json_is_the_only_output_and_matches_its_schema() -> None:
+    ran = bench(*SHORT, "--json", "--max-size", "4", "--concurrency", "8")
+    assert ran.code == 0, ran.stderr
+    document = ran.json()  # (all of stdout is one document)
+    jsonschema.validate(document, schema())
+    result = ran.result()
+    assert document["kind"] == "sim" and document["mode"] == "asyncio"
+    assert document["settings"]["max_size"] == 4 and document["sweep"] is None
+    assert result["ops"] > 0 and result["errors"] == {}
+    assert result["connections"]["client_peak"] == 4
+    assert result["connections"]["server_peak"] == 4
+    assert result["connections"]["left_open"] == 0
+    assert result["connections"]["server_left_open"] == 0
+    assert result["throughput"] == pytest.approx(result["ops"] / result["seconds"], rel=0.01)
+
+
+def test_ops_measures_exactly_that_many_over_processes_and_threads() -> None:
+    ran = bench("--ops", "1001", "--processes", "2", "--threads", "-c", "4", "--json")
+    assert ran.code == 0, ran.stderr
+    jsonschema.validate(ran.json(), schema())
+    result = ran.result()
+    assert ran.json()["mode"] == "threads"
+    assert result["ops"] == 1001 and result["errors"] == {}
+    assert result["connections"]["client_peak"] == 8  # two pools of 4 (4 threads each)
+    assert result["connections"]["server_peak"] == 8
+
+
+def test_a_sweep_recommends_a_size_and_plots_it(tmp_path: Path) -> None:
+    png = tmp_path / "sweep.png"
+    ran = bench(*SHORT, "--sweep", "max_size=1,2,8", "--json", "--plot", str(png))
+    assert ran.code == 0, ran.stderr
+    document = ran.json()
+    jsonschema.validate(document, schema())
+    assert document["sweep"] == {"param": "max_size", "values": [1, 2, 8]}
+    assert [r["max_size"] for r in document["results"]] == [1, 2, 8]
+    rec = document["recommendation"]
+    assert rec["param"] == "max_size" and rec["value"] in (1, 2, 8)
+    best = max(r["throughput"] for r in document["results"])
+    assert rec["best_throughput"] == pytest.approx(best, abs=0.1)
+    assert rec["throughput"] >= 0.95 * best - 0.1
+    smaller = [r for r in document["results"] if r["max_size"] < rec["value"]]
+    assert all(r["throughput"] < 0.95 * best for r in smaller)  # the smallest within 5 %
+    assert "within 5%" in rec["reason"]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
+
+
+def test_a_sweep_table_marks_the_recommendation() -> None:
+    ran = bench(*SHORT, "--sweep", "max_size=1..3")
+    assert ran.code == 0, ran.stderr
+    assert "recommended: max_size=" in ran.stdout
+    assert "◀" in ran.stdout
+
+
+def test_the_figures_agree_with_theory() -> None:
+    """1 ms a request, a server that serves 8 at once, 32 tasks.
+
+    * 4 connections: about 4 / 1 ms = 4,000 operations a second. Less in fact by the round trip
+      between two processes (a few tenths of a ms on top of each 1 ms, on this kind of
+      machine): so the precise check is Little's law, throughput = connections busy / time
+      each is held, with the operation time the tool measured.
+    * 16 connections: no more than the server's 8 / 1 ms = 8,000, and each operation now waits
+      at the server (16 sent, 8 served at once): the time per operation grows to about
+      16 / throughput, while checkouts wait less in the pool."""
+    server = "sim://?service_time=1ms&concurrency=8&handshake=0"
+    ran = bench(
+        server,
+        "--sweep",
+        "max_size=4,16",
+        "-c",
+        "32",
+        "--duration",
+        "3",
+        "--warmup",
+        "0.5",
+        "--json",
+    )
+    assert ran.code == 0, ran.stderr
+    four, sixteen = ran.json()["results"]
+    for result, size in ((four, 4), (sixteen, 16)):
+        held = result["latency_ms"]["mean"] / 1e3
+        assert 0.8 <= result["throughput"] * held / size <= 1.05, (size, result)
+    assert 0.55 * 4000 <= four["throughput"] <= 1.05 * 4000, four
+    assert four["latency_ms"]["mean"] >= 1.0  # (the service time is a floor)
+    assert sixteen["throughput"] <= 1.05 * 8000, sixteen
+    assert sixteen["throughput"] >= 1.4 * four["throughput"]
+    assert sixteen["latency_ms"]["mean"] >= 1.3 * four["latency_ms"]["mean"]
+    assert four["wait_ms"]["mean"] > sixteen["wait_ms"]["mean"]
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "words"),
+    [
+        (["--max-size", "0"], 2, ["--max-size"]),
+        (["--min-size", "5", "--max-size", "2"], 2, ["--min-size"]),
+        (["--duration", "soon"], 2, ["--duration", "soon"]),
+        (["--concurrency", "many"], 2, ["--concurrency"]),
+        (["--sweep", "pool=1,2"], 2, ["--sweep"]),
+        (["--sweep", "max_size=8..1"], 2, ["--sweep", "empty"]),
+        (["--plot", "x.png"], 2, ["--plot", "--sweep"]),
+        (["ftp://example.com"], 2, ["scheme"]),
+        (["sim://?service_time=fast"], 2, ["service_time"]),
+        (["sim://?cores=0"], 2, ["concurrency"]),
+        (["sim://?colour=blue"], 2, ["colour"]),
+        (["tcp://127.0.0.1"], 2, ["tcp://HOST:PORT"]),
+        (["tcp://127.0.0.1:1"], 1, ["cannot use tcp://127.0.0.1:1"]),
+        (["postgresql://postgres@127.0.0.1:1/test"], 1, ["cannot use postgresql://"]),
+        (["redis://127.0.0.1:1"], 1, ["cannot use redis://127.0.0.1:1"]),
+    ],
+)
+def test_bad_options_and_unreachable_targets_end_in_one_line(
+    args: list[str], code: int, words: list[str]
+) -> None:
+    assert_one_line_error(bench(*args, *SHORT), code, *words)
+
+
+def test_bad_postgresql_credentials_end_in_one_line() -> None:
+    need_port(PG_DSN, 5432, "PostgreSQL")
+    host = PG_DSN.split("@", 1)[1]
+    ran = bench(f"postgresql://nobody_here:secret@{host}", *SHORT)
+    assert_one_line_error(ran, 1, "nobody_here", "postgresql://nobody_here:***@")
+    assert "secret" not in ran.stderr
+
+
+def test_bad_redis_credentials_end_in_one_line() -> None:
+    need_port(REDIS_URL, 6379, "Redis")
+    host = REDIS_URL.split("//", 1)[1]
+    ran = bench(f"redis://nobody:wrong-secret@{host}", *SHORT)
+    assert_one_line_error(ran, 1, "cannot use redis://nobody:***@", "AuthenticationError")
+    assert "wrong-secret" not in ran.stderr
+
+
+def interrupt(args: list[str], after: float = 4.0) -> tuple[int, str, str]:
+    """Start ``poolkit bench ARGS``, send it SIGINT after ``after`` seconds (as Ctrl-C does)."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "poolkit", "bench", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        time.sleep(after)
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    return process.returncode, out, err
+
+
+@pytest.mark.parametrize("mode", [[], ["--threads"]], ids=["asyncio", "threads"])
+def test_ctrl_c_stops_prints_the_partial_results_and_closes_everything(mode: list[str]) -> None:
+    code, out, err = interrupt(["--duration", "60", "--warmup", "0.2", "--json", *mode])
+    assert code == 130, err
+    assert "Traceback" not in err
+    document = json.loads(out)
+    jsonschema.validate(document, schema())
+    result = document["results"][0]
+    assert document["interrupted"] and result["interrupted"]
+    assert result["ops"] > 0 and 1.0 < result["seconds"] < 30
+    assert result["connections"]["left_open"] == 0
+    assert result["connections"]["server_left_open"] == 0  # the server saw every close
+
+
+def test_ctrl_c_in_a_sweep_keeps_the_runs_done() -> None:
+    """Interrupted in its second run (each takes ~3 s with the start of its process), a sweep
+    keeps the first, marks the second interrupted and starts no third."""
+    args = ["--sweep", "max_size=2,4,8", "--duration", "2.5", "--warmup", "0.2"]
+    code, out, err = interrupt([*args, "--json"], after=4.5)
+    assert code == 130, err
+    document = json.loads(out)
+    first, second = document["results"]
+    assert not first["interrupted"] and second["interrupted"]
+    assert document["interrupted"] and document["recommendation"] is not None
+    code, out, err = interrupt(args, after=4.5)
+    assert code == 130, err
+    assert "interrupted: partial results" in out and "Traceback" not in err
+
+
+def test_a_real_postgresql_target_asyncpg_and_psycopg() -> None:
+    need_port(PG_DSN, 5432, "PostgreSQL")
+    for extra, driver in (([], "asyncpg"), (["--threads"], "psycopg")):
+        ran = bench(PG_DSN, *SHORT, "--max-size", "4", "-c", "8", "--json", *extra)
+        assert ran.code == 0, ran.stderr
+        document = ran.json()
+        jsonschema.validate(document, schema())
+        assert document["driver"] == driver and document["kind"] == "postgresql"
+        result = ran.result()
+        assert result["ops"] > 0 and result["errors"] == {}
+        assert 1 <= result["connections"]["server_peak"] <= 4  # pg_stat_activity saw them
+        assert result["connections"]["server_left_open"] == 0
+
+
+def test_ctrl_c_on_a_real_postgresql_target_leaves_no_session() -> None:
+    need_port(PG_DSN, 5432, "PostgreSQL")
+    code, out, err = interrupt([PG_DSN, "--duration", "60", "--warmup", "0.2", "--json"])
+    assert code == 130, err
+    result = json.loads(out)["results"][0]
+    assert result["ops"] > 0 and result["connections"]["server_left_open"] == 0
+    import psycopg
+
+    with psycopg.connect(PG_DSN) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'poolkit-bench'"
+        ).fetchone()
+    assert row == (0,)
+
+
+def test_a_real_redis_target() -> None:
+    need_port(REDIS_URL, 6379, "Redis")
+    for extra in ([], ["--threads"]):
+        ran = bench(REDIS_URL, *SHORT, "--max-size", "3", "-c", "6", "--json", *extra)
+        assert ran.code == 0, ran.stderr
+        result = ran.result()
+        assert result["ops"] > 0 and result["errors"] == {}
+        assert result["connections"]["server_peak"] == 3  # CLIENT LIST, by name
+        assert result["connections"]["server_left_open"] == 0
+
+
+class _Echo(socketserver.BaseRequestHandler):
+    def handle(self) -> None:
+        while data := self.request.recv(65536):
+            self.request.sendall(data)
+
+
+@pytest.fixture
+def echo_port() -> Iterator[int]:
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Echo)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_tcp_echo_target(echo_port: int) -> None:
+    for extra in ([], ["--threads"]):
+        ran = bench(f"tcp://127.0.0.1:{echo_port}", *SHORT, "--payload", "64", "--json", *extra)
+        assert ran.code == 0, ran.stderr
+        result = ran.result()
+        assert result["ops"] > 0 and result["errors"] == {}
+        assert result["connections"]["server_peak"] is None  # (a raw server cannot say)
+
+
+def test_think_time_and_no_hooks() -> None:
+    """Each of 4 tasks pauses 20 ms between operations: at most 4 / 21 ms = 190 a second."""
+    ran = bench(*SHORT, "-c", "4", "--max-size", "4", "--think", "20ms", "--no-hooks", "--json")
+    assert ran.code == 0, ran.stderr
+    assert ran.json()["settings"]["hooks"] is False
+    assert 0 < ran.result()["throughput"] <= 4 / 0.020

@@ -1,0 +1,157 @@
+"""The parts of ``poolkit bench`` that decide: option parsing, the histogram, the
+recommendation (no processes, no clock)."""
+
+from __future__ import annotations
+
+import math
+import pickle
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from poolkit.bench.config import (
+    BenchUsageError,
+    RunConfig,
+    parse_duration,
+    parse_sweep,
+    parse_target,
+)
+from poolkit.bench.histogram import Histogram
+from poolkit.bench.measure import Tally
+from poolkit.bench.report import PointResult, recommend
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("2", 2.0), ("1.5", 1.5), ("250ms", 0.25), ("2s", 2.0), ("1m", 60.0), ("50us", 5e-5)],
+)
+def test_durations(text: str, seconds: float) -> None:
+    assert parse_duration(text, "--x") == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["", "soon", "1 fortnight", "-1s", "ms"])
+def test_bad_durations_name_the_option(text: str) -> None:
+    with pytest.raises(BenchUsageError, match="--x"):
+        parse_duration(text, "--x")
+
+
+@pytest.mark.parametrize(
+    ("text", "values"),
+    [
+        ("max_size=1,2,4", (1, 2, 4)),
+        ("max_size=1..4", (1, 2, 3, 4)),
+        ("max_size=1..64:x2", (1, 2, 4, 8, 16, 32, 64)),
+        ("max_size=2..9:3", (2, 5, 8)),
+        ("concurrency=8", (8,)),
+        ("min-size=0,1", (0, 1)),
+    ],
+)
+def test_sweeps(text: str, values: tuple[int, ...]) -> None:
+    assert parse_sweep(text).values == values
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["max_size", "size=1,2", "max_size=", "max_size=0,1", "max_size=4..1", "max_size=1..8:x1",
+     "max_size=1..1000", "max_size=a,b"],
+)
+def test_bad_sweeps(text: str) -> None:
+    with pytest.raises(BenchUsageError, match="--sweep"):
+        parse_sweep(text)
+
+
+def test_targets_mask_passwords() -> None:
+    target = parse_target("postgresql://app:s3cret@db.example:5432/prod")
+    assert target.kind == "postgresql" and "s3cret" in target.url
+    assert target.shown == "postgresql://app:***@db.example:5432/prod"
+    assert "s3cret" not in repr(RunConfig(target).target.shown)
+    assert parse_target("redis://:pw@host:6379/0").shown == "redis://:***@host:6379/0"
+    tcp = parse_target("tcp://127.0.0.1:7000")
+    assert (tcp.kind, tcp.host, tcp.port) == ("tcp", "127.0.0.1", 7000)
+
+
+def test_sim_settings_from_the_query_and_from_options() -> None:
+    target = parse_target("sim://?service_time=2ms&concurrency=4", {"streams": "8"})
+    assert target.sim is not None
+    assert target.sim.service_time == pytest.approx(0.002)
+    assert (target.sim.concurrency, target.sim.max_streams) == (4, 8)
+    assert target.sim.max_connections == 100  # (a default kept)
+    exp = parse_target("sim://?service_time=exp:1ms&concurrency=none").sim
+    assert exp is not None and exp.service_time == ("exp", 0.001) and exp.concurrency is None
+    with pytest.raises(BenchUsageError, match="--sim"):
+        parse_target("redis://h", {"streams": "2"})
+
+
+def test_run_config_rules() -> None:
+    base = RunConfig(parse_target("sim://"))
+    base.check()
+    for change, option in [
+        ({"concurrency": 0}, "--concurrency"),
+        ({"max_size": 0}, "--max-size"),
+        ({"min_size": 11}, "--min-size"),
+        ({"ops": 1, "processes": 2}, "--ops"),
+        ({"driver": "asyncpg"}, "--driver"),
+    ]:
+        with pytest.raises(BenchUsageError, match=option):
+            RunConfig(base.target, **change).check()  # type: ignore[arg-type]
+
+
+@given(st.lists(st.floats(min_value=1e-6, max_value=10.0), min_size=1, max_size=300))
+def test_histogram_quantiles_are_within_a_bucket(values: list[float]) -> None:
+    h = Histogram()
+    for v in values:
+        h.record(v)
+    ordered = sorted(values)
+    for q in (0.5, 0.9, 0.99):
+        exact = ordered[max(0, math.ceil(q * len(values)) - 1)]
+        assert h.quantile(q) == pytest.approx(exact, rel=0.011)
+    assert (h.min, h.max, h.count) == (ordered[0], ordered[-1], len(values))
+    assert h.quantile(1.0) == ordered[-1]
+
+
+@given(
+    st.lists(st.floats(min_value=1e-6, max_value=1.0), max_size=50),
+    st.lists(st.floats(min_value=1e-6, max_value=1.0), max_size=50),
+)
+def test_histograms_merge_as_if_recorded_together(a: list[float], b: list[float]) -> None:
+    one, two, both = Histogram(), Histogram(), Histogram()
+    for v in a:
+        one.record(v)
+        both.record(v)
+    for v in b:
+        two.record(v)
+        both.record(v)
+    one.merge(pickle.loads(pickle.dumps(two)))  # (as from a worker process)
+    assert one.buckets == both.buckets and one.count == both.count
+    assert one.quantile(0.99) == both.quantile(0.99)
+
+
+def point(size: int, throughput: float, errors: int = 0) -> PointResult:
+    tally = Tally(ops=int(throughput))
+    if errors:
+        tally.errors["WaitQueueTimeoutError"] = errors
+    return PointResult(
+        max_size=size, min_size=0, max_connecting=2, concurrency=32, processes=1, seconds=1.0,
+        tally=tally, client_connections_peak=size, server_connections_peak=size,
+        connections_created=size, left_open=0, server_left_open=0, interrupted=False,
+    )
+
+
+def test_the_recommendation_is_the_smallest_within_five_percent() -> None:
+    points = [point(1, 900), point(2, 1800), point(4, 3500), point(8, 3900), point(16, 4000)]
+    rec = recommend("max_size", points)
+    assert rec is not None
+    assert (rec.value, rec.best_value) == (8, 16)  # 3,900 is 97.5 % of 4,000; 3,500 is 87.5 %
+    assert "smallest value within 5%" in rec.reason and "max_size=16" in rec.reason
+
+
+def test_runs_with_errors_are_not_recommended() -> None:
+    points = [point(1, 1000, errors=500), point(2, 990)]
+    rec = recommend("max_size", points)
+    assert rec is not None and rec.value == 2 and "errors were left out" in rec.reason
+
+
+def test_no_recommendation_without_a_finished_run() -> None:
+    assert recommend("max_size", []) is None
+    assert recommend("max_size", [point(1, 0)]) is None

@@ -39,12 +39,12 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def _duration(what: str, allow_none: bool = False) -> Callable[[str], float | None]:
+def _duration(allow_none: bool = False) -> Callable[[str], float | None]:
     def parse(text: str) -> float | None:
         if allow_none and text.lower() in {"none", "off"}:
             return None
         try:
-            return parse_duration(text, what)
+            return parse_duration(text, "")  # (argparse names the option)
         except BenchUsageError as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
 
@@ -90,7 +90,7 @@ def parser() -> argparse.ArgumentParser:
     w.add_argument(
         "-d",
         "--duration",
-        type=_duration("--duration"),
+        type=_duration(),
         default=10.0,
         help="measured seconds, after the warm-up (default 10s; e.g. 500ms, 30s, 2m)",
     )
@@ -103,13 +103,13 @@ def parser() -> argparse.ArgumentParser:
     )
     w.add_argument(
         "--warmup",
-        type=_duration("--warmup"),
+        type=_duration(),
         default=1.0,
         help="seconds run before measuring (default 1s)",
     )
     w.add_argument(
         "--think",
-        type=_duration("--think"),
+        type=_duration(),
         default=0.0,
         help="pause between one task's operations, outside the pool (default 0)",
     )
@@ -122,7 +122,7 @@ def parser() -> argparse.ArgumentParser:
     )
     w.add_argument(
         "--op-timeout",
-        type=_duration("--op-timeout"),
+        type=_duration(),
         default=10.0,
         help="longest one operation may take (default 10s)",
     )
@@ -139,13 +139,11 @@ def parser() -> argparse.ArgumentParser:
     o.add_argument("--max-connecting", type=int, default=2, help="default 2")
     o.add_argument(
         "--wait-timeout",
-        type=_duration("--wait-timeout", True),
+        type=_duration(allow_none=True),
         default=10.0,
         help="wait_queue_timeout (default 10s; 'none': wait forever)",
     )
-    o.add_argument(
-        "--connect-timeout", type=_duration("--connect-timeout"), default=10.0, help="default 10s"
-    )
+    o.add_argument("--connect-timeout", type=_duration(), default=10.0, help="default 10s")
     o.add_argument(
         "--no-hooks",
         action="store_true",

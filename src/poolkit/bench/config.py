@@ -43,7 +43,8 @@ def parse_duration(text: str, what: str) -> float:
     """``"250ms"``, ``"2s"``, ``"1.5"`` (seconds), ``"1m"`` -> seconds."""
     match = _DURATION.match(text)
     if match is None or match.group(2).lower() not in {*_UNITS, ""}:
-        raise BenchUsageError(f"{what}: {text!r} is not a duration (e.g. 500ms, 2s, 1.5, 1m)")
+        prefix = f"{what}: " if what else ""
+        raise BenchUsageError(f"{prefix}{text!r} is not a duration (e.g. 500ms, 2s, 1.5, 1m)")
     return float(match.group(1)) * _UNITS.get(match.group(2).lower(), 1.0)
 
 

@@ -10,6 +10,7 @@ Rules of this module
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from rich import box
@@ -165,13 +166,17 @@ def _point_table(points: list[PointResult], param: str | None, chosen: int | Non
     )
     if param is not None:
         table.add_column(param, justify="right", style="bold", no_wrap=True, min_width=len(param))
-    for name in ("ops/s", "wait p99", "wait max", "op p50", "op p99", "conns", "server"):
+    names = ["ops/s", "wait p50", "wait p99", "wait max", "op p50", "op p99", "conns", "server"]
+    if param is not None:
+        names.remove("wait p50")  # (a sweep's table has a column more: keep it in 80 columns)
+    for name in names:
         table.add_column(name, justify="right", no_wrap=True)
     table.add_column("errors", justify="right", no_wrap=True, min_width=6)
     for p in points:
         server = "?" if p.server_connections_peak is None else str(p.server_connections_peak)
         row = [
             f"{p.throughput:,.0f}",
+            *([_ms(p.tally.wait.quantile(0.5))] if param is None else []),
             _ms(p.tally.wait.quantile(0.99)),
             _ms(p.tally.wait.max),
             _ms(p.tally.latency.quantile(0.5)),
@@ -191,6 +196,8 @@ def _point_table(points: list[PointResult], param: str | None, chosen: int | Non
 
 def print_summary(result: BenchResult, console: Console | None = None) -> None:
     out = console or Console(highlight=False)
+    if not out.is_terminal and "COLUMNS" not in os.environ:
+        out.width = 120  # (a pipe or a file: no terminal to fit, and 80 would cut the table)
     c = result.config
     mode = result.mode + (f", {result.driver}" if result.driver else "")
     out.print(f"[bold]poolkit bench[/] {describe(c)} ({mode})")

@@ -139,11 +139,14 @@ def recommend(
     larger = [p for p in clean if p.value(param) > chosen.value(param)]
     if larger:
         top = max(larger, key=lambda p: p.value(param))
-        reason += (
-            f"; more ({param}={top.value(param)}) adds no throughput, only connections "
-            f"(server peak {_peak(top)} vs {_peak(chosen)}) and time per operation "
-            f"(p99 {top.tally.latency.quantile(0.99) * 1e3:.2f} ms vs "
-            f"{chosen.tally.latency.quantile(0.99) * 1e3:.2f} ms)"
+        costs = []
+        if _peak(top) != _peak(chosen):
+            costs.append(f"connections (server peak {_peak(top)} vs {_peak(chosen)})")
+        p99_top, p99_chosen = (p.tally.latency.quantile(0.99) * 1e3 for p in (top, chosen))
+        if p99_top > p99_chosen:
+            costs.append(f"time per operation (p99 {p99_top:.2f} ms vs {p99_chosen:.2f} ms)")
+        reason += f"; more ({param}={top.value(param)}) adds no throughput" + (
+            f", only {' and '.join(costs)}" if costs else ""
         )
     if len(clean) < len(done):
         reason += f"; runs with more than {ERROR_BUDGET:.0%} errors were left out"

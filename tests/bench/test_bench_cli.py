@@ -312,3 +312,22 @@ def test_think_time_and_no_hooks() -> None:
     assert ran.code == 0, ran.stderr
     assert ran.json()["settings"]["hooks"] is False
     assert 0 < ran.result()["throughput"] <= 4 / 0.020
+
+
+def test_the_readme_and_docs_name_only_options_that_exist() -> None:
+    """Every ``--option`` the README's bench section and docs/bench.md mention is one the
+    command has; the README's main-job command is the install plus ``poolkit bench``."""
+    import re
+
+    root = Path(__file__).resolve().parents[2]
+    readme = (root / "README.md").read_text()
+    assert "    pip install '.[bench]' && poolkit bench\n" in readme
+    section = readme[readme.index("## `poolkit bench`") : readme.index("## Quickstart")]
+    text = section + (root / "docs" / "bench.md").read_text()
+    done = subprocess.run(
+        [sys.executable, "-m", "poolkit", "bench", "--help"], capture_output=True, text=True
+    )
+    mentioned = set(re.findall(r"(?<![\w-])--[a-z][a-z-]+", text))
+    missing = {option for option in mentioned if option not in done.stdout}
+    assert not missing, missing
+    assert (root / "docs" / "bench-sweep.png").exists()

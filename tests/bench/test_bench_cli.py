@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.resources
 import json
+import re
 import signal
 import socketserver
 import subprocess
@@ -317,8 +318,6 @@ def test_think_time_and_no_hooks() -> None:
 def test_the_readme_and_docs_name_only_options_that_exist() -> None:
     """Every ``--option`` the README's bench section and docs/bench.md mention is one the
     command has; the README's main-job command is the install plus ``poolkit bench``."""
-    import re
-
     root = Path(__file__).resolve().parents[2]
     readme = (root / "README.md").read_text()
     assert "    pip install '.[bench]' && poolkit bench\n" in readme
@@ -331,3 +330,48 @@ def test_the_readme_and_docs_name_only_options_that_exist() -> None:
     missing = {option for option in mentioned if option not in done.stdout}
     assert not missing, missing
     assert (root / "docs" / "bench-sweep.png").exists()
+
+
+def test_on_a_terminal_it_shows_the_live_view() -> None:
+    """On a terminal (a pseudo-terminal here) stderr carries the live view while the run goes:
+    throughput, waits, connections, errors and the progress bar."""
+    import os
+    import pty
+
+    master, slave = pty.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "poolkit", "bench", "--duration", "1.5", "--warmup", "0.3"],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        env={**os.environ, "TERM": "xterm-256color", "COLUMNS": "110", "LINES": "40"},
+    )
+    os.close(slave)
+    seen = b""
+    try:
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # (EIO: the command ended and closed the terminal)
+                break
+            if not chunk:
+                break
+            seen += chunk
+    finally:
+        process.wait(timeout=60)
+        os.close(master)
+    assert process.returncode == 0
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", seen.decode(errors="replace"))
+    for words in (
+        "throughput",
+        "ops/s now",
+        "checkout wait",
+        "(p50 / p99 / max)",
+        "checkouts waiting",
+        "server sees",
+        "errors",
+        "measuring",
+        "100%",
+    ):
+        assert words in text, words
+    assert "operations in" in text  # (and the summary after it)

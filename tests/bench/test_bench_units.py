@@ -53,8 +53,16 @@ def test_sweeps(text: str, values: tuple[int, ...]) -> None:
 
 @pytest.mark.parametrize(
     "text",
-    ["max_size", "size=1,2", "max_size=", "max_size=0,1", "max_size=4..1", "max_size=1..8:x1",
-     "max_size=1..1000", "max_size=a,b"],
+    [
+        "max_size",
+        "size=1,2",
+        "max_size=",
+        "max_size=0,1",
+        "max_size=4..1",
+        "max_size=1..8:x1",
+        "max_size=1..1000",
+        "max_size=a,b",
+    ],
 )
 def test_bad_sweeps(text: str) -> None:
     with pytest.raises(BenchUsageError, match="--sweep"):
@@ -132,9 +140,19 @@ def point(size: int, throughput: float, errors: int = 0) -> PointResult:
     if errors:
         tally.errors["WaitQueueTimeoutError"] = errors
     return PointResult(
-        max_size=size, min_size=0, max_connecting=2, concurrency=32, processes=1, seconds=1.0,
-        tally=tally, client_connections_peak=size, server_connections_peak=size,
-        connections_created=size, left_open=0, server_left_open=0, interrupted=False,
+        max_size=size,
+        min_size=0,
+        max_connecting=2,
+        concurrency=32,
+        processes=1,
+        seconds=1.0,
+        tally=tally,
+        client_connections_peak=size,
+        server_connections_peak=size,
+        connections_created=size,
+        left_open=0,
+        server_left_open=0,
+        interrupted=False,
     )
 
 

@@ -250,6 +250,8 @@ class RunConfig:
     payload: int = 16
     pgbouncer: bool = False
     op_timeout: float = 10.0
+    #: the name the run's connections carry on the server (the runner makes it per run)
+    app_name: str = "poolkit-bench"
 
     def with_value(self, param: str, value: int) -> RunConfig:
         if param not in SWEEPABLE:

@@ -24,6 +24,7 @@ from .config import RunConfig
 from .histogram import Histogram
 from .report import BenchResult, PointResult
 from .runner import Live
+from .targets import hint
 
 __all__ = ["Display", "print_summary"]
 
@@ -42,7 +43,7 @@ def _errors(errors: dict[str, int]) -> str:
     return ", ".join(f"{kind} {n:,}" for kind, n in sorted(errors.items(), key=lambda kv: -kv[1]))
 
 
-def describe(config: RunConfig, swept: str | None = None) -> str:
+def describe(config: RunConfig, swept: str | None = None, target: bool = True) -> str:
     """The run in one line (``swept``: the parameter a sweep varies, left out)."""
     mode = f"{config.concurrency} threads" if config.threads else f"{config.concurrency} tasks"
     procs = f" in each of {config.processes} processes" if config.processes > 1 else ""
@@ -53,7 +54,8 @@ def describe(config: RunConfig, swept: str | None = None) -> str:
     )
     if swept == "concurrency":
         mode = "threads" if config.threads else "tasks"
-    return f"{config.target.shown}  {sizes}  {mode}{procs}{_server(config)}"
+    where = f"{config.target.shown}  " if target else ""
+    return f"{where}{sizes}  {mode}{procs}{_server(config)}"
 
 
 def _server(config: RunConfig) -> str:
@@ -200,7 +202,8 @@ def print_summary(result: BenchResult, console: Console | None = None) -> None:
         out.width = 120  # (a pipe or a file: no terminal to fit, and 80 would cut the table)
     c = result.config
     mode = result.mode + (f", {result.driver}" if result.driver else "")
-    out.print(f"[bold]poolkit bench[/] {describe(c)} ({mode})")
+    out.print(f"[bold]poolkit bench[/] {c.target.shown} ({mode})")
+    out.print(describe(c, result.sweep.param if result.sweep else None, target=False))
     if result.interrupted:
         out.print("[yellow]interrupted: partial results[/]")
     if not result.points:
@@ -217,6 +220,9 @@ def print_summary(result: BenchResult, console: Console | None = None) -> None:
         )
     if rec is not None:
         out.print(f"[bold green]recommended: {rec.param}={rec.value}[/] — {rec.reason}")
+    advice = hint(c, {kind for p in result.points for kind in p.tally.errors})
+    if advice is not None:
+        out.print(f"[yellow]{advice}[/]")
     for p in result.points:
         if p.server_left_open:
             out.print(f"[red]the server still saw {p.server_left_open} connections after close[/]")

@@ -18,6 +18,7 @@ import asyncio
 import collections
 import dataclasses
 import multiprocessing
+import os
 import signal
 import time
 from collections.abc import Iterator
@@ -30,9 +31,10 @@ from ..asyncio import AsyncPool
 from ..threaded import Pool
 from .config import RunConfig, Sweep
 from .measure import Gauges, Tally, WorkerReport
-from .observe import Observer, SimProcess, observer_for
+from .observe import Observer, observer_for
 from .report import BenchResult, PointResult, recommend
-from .targets import Workload, workload
+from .sim_process import SimProcess
+from .targets import APPLICATION_NAME, Workload, hint, workload
 from .worker import TICK, pool_options, worker_main
 
 __all__ = ["BenchError", "Interrupt", "Live", "QuietSink", "Sink", "run_bench"]
@@ -141,7 +143,11 @@ def probe(config: RunConfig, target: Workload) -> None:
 
             asyncio.run(once())
     except Exception as exc:
-        raise BenchError(f"cannot use {config.target.shown}: {_one_line(exc)}") from None
+        advice = hint(config, [type(exc).__name__])
+        raise BenchError(
+            f"cannot use {config.target.shown}: {_one_line(exc)}"
+            + (f" ({advice})" if advice else "")
+        ) from None
 
 
 def run_bench(
@@ -152,6 +158,7 @@ def run_bench(
     observer: Observer | None = None
     points: list[PointResult] = []
     try:
+        base = dataclasses.replace(base, app_name=f"{APPLICATION_NAME}-{os.getpid()}")
         if base.target.sim is not None:
             sim = SimProcess(base.target.sim, context)
             base = dataclasses.replace(

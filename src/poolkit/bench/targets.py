@@ -6,9 +6,10 @@ raises the backend's ``ImportError``, naming the ``pip install``).
 
 Rules of this module
 --------------------
-* Each target's connections carry the name :data:`APPLICATION_NAME` where the server can show
-  one (PostgreSQL's ``application_name``, Redis's client name): that is how the bench counts
-  the connections the server sees, and how a test finds any left behind.
+* Each target's connections carry the run's name (``RunConfig.app_name``,
+  :data:`APPLICATION_NAME` and the parent's pid) where the server can show one (PostgreSQL's
+  ``application_name``, Redis's client name): that is how the bench counts the connections the
+  server sees, apart from another run's, and how a test finds any left behind.
 * An operation is bounded by ``op_timeout``: a target that stops answering is an error, not a
   hang.
 """
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..options import Hooks
@@ -31,10 +32,32 @@ from ..testing.sim import (
 )
 from .config import RunConfig
 
-__all__ = ["APPLICATION_NAME", "Workload", "workload"]
+__all__ = ["APPLICATION_NAME", "PREPARED_STATEMENT_ERRORS", "Workload", "hint", "workload"]
 
-#: the name the bench's connections carry on the server
+#: the start of the name the bench's connections carry on the server
 APPLICATION_NAME = "poolkit-bench"
+
+#: what a driver raises when named prepared statements meet a pooler's transaction pooling
+PREPARED_STATEMENT_ERRORS = frozenset(
+    {
+        "InvalidSQLStatementNameError",  # asyncpg: prepared statement ... does not exist
+        "DuplicatePreparedStatementError",  # asyncpg: ... already exists
+        "InvalidSqlStatementName",  # psycopg
+        "DuplicatePreparedStatement",
+    }
+)
+
+
+def hint(config: RunConfig, kinds: Iterable[str]) -> str | None:
+    """What to try, when errors of these kinds say more than their names."""
+    failing = any(kind in PREPARED_STATEMENT_ERRORS for kind in kinds)
+    if failing and config.target.kind == "postgresql" and not config.pgbouncer:
+        return (
+            "prepared statements fail: is the target PgBouncer in transaction mode? "
+            "Use --pgbouncer (see docs/bench-pgbouncer.md)"
+        )
+    return None
+
 
 Connect = Callable[[Any], Any]
 
@@ -109,7 +132,7 @@ class AsyncpgWorkload(Workload):
         if config.pgbouncer:
             kwargs["statement_cache_size"] = 0  # PgBouncer's transaction pooling: see docs/bench.md
         self.connect = backend.connect(
-            config.target.url, application_name=APPLICATION_NAME, **kwargs
+            config.target.url, application_name=config.app_name, **kwargs
         )
 
     def async_connect(self) -> Connect:
@@ -133,7 +156,7 @@ class PsycopgWorkload(Workload):
         self.url = config.target.url
         self.kwargs: dict[str, Any] = {
             "autocommit": True,
-            "application_name": APPLICATION_NAME,
+            "application_name": config.app_name,
             "connect_timeout": max(1, round(config.connect_timeout)),
         }
         if config.pgbouncer:
@@ -168,7 +191,7 @@ class RedisWorkload(Workload):
         self.address = config.target.shown
         self.url = config.target.url
         self.kwargs = {
-            "client_name": APPLICATION_NAME,
+            "client_name": config.app_name,
             "socket_timeout": config.op_timeout,
             "socket_connect_timeout": config.connect_timeout,
         }

@@ -36,7 +36,7 @@ __all__ = ["TICK", "pool_options", "worker_main"]
 TICK = 0.2
 
 
-def pool_options(config: RunConfig, hooks: Hooks | None, share: int = 1) -> PoolOptions:
+def pool_options(config: RunConfig, hooks: Hooks | None) -> PoolOptions:
     return PoolOptions(
         max_size=config.max_size,
         min_size=config.min_size,

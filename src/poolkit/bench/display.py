@@ -78,25 +78,22 @@ class Display:
         self.err = Console(stderr=True, highlight=False)
         self.enabled = live and self.err.is_terminal
         self._live: RichLive | None = None
-        self._progress = Progress(
+        self._progress = self._new_progress()
+        self._task: Any = None
+
+    def _new_progress(self) -> Progress:
+        return Progress(
             TextColumn("{task.description}"),
             BarColumn(),
             TaskProgressColumn(),
             TimeElapsedColumn(),
             console=self.err,
         )
-        self._task: Any = None
 
     def start_point(self, label: str, config: RunConfig) -> None:
         if not self.enabled:
             return
-        self._progress = Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            TaskProgressColumn(),
-            TimeElapsedColumn(),
-            console=self.err,
-        )
+        self._progress = self._new_progress()
         self._task = self._progress.add_task(label, total=1.0)
         self._live = RichLive(
             self._render(None, config), console=self.err, refresh_per_second=4, transient=True

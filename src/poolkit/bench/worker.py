@@ -75,6 +75,19 @@ class _Clock:
             return None
         return self.tally if now >= self.measure_from else self.warmup_tally
 
+    def ended(self, measured: bool, t0: float, t1: float, t2: float) -> None:
+        """An operation asked for a connection at ``t0``, had it at ``t1``, was done at ``t2``."""
+        tally = self.current(t2, measured)
+        if tally is not None:
+            tally.ops += 1
+            tally.wait.record(t1 - t0)
+            tally.latency.record(t2 - t1)
+
+    def failed(self, measured: bool, error: BaseException) -> None:
+        tally = self.current(time.perf_counter(), measured)
+        if tally is not None:
+            tally.error(error)
+
     def start(self) -> bool | None:
         """May an operation start? None: no, the run is over; else whether it is measured."""
         now = time.perf_counter()
@@ -177,16 +190,9 @@ async def _run_async(config: RunConfig, index: int, channel: Connection) -> None
                         t1 = perf()
                         await op(conn)
                 except Exception as exc:
-                    tally = run_clock.current(perf(), measured)
-                    if tally is not None:
-                        tally.error(exc)
+                    run_clock.failed(measured, exc)
                 else:
-                    t2 = perf()
-                    tally = run_clock.current(t2, measured)
-                    if tally is not None:
-                        tally.ops += 1
-                        tally.wait.record(t1 - t0)
-                        tally.latency.record(t2 - t1)
+                    run_clock.ended(measured, t0, t1, perf())
                 if think:
                     await asyncio.sleep(think)
 
@@ -252,17 +258,11 @@ def _run_threads(config: RunConfig, index: int, channel: Connection) -> None:
                         op(conn)
                 except Exception as exc:
                     with lock:
-                        tally = run_clock.current(perf(), measured)
-                        if tally is not None:
-                            tally.error(exc)
+                        run_clock.failed(measured, exc)
                 else:
                     t2 = perf()
                     with lock:
-                        tally = run_clock.current(t2, measured)
-                        if tally is not None:
-                            tally.ops += 1
-                            tally.wait.record(t1 - t0)
-                            tally.latency.record(t2 - t1)
+                        run_clock.ended(measured, t0, t1, t2)
                 if think:
                     time.sleep(think)
 

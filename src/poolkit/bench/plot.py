@@ -75,15 +75,16 @@ def plot_sweep(result: BenchResult, path: str) -> None:
             f"recommended {param}={rec.value}\n{rec.throughput:,.0f} ops/s "
             f"({rec.throughput / rec.best_throughput:.0%} of best)",
             xy=(rec.value, rec.throughput),
-            xytext=(-190 if xs.index(rec.value) >= len(xs) / 2 else 12, -45),
-            textcoords="offset points",
+            xytext=(0.62, 0.12),  # (below a rising curve, right: free on any sweep)
+            textcoords="axes fraction",
             arrowprops={"arrowstyle": "->", "color": "tab:green"},
+            bbox={"boxstyle": "round", "facecolor": "white", "edgecolor": "tab:green"},
             color="tab:green",
             fontsize=10,
             fontweight="bold",
         )
         title += f" — recommended {param}={rec.value}"
-    top.legend(loc="lower right")
+    top.legend(loc="upper left")
     bottom.legend(loc="upper left")
     fig.suptitle(title, fontsize=12, fontweight="bold")
     c = result.config

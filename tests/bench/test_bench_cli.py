@@ -42,7 +42,7 @@ def test_the_default_target_runs_and_prints_a_summary() -> None:
     ran = bench(*SHORT)
     assert ran.code == 0, ran.stderr
     assert "poolkit bench sim://" in ran.stdout
-    assert "ops/s" in ran.stdout and "wait p99" in ran.stdout
+    assert "ops/s" in ran.stdout and "checkout wait" in ran.stdout
     assert "left open 0" in ran.stdout
     assert ran.stderr == ""  # (not a terminal: no live view)
 

@@ -1,0 +1,424 @@
+"""A MongoDB connection: OP_MSG over asyncio streams (:class:`AsyncMongoConnection`) or a
+blocking socket (:class:`MongoConnection`), established with the ``hello`` handshake, and the
+connect functions that give them to :class:`poolkit.AsyncPool` and :class:`poolkit.Pool`.
+
+Rules of this module
+--------------------
+* Establishing is connect (TCP, TLS) then ``hello``; any network error or timeout in it is a
+  :class:`~.errors.HandshakeError` (labelled, clears no pool). In load-balanced mode the
+  ``hello`` says ``loadBalanced: true`` and a reply without ``serviceId`` fails with the spec's
+  exact message; the connection's ``service_id`` is the reply's.
+* One command at a time on a connection (OP_MSG has no multiplexing); a network error breaks
+  the connection (``closed``), an ``ok: 0`` reply does not.
+* What is sent and checked is decided by :class:`_Protocol` (no I/O), shared by both
+  connection classes: they only move bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import platform
+import socket
+import ssl
+import sys
+import threading
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
+
+from .._frontend import ConnectContext, Established
+from .errors import HandshakeError, LoadBalancerUnsupportedError, NetworkError, OperationFailure
+from .wire import MAX_MESSAGE_SIZE, Message, MessageReader, ProtocolError, encode_msg
+
+__all__ = [
+    "AsyncMongoConnection",
+    "MongoConnection",
+    "client_metadata",
+    "connect",
+    "connect_sync",
+    "hello_command",
+]
+
+DRIVER_NAME = "poolkit"
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("poolkit")
+    except PackageNotFoundError:
+        return "0"
+
+
+def client_metadata(app_name: str | None = None) -> dict[str, Any]:
+    """The handshake's ``client`` document (the Handshake spec's fields)."""
+    metadata: dict[str, Any] = {
+        "driver": {"name": DRIVER_NAME, "version": _version()},
+        "os": {
+            "type": platform.system() or "unknown",
+            "name": platform.system(),
+            "architecture": platform.machine(),
+            "version": platform.release(),
+        },
+        "platform": f"{platform.python_implementation()} {sys.version.split()[0]}",
+    }
+    if app_name:
+        metadata["application"] = {"name": app_name}
+    return metadata
+
+
+def hello_command(*, load_balanced: bool, app_name: str | None = None) -> dict[str, Any]:
+    """The first command of a connection (``loadBalanced: true`` in load-balanced mode)."""
+    command: dict[str, Any] = {"hello": 1, "helloOk": True, "client": client_metadata(app_name)}
+    if load_balanced:
+        command["loadBalanced"] = True
+    return command
+
+
+class _Protocol:
+    """The conversation of one connection, without I/O: request ids, the handshake's checks,
+    replies matched to requests and turned into documents or errors."""
+
+    def __init__(self, address: str, load_balanced: bool) -> None:
+        self.address = address
+        self.load_balanced = load_balanced
+        self.reader = MessageReader()
+        self.next_id = 1
+        self.hello: dict[str, Any] = {}
+        self.service_id: Any = None
+        self.max_wire_version = 0
+        self.connection_id: Any = None
+
+    def request(
+        self,
+        db: str,
+        command: Mapping[str, Any],
+        sequences: Mapping[str, Sequence[Mapping[str, Any]]] | None,
+    ) -> tuple[int, bytes]:
+        request_id = self.next_id
+        self.next_id += 1
+        return request_id, encode_msg({**command, "$db": db}, request_id, sequences=sequences)
+
+    def reply(self, request_id: int, message: Message) -> dict[str, Any]:
+        if message.response_to != request_id:
+            raise ProtocolError(f"a reply to request {message.response_to}, expected {request_id}")
+        body = message.body
+        if body.get("ok") != 1 and body.get("ok") is not True:
+            raise OperationFailure(body, address=self.address, service_id=self.service_id)
+        return body
+
+    def handshake_done(self, reply: dict[str, Any]) -> None:
+        if self.load_balanced and "serviceId" not in reply:
+            raise LoadBalancerUnsupportedError(address=self.address)
+        self.hello = reply
+        self.service_id = reply.get("serviceId") if self.load_balanced else None
+        self.max_wire_version = int(reply.get("maxWireVersion", 0))
+        self.connection_id = reply.get("connectionId")
+
+
+def _network_error(address: str, exc: BaseException, service_id: Any) -> NetworkError:
+    timeout = isinstance(exc, TimeoutError | socket.timeout)
+    what = "timed out" if timeout else f"failed: {type(exc).__name__}: {exc}".rstrip(": ")
+    return NetworkError(
+        f"connection to {address} {what}", address=address, service_id=service_id, timeout=timeout
+    )
+
+
+def _handshake_error(address: str, exc: BaseException) -> HandshakeError:
+    timeout = isinstance(exc, TimeoutError | socket.timeout)
+    what = "timed out" if timeout else f"failed: {type(exc).__name__}: {exc}".rstrip(": ")
+    return HandshakeError(
+        f"establishing a connection to {address} {what}", address=address, timeout=timeout
+    )
+
+
+#: what breaks a connection (TimeoutError is an OSError; asyncio's is the builtin one)
+_NETWORK = (OSError, EOFError, asyncio.IncompleteReadError, ProtocolError, TimeoutError)
+
+
+class _Handshaken:
+    """What both connection classes tell of their handshake."""
+
+    _protocol: _Protocol
+
+    @property
+    def address(self) -> str:
+        return self._protocol.address
+
+    @property
+    def service_id(self) -> Any:
+        """The ``serviceId`` of the ``hello`` reply (load-balanced mode), else None."""
+        return self._protocol.service_id
+
+    @property
+    def max_wire_version(self) -> int:
+        return self._protocol.max_wire_version
+
+    @property
+    def hello(self) -> dict[str, Any]:
+        """The handshake's ``hello`` reply."""
+        return self._protocol.hello
+
+
+class AsyncMongoConnection(_Handshaken):
+    """A connection on asyncio streams. Open one with :meth:`open` (connect and handshake)."""
+
+    def __init__(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, protocol: _Protocol
+    ) -> None:
+        self._reader = reader
+        self._writer = writer
+        self._protocol = protocol
+        self._broken = False
+        self._lock = asyncio.Lock()
+
+    @classmethod
+    async def open(
+        cls,
+        host: str,
+        port: int = 27017,
+        *,
+        load_balanced: bool = False,
+        app_name: str | None = None,
+        tls: ssl.SSLContext | None = None,
+        connect_timeout: float | None = 20.0,
+    ) -> AsyncMongoConnection:
+        address = f"{host}:{port}"
+        protocol = _Protocol(address, load_balanced)
+        writer: asyncio.StreamWriter | None = None
+        try:
+            async with asyncio.timeout(connect_timeout):
+                reader, writer = await asyncio.open_connection(
+                    host, port, ssl=tls, server_hostname=host if tls else None
+                )
+                conn = cls(reader, writer, protocol)
+                reply = await conn._exchange(
+                    "admin", hello_command(load_balanced=load_balanced, app_name=app_name), None
+                )
+        except _NETWORK as exc:
+            if writer is not None:
+                writer.close()
+            raise _handshake_error(address, exc) from exc
+        except BaseException:
+            if writer is not None:
+                writer.close()
+            raise
+        try:
+            protocol.handshake_done(reply)
+        except BaseException:
+            writer.close()
+            raise
+        return conn
+
+    @property
+    def closed(self) -> bool:
+        return self._broken or self._writer.is_closing()
+
+    async def command(
+        self,
+        db: str,
+        command: Mapping[str, Any],
+        *,
+        sequences: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+        timeout: float | None = None,
+    ) -> dict[str, Any]:
+        """Run ``command`` on ``db``; its reply, or :class:`~.errors.OperationFailure`
+        (``ok: 0``) or :class:`~.errors.NetworkError` (the connection is then broken)."""
+        if self.closed:
+            raise NetworkError(
+                f"connection to {self.address} is closed",
+                address=self.address,
+                service_id=self.service_id,
+            )
+        try:
+            async with self._lock, asyncio.timeout(timeout):
+                return await self._exchange(db, command, sequences)
+        except _NETWORK as exc:
+            self._broken = True
+            self._writer.close()
+            raise _network_error(self.address, exc, self.service_id) from exc
+        except asyncio.CancelledError:
+            self._broken = True  # (mid-command: the reply would come to the next caller)
+            self._writer.close()
+            raise
+
+    async def _exchange(
+        self,
+        db: str,
+        command: Mapping[str, Any],
+        sequences: Mapping[str, Sequence[Mapping[str, Any]]] | None,
+    ) -> dict[str, Any]:
+        request_id, data = self._protocol.request(db, command, sequences)
+        self._writer.write(data)
+        await self._writer.drain()
+        while True:
+            messages = self._protocol.reader.feed(
+                await self._reader.read(max(self._protocol.reader.needed(), 65536)) or _eof()
+            )
+            if messages:
+                return self._protocol.reply(request_id, messages[0])
+
+    async def aclose(self) -> None:
+        self._broken = True
+        self._writer.close()
+        with contextlib.suppress(OSError):
+            await self._writer.wait_closed()
+
+    def __repr__(self) -> str:
+        service = f" service={self.service_id}" if self.service_id is not None else ""
+        return f"<AsyncMongoConnection {self.address}{service}{' closed' if self.closed else ''}>"
+
+
+def _eof() -> bytes:
+    raise EOFError("the server closed the connection")
+
+
+class MongoConnection(_Handshaken):
+    """A connection on a blocking socket (for :class:`poolkit.Pool`)."""
+
+    def __init__(self, sock: socket.socket, protocol: _Protocol) -> None:
+        self._sock = sock
+        self._protocol = protocol
+        self._broken = False
+        self._lock = threading.Lock()
+
+    @classmethod
+    def open(
+        cls,
+        host: str,
+        port: int = 27017,
+        *,
+        load_balanced: bool = False,
+        app_name: str | None = None,
+        tls: ssl.SSLContext | None = None,
+        connect_timeout: float | None = 20.0,
+    ) -> MongoConnection:
+        address = f"{host}:{port}"
+        protocol = _Protocol(address, load_balanced)
+        sock: socket.socket | None = None
+        try:
+            sock = socket.create_connection((host, port), timeout=connect_timeout)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if tls is not None:
+                sock = tls.wrap_socket(sock, server_hostname=host)
+            conn = cls(sock, protocol)
+            reply = conn._exchange(
+                "admin", hello_command(load_balanced=load_balanced, app_name=app_name), None
+            )
+            sock.settimeout(None)
+        except _NETWORK as exc:
+            if sock is not None:
+                sock.close()
+            raise _handshake_error(address, exc) from exc
+        try:
+            protocol.handshake_done(reply)
+        except BaseException:
+            sock.close()
+            raise
+        return conn
+
+    @property
+    def closed(self) -> bool:
+        return self._broken or self._sock.fileno() < 0
+
+    def command(
+        self,
+        db: str,
+        command: Mapping[str, Any],
+        *,
+        sequences: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+        timeout: float | None = None,
+    ) -> dict[str, Any]:
+        """:meth:`AsyncMongoConnection.command`, blocking."""
+        if self.closed:
+            raise NetworkError(
+                f"connection to {self.address} is closed",
+                address=self.address,
+                service_id=self.service_id,
+            )
+        with self._lock:
+            try:
+                self._sock.settimeout(timeout)
+                return self._exchange(db, command, sequences)
+            except _NETWORK as exc:
+                self._broken = True
+                self._sock.close()
+                raise _network_error(self.address, exc, self.service_id) from exc
+
+    def _exchange(
+        self,
+        db: str,
+        command: Mapping[str, Any],
+        sequences: Mapping[str, Sequence[Mapping[str, Any]]] | None,
+    ) -> dict[str, Any]:
+        request_id, data = self._protocol.request(db, command, sequences)
+        self._sock.sendall(data)
+        reader = self._protocol.reader
+        while True:
+            chunk = self._sock.recv(min(max(reader.needed(), 65536), MAX_MESSAGE_SIZE))
+            if not chunk:
+                raise EOFError("the server closed the connection")
+            messages = reader.feed(chunk)
+            if messages:
+                return self._protocol.reply(request_id, messages[0])
+
+    def close(self) -> None:
+        self._broken = True
+        self._sock.close()
+
+    def __repr__(self) -> str:
+        service = f" service={self.service_id}" if self.service_id is not None else ""
+        return f"<MongoConnection {self.address}{service}{' closed' if self.closed else ''}>"
+
+
+def connect(
+    host: str,
+    port: int = 27017,
+    *,
+    load_balanced: bool = False,
+    app_name: str | None = None,
+    tls: ssl.SSLContext | None = None,
+    connect_timeout: float | None = 20.0,
+) -> Callable[[ConnectContext], Awaitable[Established[AsyncMongoConnection]]]:
+    """A connect function for :class:`poolkit.AsyncPool` (with
+    ``PoolOptions(load_balanced=...)`` the same): each connection handshaken, its
+    ``service_id`` given to the pool (per-service generations and ``clear(service_id=...)``)."""
+
+    async def connect_mongo(ctx: ConnectContext) -> Established[AsyncMongoConnection]:
+        conn = await AsyncMongoConnection.open(
+            host,
+            port,
+            load_balanced=load_balanced,
+            app_name=app_name,
+            tls=tls,
+            connect_timeout=connect_timeout,
+        )
+        return Established(conn, service_id=conn.service_id)
+
+    return connect_mongo
+
+
+def connect_sync(
+    host: str,
+    port: int = 27017,
+    *,
+    load_balanced: bool = False,
+    app_name: str | None = None,
+    tls: ssl.SSLContext | None = None,
+    connect_timeout: float | None = 20.0,
+) -> Callable[[ConnectContext], Established[MongoConnection]]:
+    """:func:`connect` for :class:`poolkit.Pool`."""
+
+    def connect_mongo(ctx: ConnectContext) -> Established[MongoConnection]:
+        conn = MongoConnection.open(
+            host,
+            port,
+            load_balanced=load_balanced,
+            app_name=app_name,
+            tls=tls,
+            connect_timeout=connect_timeout,
+        )
+        return Established(conn, service_id=conn.service_id)
+
+    return connect_mongo

@@ -1,0 +1,353 @@
+"""Operations over a pool of MongoDB connections, as a driver runs them: commands, cursors and
+transactions, with the Load Balancer spec's pinning and error handling (:class:`MongoPool`).
+
+Rules of this module
+--------------------
+* A checkout has a purpose: ``"cursor"``, ``"transaction"`` or ``"other"``. In load-balanced
+  mode a cursor keeps its connection from ``find`` until its id is 0 or it is closed, and a
+  transaction from its first command to its commit or abort: one checkout (one
+  checkout-started, one checked-out, one checked-in event) for the whole pinned life.
+* Errors are judged once, by :func:`~.errors.clear_scope`: after the handshake a network error,
+  or a state change error that requires it, clears the pool (load-balanced: the connection's
+  service only, without pausing it or failing its waiters); a broken connection is discarded.
+* A wait-queue timeout in load-balanced mode says how the pool's connections are used (the
+  spec's message), from the counts this module keeps per purpose.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import uuid
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any, Literal
+
+from ..asyncio import AsyncPool
+from ..errors import WaitQueueTimeoutError
+from ..stats import PoolStats
+from .connection import AsyncMongoConnection
+from .errors import MongoError, NetworkError, OperationFailure, clear_scope
+from .wire import bson
+
+__all__ = [
+    "AsyncCursor",
+    "AsyncTransaction",
+    "LoadBalancedTimeoutError",
+    "MongoPool",
+    "Purpose",
+]
+
+Purpose = Literal["cursor", "transaction", "other"]
+PURPOSES: tuple[Purpose, ...] = ("cursor", "transaction", "other")
+
+
+class LoadBalancedTimeoutError(WaitQueueTimeoutError):
+    """A wait-queue timeout in load-balanced mode, with the Load Balancer spec's message and
+    ``in_use`` (connections out, by purpose)."""
+
+    def __init__(
+        self,
+        *,
+        address: str,
+        waited: float,
+        stats: PoolStats | None,
+        max_size: int,
+        in_use: Mapping[str, int],
+    ) -> None:
+        super().__init__(address=address, waited=waited, stats=stats)
+        self.in_use = dict(in_use)
+        self.max_size = max_size
+        self.args = (
+            "Timeout waiting for connection from the connection pool. "
+            f"maxPoolSize: {max_size}, "
+            f"connections in use by cursors: {in_use.get('cursor', 0)}, "
+            f"connections in use by transactions: {in_use.get('transaction', 0)}, "
+            f"connections in use by other operations: {in_use.get('other', 0)}",
+        )
+
+
+class MongoPool:
+    """Commands, cursors and transactions over an :class:`~poolkit.AsyncPool` of
+    :class:`~.connection.AsyncMongoConnection` (made by :func:`~.connection.connect`).
+
+    ``pin``: whether cursors and transactions keep their connection (default: the pool's
+    ``load_balanced``; False only to show what pinning prevents)."""
+
+    def __init__(self, pool: AsyncPool[AsyncMongoConnection], *, pin: bool | None = None) -> None:
+        self.pool = pool
+        self.load_balanced = pool.options.load_balanced
+        self.pin = self.load_balanced if pin is None else pin
+        self._in_use: collections.Counter[str] = collections.Counter()
+
+    def in_use(self) -> dict[str, int]:
+        """Connections checked out now, by purpose."""
+        return {purpose: self._in_use[purpose] for purpose in PURPOSES}
+
+    def stats(self) -> tuple[PoolStats, dict[str, int]]:
+        """The pool's statistics, and its connections out by purpose."""
+        return self.pool.stats(), self.in_use()
+
+    @contextlib.asynccontextmanager
+    async def connection(
+        self, purpose: Purpose = "other", timeout: float | None = None
+    ) -> AsyncIterator[AsyncMongoConnection]:
+        """A connection for ``purpose``, given back (or discarded, if broken) at the end; an
+        error in the block is judged by the SDAM rules (module rules)."""
+        if purpose not in PURPOSES:
+            raise ValueError(f"purpose must be one of {PURPOSES}, not {purpose!r}")
+        try:
+            lease = await (self.pool.checkout() if timeout is None else self.pool.checkout(timeout))
+        except WaitQueueTimeoutError as exc:
+            raise self._timeout(exc) from None
+        self._in_use[purpose] += 1
+        conn = lease.connection
+        try:
+            yield conn
+        except BaseException as exc:
+            self._judge(conn, exc)
+            if conn.closed or not isinstance(exc, Exception):
+                lease.discard(exc)
+            else:
+                lease.release()
+            raise
+        else:
+            if conn.closed:
+                lease.discard()
+            else:
+                lease.release()
+        finally:
+            self._in_use[purpose] -= 1
+
+    def _timeout(self, exc: WaitQueueTimeoutError) -> WaitQueueTimeoutError:
+        if not self.load_balanced:
+            return exc
+        return LoadBalancedTimeoutError(
+            address=exc.address,
+            waited=exc.waited,
+            stats=exc.stats,
+            max_size=self.pool.options.max_size,
+            in_use=self.in_use(),
+        )
+
+    def _judge(self, conn: AsyncMongoConnection, error: BaseException) -> None:
+        if getattr(error, "_poolkit_judged", False):
+            return  # (a pinned cursor's error, judged where it happened, reaches here again)
+        with contextlib.suppress(AttributeError):
+            error._poolkit_judged = True  # type: ignore[attr-defined]
+        if clear_scope(error, handshake_done=True, max_wire_version=conn.max_wire_version):
+            if self.load_balanced:
+                self.pool.clear(service_id=conn.service_id, cause=error)
+            else:
+                self.pool.clear(cause=error)
+
+    async def command(
+        self,
+        db: str,
+        command: Mapping[str, Any],
+        *,
+        sequences: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+        timeout: float | None = None,
+    ) -> dict[str, Any]:
+        """One command on a connection of its own (purpose ``"other"``)."""
+        async with self.connection("other", timeout) as conn:
+            return await conn.command(db, command, sequences=sequences)
+
+    async def insert(
+        self, db: str, collection: str, documents: Sequence[Mapping[str, Any]]
+    ) -> dict[str, Any]:
+        return await self.command(
+            db, {"insert": collection, "ordered": True}, sequences={"documents": documents}
+        )
+
+    async def find(
+        self,
+        db: str,
+        collection: str,
+        filter: Mapping[str, Any] | None = None,
+        *,
+        batch_size: int = 101,
+    ) -> AsyncCursor:
+        """A cursor over ``collection`` (``find``'s first batch fetched)."""
+        cursor = AsyncCursor(self, db, collection, batch_size)
+        await cursor._start(
+            {"find": collection, "filter": dict(filter or {}), "batchSize": batch_size}
+        )
+        return cursor
+
+    def transaction(self, db: str) -> AsyncTransaction:
+        """``async with pool.transaction(db) as txn:`` commands through ``txn.command(...)``,
+        committed at the end (aborted if the block raises)."""
+        return AsyncTransaction(self, db)
+
+
+class AsyncCursor:
+    """A cursor: ``async for doc in cursor``. Pinned (see the module rules) until exhausted or
+    :meth:`close`d; after a network error it stays pinned, and :meth:`close` skips
+    ``killCursors`` and gives the (broken) connection back."""
+
+    def __init__(self, pool: MongoPool, db: str, collection: str, batch_size: int) -> None:
+        self._pool = pool
+        self._db = db
+        self._collection = collection
+        self._batch_size = batch_size
+        self.id = 0
+        self._batch: collections.deque[dict[str, Any]] = collections.deque()
+        self._pinned: contextlib.AbstractAsyncContextManager[AsyncMongoConnection] | None = None
+        self._conn: AsyncMongoConnection | None = None
+        self._failed: BaseException | None = None
+
+    async def _start(self, command: dict[str, Any]) -> None:
+        if self._pool.pin:
+            self._pinned = self._pool.connection("cursor")
+            self._conn = await self._pinned.__aenter__()
+        reply = await self._run(command)
+        self._take(reply, "firstBatch")
+
+    async def _run(self, command: dict[str, Any]) -> dict[str, Any]:
+        if self._conn is None:  # (not pinned: each command on a connection of its own)
+            return await self._pool.command(self._db, command)
+        try:
+            return await self._conn.command(self._db, command)
+        except MongoError as exc:
+            self._pool._judge(self._conn, exc)
+            if isinstance(exc, NetworkError):
+                self._failed = exc  # (stays pinned until closed: module rules)
+            elif isinstance(exc, OperationFailure):
+                self.id = 0
+                await self._unpin(None)
+            raise
+
+    def _take(self, reply: dict[str, Any], field: str) -> None:
+        cursor = reply["cursor"]
+        self._batch.extend(cursor.get(field, ()))
+        self.id = int(cursor.get("id", 0))
+
+    async def _unpin(self, error: BaseException | None) -> None:
+        pinned, self._pinned, self._conn = self._pinned, None, None
+        if pinned is not None:
+            if error is None:
+                await pinned.__aexit__(None, None, None)
+            else:
+                await pinned.__aexit__(type(error), error, error.__traceback__)
+
+    def __aiter__(self) -> AsyncCursor:
+        return self
+
+    async def __anext__(self) -> dict[str, Any]:
+        while not self._batch:
+            if self.id == 0:
+                await self._unpin(None)
+                raise StopAsyncIteration
+            if self._failed is not None:
+                raise self._failed
+            reply = await self._run(
+                {
+                    "getMore": bson.int64.Int64(self.id),
+                    "collection": self._collection,
+                    "batchSize": self._batch_size,
+                }
+            )
+            self._take(reply, "nextBatch")
+        return self._batch.popleft()
+
+    async def to_list(self) -> list[dict[str, Any]]:
+        return [doc async for doc in self]
+
+    async def close(self) -> None:
+        """Kill the cursor on its own connection (unless it is exhausted or that connection
+        failed), then give the connection back."""
+        try:
+            if self.id and self._failed is None and self._conn is not None:
+                with contextlib.suppress(MongoError):
+                    await self._conn.command(
+                        self._db,
+                        {"killCursors": self._collection, "cursors": [bson.int64.Int64(self.id)]},
+                    )
+            elif self.id and self._conn is None and not self._pool.pin:
+                with contextlib.suppress(MongoError):
+                    await self._pool.command(
+                        self._db,
+                        {"killCursors": self._collection, "cursors": [bson.int64.Int64(self.id)]},
+                    )
+        finally:
+            self.id = 0
+            self._batch.clear()
+            await self._unpin(self._failed)
+
+    async def __aenter__(self) -> AsyncCursor:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+
+class AsyncTransaction:
+    """One transaction on one session: pinned (load-balanced mode) from its first command to
+    its end; committed when its block ends, aborted if it raises."""
+
+    def __init__(self, pool: MongoPool, db: str) -> None:
+        self._pool = pool
+        self._db = db
+        self.lsid = {"id": bson.Binary(uuid.uuid4().bytes, 4)}
+        self.txn_number = bson.int64.Int64(1)
+        self._started = False
+        self._pinned: contextlib.AbstractAsyncContextManager[AsyncMongoConnection] | None = None
+        self._conn: AsyncMongoConnection | None = None
+
+    async def __aenter__(self) -> AsyncTransaction:
+        if self._pool.pin:
+            self._pinned = self._pool.connection("transaction")
+            self._conn = await self._pinned.__aenter__()
+        return self
+
+    async def command(
+        self,
+        command: Mapping[str, Any],
+        *,
+        sequences: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+    ) -> dict[str, Any]:
+        fields: dict[str, Any] = {
+            "lsid": self.lsid,
+            "txnNumber": self.txn_number,
+            "autocommit": False,
+        }
+        if not self._started:
+            fields["startTransaction"] = True
+            self._started = True
+        return await self._run(self._db, {**command, **fields}, sequences)
+
+    async def _run(
+        self,
+        db: str,
+        command: Mapping[str, Any],
+        sequences: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+    ) -> dict[str, Any]:
+        if self._conn is None:
+            return await self._pool.command(db, command, sequences=sequences)
+        try:
+            return await self._conn.command(db, command, sequences=sequences)
+        except MongoError as exc:
+            self._pool._judge(self._conn, exc)
+            raise
+
+    async def _end(self, name: str) -> None:
+        if self._started:
+            await self._run(
+                "admin",
+                {name: 1, "lsid": self.lsid, "txnNumber": self.txn_number, "autocommit": False},
+            )
+
+    async def __aexit__(self, kind: Any, error: BaseException | None, tb: Any) -> None:
+        pinned, self._pinned = self._pinned, None
+        try:
+            if error is None:
+                await self._end("commitTransaction")
+            else:
+                with contextlib.suppress(MongoError):
+                    await self._end("abortTransaction")
+        except BaseException as exc:
+            if pinned is not None:
+                await pinned.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
+        if pinned is not None:
+            await pinned.__aexit__(kind, error, tb)

@@ -17,7 +17,6 @@ import os
 import socket
 import sys
 import threading
-import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +44,7 @@ from poolkit.mongodb.topology import (
     TopologyClosedError,
     normalize_address,
 )
+from poolkit.mongodb.uri import parse_uri
 
 LB = "lb.example:27017"
 UNKNOWN = TopologyDescription(topology_type=TopologyType.Unknown, servers=())
@@ -351,30 +351,19 @@ def test_an_address_must_be_a_string() -> None:
 
 @dataclasses.dataclass(frozen=True)
 class _URI:
-    """What the test reads of a URI: enough for ``from_uri`` (the real parser is
-    ``poolkit.mongodb.uri.parse_uri``, not used here)."""
+    """A URI object other than parse_uri's: from_uri reads only these two."""
 
-    hosts: list[str]
+    addresses: list[str]
     load_balanced: bool
 
 
-def _parse_uri(uri: str) -> _URI:
-    parts = urllib.parse.urlsplit(uri)
-    assert parts.scheme == "mongodb", uri
-    hosts = [urllib.parse.unquote(h) for h in parts.netloc.rpartition("@")[2].split(",")]
-    options = {k.lower(): v for k, v in urllib.parse.parse_qsl(parts.query)}
-    return _URI(hosts=hosts, load_balanced=options.get("loadbalanced", "").lower() == "true")
-
-
 def test_from_uri_needs_load_balanced_and_one_host() -> None:
-    topology = LoadBalancedTopology.from_uri(
-        _parse_uri("mongodb://u:p@LB:27018/?loadBalanced=true")
-    )
+    topology = LoadBalancedTopology.from_uri(parse_uri("mongodb://u:p@LB:27018/?loadBalanced=true"))
     assert topology.address == "lb:27018"
     with pytest.raises(ValueError, match="loadBalanced=true"):
-        LoadBalancedTopology.from_uri(_parse_uri("mongodb://lb/"))
+        LoadBalancedTopology.from_uri(parse_uri("mongodb://lb/"))
     with pytest.raises(ValueError, match="exactly one host, the URI names 2"):
-        LoadBalancedTopology.from_uri(_parse_uri("mongodb://a,b/?loadBalanced=true"))
+        LoadBalancedTopology.from_uri(_URI(["a:1", "b:2"], load_balanced=True))
 
 
 # ---------------------------------------------------------------------- the SDAM spec file
@@ -442,7 +431,7 @@ def test_sdam_load_balanced_spec_files_present() -> None:
 def test_sdam_load_balanced(name: str) -> None:
     spec = json.loads((SDAM_DIR / f"{name}.json").read_text(encoding="utf-8"))
     events: list[SdamEvent] = []
-    uri = _parse_uri(spec["uri"])
+    uri = parse_uri(spec["uri"])
     assert uri.load_balanced, "a load-balanced SDAM test names loadBalanced=true"
     topology = LoadBalancedTopology.from_uri(uri, listeners=[events.append])
     topology.open()

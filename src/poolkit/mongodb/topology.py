@@ -126,7 +126,7 @@ class LoadBalancedURI(Protocol):
     ``MongoURI`` has both)."""
 
     @property
-    def hosts(self) -> Sequence[str]: ...
+    def addresses(self) -> Sequence[str]: ...
     @property
     def load_balanced(self) -> bool: ...
 
@@ -208,11 +208,11 @@ class LoadBalancedTopology:
         (``ValueError`` otherwise)."""
         if not uri.load_balanced:
             raise ValueError("a load-balanced topology needs a URI with loadBalanced=true")
-        if len(uri.hosts) != 1:
+        if len(uri.addresses) != 1:
             raise ValueError(
-                f"loadBalanced=true allows exactly one host, the URI names {len(uri.hosts)}"
+                f"loadBalanced=true allows exactly one host, the URI names {len(uri.addresses)}"
             )
-        return cls(uri.hosts[0], listeners=listeners)
+        return cls(uri.addresses[0], listeners=listeners)
 
     @property
     def address(self) -> str:

@@ -19,9 +19,12 @@ import struct
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from ..backends._extras import require
-
-bson = require("bson", "mongodb", "mongodb")
+try:
+    import bson
+except ImportError as exc:  # pragma: no cover - the extra is installed in the tests
+    raise ImportError(
+        "poolkit.mongodb's connections need pymongo's bson: pip install 'poolkit[mongodb]'"
+    ) from exc
 
 __all__ = [
     "MAX_MESSAGE_SIZE",
@@ -84,7 +87,7 @@ def encode_msg(
     more_to_come: bool = False,
 ) -> bytes:
     """An OP_MSG: ``document`` as section 0, each of ``sequences`` as a section 1."""
-    parts = [b"\x00", bson.encode(document)]
+    parts: list[bytes] = [b"\x00", bson.encode(document)]
     for identifier, documents in (sequences or {}).items():
         payload = identifier.encode() + b"\x00" + b"".join(bson.encode(d) for d in documents)
         parts += [b"\x01", struct.pack("<i", len(payload) + 4), payload]
@@ -95,7 +98,7 @@ def encode_msg(
 
 def encode_reply(document: Mapping[str, Any], request_id: int, response_to: int) -> bytes:
     """An OP_REPLY with one document (a server's answer to an OP_QUERY ``hello``)."""
-    doc = bson.encode(document)
+    doc: bytes = bson.encode(document)
     body = struct.pack("<iqii", 0, 0, 0, 1) + doc  # flags, cursorID, startingFrom, numberReturned
     return HEADER.pack(HEADER.size + len(body), request_id, response_to, OP_REPLY) + body
 
@@ -104,12 +107,13 @@ def encode_query(
     collection: str, document: Mapping[str, Any], request_id: int, number_to_return: int = -1
 ) -> bytes:
     """An OP_QUERY (what old clients send as their first ``hello``/``isMaster``)."""
+    doc: bytes = bson.encode(document)
     body = (
         struct.pack("<i", 0)
         + collection.encode()
         + b"\x00"
         + struct.pack("<ii", 0, number_to_return)
-        + bson.encode(document)
+        + doc
     )
     return HEADER.pack(HEADER.size + len(body), request_id, 0, OP_QUERY) + body
 
@@ -200,7 +204,7 @@ class MessageReader:
         """Bytes still missing for the next message (at least its header)."""
         if len(self._buffer) < HEADER.size:
             return HEADER.size - len(self._buffer)
-        (length,) = struct.unpack_from("<i", self._buffer, 0)
+        length: int = struct.unpack_from("<i", self._buffer, 0)[0]
         return max(1, length - len(self._buffer))
 
     def _messages(self) -> Iterator[Message]:

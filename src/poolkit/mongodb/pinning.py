@@ -22,12 +22,13 @@ import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Literal
 
+import bson  # (pymongo's: the extra; .wire names it when missing)
+
 from ..asyncio import AsyncPool
 from ..errors import WaitQueueTimeoutError
 from ..stats import PoolStats
 from .connection import AsyncMongoConnection
 from .errors import MongoError, NetworkError, OperationFailure, clear_scope
-from .wire import bson
 
 __all__ = [
     "AsyncCursor",

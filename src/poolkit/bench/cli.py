@@ -72,7 +72,7 @@ def parser() -> argparse.ArgumentParser:
         nargs="?",
         default="sim://",
         help="sim:// (default: the embedded server; settings as ?key=value or --sim), "
-        "postgresql://..., redis://..., tcp://HOST:PORT (an echo server)",
+        "postgresql://..., redis://..., mongodb://..., tcp://HOST:PORT (an echo server)",
     )
     w = p.add_argument_group("workload")
     w.add_argument(

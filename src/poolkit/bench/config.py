@@ -27,7 +27,7 @@ __all__ = [
     "parse_target",
 ]
 
-TargetKind = Literal["sim", "postgresql", "redis", "tcp"]
+TargetKind = Literal["sim", "postgresql", "redis", "tcp", "mongodb"]
 SWEEPABLE = ("max_size", "min_size", "max_connecting", "concurrency")
 
 
@@ -157,6 +157,17 @@ def parse_target(text: str, sim_pairs: dict[str, str] | None = None) -> Target:
         return Target("postgresql", text, _mask(parts), host=parts.hostname or "", port=0)
     if scheme in {"redis", "rediss", "unix"}:
         return Target("redis", text, _mask(parts))
+    if scheme in {"mongodb", "mongodb+srv"}:
+        from ..mongodb.uri import parse_uri
+        from ..mongodb.uri_options import InvalidURIError
+
+        try:
+            parsed = parse_uri(text)
+        except InvalidURIError as exc:
+            raise BenchUsageError(f"target: {exc}") from None
+        if not parsed.hosts:
+            raise BenchUsageError("target: mongodb+srv:// needs a DNS lookup; give mongodb://")
+        return Target("mongodb", text, _mask(parts))
     if scheme == "tcp":
         try:
             port = parts.port
@@ -166,7 +177,8 @@ def parse_target(text: str, sim_pairs: dict[str, str] | None = None) -> Target:
             raise BenchUsageError(f"target {text!r}: tcp targets are tcp://HOST:PORT")
         return Target("tcp", text, text, host=parts.hostname, port=port)
     raise BenchUsageError(
-        f"target {text!r}: unknown scheme (use sim://, postgresql://, redis:// or tcp://)"
+        f"target {text!r}: unknown scheme (use sim://, postgresql://, redis://, mongodb:// or "
+        "tcp://)"
     )
 
 

@@ -120,7 +120,7 @@ def probe(config: RunConfig, target: Workload) -> None:
     """One connection and one operation through a pool of one, as the run will make them: a
     wrong address, password or option fails here, before any process is started."""
     options = dataclasses.replace(
-        pool_options(config, target.sync_hooks() if config.threads else target.async_hooks()),
+        pool_options(config, target),
         max_size=1,
         min_size=0,
         wait_queue_timeout=config.connect_timeout + config.op_timeout,

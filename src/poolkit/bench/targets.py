@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import warnings
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -67,6 +68,8 @@ class Workload:
     ``Pool`` (``sync_*``)."""
 
     address = ""
+    #: the pool's ``load_balanced`` (connections carry a service id)
+    load_balanced = False
 
     def async_connect(self) -> Connect:
         raise NotImplementedError
@@ -259,6 +262,59 @@ class TcpWorkload(Workload):
         return self.backend.hooks()
 
 
+class MongoWorkload(Workload):
+    """MongoDB (``poolkit.mongodb``): ``ping`` on the ``admin`` database, through a load
+    balancer when the URI says ``loadBalanced=true``."""
+
+    def __init__(self, config: RunConfig) -> None:
+        from .. import mongodb
+
+        self.mongodb = mongodb
+        with warnings.catch_warnings():  # (the parent showed them when it read the target)
+            warnings.simplefilter("ignore")
+            uri = mongodb.parse_uri(config.target.url)
+        if not uri.hosts:
+            raise ValueError("mongodb+srv:// needs a DNS lookup: give the hosts (mongodb://)")
+        host, port = uri.hosts[0]
+        self.address = uri.addresses[0]
+        self.load_balanced = uri.load_balanced
+        self.timeout = config.op_timeout
+        self.kwargs: dict[str, Any] = {
+            "load_balanced": uri.load_balanced,
+            "app_name": config.app_name,
+            "connect_timeout": config.connect_timeout,
+        }
+        self.host, self.port = host, port or 27017
+
+    def async_connect(self) -> Connect:
+        return self.mongodb.connect(self.host, self.port, **self.kwargs)
+
+    async def async_op(self, conn: Any) -> None:
+        await conn.command("admin", {"ping": 1}, timeout=self.timeout)
+
+    def async_hooks(self) -> Hooks:
+        return Hooks(check=_mongo_check, is_broken=_mongo_is_broken)
+
+    def sync_connect(self) -> Connect:
+        return self.mongodb.connect_sync(self.host, self.port, **self.kwargs)
+
+    def sync_op(self, conn: Any) -> None:
+        conn.command("admin", {"ping": 1}, timeout=self.timeout)
+
+    def sync_hooks(self) -> Hooks:
+        return Hooks(check=_mongo_check, is_broken=_mongo_is_broken)
+
+
+def _mongo_check(conn: Any) -> None:
+    """A plain function (no task): a connection the server closed is not handed out."""
+    if conn.closed:
+        raise ConnectionError(f"{conn!r} is closed")
+
+
+def _mongo_is_broken(conn: Any, error: BaseException) -> bool:
+    return bool(conn.closed) or isinstance(error, OSError)
+
+
 def workload(config: RunConfig) -> Workload:
     """The :class:`Workload` of ``config``'s target (drivers imported here)."""
     kind = config.target.kind
@@ -269,4 +325,6 @@ def workload(config: RunConfig) -> Workload:
         return AsyncpgWorkload(config) if driver == "asyncpg" else PsycopgWorkload(config)
     if kind == "redis":
         return RedisWorkload(config)
+    if kind == "mongodb":
+        return MongoWorkload(config)
     return TcpWorkload(config)

@@ -25,18 +25,20 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from ..asyncio import AsyncPool
-from ..options import Hooks, PoolOptions
+from ..options import PoolOptions
 from ..threaded import Pool
 from .config import RunConfig
 from .measure import Gauges, Tally, WorkerReport
-from .targets import workload
+from .targets import Workload, workload
 
 __all__ = ["TICK", "pool_options", "worker_main"]
 
 TICK = 0.2
 
 
-def pool_options(config: RunConfig, hooks: Hooks | None) -> PoolOptions:
+def pool_options(config: RunConfig, target: Workload) -> PoolOptions:
+    """The run's pool options, with the target's hooks (for the run's mode) unless off."""
+    hooks = target.sync_hooks() if config.threads else target.async_hooks()
     return PoolOptions(
         max_size=config.max_size,
         min_size=config.min_size,
@@ -44,6 +46,7 @@ def pool_options(config: RunConfig, hooks: Hooks | None) -> PoolOptions:
         wait_queue_timeout=config.wait_queue_timeout,
         connect_timeout=config.connect_timeout,
         hooks=hooks if config.hooks else None,
+        load_balanced=target.load_balanced,
     )
 
 
@@ -165,7 +168,7 @@ async def _run_async(config: RunConfig, index: int, channel: Connection) -> None
     loop = asyncio.get_running_loop()
     inbox: asyncio.Queue[str] = asyncio.Queue()
     loop.add_reader(channel.fileno(), lambda: inbox.put_nowait(channel.recv()))
-    options = pool_options(config, target.async_hooks())
+    options = pool_options(config, target)
     pool: AsyncPool[Any] = AsyncPool(
         target.async_connect(), address=target.address, options=options
     )
@@ -229,7 +232,7 @@ def _report(
 
 def _run_threads(config: RunConfig, index: int, channel: Connection) -> None:
     target = workload(config)
-    options = pool_options(config, target.sync_hooks())
+    options = pool_options(config, target)
     pool: Pool[Any] = Pool(target.sync_connect(), address=target.address, options=options)
     gauges = Gauges()
     clock: _Clock | None = None

@@ -573,6 +573,14 @@ class PoolBase(Generic[C]):
         while waits:
             core.note_wait(waits.popleft())
 
+    def service_generation(self, service_id: Any) -> int | None:
+        """In load-balanced mode, the generation of ``service_id``'s connections now (None: the
+        pool has none of that service): an error on a connection of an older generation is
+        stale, and clears nothing (SDAM)."""
+        with self._lock:
+            entry = self._core.service_generations.get(service_id)
+            return None if entry is None else entry[0]
+
     @property
     def state(self) -> PoolState:
         return self._core.state

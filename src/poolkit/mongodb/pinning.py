@@ -28,7 +28,7 @@ from ..asyncio import AsyncPool
 from ..errors import WaitQueueTimeoutError
 from ..stats import PoolStats
 from .connection import AsyncMongoConnection
-from .errors import MongoError, NetworkError, OperationFailure, clear_scope
+from .errors import MongoError, NetworkError, clear_scope
 
 __all__ = [
     "AsyncCursor",
@@ -79,6 +79,8 @@ class MongoPool:
         self.load_balanced = pool.options.load_balanced
         self.pin = self.load_balanced if pin is None else pin
         self._in_use: collections.Counter[str] = collections.Counter()
+        #: the generation of each connection out (by id), to tell a stale error
+        self._generations: dict[int, int] = {}
 
     def in_use(self) -> dict[str, int]:
         """Connections checked out now, by purpose."""
@@ -102,6 +104,7 @@ class MongoPool:
             raise self._timeout(exc) from None
         self._in_use[purpose] += 1
         conn = lease.connection
+        self._generations[id(conn)] = lease.generation
         try:
             yield conn
         except BaseException as exc:
@@ -118,6 +121,7 @@ class MongoPool:
                 lease.release()
         finally:
             self._in_use[purpose] -= 1
+            self._generations.pop(id(conn), None)
 
     def _timeout(self, exc: WaitQueueTimeoutError) -> WaitQueueTimeoutError:
         if not self.load_balanced:
@@ -135,11 +139,22 @@ class MongoPool:
             return  # (a pinned cursor's error, judged where it happened, reaches here again)
         with contextlib.suppress(AttributeError):
             error._poolkit_judged = True  # type: ignore[attr-defined]
+        if self._stale(conn):
+            return  # (the pool was cleared since this connection was made: SDAM ignores it)
         if clear_scope(error, handshake_done=True, max_wire_version=conn.max_wire_version):
             if self.load_balanced:
                 self.pool.clear(service_id=conn.service_id, cause=error)
             else:
                 self.pool.clear(cause=error)
+
+    def _stale(self, conn: AsyncMongoConnection) -> bool:
+        generation = self._generations.get(id(conn))
+        if generation is None:
+            return False
+        if self.load_balanced:
+            current = self.pool.service_generation(conn.service_id)
+            return current is not None and generation < current
+        return generation < self.pool.generation
 
     async def command(
         self,
@@ -183,8 +198,10 @@ class MongoPool:
 
 class AsyncCursor:
     """A cursor: ``async for doc in cursor``. Pinned (see the module rules) until exhausted or
-    :meth:`close`d; after a network error it stays pinned, and :meth:`close` skips
-    ``killCursors`` and gives the (broken) connection back."""
+    :meth:`close`d (not at all if ``find`` returned everything). After an error it stays
+    pinned until closed: :meth:`close` sends ``killCursors`` on its connection, unless that
+    connection failed (a network error), then gives the connection back (a broken one is
+    closed)."""
 
     def __init__(self, pool: MongoPool, db: str, collection: str, batch_size: int) -> None:
         self._pool = pool
@@ -203,6 +220,8 @@ class AsyncCursor:
             self._conn = await self._pinned.__aenter__()
         reply = await self._run(command)
         self._take(reply, "firstBatch")
+        if self.id == 0:
+            await self._unpin(None)  # (all in the first batch: nothing to pin for)
 
     async def _run(self, command: dict[str, Any]) -> dict[str, Any]:
         if self._conn is None:  # (not pinned: each command on a connection of its own)
@@ -212,11 +231,8 @@ class AsyncCursor:
         except MongoError as exc:
             self._pool._judge(self._conn, exc)
             if isinstance(exc, NetworkError):
-                self._failed = exc  # (stays pinned until closed: module rules)
-            elif isinstance(exc, OperationFailure):
-                self.id = 0
-                await self._unpin(None)
-            raise
+                self._failed = exc  # (stays pinned until closed, and kills nothing)
+            raise  # (any other error: still pinned until closed, which kills the cursor)
 
     def _take(self, reply: dict[str, Any], field: str) -> None:
         cursor = reply["cursor"]

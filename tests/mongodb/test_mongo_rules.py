@@ -3,6 +3,9 @@ rules for which errors clear a pool, the errors' labels, and the load-balanced t
 
 from __future__ import annotations
 
+import struct
+from collections.abc import Callable
+
 import bson
 import pytest
 
@@ -17,7 +20,7 @@ from poolkit.mongodb.errors import (
     is_state_change,
 )
 from poolkit.mongodb.pinning import LoadBalancedTimeoutError
-from poolkit.mongodb.wire import MessageReader, encode_msg
+from poolkit.mongodb.wire import MessageReader, ProtocolError, encode_msg
 
 
 def test_the_hello_says_load_balanced_only_in_that_mode() -> None:
@@ -118,3 +121,34 @@ def test_the_load_balanced_timeout_message() -> None:
         "connections in use by cursors: 1, connections in use by transactions: 1, "
         "connections in use by other operations: 1"
     )
+
+
+@pytest.mark.parametrize(
+    "mangle",
+    [
+        lambda b: b[:-3],  # a document cut short (the header says more is coming: nothing yet)
+        lambda b: b[:16] + b"\x00\x00\x00\x00" + b"\x01\x05\x00",  # a truncated sequence
+        lambda b: b[:16] + b"\x00\x00\x00\x00" + b"\x02",  # an unknown section kind
+        lambda b: b[:16] + b"\x00\x00\x00\x00" + b"\x00" + b"\x30\x00\x00\x00" + b"\x00" * 4,
+    ],
+    ids=["short", "truncated-sequence", "unknown-kind", "overrunning-document"],
+)
+def test_malformed_messages_are_protocol_errors(mangle: Callable[[bytes], bytes]) -> None:
+    good = encode_msg({"ping": 1}, 1, sequences={"documents": [{"a": 1}]})
+    data = mangle(good)
+    length = len(data)
+    framed = struct.pack("<i", length) + data[4:]  # (the header's length made to agree)
+    reader = MessageReader()
+    if mangle(good) == good[:-3]:
+        assert reader.feed(data) == []  # incomplete: waits for the rest
+        return
+    with pytest.raises(ProtocolError):
+        reader.feed(framed)
+
+
+def test_a_checksum_is_not_read_as_a_document() -> None:
+    good = encode_msg({"ping": 1}, 1)
+    flags = struct.pack("<I", 1)  # checksumPresent, and the body runs into its 4 bytes
+    data = good[:16] + flags + good[20:]
+    with pytest.raises(ProtocolError):
+        MessageReader().feed(data)

@@ -35,6 +35,7 @@ __all__ = [
     "MessageReader",
     "ProtocolError",
     "encode_msg",
+    "encode_query",
     "encode_reply",
 ]
 
@@ -118,12 +119,13 @@ def encode_query(
     return HEADER.pack(HEADER.size + len(body), request_id, 0, OP_QUERY) + body
 
 
-def _decode_doc(data: bytes | memoryview, at: int) -> tuple[dict[str, Any], int]:
-    if at + 4 > len(data):
+def _decode_doc(data: bytes | memoryview, at: int, end: int) -> tuple[dict[str, Any], int]:
+    """The BSON document at ``at``, which must end by ``end``; and where it ends."""
+    if at + 4 > end:
         raise ProtocolError("truncated BSON document")
     (size,) = struct.unpack_from("<i", data, at)
-    if size < 5 or at + size > len(data):
-        raise ProtocolError(f"BSON document of {size} bytes overruns its message")
+    if size < 5 or at + size > end:
+        raise ProtocolError(f"BSON document of {size} bytes overruns its section")
     try:
         doc: dict[str, Any] = bson.decode(bytes(data[at : at + size]))
     except Exception as exc:  # bson.errors.InvalidBSON and friends
@@ -131,11 +133,14 @@ def _decode_doc(data: bytes | memoryview, at: int) -> tuple[dict[str, Any], int]
     return doc, at + size
 
 
-def _cstring(data: bytes | memoryview, at: int) -> tuple[str, int]:
-    end = bytes(data[at:]).find(b"\x00")
-    if end < 0:
+def _cstring(data: bytes | memoryview, at: int, end: int) -> tuple[str, int]:
+    stop = bytes(data[at:end]).find(b"\x00")
+    if stop < 0:
         raise ProtocolError("unterminated string")
-    return bytes(data[at : at + end]).decode(), at + end + 1
+    try:
+        return bytes(data[at : at + stop]).decode(), at + stop + 1
+    except UnicodeDecodeError:
+        raise ProtocolError("a string that is not UTF-8") from None
 
 
 def _decode_msg(request_id: int, response_to: int, data: memoryview) -> Message:
@@ -148,22 +153,26 @@ def _decode_msg(request_id: int, response_to: int, data: memoryview) -> Message:
     at = 4
     body: dict[str, Any] | None = None
     sequences: dict[str, list[dict[str, Any]]] = {}
+    if end < 4:
+        raise ProtocolError("OP_MSG too short for its checksum")
     while at < end:
         kind = data[at]
         at += 1
         if kind == 0:
             if body is not None:
                 raise ProtocolError("OP_MSG with two body sections")
-            body, at = _decode_doc(data, at)
+            body, at = _decode_doc(data, at, end)
         elif kind == 1:
+            if at + 4 > end:
+                raise ProtocolError("truncated OP_MSG document sequence")
             (size,) = struct.unpack_from("<i", data, at)
             stop = at + size
             if size < 5 or stop > end:
                 raise ProtocolError("OP_MSG document sequence overruns its message")
-            identifier, at = _cstring(data, at + 4)
+            identifier, at = _cstring(data, at + 4, stop)
             docs = sequences.setdefault(identifier, [])
             while at < stop:
-                doc, at = _decode_doc(data, at)
+                doc, at = _decode_doc(data, at, stop)
                 docs.append(doc)
         else:
             raise ProtocolError(f"OP_MSG section of unknown kind {kind}")
@@ -173,8 +182,10 @@ def _decode_msg(request_id: int, response_to: int, data: memoryview) -> Message:
 
 
 def _decode_query(request_id: int, response_to: int, data: memoryview) -> Message:
-    collection, at = _cstring(data, 4)
-    doc, _ = _decode_doc(data, at + 8)
+    if len(data) < 4:
+        raise ProtocolError("OP_QUERY too short")
+    collection, at = _cstring(data, 4, len(data))
+    doc, _ = _decode_doc(data, at + 8, len(data))
     return Message(request_id, response_to, OP_QUERY, doc, collection=collection)
 
 
@@ -182,7 +193,7 @@ def _decode_reply(request_id: int, response_to: int, data: memoryview) -> Messag
     if len(data) < 20:
         raise ProtocolError("OP_REPLY too short")
     (returned,) = struct.unpack_from("<i", data, 16)
-    doc, _ = _decode_doc(data, 20) if returned else ({}, 20)
+    doc, _ = _decode_doc(data, 20, len(data)) if returned else ({}, 20)
     return Message(request_id, response_to, OP_REPLY, doc)
 
 

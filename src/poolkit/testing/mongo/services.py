@@ -1,0 +1,488 @@
+"""One simulated service (a mongos behind the load balancer): its ``serviceId``, its cursors
+and transactions, and the commands it answers.
+
+Commands: ``hello``/``isMaster``, ``ping``, ``buildInfo``, ``insert``, ``find``, ``aggregate``
+(simple stages), ``getMore``, ``killCursors``, ``count``, ``delete``, ``drop``,
+``dropDatabase``, ``commitTransaction``, ``abortTransaction``, ``endSessions``; anything else
+is error 59 CommandNotFound.
+
+Rules of this module
+--------------------
+* The data is the cluster's (:class:`~.store.SimMongoStore`, shared by every service); the
+  cursors and transactions are the service's own: a ``getMore`` of another service's cursor
+  is error 43 CursorNotFound, a transaction's command on another service error 251
+  NoSuchTransaction, as behind a real load balancer.
+* A transaction's writes are kept aside and applied at ``commitTransaction`` (an ``_id``
+  taken meanwhile is error 112 WriteConflict); a ``find`` in it sees them, nothing else does.
+* :meth:`SimService.execute` never raises for a bad command: it answers with an error document.
+  No I/O, no awaiting: the server frames, delays and sends.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import datetime
+import itertools
+import random
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import bson
+from bson.int64 import Int64
+from bson.objectid import ObjectId
+
+from .faults import error_document
+from .settings import ConnectionInfo, SimMongoSettings
+from .store import QueryError, SimMongoStore, WriteError, matches, project, sort_documents
+
+__all__ = ["CommandError", "SimService"]
+
+Document = dict[str, Any]
+Sequences = Mapping[str, list[Document]]
+
+
+class CommandError(Exception):
+    """A command's failure, answered as ``{ok: 0, code, errmsg, ...}``."""
+
+    def __init__(self, code: int, errmsg: str, labels: tuple[str, ...] = ()) -> None:
+        super().__init__(errmsg)
+        self.code = code
+        self.errmsg = errmsg
+        self.labels = labels
+
+    def document(self) -> Document:
+        return error_document(self.code, self.errmsg, self.labels)
+
+
+def _no_such_transaction(number: int) -> CommandError:
+    return CommandError(
+        251,
+        f"Given transaction number {number} does not match any in-progress transactions",
+        ("TransientTransactionError",),
+    )
+
+
+@dataclasses.dataclass(eq=False)
+class _Cursor:
+    namespace: str
+    documents: list[Document]
+    connection_id: int
+    position: int = 0
+
+
+@dataclasses.dataclass(eq=False)
+class _Transaction:
+    number: int
+    connection_id: int
+    state: str = "in_progress"  # then "committed" or "aborted"
+    inserts: list[tuple[str, list[Document]]] = dataclasses.field(default_factory=list)
+
+    def pending(self, namespace: str) -> list[Document]:
+        return [d for ns, docs in self.inserts if ns == namespace for d in docs]
+
+
+class SimService:
+    """One service: ``index`` (its place in the server) and ``service_id``."""
+
+    def __init__(
+        self,
+        index: int,
+        service_id: ObjectId,
+        settings: SimMongoSettings,
+        store: SimMongoStore,
+        rng: random.Random,
+    ) -> None:
+        self.index = index
+        self.service_id = service_id
+        self.settings = settings
+        self.store = store
+        self._rng = rng
+        self._process_id = ObjectId()
+        self._connection_ids = itertools.count(1)
+        self.cursors: dict[int, _Cursor] = {}
+        self.transactions: dict[bytes, _Transaction] = {}
+        self.connections_open = 0
+        self.connections_accepted = 0
+        self.commands = collections.Counter[str]()
+        self._handlers: dict[str, Callable[..., Document]] = {
+            "ping": self._ping,
+            "buildInfo": self._build_info,
+            "buildinfo": self._build_info,
+            "insert": self._insert,
+            "find": self._find,
+            "aggregate": self._aggregate,
+            "getMore": self._get_more,
+            "killCursors": self._kill_cursors,
+            "count": self._count,
+            "delete": self._delete,
+            "drop": self._drop,
+            "dropDatabase": self._drop_database,
+            "commitTransaction": self._commit,
+            "abortTransaction": self._abort,
+            "endSessions": self._end_sessions,
+        }
+
+    # ------------------------------------------------------------------ connections
+
+    def connection_opened(self, peer: str) -> ConnectionInfo:
+        self.connections_open += 1
+        self.connections_accepted += 1
+        return ConnectionInfo(self.index, next(self._connection_ids), peer)
+
+    def connection_closed(self, conn: ConnectionInfo) -> None:
+        """Abort the transactions ``conn`` was running; kill its cursors (if so set)."""
+        if not conn.open:
+            return
+        conn.open = False
+        self.connections_open -= 1
+        if self.settings.reap_cursors_on_close:
+            for cursor_id, cursor in list(self.cursors.items()):
+                if cursor.connection_id == conn.connection_id:
+                    del self.cursors[cursor_id]
+        for txn in self.transactions.values():
+            if txn.connection_id == conn.connection_id and txn.state == "in_progress":
+                txn.state = "aborted"
+
+    @property
+    def transactions_open(self) -> int:
+        # (list() first: stats() may run on another thread while this one adds)
+        return sum(t.state == "in_progress" for t in list(self.transactions.values()))
+
+    # ------------------------------------------------------------------ commands
+
+    def execute(
+        self, conn: ConnectionInfo, name: str, body: Document, sequences: Sequences
+    ) -> Document:
+        """The reply to command ``name`` (``body``: the command document; ``sequences``: its
+        OP_MSG document sequences) received on ``conn``. (The server counts commands.)"""
+        try:
+            if name in ("hello", "isMaster", "ismaster"):
+                return self._hello(conn, name, body)
+            handler = self._handlers.get(name)
+            if handler is None:
+                raise CommandError(59, f"no such command: '{name}'")
+            txn = None
+            if body.get("autocommit") is False and name not in (
+                "commitTransaction",
+                "abortTransaction",
+            ):
+                txn = self._transaction(conn, body)
+            return handler(conn, body, sequences, txn)
+        except CommandError as exc:
+            return exc.document()
+        except QueryError as exc:
+            return error_document(2, str(exc))
+        except (KeyError, TypeError, ValueError) as exc:
+            return error_document(9, f"cannot parse {name!r}: {exc!r}")
+
+    def _hello(self, conn: ConnectionInfo, name: str, body: Document) -> Document:
+        settings = self.settings
+        reply: Document = {"isWritablePrimary" if name == "hello" else "ismaster": True}
+        if body.get("helloOk"):
+            reply["helloOk"] = True
+        reply.update(
+            topologyVersion={"processId": self._process_id, "counter": Int64(0)},
+            msg="isdbgrid",
+            maxBsonObjectSize=settings.max_bson_object_size,
+            maxMessageSizeBytes=settings.max_message_size_bytes,
+            maxWriteBatchSize=settings.max_write_batch_size,
+            localTime=datetime.datetime.now(datetime.UTC),
+            logicalSessionTimeoutMinutes=settings.logical_session_timeout_minutes,
+            connectionId=conn.connection_id,
+            minWireVersion=settings.min_wire_version,
+            maxWireVersion=settings.max_wire_version,
+            readOnly=False,
+        )
+        if conn.hello is None:  # (the handshake)
+            conn.hello = body
+            if settings.load_balanced:
+                if not body.get("loadBalanced"):
+                    raise CommandError(
+                        354,
+                        "The server is being accessed through a load balancer, but this "
+                        "driver does not have load balancing enabled",
+                    )
+                reply["serviceId"] = self.service_id
+        reply["ok"] = 1.0
+        return reply
+
+    def _ping(self, *_: Any) -> Document:
+        return {"ok": 1.0}
+
+    def _build_info(self, *_: Any) -> Document:
+        version = self.settings.version
+        numbers = [int(p) for p in version.split(".")[:3] if p.isdigit()]
+        return {
+            "version": version,
+            "versionArray": [*numbers, *[0] * (4 - len(numbers))],
+            "gitVersion": "poolkit-simulated",
+            "maxBsonObjectSize": self.settings.max_bson_object_size,
+            "ok": 1.0,
+        }
+
+    # ------------------------------------------------------------------ writes
+
+    def _insert(
+        self, conn: ConnectionInfo, body: Document, seqs: Sequences, txn: _Transaction | None
+    ) -> Document:
+        namespace = _namespace(body, "insert")
+        documents = seqs.get("documents", body.get("documents", []))
+        ordered = bool(body.get("ordered", True))
+        if txn is None:
+            n, errors = self.store.insert(namespace, documents, ordered=ordered)
+        else:
+            n, errors = self._insert_in(txn, namespace, documents, ordered)
+        reply: Document = {"n": n}
+        if errors:
+            reply["writeErrors"] = [e.document() for e in errors]
+        reply["ok"] = 1.0
+        return reply
+
+    def _insert_in(
+        self, txn: _Transaction, namespace: str, documents: list[Document], ordered: bool
+    ) -> tuple[int, list[WriteError]]:
+        docs = [d if "_id" in d else {"_id": ObjectId(), **d} for d in documents]
+        taken = set(self.store.check_new(namespace, docs))
+        seen = {bytes(bson.encode({"_id": d["_id"]})) for d in txn.pending(namespace)}
+        accepted: list[Document] = []
+        errors: list[WriteError] = []
+        for index, doc in enumerate(docs):
+            key = bytes(bson.encode({"_id": doc["_id"]}))
+            if index in taken or key in seen:
+                errors.append(WriteError(index, 11000, f"E11000 duplicate key: {doc['_id']!r}"))
+                txn.state = "aborted"  # (a write error ends a transaction)
+                if ordered:
+                    break
+                continue
+            seen.add(key)
+            accepted.append(doc)
+        txn.inserts.append((namespace, accepted))
+        return len(accepted), errors
+
+    def _delete(
+        self, conn: ConnectionInfo, body: Document, seqs: Sequences, txn: _Transaction | None
+    ) -> Document:
+        namespace = _namespace(body, "delete")
+        n = 0
+        for spec in seqs.get("deletes", body.get("deletes", [])):
+            n += self.store.delete(namespace, spec.get("q") or {}, int(spec.get("limit", 0)))
+        return {"n": n, "ok": 1.0}
+
+    def _drop(self, conn: ConnectionInfo, body: Document, *_: Any) -> Document:
+        self.store.drop(_namespace(body, "drop"))
+        return {"ok": 1.0}
+
+    def _drop_database(self, conn: ConnectionInfo, body: Document, *_: Any) -> Document:
+        database = str(body.get("$db", "test"))
+        self.store.drop_database(database)
+        return {"dropped": database, "ok": 1.0}
+
+    # ------------------------------------------------------------------ reads and cursors
+
+    def _find(
+        self, conn: ConnectionInfo, body: Document, seqs: Sequences, txn: _Transaction | None
+    ) -> Document:
+        namespace = _namespace(body, "find")
+        extra = txn.pending(namespace) if txn is not None else []
+        found = self.store.find(namespace, body.get("filter") or {}, extra=extra)
+        if body.get("sort"):
+            found = sort_documents(found, body["sort"])
+        found = found[int(body.get("skip", 0)) :]
+        limit = int(body.get("limit", 0))
+        single = bool(body.get("singleBatch", False)) or limit < 0
+        if limit:
+            found = found[: abs(limit)]
+        found = [project(d, body.get("projection")) for d in found]
+        size = int(body.get("batchSize", self.settings.default_batch_size))
+        return self._open_cursor(conn, namespace, found, size, single)
+
+    def _aggregate(
+        self, conn: ConnectionInfo, body: Document, seqs: Sequences, txn: _Transaction | None
+    ) -> Document:
+        namespace = _namespace(body, "aggregate")
+        extra = txn.pending(namespace) if txn is not None else []
+        found = self.store.find(namespace, {}, extra=extra)
+        for stage in body.get("pipeline", []):
+            if not isinstance(stage, Mapping) or len(stage) != 1:
+                raise CommandError(40323, "a pipeline stage must have exactly one field")
+            ((name, arg),) = stage.items()
+            found = _stage(found, name, arg)
+        options = body.get("cursor") or {}
+        size = int(options.get("batchSize", self.settings.default_batch_size))
+        return self._open_cursor(conn, namespace, found, size, False)
+
+    def _open_cursor(
+        self, conn: ConnectionInfo, namespace: str, found: list[Document], size: int, single: bool
+    ) -> Document:
+        """A cursor on ``found``: the first batch (``size`` documents; 0: none) and the id (0 if
+        that was all, or if ``single``)."""
+        first = self._take(found, 0, size if size else -1)
+        cursor_id = 0
+        if len(first) < len(found) and not single:
+            cursor_id = self._new_cursor_id()
+            self.cursors[cursor_id] = _Cursor(namespace, found, conn.connection_id, len(first))
+        return {"cursor": {"firstBatch": first, "id": Int64(cursor_id), "ns": namespace}, "ok": 1.0}
+
+    def _get_more(
+        self, conn: ConnectionInfo, body: Document, seqs: Sequences, txn: _Transaction | None
+    ) -> Document:
+        cursor_id = int(body["getMore"])
+        namespace = f"{body.get('$db', 'test')}.{body['collection']}"
+        cursor = self.cursors.get(cursor_id)
+        if cursor is None:
+            raise CommandError(43, f"cursor id {cursor_id} not found")
+        if cursor.namespace != namespace:
+            raise CommandError(
+                13,
+                f"Requested getMore on namespace '{namespace}', but cursor belongs to a "
+                f"different namespace {cursor.namespace}",
+            )
+        batch = self._take(cursor.documents, cursor.position, int(body.get("batchSize") or 0))
+        cursor.position += len(batch)
+        if cursor.position >= len(cursor.documents):
+            del self.cursors[cursor_id]
+            cursor_id = 0
+        return {"cursor": {"nextBatch": batch, "id": Int64(cursor_id), "ns": namespace}, "ok": 1.0}
+
+    def _kill_cursors(self, conn: ConnectionInfo, body: Document, *_: Any) -> Document:
+        killed: list[Int64] = []
+        not_found: list[Int64] = []
+        for cursor_id in body.get("cursors", []):
+            found = self.cursors.pop(int(cursor_id), None) is not None
+            (killed if found else not_found).append(Int64(cursor_id))
+        return {
+            "cursorsKilled": killed,
+            "cursorsNotFound": not_found,
+            "cursorsAlive": [],
+            "cursorsUnknown": [],
+            "ok": 1.0,
+        }
+
+    def _count(
+        self, conn: ConnectionInfo, body: Document, seqs: Sequences, txn: _Transaction | None
+    ) -> Document:
+        namespace = _namespace(body, "count")
+        extra = txn.pending(namespace) if txn is not None else []
+        found = self.store.find(namespace, body.get("query") or {}, extra=extra)
+        found = found[int(body.get("skip", 0)) :]
+        limit = abs(int(body.get("limit", 0)))
+        return {"n": min(len(found), limit) if limit else len(found), "ok": 1.0}
+
+    def _take(self, documents: list[Document], start: int, count: int) -> list[Document]:
+        """Up to ``count`` documents from ``start`` (``count`` 0: as many as fit; -1: none),
+        within ``max_bson_object_size`` bytes in all (one at least)."""
+        if count < 0:
+            return []
+        stop = len(documents) if count == 0 else min(len(documents), start + count)
+        budget = self.settings.max_bson_object_size
+        batch: list[Document] = []
+        for doc in documents[start:stop]:
+            budget -= len(bson.encode(doc))
+            if batch and budget < 0:
+                break
+            batch.append(doc)
+        return batch
+
+    def _new_cursor_id(self) -> int:
+        while True:
+            cursor_id = self._rng.randrange(1, 2**63 - 1)
+            if cursor_id not in self.cursors:
+                return cursor_id
+
+    # ------------------------------------------------------------------ sessions and transactions
+
+    def _transaction(self, conn: ConnectionInfo, body: Document) -> _Transaction:
+        """The transaction that ``body`` (``autocommit: false``) runs in, started if so asked."""
+        key = _session_key(body)
+        number = int(body["txnNumber"])
+        current = self.transactions.get(key)
+        if body.get("startTransaction"):
+            if current is not None and current.number > number:
+                raise CommandError(225, f"txnNumber {number} is older than {current.number}")
+            txn = _Transaction(number, conn.connection_id)
+            self.transactions[key] = txn
+            return txn
+        if current is None or current.number != number or current.state != "in_progress":
+            raise _no_such_transaction(number)
+        current.connection_id = conn.connection_id
+        return current
+
+    def _commit(self, conn: ConnectionInfo, body: Document, *_: Any) -> Document:
+        txn = self.transactions.get(_session_key(body))
+        number = int(body["txnNumber"])
+        if txn is None or txn.number != number or txn.state == "aborted":
+            raise _no_such_transaction(number)
+        if txn.state == "committed":
+            return {"ok": 1.0}  # (a commit may be retried)
+        with self.store.locked():
+            for namespace, docs in txn.inserts:
+                if self.store.check_new(namespace, docs):
+                    txn.state = "aborted"
+                    raise CommandError(
+                        112, "WriteConflict: an _id was taken", ("TransientTransactionError",)
+                    )
+            for namespace, docs in txn.inserts:
+                self.store.insert(namespace, docs)
+        txn.state = "committed"
+        txn.inserts.clear()
+        return {"ok": 1.0}
+
+    def _abort(self, conn: ConnectionInfo, body: Document, *_: Any) -> Document:
+        txn = self.transactions.get(_session_key(body))
+        number = int(body["txnNumber"])
+        if txn is None or txn.number != number or txn.state == "aborted":
+            raise _no_such_transaction(number)
+        if txn.state == "committed":
+            raise CommandError(256, f"Transaction {number} has been committed.")
+        txn.state = "aborted"
+        txn.inserts.clear()
+        return {"ok": 1.0}
+
+    def _end_sessions(self, conn: ConnectionInfo, body: Document, *_: Any) -> Document:
+        for lsid in body.get("endSessions", []):
+            self.transactions.pop(bytes(bson.encode(lsid)), None)
+        return {"ok": 1.0}
+
+
+def _stage(found: list[Document], name: str, arg: Any) -> list[Document]:
+    """One aggregation stage: ``$match $sort $skip $limit $project $count``, and ``$group``
+    counting (``{_id: <constant>, field: {$sum: <number>}, ...}``, as ``count_documents``)."""
+    if name == "$match":
+        return [d for d in found if matches(d, arg)]
+    if name == "$sort":
+        return sort_documents(found, arg)
+    if name == "$skip":
+        return found[int(arg) :]
+    if name == "$limit":
+        return found[: int(arg)]
+    if name == "$project":
+        return [project(d, arg) for d in found]
+    if name == "$count":
+        return [{str(arg): len(found)}] if found else []
+    if name == "$group" and isinstance(arg, Mapping) and "_id" in arg:
+        if isinstance(arg["_id"], str) and arg["_id"].startswith("$"):
+            raise CommandError(40324, "$group by a field is not simulated")
+        group: Document = {"_id": arg["_id"]}
+        for field, spec in arg.items():
+            if field == "_id":
+                continue
+            if not (isinstance(spec, Mapping) and set(spec) == {"$sum"}):
+                raise CommandError(40324, f"$group accumulator {spec!r} is not simulated")
+            group[field] = spec["$sum"] * len(found)
+        return [group] if found else []
+    raise CommandError(40324, f"Unrecognized pipeline stage name: {name!r}")
+
+
+def _namespace(body: Document, command: str) -> str:
+    collection = body[command]
+    if not isinstance(collection, str) or not collection:
+        raise CommandError(73, f"{command}: invalid collection name {collection!r}")
+    return f"{body.get('$db', 'test')}.{collection}"
+
+
+def _session_key(body: Document) -> bytes:
+    lsid = body.get("lsid")
+    if not isinstance(lsid, Mapping):
+        raise CommandError(50768, "a transaction's commands need a session (lsid) and a txnNumber")
+    return bytes(bson.encode(lsid))

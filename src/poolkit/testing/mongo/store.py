@@ -1,0 +1,309 @@
+"""The data of the simulated cluster: documents by ``database.collection``, shared by every
+service in front of it (one cluster behind the load balancer), with the small query language
+the simulator understands.
+
+Queries: top-level and dotted fields, equality (a field holding an array also matches one of
+its elements), ``$eq $ne $gt $gte $lt $lte $in $nin $exists``, and ``$and $or $nor``; sorts
+on fields (BSON's order of types, roughly); projections that include or exclude top-level
+fields. Anything else is a :class:`QueryError` (the server answers ``BadValue``).
+
+Rules of this module
+--------------------
+* One :class:`SimMongoStore` may be shared by servers running on different threads (several
+  standalone servers behind HAProxy): every public method takes the store's lock, and
+  :meth:`SimMongoStore.locked` holds it across several calls (a commit's check-then-insert).
+* Documents go in and come out as copies (shallow: the simulator never mutates one).
+* A document is keyed by its ``_id`` (BSON-encoded): a second document with the same ``_id`` is
+  a duplicate key error, reported per document, never raised.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import functools
+import re
+import threading
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+import bson
+
+__all__ = ["QueryError", "SimMongoStore", "WriteError", "matches", "project", "sort_documents"]
+
+MISSING: Any = object()
+
+
+class QueryError(ValueError):
+    """A filter, sort or projection the simulator does not understand."""
+
+
+class WriteError(ValueError):
+    """One document that could not be written (``code`` 11000: a duplicate ``_id``)."""
+
+    def __init__(self, index: int, code: int, errmsg: str) -> None:
+        super().__init__(errmsg)
+        self.index = index
+        self.code = code
+        self.errmsg = errmsg
+
+    def document(self) -> dict[str, Any]:
+        return {"index": self.index, "code": self.code, "errmsg": self.errmsg}
+
+
+def _key(value: Any) -> bytes:
+    return bytes(bson.encode({"_id": value}))
+
+
+class SimMongoStore:
+    """Collections by namespace (``"db.coll"``), each a list of documents in insertion order."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._collections: dict[str, dict[bytes, dict[str, Any]]] = {}
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold the store's lock across several calls."""
+        with self._lock:
+            yield
+
+    def namespaces(self) -> list[str]:
+        with self._lock:
+            return sorted(self._collections)
+
+    def documents(self, namespace: str) -> list[dict[str, Any]]:
+        """Every document of ``namespace``, in insertion order."""
+        with self._lock:
+            return [dict(d) for d in self._collections.get(namespace, {}).values()]
+
+    def check_new(self, namespace: str, documents: Iterable[Mapping[str, Any]]) -> list[int]:
+        """The indexes of ``documents`` whose ``_id`` is already in ``namespace``."""
+        with self._lock:
+            existing = self._collections.get(namespace, {})
+            return [i for i, d in enumerate(documents) if _key(d.get("_id")) in existing]
+
+    def insert(
+        self, namespace: str, documents: Iterable[Mapping[str, Any]], *, ordered: bool = True
+    ) -> tuple[int, list[WriteError]]:
+        """Insert ``documents`` (each given an ObjectId ``_id`` if it has none): how many were
+        inserted, and the errors (an ordered insert stops at its first)."""
+        inserted = 0
+        errors: list[WriteError] = []
+        with self._lock:
+            collection = self._collections.setdefault(namespace, {})
+            for index, document in enumerate(documents):
+                doc = dict(document)
+                if "_id" not in doc:
+                    doc = {"_id": bson.ObjectId(), **doc}
+                key = _key(doc["_id"])
+                if key in collection:
+                    errors.append(WriteError(index, 11000, _duplicate(namespace, doc["_id"])))
+                    if ordered:
+                        break
+                    continue
+                collection[key] = doc
+                inserted += 1
+        return inserted, errors
+
+    def find(
+        self,
+        namespace: str,
+        filter: Mapping[str, Any] | None = None,
+        *,
+        extra: Iterable[Mapping[str, Any]] = (),
+    ) -> list[dict[str, Any]]:
+        """The documents of ``namespace`` (then ``extra``: a transaction's own inserts) that
+        match ``filter``. Raises :class:`QueryError`."""
+        with self._lock:
+            found = list(self._collections.get(namespace, {}).values())
+        found += [dict(d) for d in extra]
+        return [dict(d) for d in found if matches(d, filter or {})]
+
+    def delete(self, namespace: str, filter: Mapping[str, Any], limit: int = 0) -> int:
+        """Delete the documents matching ``filter`` (at most ``limit``; 0: all): how many."""
+        with self._lock:
+            collection = self._collections.get(namespace, {})
+            doomed = [k for k, d in collection.items() if matches(d, filter)]
+            if limit:
+                doomed = doomed[:limit]
+            for key in doomed:
+                del collection[key]
+            return len(doomed)
+
+    def drop(self, namespace: str) -> bool:
+        with self._lock:
+            return self._collections.pop(namespace, None) is not None
+
+    def drop_database(self, database: str) -> None:
+        with self._lock:
+            for namespace in [n for n in self._collections if n.split(".", 1)[0] == database]:
+                del self._collections[namespace]
+
+
+def _duplicate(namespace: str, value: Any) -> str:
+    return (
+        f"E11000 duplicate key error collection: {namespace} index: _id_ dup key: "
+        f"{{ _id: {value!r} }}"
+    )
+
+
+# ---------------------------------------------------------------------- queries
+
+
+def _lookup(document: Mapping[str, Any], path: str) -> Any:
+    value: Any = document
+    for part in path.split("."):
+        if not isinstance(value, Mapping) or part not in value:
+            return MISSING
+        value = value[part]
+    return value
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, bool) != isinstance(b, bool):
+        return False  # (true is not 1 in MongoDB)
+    try:
+        return bool(a == b)
+    except TypeError:
+        return False
+
+
+def _equal(value: Any, target: Any) -> bool:
+    if value is MISSING:
+        return target is None
+    if _same(value, target):
+        return True
+    return isinstance(value, list) and any(_same(v, target) for v in value)
+
+
+def _compare(value: Any, target: Any, test: str) -> bool:
+    candidates = value if isinstance(value, list) else [value]
+    for candidate in candidates:
+        if candidate is MISSING or isinstance(candidate, bool) != isinstance(target, bool):
+            continue
+        try:
+            if _COMPARISONS[test](candidate, target):
+                return True
+        except TypeError:  # (other types: MongoDB compares within a type only)
+            continue
+    return False
+
+
+_COMPARISONS: dict[str, Any] = {
+    "$gt": lambda a, b: a > b,
+    "$gte": lambda a, b: a >= b,
+    "$lt": lambda a, b: a < b,
+    "$lte": lambda a, b: a <= b,
+}
+
+
+def _operator(value: Any, op: str, arg: Any) -> bool:
+    if op == "$eq":
+        return _equal(value, arg)
+    if op == "$ne":
+        return not _equal(value, arg)
+    if op in _COMPARISONS:
+        return _compare(value, arg, op)
+    if op in ("$in", "$nin"):
+        if not isinstance(arg, list):
+            raise QueryError(f"{op} needs an array")
+        found = any(_equal(value, a) for a in arg)
+        return found if op == "$in" else not found
+    if op == "$exists":
+        return (value is not MISSING) == bool(arg)
+    raise QueryError(f"unknown operator: {op}")
+
+
+def matches(document: Mapping[str, Any], filter: Mapping[str, Any]) -> bool:
+    """Whether ``document`` matches ``filter`` (see the module's doc). Raises QueryError."""
+    for key, condition in filter.items():
+        if key in ("$and", "$or", "$nor"):
+            if not isinstance(condition, list) or not condition:
+                raise QueryError(f"{key} must be a nonempty array")
+            results = (matches(document, c) for c in condition)
+            ok = all(results) if key == "$and" else any(results)
+            if ok == (key == "$nor"):
+                return False
+        elif key.startswith("$"):
+            raise QueryError(f"unknown top level operator: {key}")
+        else:
+            value = _lookup(document, key)
+            if (
+                isinstance(condition, Mapping)
+                and condition
+                and next(iter(condition)).startswith("$")
+            ):
+                if not all(_operator(value, op, arg) for op, arg in condition.items()):
+                    return False
+            elif not _equal(value, condition):
+                return False
+    return True
+
+
+# BSON's comparison order of types (the common ones): MinKey, null, numbers, strings, objects,
+# arrays, binary, ObjectId, booleans, dates, ... (anything else last)
+def _rank(value: Any) -> int:
+    if value is MISSING or value is None:
+        return 1
+    if isinstance(value, bool):
+        return 8
+    ranks: tuple[tuple[type | tuple[type, ...], int], ...] = (
+        ((int, float), 2),
+        (str, 3),
+        (Mapping, 4),
+        (list, 5),
+        (bytes, 6),
+        (bson.ObjectId, 7),
+        (datetime.datetime, 9),
+        (re.Pattern, 11),
+    )
+    for kind, rank in ranks:
+        if isinstance(value, kind):
+            return rank
+    return 12
+
+
+def _order(a: Any, b: Any) -> int:
+    ra, rb = _rank(a), _rank(b)
+    if ra != rb:
+        return -1 if ra < rb else 1
+    if ra in (4, 5, 12):  # (objects, arrays: by their encoding, near enough for tests)
+        a, b = _key(a), _key(b)
+    elif ra == 1:
+        return 0
+    try:
+        return -1 if a < b else (1 if a > b else 0)
+    except TypeError:
+        return 0
+
+
+def sort_documents(
+    documents: list[dict[str, Any]], sort: Mapping[str, Any]
+) -> list[dict[str, Any]]:
+    """``documents`` sorted by ``sort`` (``{field: 1 | -1, ...}``). Raises QueryError."""
+    for direction in sort.values():
+        if direction not in (1, -1):
+            raise QueryError(f"bad sort direction {direction!r}: expected 1 or -1")
+
+    def compare(x: dict[str, Any], y: dict[str, Any]) -> int:
+        for field, direction in sort.items():
+            order = _order(_lookup(x, field), _lookup(y, field))
+            if order:
+                return int(order * direction)
+        return 0
+
+    return sorted(documents, key=functools.cmp_to_key(compare))
+
+
+def project(document: dict[str, Any], projection: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``document`` with the top-level fields ``projection`` includes (or excludes)."""
+    if not projection:
+        return document
+    values = {k: bool(v) for k, v in projection.items() if k != "_id"}
+    keep_id = bool(projection.get("_id", True))
+    if len(set(values.values())) > 1:
+        raise QueryError("a projection cannot both include and exclude fields")
+    if any(values.values()):  # (inclusion)
+        return {k: v for k, v in document.items() if k in values or (k == "_id" and keep_id)}
+    return {k: v for k, v in document.items() if k not in values and (k != "_id" or keep_id)}

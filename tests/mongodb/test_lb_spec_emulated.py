@@ -1,0 +1,198 @@
+"""The expectations of spec-tests/load-balancers/ that concern the pool and the connection,
+emulated: each test below names the spec file and case it follows, and runs it against the
+simulated load balancer (poolkit.testing.mongo) through poolkit.mongodb.MongoPool, checking
+the same connection counts and CMAP events the spec's runner checks. (The spec files drive a
+full driver's CRUD API through the unified test runner; MongoPool has the pool's part.)"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import TypeVar
+
+import pytest
+from lb_helpers import Recorder, filled, lb_pool, run, spread
+
+from poolkit import events as ev
+from poolkit.mongodb import MongoPool, NetworkError, OperationFailure
+from poolkit.testing.mongo import SimMongoServer, SimMongoSettings
+
+CMAP = (
+    ev.ConnectionCheckedOutEvent,
+    ev.ConnectionCheckedInEvent,
+    ev.ConnectionClosedEvent,
+)
+
+
+def cmap(recorder: Recorder) -> list[str]:
+    """The checked-out, checked-in and closed events, as the spec files write them."""
+    names = []
+    for event in recorder.events:
+        if isinstance(event, ev.ConnectionClosedEvent):
+            names.append(f"closed:{event.reason}")
+        elif isinstance(event, ev.ConnectionCheckedOutEvent):
+            names.append("out")
+        elif isinstance(event, ev.ConnectionCheckedInEvent):
+            names.append("in")
+    return names
+
+
+async def prepared(server: SimMongoServer, recorder: Recorder) -> MongoPool:
+    pool = await lb_pool(server, recorder)
+    mongo = MongoPool(pool)
+    await spread(mongo, 1)
+    await filled(server, mongo, 3)
+    recorder.events.clear()
+    return mongo
+
+
+def checked_out(mongo: MongoPool) -> int:
+    return mongo.pool.stats().in_use
+
+
+F = TypeVar("F", bound=Callable[..., None])
+
+
+def emulated(case: str) -> Callable[[F], F]:
+    """Labels a test as the emulation of ``case`` (spec file: description): its id names it."""
+
+    def label(test: F) -> F:
+        marked: F = pytest.mark.parametrize("spec_case", [case])(test)
+        return marked
+
+    return label
+
+
+@emulated(
+    "cursors.json: no connection is pinned if all documents are returned in the initial batch"
+)
+def test_no_pin_when_the_first_batch_has_everything(spec_case: str) -> None:
+    async def main() -> None:
+        recorder = Recorder()
+        async with SimMongoServer(SimMongoSettings(services=2)) as server:
+            mongo = await prepared(server, recorder)
+            cursor = await mongo.find("test", "items")
+            assert cursor.id == 0 and checked_out(mongo) == 0
+            assert cmap(recorder) == ["out", "in"]
+            await mongo.pool.close()
+
+    run(main)
+
+
+@emulated("cursors.json: pinned connections are not returned after an network error during getMore")
+def test_network_error_during_get_more(spec_case: str) -> None:
+    async def main() -> None:
+        recorder = Recorder()
+        async with SimMongoServer(SimMongoSettings(services=2)) as server:
+            mongo = await prepared(server, recorder)
+            server.fail_command("getMore", close_connection=True)
+            cursor = await mongo.find("test", "items", batch_size=2)
+            assert checked_out(mongo) == 1
+            assert [(await cursor.__anext__())["_id"] for _ in range(2)] == [0, 1]
+            with pytest.raises(NetworkError):
+                await cursor.__anext__()
+            assert checked_out(mongo) == 1
+            await cursor.close()
+            assert checked_out(mongo) == 0
+            assert cmap(recorder) == ["out", "in", "closed:error"]
+            assert server.stats().commands.get("killCursors", 0) == 0
+            await mongo.pool.close()
+
+    run(main)
+
+
+@emulated(
+    "cursors.json: pinned connections are returned after a network error during a "
+    "killCursors request"
+)
+def test_network_error_during_kill_cursors(spec_case: str) -> None:
+    async def main() -> None:
+        recorder = Recorder()
+        async with SimMongoServer(SimMongoSettings(services=2)) as server:
+            mongo = await prepared(server, recorder)
+            server.fail_command("killCursors", close_connection=True)
+            cursor = await mongo.find("test", "items", batch_size=2)
+            assert checked_out(mongo) == 1
+            await cursor.close()
+            assert checked_out(mongo) == 0
+            assert cmap(recorder) == ["out", "in", "closed:error"]
+            await mongo.pool.close()
+
+    run(main)
+
+
+@emulated(
+    "cursors.json: pinned connections are not returned to the pool after a non-network "
+    "error on getMore"
+)
+def test_non_network_error_on_get_more(spec_case: str) -> None:
+    async def main() -> None:
+        recorder = Recorder()
+        async with SimMongoServer(SimMongoSettings(services=2)) as server:
+            mongo = await prepared(server, recorder)
+            server.fail_command("getMore", error_code=7)
+            cursor = await mongo.find("test", "items", batch_size=2)
+            assert [(await cursor.__anext__())["_id"] for _ in range(2)] == [0, 1]
+            with pytest.raises(OperationFailure) as caught:
+                await cursor.__anext__()
+            assert caught.value.code == 7
+            assert checked_out(mongo) == 1  # still pinned
+            await cursor.close()
+            assert checked_out(mongo) == 0
+            assert cmap(recorder) == ["out", "in"]
+            await mongo.pool.close()
+
+    run(main)
+
+
+@emulated("cursors.json: pinned connections are returned when the cursor is drained")
+def test_returned_when_drained(spec_case: str) -> None:
+    async def main() -> None:
+        recorder = Recorder()
+        async with SimMongoServer(SimMongoSettings(services=2)) as server:
+            mongo = await prepared(server, recorder)
+            cursor = await mongo.find("test", "items", batch_size=2)
+            assert checked_out(mongo) == 1
+            assert len(await cursor.to_list()) == 3
+            assert checked_out(mongo) == 0 and cmap(recorder) == ["out", "in"]
+            await mongo.pool.close()
+
+    run(main)
+
+
+@emulated("sdam-error-handling.json: stale errors are ignored")
+def test_stale_errors_are_ignored(spec_case: str) -> None:
+    """Two operations fail on connections of the same service; the first clears it; the
+    second, from a connection of the generation it cleared, clears nothing more."""
+
+    async def main() -> None:
+        recorder = Recorder()
+        async with SimMongoServer(SimMongoSettings(services=1)) as server:
+            pool = await lb_pool(server, recorder)
+            mongo = MongoPool(pool)
+            server.fail_command("ping", error_code=91, delay=0.1, times=2)  # ShutdownInProgress
+            first = asyncio.create_task(mongo.command("admin", {"ping": 1}))
+            second = asyncio.create_task(mongo.command("admin", {"ping": 1}))
+            for task in (first, second):
+                with pytest.raises(OperationFailure):
+                    await task
+            assert len(recorder.of(ev.PoolClearedEvent)) == 1
+            await pool.close()
+
+    run(main)
+
+
+@emulated("sdam-error-handling.json: errors during the initial connection hello are ignored")
+def test_hello_errors_are_ignored(spec_case: str) -> None:
+    async def main() -> None:
+        recorder = Recorder()
+        async with SimMongoServer(SimMongoSettings(services=1)) as server:
+            pool = await lb_pool(server, recorder)
+            server.fail_command("hello", close_connection=True)
+            with pytest.raises(NetworkError):
+                await MongoPool(pool).command("admin", {"ping": 1})
+            assert recorder.of(ev.PoolClearedEvent) == []
+            assert (await MongoPool(pool).command("admin", {"ping": 1}))["ok"] == 1
+            await pool.close()
+
+    run(main)

@@ -27,11 +27,22 @@ class Recorder:
 
 
 async def lb_pool(
-    server: SimMongoServer, recorder: Recorder | None = None, **options: Any
+    server: SimMongoServer,
+    recorder: Recorder | None = None,
+    commands: Recorder | None = None,
+    **options: Any,
 ) -> poolkit.AsyncPool[Any]:
+    """A ready pool of load-balanced connections to ``server``: pool events to ``recorder``,
+    command monitoring events to ``commands``."""
     host, port = server.host, server.port
     pool = poolkit.AsyncPool(
-        connect(host, port, load_balanced=True, connect_timeout=options.pop("timeout", 5.0)),
+        connect(
+            host,
+            port,
+            load_balanced=True,
+            connect_timeout=options.pop("timeout", 5.0),
+            listeners=[commands] if commands is not None else [],
+        ),
         address=server.address,
         options=poolkit.PoolOptions(load_balanced=True, **options),
         listeners=[recorder] if recorder is not None else [],

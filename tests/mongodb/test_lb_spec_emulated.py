@@ -15,6 +15,11 @@ from lb_helpers import Recorder, filled, lb_pool, run, spread
 
 from poolkit import events as ev
 from poolkit.mongodb import MongoPool, NetworkError, OperationFailure
+from poolkit.mongodb.monitoring import (
+    CommandFailedEvent,
+    CommandStartedEvent,
+    CommandSucceededEvent,
+)
 from poolkit.testing.mongo import SimMongoServer, SimMongoSettings
 
 CMAP = (
@@ -193,6 +198,76 @@ def test_hello_errors_are_ignored(spec_case: str) -> None:
                 await MongoPool(pool).command("admin", {"ping": 1})
             assert recorder.of(ev.PoolClearedEvent) == []
             assert (await MongoPool(pool).command("admin", {"ping": 1}))["ok"] == 1
+            await pool.close()
+
+    run(main)
+
+
+@emulated("event-monitoring.json: command started and succeeded events include serviceId")
+def test_command_events_include_the_service(spec_case: str) -> None:
+    async def main() -> None:
+        commands = Recorder()
+        async with SimMongoServer(SimMongoSettings(services=2)) as server:
+            pool = await lb_pool(server, commands=commands)
+            mongo = MongoPool(pool)
+            await mongo.insert("test", "items", [{"_id": 1}])
+            (started,) = commands.of(CommandStartedEvent)
+            (succeeded,) = commands.of(CommandSucceededEvent)
+            assert started.command_name == "insert" and started.command["insert"] == "items"
+            assert started.service_id in server.service_ids
+            assert succeeded.service_id == started.service_id
+            assert succeeded.request_id == started.request_id and succeeded.duration >= 0
+            assert succeeded.reply["n"] == 1
+            await pool.close()
+
+    run(main)
+
+
+@emulated("event-monitoring.json: command failed events include serviceId")
+def test_command_failed_events_include_the_service(spec_case: str) -> None:
+    async def main() -> None:
+        commands = Recorder()
+        async with SimMongoServer(SimMongoSettings(services=2)) as server:
+            pool = await lb_pool(server, commands=commands)
+            server.fail_command("insert", error_code=11600)
+            with pytest.raises(OperationFailure):
+                await MongoPool(pool).insert("test", "items", [{"_id": 1}])
+            (failed,) = commands.of(CommandFailedEvent)
+            assert failed.command_name == "insert" and failed.service_id in server.service_ids
+            assert isinstance(failed.failure, OperationFailure)
+            await pool.close()
+
+    run(main)
+
+
+@emulated("event-monitoring.json: poolClearedEvent events include serviceId")
+def test_pool_cleared_events_include_the_service(spec_case: str) -> None:
+    async def main() -> None:
+        recorder = Recorder()
+        async with SimMongoServer(SimMongoSettings(services=2)) as server:
+            pool = await lb_pool(server, recorder)
+            server.fail_command("insert", close_connection=True)
+            with pytest.raises(NetworkError) as caught:
+                await MongoPool(pool).insert("test", "items", [{"_id": 1}])
+            (cleared,) = recorder.of(ev.PoolClearedEvent)
+            assert cleared.service_id == caught.value.service_id
+            assert cleared.service_id in server.service_ids
+            await pool.close()
+
+    run(main)
+
+
+def test_the_handshake_is_not_monitored_and_secrets_are_not_published() -> None:
+    async def main() -> None:
+        commands = Recorder()
+        async with SimMongoServer(SimMongoSettings(services=1)) as server:
+            pool = await lb_pool(server, commands=commands)
+            async with pool.connection() as conn:
+                assert commands.events == []  # (hello was the handshake's)
+                with pytest.raises(OperationFailure):  # (the simulator knows no saslStart)
+                    await conn.command("admin", {"saslStart": 1, "payload": b"secret"})
+            (started,) = commands.of(CommandStartedEvent)
+            assert started.command == {}
             await pool.close()
 
     run(main)

@@ -270,3 +270,26 @@ def test_blocking_connections_in_a_threaded_pool() -> None:
             assert reply["ok"] == 1
             for lease in leases:
                 lease.release()
+
+
+def test_a_services_entry_goes_when_its_last_connection_closes() -> None:
+    """Per-service generation and connection count, through real handshakes: a service's entry
+    exists while it has connections, survives a clear (a new generation), and is removed
+    once its last connection closes (CMAP)."""
+
+    async def main() -> None:
+        async with SimMongoServer(SimMongoSettings(services=2)) as server:
+            pool = await lb_pool(server, max_size=2, background_interval=0.02)
+            first, second = await spread(MongoPool(pool), 2)
+            assert pool.service_generation(first) == 0 == pool.service_generation(second)
+            pool.clear(service_id=first)
+            assert pool.service_generation(first) == 1  # (its connection, idle, is stale)
+            for _ in range(100):  # the background closes the stale idle connection
+                if pool.stats().total == 1:
+                    break
+                await asyncio.sleep(0.01)
+            assert pool.service_generation(first) is None  # no connection left: no entry
+            assert pool.service_generation(second) == 0
+            await pool.close()
+
+    run(main)

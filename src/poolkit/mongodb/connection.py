@@ -23,11 +23,20 @@ import socket
 import ssl
 import sys
 import threading
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from .._frontend import ConnectContext, Established
 from .errors import HandshakeError, LoadBalancerUnsupportedError, NetworkError, OperationFailure
+from .monitoring import (
+    CommandFailedEvent,
+    CommandListener,
+    CommandStartedEvent,
+    CommandSucceededEvent,
+    is_sensitive,
+    publish,
+)
 from .wire import MAX_MESSAGE_SIZE, Message, MessageReader, ProtocolError, encode_msg
 
 __all__ = [
@@ -80,9 +89,15 @@ class _Protocol:
     """The conversation of one connection, without I/O: request ids, the handshake's checks,
     replies matched to requests and turned into documents or errors."""
 
-    def __init__(self, address: str, load_balanced: bool) -> None:
+    def __init__(
+        self,
+        address: str,
+        load_balanced: bool,
+        listeners: tuple[CommandListener, ...] = (),
+    ) -> None:
         self.address = address
         self.load_balanced = load_balanced
+        self.listeners = listeners
         self.reader = MessageReader()
         self.next_id = 1
         self.hello: dict[str, Any] = {}
@@ -107,6 +122,52 @@ class _Protocol:
         if body.get("ok") != 1 and body.get("ok") is not True:
             raise OperationFailure(body, address=self.address, service_id=self.service_id)
         return body
+
+    def started(self, db: str, command: Mapping[str, Any], request_id: int) -> float:
+        """Publish the command's start (with listeners); returns its start time."""
+        if self.listeners:
+            name = next(iter(command), "")
+            shown = {} if is_sensitive(name, command) else {**command, "$db": db}
+            publish(
+                self.listeners,
+                CommandStartedEvent(
+                    command_name=name,
+                    database_name=db,
+                    request_id=request_id,
+                    address=self.address,
+                    server_connection_id=self.connection_id,
+                    service_id=self.service_id,
+                    command=shown,
+                ),
+            )
+        return time.perf_counter()
+
+    def ended(
+        self,
+        db: str,
+        command: Mapping[str, Any],
+        request_id: int,
+        began: float,
+        reply: Mapping[str, Any] | None,
+        failure: BaseException | None,
+    ) -> None:
+        if not self.listeners:
+            return
+        name = next(iter(command), "")
+        fields: dict[str, Any] = {
+            "command_name": name,
+            "database_name": db,
+            "request_id": request_id,
+            "address": self.address,
+            "server_connection_id": self.connection_id,
+            "service_id": self.service_id,
+            "duration": time.perf_counter() - began,
+        }
+        if failure is None:
+            shown = {} if is_sensitive(name, command) else dict(reply or {})
+            publish(self.listeners, CommandSucceededEvent(reply=shown, **fields))
+        else:
+            publish(self.listeners, CommandFailedEvent(failure=failure, **fields))
 
     def handshake_done(self, reply: dict[str, Any]) -> None:
         if self.load_balanced and "serviceId" not in reply:
@@ -183,9 +244,10 @@ class AsyncMongoConnection(_Handshaken):
         app_name: str | None = None,
         tls: ssl.SSLContext | None = None,
         connect_timeout: float | None = 20.0,
+        listeners: Iterable[CommandListener] = (),
     ) -> AsyncMongoConnection:
         address = f"{host}:{port}"
-        protocol = _Protocol(address, load_balanced)
+        protocol = _Protocol(address, load_balanced, tuple(listeners))
         writer: asyncio.StreamWriter | None = None
         try:
             async with asyncio.timeout(connect_timeout):
@@ -231,17 +293,28 @@ class AsyncMongoConnection(_Handshaken):
                 address=self.address,
                 service_id=self.service_id,
             )
+        protocol = self._protocol
+        request_id, data = protocol.request(db, command, sequences)
+        began = protocol.started(db, command, request_id)
         try:
             async with self._lock, asyncio.timeout(timeout):
-                return await self._exchange(db, command, sequences)
+                reply = await self._round_trip(request_id, data)
         except _NETWORK as exc:
             self._broken = True
             self._writer.close()
-            raise _network_error(self.address, exc, self.service_id) from exc
-        except asyncio.CancelledError:
+            error = _network_error(self.address, exc, self.service_id)
+            protocol.ended(db, command, request_id, began, None, error)
+            raise error from exc
+        except OperationFailure as exc:
+            protocol.ended(db, command, request_id, began, None, exc)
+            raise
+        except asyncio.CancelledError as exc:
             self._broken = True  # (mid-command: the reply would come to the next caller)
             self._writer.close()
+            protocol.ended(db, command, request_id, began, None, exc)
             raise
+        protocol.ended(db, command, request_id, began, reply, None)
+        return reply
 
     async def _exchange(
         self,
@@ -249,7 +322,10 @@ class AsyncMongoConnection(_Handshaken):
         command: Mapping[str, Any],
         sequences: Mapping[str, Sequence[Mapping[str, Any]]] | None,
     ) -> dict[str, Any]:
-        request_id, data = self._protocol.request(db, command, sequences)
+        """A command without monitoring (the handshake)."""
+        return await self._round_trip(*self._protocol.request(db, command, sequences))
+
+    async def _round_trip(self, request_id: int, data: bytes) -> dict[str, Any]:
         self._writer.write(data)
         await self._writer.drain()
         while True:
@@ -293,9 +369,10 @@ class MongoConnection(_Handshaken):
         app_name: str | None = None,
         tls: ssl.SSLContext | None = None,
         connect_timeout: float | None = 20.0,
+        listeners: Iterable[CommandListener] = (),
     ) -> MongoConnection:
         address = f"{host}:{port}"
-        protocol = _Protocol(address, load_balanced)
+        protocol = _Protocol(address, load_balanced, tuple(listeners))
         sock: socket.socket | None = None
         try:
             sock = socket.create_connection((host, port), timeout=connect_timeout)
@@ -337,14 +414,27 @@ class MongoConnection(_Handshaken):
                 address=self.address,
                 service_id=self.service_id,
             )
+        protocol = self._protocol
+        error: BaseException | None = None
         with self._lock:
+            request_id, data = protocol.request(db, command, sequences)
+            began = protocol.started(db, command, request_id)
             try:
                 self._sock.settimeout(timeout)
-                return self._exchange(db, command, sequences)
+                reply = self._round_trip(request_id, data)
             except _NETWORK as exc:
                 self._broken = True
                 self._sock.close()
-                raise _network_error(self.address, exc, self.service_id) from exc
+                error = _network_error(self.address, exc, self.service_id)
+                error.__cause__ = exc
+            except OperationFailure as exc:
+                error = exc
+        # (the events outside the connection's lock)
+        if error is not None:
+            protocol.ended(db, command, request_id, began, None, error)
+            raise error
+        protocol.ended(db, command, request_id, began, reply, None)
+        return reply
 
     def _exchange(
         self,
@@ -352,7 +442,10 @@ class MongoConnection(_Handshaken):
         command: Mapping[str, Any],
         sequences: Mapping[str, Sequence[Mapping[str, Any]]] | None,
     ) -> dict[str, Any]:
-        request_id, data = self._protocol.request(db, command, sequences)
+        """A command without monitoring (the handshake)."""
+        return self._round_trip(*self._protocol.request(db, command, sequences))
+
+    def _round_trip(self, request_id: int, data: bytes) -> dict[str, Any]:
         self._sock.sendall(data)
         reader = self._protocol.reader
         while True:
@@ -380,10 +473,12 @@ def connect(
     app_name: str | None = None,
     tls: ssl.SSLContext | None = None,
     connect_timeout: float | None = 20.0,
+    listeners: Iterable[CommandListener] = (),
 ) -> Callable[[ConnectContext], Awaitable[Established[AsyncMongoConnection]]]:
     """A connect function for :class:`poolkit.AsyncPool` (with
     ``PoolOptions(load_balanced=...)`` the same): each connection handshaken, its
-    ``service_id`` given to the pool (per-service generations and ``clear(service_id=...)``)."""
+    ``service_id`` given to the pool (per-service generations and ``clear(service_id=...)``).
+    ``listeners``: command monitoring (:mod:`.monitoring`), each event with the service."""
 
     async def connect_mongo(ctx: ConnectContext) -> Established[AsyncMongoConnection]:
         conn = await AsyncMongoConnection.open(
@@ -393,6 +488,7 @@ def connect(
             app_name=app_name,
             tls=tls,
             connect_timeout=connect_timeout,
+            listeners=listeners,
         )
         return Established(conn, service_id=conn.service_id)
 
@@ -407,6 +503,7 @@ def connect_sync(
     app_name: str | None = None,
     tls: ssl.SSLContext | None = None,
     connect_timeout: float | None = 20.0,
+    listeners: Iterable[CommandListener] = (),
 ) -> Callable[[ConnectContext], Established[MongoConnection]]:
     """:func:`connect` for :class:`poolkit.Pool`."""
 
@@ -418,6 +515,7 @@ def connect_sync(
             app_name=app_name,
             tls=tls,
             connect_timeout=connect_timeout,
+            listeners=listeners,
         )
         return Established(conn, service_id=conn.service_id)
 

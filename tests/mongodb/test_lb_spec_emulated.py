@@ -271,3 +271,52 @@ def test_the_handshake_is_not_monitored_and_secrets_are_not_published() -> None:
             await pool.close()
 
     run(main)
+
+
+@emulated(
+    "transactions.json: pinned connection is released after a transient non-network CRUD error"
+)
+def test_a_transient_error_releases_the_pin(spec_case: str) -> None:
+    async def main() -> None:
+        recorder = Recorder()
+        async with SimMongoServer(SimMongoSettings(services=2)) as server:
+            pool = await lb_pool(server, recorder)
+            mongo = MongoPool(pool)
+            await spread(mongo, 1)
+            recorder.events.clear()
+            server.fail_command("insert", error_code=24, error_labels=["TransientTransactionError"])
+            txn = mongo.transaction("test")
+            await txn.__aenter__()
+            assert mongo.in_use()["transaction"] == 1
+            with pytest.raises(OperationFailure) as caught:
+                await txn.command({"insert": "orders", "documents": [{"_id": 1}]})
+            assert caught.value.has_error_label("TransientTransactionError")
+            assert mongo.in_use()["transaction"] == 0 and checked_out(mongo) == 0  # at once
+            assert cmap(recorder) == ["out", "in"]
+            await txn.__aexit__(type(caught.value), caught.value, None)  # (aborts: unpinned)
+            await pool.close()
+
+    run(main)
+
+
+@emulated("transactions.json: pinned connection is not released after a non-transient CRUD error")
+def test_a_non_transient_error_keeps_the_pin(spec_case: str) -> None:
+    async def main() -> None:
+        async with SimMongoServer(SimMongoSettings(services=2)) as server:
+            pool = await lb_pool(server)
+            mongo = MongoPool(pool)
+            async with mongo.transaction("test") as txn:
+                await txn.command({"insert": "orders", "documents": [{"_id": 1}]})
+                server.fail_command("insert", error_code=51)  # (no label: not transient)
+                with pytest.raises(OperationFailure):
+                    await txn.command({"insert": "orders", "documents": [{"_id": 2}]})
+                assert mongo.in_use()["transaction"] == 1 and checked_out(mongo) == 1
+                await txn.command({"insert": "orders", "documents": [{"_id": 3}]})
+            assert checked_out(mongo) == 0
+            assert [d["_id"] for d in await (await mongo.find("test", "orders")).to_list()] == [
+                1,
+                3,
+            ]
+            await pool.close()
+
+    run(main)

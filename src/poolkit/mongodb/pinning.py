@@ -300,7 +300,8 @@ class AsyncCursor:
 
 class AsyncTransaction:
     """One transaction on one session: pinned (load-balanced mode) from its first command to
-    its end; committed when its block ends, aborted if it raises."""
+    its end, or to a transient error (``TransientTransactionError``, a network error), which
+    releases the pin at once; committed when its block ends, aborted if it raises."""
 
     def __init__(self, pool: MongoPool, db: str) -> None:
         self._pool = pool
@@ -345,6 +346,12 @@ class AsyncTransaction:
             return await self._conn.command(db, command, sequences=sequences)
         except MongoError as exc:
             self._pool._judge(self._conn, exc)
+            if isinstance(exc, NetworkError) or exc.has_error_label("TransientTransactionError"):
+                # transactions.json: a transient error releases the pin at once (the whole
+                # transaction is to be retried: on any connection)
+                pinned, self._pinned, self._conn = self._pinned, None, None
+                if pinned is not None:
+                    await pinned.__aexit__(type(exc), exc, exc.__traceback__)
             raise
 
     async def _end(self, name: str) -> None:

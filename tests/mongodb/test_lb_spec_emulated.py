@@ -311,6 +311,9 @@ def test_a_non_transient_error_keeps_the_pin(spec_case: str) -> None:
                 with pytest.raises(OperationFailure):
                     await txn.command({"insert": "orders", "documents": [{"_id": 2}]})
                 assert mongo.in_use()["transaction"] == 1 and checked_out(mongo) == 1
+                stats = mongo.stats()
+                assert (stats.transactions, stats.cursors, stats.other) == (1, 0, 0)
+                assert stats.pool.in_use == 1
                 await txn.command({"insert": "orders", "documents": [{"_id": 3}]})
             assert checked_out(mongo) == 0
             assert [d["_id"] for d in await (await mongo.find("test", "orders")).to_list()] == [

@@ -37,7 +37,13 @@ if TYPE_CHECKING:
         NetworkError,
         OperationFailure,
     )
-    from .pinning import AsyncCursor, AsyncTransaction, LoadBalancedTimeoutError, MongoPool
+    from .pinning import (
+        AsyncCursor,
+        AsyncTransaction,
+        LoadBalancedTimeoutError,
+        MongoPool,
+        MongoPoolStats,
+    )
 
 #: names that need bson, and their modules (imported on first use)
 _LAZY = {
@@ -54,6 +60,7 @@ _LAZY = {
     "AsyncTransaction": "pinning",
     "LoadBalancedTimeoutError": "pinning",
     "MongoPool": "pinning",
+    "MongoPoolStats": "pinning",
 }
 
 
@@ -78,6 +85,7 @@ __all__ = [
     "MongoConnection",
     "MongoError",
     "MongoPool",
+    "MongoPoolStats",
     "MongoURI",
     "NetworkError",
     "OperationFailure",

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Literal
@@ -35,11 +36,23 @@ __all__ = [
     "AsyncTransaction",
     "LoadBalancedTimeoutError",
     "MongoPool",
+    "MongoPoolStats",
     "Purpose",
 ]
 
 Purpose = Literal["cursor", "transaction", "other"]
 PURPOSES: tuple[Purpose, ...] = ("cursor", "transaction", "other")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class MongoPoolStats:
+    """:meth:`MongoPool.stats`: the pool's own (``pool``), and its connections out now by
+    purpose: ``cursors`` and ``transactions`` (pinned in load-balanced mode), ``other``."""
+
+    pool: PoolStats
+    cursors: int
+    transactions: int
+    other: int
 
 
 class LoadBalancedTimeoutError(WaitQueueTimeoutError):
@@ -86,9 +99,15 @@ class MongoPool:
         """Connections checked out now, by purpose."""
         return {purpose: self._in_use[purpose] for purpose in PURPOSES}
 
-    def stats(self) -> tuple[PoolStats, dict[str, int]]:
+    def stats(self) -> MongoPoolStats:
         """The pool's statistics, and its connections out by purpose."""
-        return self.pool.stats(), self.in_use()
+        in_use = self.in_use()
+        return MongoPoolStats(
+            pool=self.pool.stats(),
+            cursors=in_use["cursor"],
+            transactions=in_use["transaction"],
+            other=in_use["other"],
+        )
 
     @contextlib.asynccontextmanager
     async def connection(

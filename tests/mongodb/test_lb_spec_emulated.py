@@ -323,3 +323,77 @@ def test_a_non_transient_error_keeps_the_pin(spec_case: str) -> None:
             await pool.close()
 
     run(main)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "MongoPool wiring: an error of the pool's connect after the hello (error.after_hello: "
+        "during authentication) must be judged by clear_scope and clear error.service_id"
+    ),
+)
+@emulated("sdam-error-handling.json: errors during authentication are processed")
+def test_errors_during_authentication_are_processed(spec_case: str) -> None:
+    """A network error on saslContinue (after the hello: the service is known) clears that
+    service's connections only. The spec lists poolCleared before connectionClosed; a pool's
+    owner that judges the checkout's error clears after the pool closed the connection, so the
+    events are compared as the spec's kinds, in any order."""
+    from typing import Any
+
+    import poolkit
+
+    recorder = Recorder()
+
+    async def main() -> None:
+        from poolkit.mongodb import connect
+
+        app = "lbSDAMErrorTestClient"
+        settings = SimMongoSettings(services=2, users={"app": "secret"})
+        async with SimMongoServer(settings) as server:
+            pool = poolkit.AsyncPool(
+                connect(server.host, server.port, load_balanced=True, app_name=app,
+                        username="app", password="secret", connect_timeout=5.0),
+                address=server.address,
+                options=poolkit.PoolOptions(load_balanced=True),
+                listeners=[recorder],
+            )  # fmt: skip
+            pool.ready()
+            held = [await pool.checkout() for _ in range(2)]  # (one a service, kept out)
+            try:
+                await check(server, pool, held, app)
+            finally:  # (the xfail's assertions leave nothing open)
+                for lease in held:
+                    if lease.active:
+                        lease.release()
+                await pool.close()
+
+    async def check(
+        server: SimMongoServer, pool: poolkit.AsyncPool[Any], held: list[Any], app: str
+    ) -> None:
+        mongo = MongoPool(pool)
+        first, second = (lease.service_id for lease in held)
+        recorder.events.clear()
+        server.fail_command("saslContinue", close_connection=True, app_name=app)
+        with pytest.raises(NetworkError) as caught:  # (the next connection: first's)
+            await mongo.insert("test", "items", [{"x": 1}])
+        for lease in held[1:]:
+            lease.release()
+        assert caught.value.after_hello and caught.value.service_id == first
+        spec_kinds = (
+            ev.ConnectionCreatedEvent,
+            ev.PoolClearedEvent,
+            ev.ConnectionClosedEvent,
+            ev.ConnectionCheckOutFailedEvent,
+        )
+        seen = [type(e) for e in recorder.events if isinstance(e, spec_kinds)]
+        assert sorted(k.__name__ for k in seen) == sorted(k.__name__ for k in spec_kinds)
+        (cleared,) = recorder.of(ev.PoolClearedEvent)
+        assert cleared.service_id == first
+        (closed,) = recorder.of(ev.ConnectionClosedEvent)
+        (failed,) = recorder.of(ev.ConnectionCheckOutFailedEvent)
+        assert closed.reason == "error" and failed.reason == "connectionError"
+        assert pool.service_generation(first) == 1 and pool.service_generation(second) == 0
+        held[0].release()
+        assert pool.stats().total == 1  # (first's connection, stale, closed at check-in)
+
+    run(main)

@@ -8,6 +8,10 @@ Rules of this module
   :class:`~.errors.HandshakeError` (labelled, clears no pool). In load-balanced mode the
   ``hello`` says ``loadBalanced: true`` and a reply without ``serviceId`` fails with the spec's
   exact message; the connection's ``service_id`` is the reply's.
+* Then, given credentials, authentication (:mod:`.auth`), unmonitored as the ``hello`` is: its
+  failure is :class:`~.errors.AuthenticationError`, a network error or timeout in it a
+  :class:`~.errors.NetworkError` (no label); both ``after_hello``, with the ``service_id``.
+  ``connect_timeout`` bounds the whole establishment.
 * One command at a time on a connection (OP_MSG has no multiplexing); a network error breaks
   the connection (``closed``), an ``ok: 0`` reply does not.
 * What is sent and checked is decided by :class:`_Protocol` (no I/O), shared by both
@@ -28,6 +32,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from .._frontend import ConnectContext, Established
+from .auth import Credentials, authenticate, authenticate_async, sasl_supported_mechs
 from .errors import HandshakeError, LoadBalancerUnsupportedError, NetworkError, OperationFailure
 from .monitoring import (
     CommandFailedEvent,
@@ -37,6 +42,7 @@ from .monitoring import (
     is_sensitive,
     publish,
 )
+from .uri import MongoURI
 from .wire import MAX_MESSAGE_SIZE, Message, MessageReader, ProtocolError, encode_msg
 
 __all__ = [
@@ -45,6 +51,8 @@ __all__ = [
     "client_metadata",
     "connect",
     "connect_sync",
+    "connect_sync_uri",
+    "connect_uri",
     "hello_command",
 ]
 
@@ -77,11 +85,19 @@ def client_metadata(app_name: str | None = None) -> dict[str, Any]:
     return metadata
 
 
-def hello_command(*, load_balanced: bool, app_name: str | None = None) -> dict[str, Any]:
-    """The first command of a connection (``loadBalanced: true`` in load-balanced mode)."""
+def hello_command(
+    *,
+    load_balanced: bool,
+    app_name: str | None = None,
+    sasl_supported_mechs: str | None = None,
+) -> dict[str, Any]:
+    """The first command of a connection (``loadBalanced: true`` in load-balanced mode;
+    ``saslSupportedMechs: "<db>.<user>"`` to negotiate the user's mechanism)."""
     command: dict[str, Any] = {"hello": 1, "helloOk": True, "client": client_metadata(app_name)}
     if load_balanced:
         command["loadBalanced"] = True
+    if sasl_supported_mechs is not None:
+        command["saslSupportedMechs"] = sasl_supported_mechs
     return command
 
 
@@ -104,6 +120,7 @@ class _Protocol:
         self.service_id: Any = None
         self.max_wire_version = 0
         self.connection_id: Any = None
+        self.auth_mechanism: str | None = None
 
     def request(
         self,
@@ -178,20 +195,27 @@ class _Protocol:
         self.connection_id = reply.get("connectionId")
 
 
-def _network_error(address: str, exc: BaseException, service_id: Any) -> NetworkError:
+def _network_error(
+    address: str, exc: BaseException, service_id: Any, *, after_hello: bool = False
+) -> NetworkError:
     timeout = isinstance(exc, TimeoutError | socket.timeout)
     what = "timed out" if timeout else f"failed: {type(exc).__name__}: {exc}".rstrip(": ")
+    during = " during authentication" if after_hello else ""
     return NetworkError(
-        f"connection to {address} {what}", address=address, service_id=service_id, timeout=timeout
+        f"connection to {address} {what}{during}",
+        address=address,
+        service_id=service_id,
+        timeout=timeout,
+        after_hello=after_hello,
     )
 
 
-def _handshake_error(address: str, exc: BaseException) -> HandshakeError:
-    timeout = isinstance(exc, TimeoutError | socket.timeout)
-    what = "timed out" if timeout else f"failed: {type(exc).__name__}: {exc}".rstrip(": ")
-    return HandshakeError(
-        f"establishing a connection to {address} {what}", address=address, timeout=timeout
-    )
+def _establishing_error(address: str, exc: BaseException, protocol: _Protocol) -> NetworkError:
+    """A network error of ``open()``: before the ``hello`` completed a :class:`HandshakeError`."""
+    error = _network_error(address, exc, protocol.service_id, after_hello=bool(protocol.hello))
+    if protocol.hello:
+        return error
+    return HandshakeError(f"establishing a {error}", address=address, timeout=error.timeout)
 
 
 #: what breaks a connection (TimeoutError is an OSError; asyncio's is the builtin one)
@@ -221,6 +245,23 @@ class _Handshaken:
         """The handshake's ``hello`` reply."""
         return self._protocol.hello
 
+    @property
+    def auth_mechanism(self) -> str | None:
+        """The mechanism the connection authenticated with (None: no credentials)."""
+        return self._protocol.auth_mechanism
+
+    @property
+    def closed(self) -> bool:
+        raise NotImplementedError
+
+    def _closed_error(self) -> NetworkError:
+        message = f"connection to {self.address} is closed"
+        return NetworkError(message, address=self.address, service_id=self.service_id)
+
+    def __repr__(self) -> str:
+        service = f" service={self.service_id}" if self.service_id is not None else ""
+        return f"<{type(self).__name__} {self.address}{service}{' closed' if self.closed else ''}>"
+
 
 class AsyncMongoConnection(_Handshaken):
     """A connection on asyncio streams. Open one with :meth:`open` (connect and handshake)."""
@@ -245,7 +286,17 @@ class AsyncMongoConnection(_Handshaken):
         tls: ssl.SSLContext | None = None,
         connect_timeout: float | None = 20.0,
         listeners: Iterable[CommandListener] = (),
+        username: str | None = None,
+        password: str | None = None,
+        auth_source: str = "admin",
+        auth_mechanism: str | None = None,
     ) -> AsyncMongoConnection:
+        """Connect, ``hello``, and authenticate if given a user (see the module's rules)."""
+        credentials = Credentials.of(username, password, auth_source, auth_mechanism)
+        mechs = sasl_supported_mechs(credentials)
+        hello = hello_command(
+            load_balanced=load_balanced, app_name=app_name, sasl_supported_mechs=mechs
+        )
         address = f"{host}:{port}"
         protocol = _Protocol(address, load_balanced, tuple(listeners))
         writer: asyncio.StreamWriter | None = None
@@ -255,21 +306,23 @@ class AsyncMongoConnection(_Handshaken):
                     host, port, ssl=tls, server_hostname=host if tls else None
                 )
                 conn = cls(reader, writer, protocol)
-                reply = await conn._exchange(
-                    "admin", hello_command(load_balanced=load_balanced, app_name=app_name), None
-                )
+                reply = await conn._exchange("admin", hello)
+                protocol.handshake_done(reply)
+                if credentials is not None:
+                    protocol.auth_mechanism = await authenticate_async(
+                        conn._exchange,
+                        credentials,
+                        reply,
+                        address=address,
+                        service_id=protocol.service_id,
+                    )
         except _NETWORK as exc:
             if writer is not None:
                 writer.close()
-            raise _handshake_error(address, exc) from exc
+            raise _establishing_error(address, exc, protocol) from exc
         except BaseException:
             if writer is not None:
                 writer.close()
-            raise
-        try:
-            protocol.handshake_done(reply)
-        except BaseException:
-            writer.close()
             raise
         return conn
 
@@ -288,11 +341,7 @@ class AsyncMongoConnection(_Handshaken):
         """Run ``command`` on ``db``; its reply, or :class:`~.errors.OperationFailure`
         (``ok: 0``) or :class:`~.errors.NetworkError` (the connection is then broken)."""
         if self.closed:
-            raise NetworkError(
-                f"connection to {self.address} is closed",
-                address=self.address,
-                service_id=self.service_id,
-            )
+            raise self._closed_error()
         protocol = self._protocol
         request_id, data = protocol.request(db, command, sequences)
         began = protocol.started(db, command, request_id)
@@ -316,14 +365,9 @@ class AsyncMongoConnection(_Handshaken):
         protocol.ended(db, command, request_id, began, reply, None)
         return reply
 
-    async def _exchange(
-        self,
-        db: str,
-        command: Mapping[str, Any],
-        sequences: Mapping[str, Sequence[Mapping[str, Any]]] | None,
-    ) -> dict[str, Any]:
-        """A command without monitoring (the handshake)."""
-        return await self._round_trip(*self._protocol.request(db, command, sequences))
+    async def _exchange(self, db: str, command: Mapping[str, Any]) -> dict[str, Any]:
+        """A command without monitoring (the handshake's)."""
+        return await self._round_trip(*self._protocol.request(db, command, None))
 
     async def _round_trip(self, request_id: int, data: bytes) -> dict[str, Any]:
         self._writer.write(data)
@@ -340,10 +384,6 @@ class AsyncMongoConnection(_Handshaken):
         self._writer.close()
         with contextlib.suppress(OSError):
             await self._writer.wait_closed()
-
-    def __repr__(self) -> str:
-        service = f" service={self.service_id}" if self.service_id is not None else ""
-        return f"<AsyncMongoConnection {self.address}{service}{' closed' if self.closed else ''}>"
 
 
 def _eof() -> bytes:
@@ -370,7 +410,17 @@ class MongoConnection(_Handshaken):
         tls: ssl.SSLContext | None = None,
         connect_timeout: float | None = 20.0,
         listeners: Iterable[CommandListener] = (),
+        username: str | None = None,
+        password: str | None = None,
+        auth_source: str = "admin",
+        auth_mechanism: str | None = None,
     ) -> MongoConnection:
+        """:meth:`AsyncMongoConnection.open`, blocking (``connect_timeout`` bounds each step)."""
+        credentials = Credentials.of(username, password, auth_source, auth_mechanism)
+        mechs = sasl_supported_mechs(credentials)
+        hello = hello_command(
+            load_balanced=load_balanced, app_name=app_name, sasl_supported_mechs=mechs
+        )
         address = f"{host}:{port}"
         protocol = _Protocol(address, load_balanced, tuple(listeners))
         sock: socket.socket | None = None
@@ -380,18 +430,24 @@ class MongoConnection(_Handshaken):
             if tls is not None:
                 sock = tls.wrap_socket(sock, server_hostname=host)
             conn = cls(sock, protocol)
-            reply = conn._exchange(
-                "admin", hello_command(load_balanced=load_balanced, app_name=app_name), None
-            )
+            reply = conn._exchange("admin", hello)
+            protocol.handshake_done(reply)
+            if credentials is not None:
+                protocol.auth_mechanism = authenticate(
+                    conn._exchange,
+                    credentials,
+                    reply,
+                    address=address,
+                    service_id=protocol.service_id,
+                )
             sock.settimeout(None)
         except _NETWORK as exc:
             if sock is not None:
                 sock.close()
-            raise _handshake_error(address, exc) from exc
-        try:
-            protocol.handshake_done(reply)
+            raise _establishing_error(address, exc, protocol) from exc
         except BaseException:
-            sock.close()
+            if sock is not None:
+                sock.close()
             raise
         return conn
 
@@ -409,11 +465,7 @@ class MongoConnection(_Handshaken):
     ) -> dict[str, Any]:
         """:meth:`AsyncMongoConnection.command`, blocking."""
         if self.closed:
-            raise NetworkError(
-                f"connection to {self.address} is closed",
-                address=self.address,
-                service_id=self.service_id,
-            )
+            raise self._closed_error()
         protocol = self._protocol
         error: BaseException | None = None
         with self._lock:
@@ -436,14 +488,9 @@ class MongoConnection(_Handshaken):
         protocol.ended(db, command, request_id, began, reply, None)
         return reply
 
-    def _exchange(
-        self,
-        db: str,
-        command: Mapping[str, Any],
-        sequences: Mapping[str, Sequence[Mapping[str, Any]]] | None,
-    ) -> dict[str, Any]:
-        """A command without monitoring (the handshake)."""
-        return self._round_trip(*self._protocol.request(db, command, sequences))
+    def _exchange(self, db: str, command: Mapping[str, Any]) -> dict[str, Any]:
+        """A command without monitoring (the handshake's)."""
+        return self._round_trip(*self._protocol.request(db, command, None))
 
     def _round_trip(self, request_id: int, data: bytes) -> dict[str, Any]:
         self._sock.sendall(data)
@@ -460,10 +507,6 @@ class MongoConnection(_Handshaken):
         self._broken = True
         self._sock.close()
 
-    def __repr__(self) -> str:
-        service = f" service={self.service_id}" if self.service_id is not None else ""
-        return f"<MongoConnection {self.address}{service}{' closed' if self.closed else ''}>"
-
 
 def connect(
     host: str,
@@ -474,22 +517,25 @@ def connect(
     tls: ssl.SSLContext | None = None,
     connect_timeout: float | None = 20.0,
     listeners: Iterable[CommandListener] = (),
+    username: str | None = None,
+    password: str | None = None,
+    auth_source: str = "admin",
+    auth_mechanism: str | None = None,
 ) -> Callable[[ConnectContext], Awaitable[Established[AsyncMongoConnection]]]:
     """A connect function for :class:`poolkit.AsyncPool` (with
-    ``PoolOptions(load_balanced=...)`` the same): each connection handshaken, its
-    ``service_id`` given to the pool (per-service generations and ``clear(service_id=...)``).
-    ``listeners``: command monitoring (:mod:`.monitoring`), each event with the service."""
+    ``PoolOptions(load_balanced=...)`` the same): each connection handshaken (and authenticated
+    as ``username``, given one), its ``service_id`` given to the pool (per-service generations
+    and ``clear(service_id=...)``). ``listeners``: command monitoring (:mod:`.monitoring`),
+    each event with the service. Credentials are checked here (a ValueError)."""
+    Credentials.of(username, password, auth_source, auth_mechanism)
+    options: dict[str, Any] = dict(
+        load_balanced=load_balanced, app_name=app_name, tls=tls, connect_timeout=connect_timeout,
+        listeners=tuple(listeners), username=username, password=password,
+        auth_source=auth_source, auth_mechanism=auth_mechanism,
+    )  # fmt: skip
 
     async def connect_mongo(ctx: ConnectContext) -> Established[AsyncMongoConnection]:
-        conn = await AsyncMongoConnection.open(
-            host,
-            port,
-            load_balanced=load_balanced,
-            app_name=app_name,
-            tls=tls,
-            connect_timeout=connect_timeout,
-            listeners=listeners,
-        )
+        conn = await AsyncMongoConnection.open(host, port, **options)
         return Established(conn, service_id=conn.service_id)
 
     return connect_mongo
@@ -504,19 +550,50 @@ def connect_sync(
     tls: ssl.SSLContext | None = None,
     connect_timeout: float | None = 20.0,
     listeners: Iterable[CommandListener] = (),
+    username: str | None = None,
+    password: str | None = None,
+    auth_source: str = "admin",
+    auth_mechanism: str | None = None,
 ) -> Callable[[ConnectContext], Established[MongoConnection]]:
     """:func:`connect` for :class:`poolkit.Pool`."""
+    Credentials.of(username, password, auth_source, auth_mechanism)
+    options: dict[str, Any] = dict(
+        load_balanced=load_balanced, app_name=app_name, tls=tls, connect_timeout=connect_timeout,
+        listeners=tuple(listeners), username=username, password=password,
+        auth_source=auth_source, auth_mechanism=auth_mechanism,
+    )  # fmt: skip
 
     def connect_mongo(ctx: ConnectContext) -> Established[MongoConnection]:
-        conn = MongoConnection.open(
-            host,
-            port,
-            load_balanced=load_balanced,
-            app_name=app_name,
-            tls=tls,
-            connect_timeout=connect_timeout,
-            listeners=listeners,
-        )
+        conn = MongoConnection.open(host, port, **options)
         return Established(conn, service_id=conn.service_id)
 
     return connect_mongo
+
+
+def _uri_options(uri: MongoURI, tls: ssl.SSLContext | None) -> tuple[str, int, dict[str, Any]]:
+    host, port = uri.hosts[0] if uri.hosts else ("", None)  # (mongodb+srv://: seeded() first)
+    if port is None:
+        raise ValueError("connect_uri needs a host and port (not a socket; +srv: seeded() first)")
+    return host, port, dict(
+        load_balanced=uri.load_balanced, app_name=uri.app_name,
+        tls=(tls or ssl.create_default_context()) if uri.tls else None,
+        connect_timeout=uri.connect_timeout, username=uri.username, password=uri.password,
+        auth_source=uri.auth_source or "admin", auth_mechanism=uri.auth_mechanism,
+    )  # fmt: skip
+
+
+def connect_uri(
+    uri: MongoURI, *, tls: ssl.SSLContext | None = None, listeners: Iterable[CommandListener] = ()
+) -> Callable[[ConnectContext], Awaitable[Established[AsyncMongoConnection]]]:
+    """:func:`connect` to the first host of a parsed URI, with its ``loadBalanced``, ``appName``,
+    ``connectTimeoutMS``, credentials and TLS (``tls``, else ``ssl.create_default_context()``)."""
+    host, port, options = _uri_options(uri, tls)
+    return connect(host, port, listeners=listeners, **options)
+
+
+def connect_sync_uri(
+    uri: MongoURI, *, tls: ssl.SSLContext | None = None, listeners: Iterable[CommandListener] = ()
+) -> Callable[[ConnectContext], Established[MongoConnection]]:
+    """:func:`connect_uri` for :class:`poolkit.Pool`."""
+    host, port, options = _uri_options(uri, tls)
+    return connect_sync(host, port, listeners=listeners, **options)

@@ -20,6 +20,7 @@ __all__ = [
     "LOAD_BALANCER_UNSUPPORTED",
     "NOT_PRIMARY_CODES",
     "SHUTDOWN_CODES",
+    "AuthenticationError",
     "HandshakeError",
     "LoadBalancerUnsupportedError",
     "MongoError",
@@ -52,7 +53,10 @@ NOT_PRIMARY_CODES = frozenset(
 
 class MongoError(PoolError):
     """An error of a MongoDB connection or command. ``labels``: the server's ``errorLabels``
-    and the driver's own (``RetryableError``, ``SystemOverloadedError``...)."""
+    and the driver's own (``RetryableError``, ``SystemOverloadedError``...).
+    ``after_hello``: raised while the connection was being established, after its ``hello``
+    completed (during authentication): ``service_id`` is then the ``hello``'s, and the Load
+    Balancer spec has the error go through SDAM's error handling (:func:`clear_scope`)."""
 
     def __init__(
         self,
@@ -61,10 +65,12 @@ class MongoError(PoolError):
         address: str,
         labels: Iterable[str] = (),
         service_id: Any = None,
+        after_hello: bool = False,
     ) -> None:
         super().__init__(message, address=address)
         self.labels = frozenset(labels)
         self.service_id = service_id
+        self.after_hello = after_hello
 
     def has_error_label(self, label: str) -> bool:
         return label in self.labels
@@ -86,8 +92,11 @@ class NetworkError(MongoError, ConnectionError):
         labels: Iterable[str] = (),
         service_id: Any = None,
         timeout: bool = False,
+        after_hello: bool = False,
     ) -> None:
-        super().__init__(message, address=address, labels=labels, service_id=service_id)
+        super().__init__(
+            message, address=address, labels=labels, service_id=service_id, after_hello=after_hello
+        )
         self.timeout = timeout
 
 
@@ -107,6 +116,29 @@ class LoadBalancerUnsupportedError(MongoError):
 
     def __init__(self, *, address: str) -> None:
         super().__init__(LOAD_BALANCER_UNSUPPORTED, address=address)
+
+
+class AuthenticationError(MongoError):
+    """The authentication of a new connection failed: the server refused it (``code``,
+    ``code_name``: its, such as 18 AuthenticationFailed) or the server's answers failed the
+    client's checks (``code`` None). Always ``after_hello`` (with the ``hello``'s
+    ``service_id``); not labelled retryable, and it clears no pool (:func:`clear_scope`).
+    ``mechanism``: the SCRAM mechanism tried. The message names the user, never the password."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        address: str,
+        service_id: Any = None,
+        mechanism: str = "",
+        code: int | None = None,
+        code_name: str = "",
+    ) -> None:
+        super().__init__(message, address=address, service_id=service_id, after_hello=True)
+        self.mechanism = mechanism
+        self.code = code
+        self.code_name = code_name
 
 
 class OperationFailure(MongoError):
@@ -146,9 +178,14 @@ def clear_scope(error: BaseException, *, handshake_done: bool, max_wire_version:
     connections) to be cleared, by SDAM's rules and the Load Balancer spec's:
 
     * before the handshake completed (connect, TLS, ``hello``): never;
+    * while the connection was being established after its ``hello`` (the error's
+      ``after_hello``; ``handshake_done`` is then not needed): a network error, a timeout too,
+      as SDAM has it for connection establishment; not an :class:`AuthenticationError`;
     * a network error (not a timeout) after it: yes;
     * a state change error: for servers before 4.2 (wire version 8) every one; since then only
       "shutting down"."""
+    if getattr(error, "after_hello", False):
+        return isinstance(error, NetworkError)
     if not handshake_done or isinstance(error, HandshakeError):
         return False
     if isinstance(error, NetworkError):

@@ -56,6 +56,7 @@ from ...mongodb.wire import (
 )
 from .._thread import ServerThread
 from .faults import HANDSHAKE_COMMANDS, FailPoint, error_document
+from .scram import SimUsers
 from .services import SimService
 from .settings import ConnectionInfo, ServiceStats, SimMongoSettings, SimMongoStats
 from .store import SimMongoStore
@@ -112,8 +113,11 @@ class SimMongoServer:
         self._port = port
         self._rng = random.Random(self.settings.seed)
         ids = self.settings.service_ids or tuple(ObjectId() for _ in range(self.settings.services))
+        settings = self.settings
+        #: the cluster's users (one salt per user and mechanism, as config servers keep them)
+        self.users = SimUsers(settings.users, settings.auth_mechanisms, settings.scram_iterations)
         self._services = tuple(
-            SimService(i, service_id, self.settings, self.store, self._rng)
+            SimService(i, service_id, settings, self.store, self._rng, self.users)
             for i, service_id in enumerate(ids)
         )
         self._next_service = itertools.count()
@@ -286,7 +290,9 @@ class SimMongoServer:
         """What the server knows of each connection it accepted (the last 10,000), as copies
         (callable from any thread)."""
         return [
-            ConnectionInfo(c.service, c.connection_id, c.peer, c.hello, c.app_name, c.open)
+            ConnectionInfo(
+                c.service, c.connection_id, c.peer, c.hello, c.app_name, c.open, user=c.user
+            )
             for c in list(self._all)
             if c.open or not open_only
         ]

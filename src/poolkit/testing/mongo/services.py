@@ -3,8 +3,10 @@ and transactions, and the commands it answers.
 
 Commands: ``hello``/``isMaster``, ``ping``, ``buildInfo``, ``insert``, ``find``, ``aggregate``
 (simple stages), ``getMore``, ``killCursors``, ``count``, ``delete``, ``drop``,
-``dropDatabase``, ``commitTransaction``, ``abortTransaction``, ``endSessions``; anything else
-is error 59 CommandNotFound.
+``dropDatabase``, ``commitTransaction``, ``abortTransaction``, ``endSessions``, ``saslStart``,
+``saslContinue``; anything else is error 59 CommandNotFound. With users
+(:class:`~.scram.SimUsers`), a connection not authenticated runs only the handshake's
+commands (else error 13 Unauthorized).
 
 Rules of this module
 --------------------
@@ -33,6 +35,7 @@ from bson.int64 import Int64
 from bson.objectid import ObjectId
 
 from .faults import error_document
+from .scram import SimUsers
 from .settings import ConnectionInfo, SimMongoSettings
 from .store import QueryError, SimMongoStore, WriteError, matches, project, sort_documents
 
@@ -92,8 +95,10 @@ class SimService:
         settings: SimMongoSettings,
         store: SimMongoStore,
         rng: random.Random,
+        users: SimUsers | None = None,
     ) -> None:
         self.index = index
+        self.users = users if users is not None else SimUsers({}, (), 1)
         self.service_id = service_id
         self.settings = settings
         self.store = store
@@ -121,6 +126,8 @@ class SimService:
             "commitTransaction": self._commit,
             "abortTransaction": self._abort,
             "endSessions": self._end_sessions,
+            "saslStart": self._sasl_start,
+            "saslContinue": self._sasl_continue,
         }
 
     # ------------------------------------------------------------------ connections
@@ -162,6 +169,8 @@ class SimService:
             handler = self._handlers.get(name)
             if handler is None:
                 raise CommandError(59, f"no such command: '{name}'")
+            if not self.users.allows(conn, name):
+                raise CommandError(13, f"Command {name} requires authentication")
             txn = None
             if body.get("autocommit") is False and name not in (
                 "commitTransaction",
@@ -204,8 +213,21 @@ class SimService:
                         "driver does not have load balancing enabled",
                     )
                 reply["serviceId"] = self.service_id
+            if settings.speculative_auth:
+                speculative = self.users.speculative(conn, body)
+                if speculative is not None:
+                    reply["speculativeAuthenticate"] = speculative
+        mechanisms = self.users.supported_mechanisms(body.get("saslSupportedMechs"))
+        if mechanisms is not None:
+            reply["saslSupportedMechs"] = mechanisms
         reply["ok"] = 1.0
         return reply
+
+    def _sasl_start(self, conn: ConnectionInfo, body: Document, *_: Any) -> Document:
+        return self.users.sasl_start(conn, body, str(body.get("$db", "admin")))
+
+    def _sasl_continue(self, conn: ConnectionInfo, body: Document, *_: Any) -> Document:
+        return self.users.sasl_continue(conn, body, str(body.get("$db", "admin")))
 
     def _ping(self, *_: Any) -> Document:
         return {"ok": 1.0}

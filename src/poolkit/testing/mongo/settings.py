@@ -45,6 +45,15 @@ class SimMongoSettings:
     ``default_batch_size``: the first batch of a ``find`` without ``batchSize``.
     ``reap_cursors_on_close``: a connection's close kills the cursors it opened (the load
     balancer spec allows a service to); its open transactions are aborted in any case.
+
+    ``users``: when given, the services require authentication (SCRAM, :mod:`.scram`): a name
+    (a user of ``admin``) or ``"<db>.<name>"``, and its password. A connection not
+    authenticated runs only the handshake's commands (``hello``, ``saslStart``,
+    ``saslContinue``, ``ping``, ``buildInfo``, ``endSessions``; and ``configureFailPoint``, the
+    tests' own): anything else is error 13 Unauthorized. ``auth_mechanisms``: the users'
+    credentials (``hello``'s ``saslSupportedMechs``); ``scram_iterations``: their iteration
+    count (4096, the least a client takes, keeps tests fast); ``speculative_auth``: answer a
+    handshake's ``speculativeAuthenticate`` (as MongoDB 4.4 and later do).
     """
 
     services: int = 3
@@ -62,6 +71,10 @@ class SimMongoSettings:
     logical_session_timeout_minutes: int = 30
     default_batch_size: int = 101
     reap_cursors_on_close: bool = True
+    users: Mapping[str, str] = dataclasses.field(default_factory=dict, repr=False, hash=False)
+    auth_mechanisms: tuple[str, ...] = ("SCRAM-SHA-1", "SCRAM-SHA-256")
+    scram_iterations: int = 4096
+    speculative_auth: bool = True
 
     def __post_init__(self) -> None:
         for name in (
@@ -72,6 +85,7 @@ class SimMongoSettings:
             "max_write_batch_size",
             "logical_session_timeout_minutes",
             "default_batch_size",
+            "scram_iterations",
         ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -86,6 +100,12 @@ class SimMongoSettings:
                 raise ValueError("SimMongoSettings(service_ids=...): one distinct id per service")
             if not all(isinstance(i, ObjectId) for i in ids):
                 raise ValueError("SimMongoSettings(service_ids=...) must be ObjectIds")
+        for name, password in dict(self.users).items():
+            if not (isinstance(name, str) and name.strip(".") and isinstance(password, str)):
+                raise ValueError("SimMongoSettings(users=...): user names to str passwords")
+        known = ("SCRAM-SHA-1", "SCRAM-SHA-256")
+        if not self.auth_mechanisms or not set(self.auth_mechanisms) <= set(known):
+            raise ValueError(f"SimMongoSettings(auth_mechanisms=...): some of {known}")
 
 
 @dataclasses.dataclass
@@ -93,7 +113,8 @@ class ConnectionInfo:
     """One connection as the server sees it: its ``service`` (index), its ``connection_id``
     (``hello``'s ``connectionId``, counted per service), the client's address ``peer``
     (``host:port``; from the PROXY header behind a proxy that sends one), and its handshake:
-    the first ``hello`` document (``hello``) and the ``appName`` in it."""
+    the first ``hello`` document (``hello``) and the ``appName`` in it; ``user``: who it
+    authenticated as (``"<db>.<name>"``), ``sasl``: its authentication under way."""
 
     service: int
     connection_id: int
@@ -101,6 +122,8 @@ class ConnectionInfo:
     hello: dict[str, Any] | None = None
     app_name: str | None = None
     open: bool = True
+    user: str | None = None
+    sasl: Any = dataclasses.field(default=None, repr=False)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

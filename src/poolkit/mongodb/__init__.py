@@ -29,8 +29,16 @@ from .uri import MongoURI, parse_uri
 from .uri_options import InvalidURIError, URIOptions, URIOptionWarning
 
 if TYPE_CHECKING:
-    from .connection import AsyncMongoConnection, MongoConnection, connect, connect_sync
+    from .connection import (
+        AsyncMongoConnection,
+        MongoConnection,
+        connect,
+        connect_sync,
+        connect_sync_uri,
+        connect_uri,
+    )
     from .errors import (
+        AuthenticationError,
         HandshakeError,
         LoadBalancerUnsupportedError,
         MongoError,
@@ -51,6 +59,9 @@ _LAZY = {
     "MongoConnection": "connection",
     "connect": "connection",
     "connect_sync": "connection",
+    "connect_uri": "connection",
+    "connect_sync_uri": "connection",
+    "AuthenticationError": "errors",
     "HandshakeError": "errors",
     "LoadBalancerUnsupportedError": "errors",
     "MongoError": "errors",
@@ -77,6 +88,7 @@ __all__ = [
     "AsyncCursor",
     "AsyncMongoConnection",
     "AsyncTransaction",
+    "AuthenticationError",
     "HandshakeError",
     "InvalidURIError",
     "LoadBalancedTimeoutError",
@@ -107,5 +119,7 @@ __all__ = [
     "URIOptions",
     "connect",
     "connect_sync",
+    "connect_sync_uri",
+    "connect_uri",
     "parse_uri",
 ]

@@ -180,12 +180,14 @@ def clear_scope(error: BaseException, *, handshake_done: bool, max_wire_version:
     * before the handshake completed (connect, TLS, ``hello``): never;
     * while the connection was being established after its ``hello`` (the error's
       ``after_hello``; ``handshake_done`` is then not needed): a network error, a timeout too,
-      as SDAM has it for connection establishment; not an :class:`AuthenticationError`;
+      and an :class:`AuthenticationError`, as SDAM has it for connection establishment (the
+      Load Balancer spec: "errors during authentication commands MUST go through the SDAM
+      error handling flow", clearing only the service; pymongo does the same);
     * a network error (not a timeout) after it: yes;
     * a state change error: for servers before 4.2 (wire version 8) every one; since then only
       "shutting down"."""
     if getattr(error, "after_hello", False):
-        return isinstance(error, NetworkError)
+        return isinstance(error, NetworkError | AuthenticationError)
     if not handshake_done or isinstance(error, HandshakeError):
         return False
     if isinstance(error, NetworkError):

@@ -121,6 +121,9 @@ class MongoPool:
             lease = await (self.pool.checkout() if timeout is None else self.pool.checkout(timeout))
         except WaitQueueTimeoutError as exc:
             raise self._timeout(exc) from None
+        except MongoError as exc:  # the connect of this checkout failed
+            self._connect_failed(exc)
+            raise
         self._in_use[purpose] += 1
         conn = lease.connection
         self._generations[id(conn)] = lease.generation
@@ -163,6 +166,15 @@ class MongoPool:
         if clear_scope(error, handshake_done=True, max_wire_version=conn.max_wire_version):
             if self.load_balanced:
                 self.pool.clear(service_id=conn.service_id, cause=error)
+            else:
+                self.pool.clear(cause=error)
+
+    def _connect_failed(self, error: MongoError) -> None:
+        """A connect that failed after its ``hello`` (authentication) goes through the SDAM
+        rules with the service the ``hello`` named; one before it clears nothing."""
+        if error.after_hello and clear_scope(error, handshake_done=True):
+            if self.load_balanced:
+                self.pool.clear(service_id=error.service_id, cause=error)
             else:
                 self.pool.clear(cause=error)
 

@@ -34,12 +34,12 @@ from urllib.parse import unquote, urlsplit
 import pytest
 from bench_run import PG_DSN, skip_or_fail
 
+from debian_packages import program_or_reason
+
 #: PgBouncer's server connections per (database, user): small, so that the effect is seen
 DEFAULT_POOL_SIZE = 5
 #: the name the PostgreSQL database has behind PgBouncer
 DATABASE = "test"
-#: how long ``apt-get install pgbouncer`` may take (tests that use the fixture allow for it)
-INSTALL_TIMEOUT = 300.0
 #: how long PgBouncer may take to listen, and to stop
 START_TIMEOUT = 10.0
 STOP_TIMEOUT = 10.0
@@ -116,44 +116,7 @@ def _find() -> str | None:
 @functools.cache
 def _program() -> tuple[str | None, str]:
     """The ``pgbouncer`` program, installed if need be (once per run), or why it is missing."""
-    found = _find()
-    if found is not None:
-        return found, ""
-    if os.geteuid() != 0 or shutil.which("apt-get") is None:
-        return None, (
-            "pgbouncer is not installed, and cannot be installed here (apt-get, as root): "
-            "apt-get install pgbouncer"
-        )
-    failure = _apt_install()
-    found = _find()
-    if found is not None:
-        return found, ""
-    return None, f"pgbouncer is not installed, and apt-get install pgbouncer failed: {failure}"
-
-
-def _apt_install() -> str:
-    """``apt-get install -y -q pgbouncer`` (and ``apt-get update`` first, should that fail:
-    an image may have empty package lists), in :data:`INSTALL_TIMEOUT` seconds; what failed."""
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    deadline = time.monotonic() + INSTALL_TIMEOUT
-    failure = ""
-    for args in (["install", "pgbouncer"], ["update"], ["install", "pgbouncer"]):
-        try:
-            done = subprocess.run(
-                ["apt-get", "-y", "-q", *args],
-                env=env,
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                text=True,
-                timeout=max(1.0, deadline - time.monotonic()),
-            )
-        except subprocess.TimeoutExpired:
-            return f"apt-get took more than {INSTALL_TIMEOUT:.0f} s"
-        if done.returncode == 0 and args[0] == "install":
-            return "it ran, yet there is no pgbouncer in PATH nor in /usr/sbin"
-        if done.returncode != 0:
-            failure = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
-    return failure
+    return program_or_reason("pgbouncer", _find)
 
 
 def _free_port() -> int:

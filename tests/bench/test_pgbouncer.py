@@ -29,7 +29,9 @@ from typing import Any
 
 import pytest
 from bench_run import Ran, assert_one_line_error, bench
-from pgbouncer import DEFAULT_POOL_SIZE, INSTALL_TIMEOUT, PgBouncer, pgbouncer
+from pgbouncer import DEFAULT_POOL_SIZE, PgBouncer, pgbouncer
+
+from debian_packages import INSTALL_TIMEOUT
 
 __all__ = ["pgbouncer"]  # (the fixture: imported for pytest)
 

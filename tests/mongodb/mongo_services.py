@@ -20,9 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
-import shutil
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -30,6 +27,7 @@ from typing import Any
 import pytest
 
 from conftest import skip_or_fail
+from debian_packages import program_or_reason
 from poolkit.testing import ServerThread
 from poolkit.testing.mongo import (
     HAProxy,
@@ -39,8 +37,6 @@ from poolkit.testing.mongo import (
     find_haproxy,
 )
 
-#: how long ``apt-get install haproxy`` may take (tests that use the fixture allow for it)
-INSTALL_TIMEOUT = 300.0
 #: the clients' server selection timeout (ms): the simulator answers at once
 SELECTION_MS = 5000
 
@@ -96,44 +92,7 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
 @functools.cache
 def _program() -> tuple[str | None, str]:
     """The ``haproxy`` program, installed if need be (once per run), or why it is missing."""
-    found = find_haproxy()
-    if found is not None:
-        return found, ""
-    if os.geteuid() != 0 or shutil.which("apt-get") is None:
-        return None, (
-            "haproxy is not installed, and cannot be installed here (apt-get, as root): "
-            "apt-get install haproxy"
-        )
-    failure = _apt_install()
-    found = find_haproxy()
-    if found is not None:
-        return found, ""
-    return None, f"haproxy is not installed, and apt-get install haproxy failed: {failure}"
-
-
-def _apt_install() -> str:
-    """``apt-get install -y -q haproxy`` (and ``apt-get update`` first, should that fail: an
-    image may have empty package lists), in :data:`INSTALL_TIMEOUT` seconds; what failed."""
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    deadline = time.monotonic() + INSTALL_TIMEOUT
-    failure = ""
-    for args in (["install", "haproxy"], ["update"], ["install", "haproxy"]):
-        try:
-            done = subprocess.run(
-                ["apt-get", "-y", "-q", *args],
-                env=env,
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                text=True,
-                timeout=max(1.0, deadline - time.monotonic()),
-            )
-        except subprocess.TimeoutExpired:
-            return f"apt-get took more than {INSTALL_TIMEOUT:.0f} s"
-        if done.returncode == 0 and args[0] == "install":
-            return "it ran, yet there is no haproxy in PATH nor in /usr/sbin"
-        if done.returncode != 0:
-            failure = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
-    return failure
+    return program_or_reason("haproxy", find_haproxy)
 
 
 def haproxy_program() -> str:

@@ -14,9 +14,10 @@ from typing import Any
 
 import pymongo
 import pytest
-from mongo_services import INSTALL_TIMEOUT, SELECTION_MS, Cluster, haproxy_cluster, wait_until
+from mongo_services import SELECTION_MS, Cluster, haproxy_cluster, wait_until
 from pymongo.errors import ConnectionFailure, NotPrimaryError
 
+from debian_packages import INSTALL_TIMEOUT
 from poolkit.testing.mongo import HAProxy, WireClient, WireCommandError
 
 __all__ = ["haproxy_cluster"]  # (the fixture: imported for pytest)

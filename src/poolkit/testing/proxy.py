@@ -32,6 +32,7 @@ import asyncio
 import dataclasses
 from typing import Any
 
+from ._serving import stop_accepting
 from ._thread import ServerThread
 from .sim.server import LOCALHOST, check_host, reset
 
@@ -154,7 +155,7 @@ class FaultProxy:
     async def _stop_listening(self) -> None:
         server, self._server = self._server, None
         if server is not None:
-            server.close()
+            await stop_accepting(server)
             await server.wait_closed()
 
     def stats(self) -> ProxyStats:

@@ -54,6 +54,7 @@ from ...mongodb.wire import (
     encode_msg,
     encode_reply,
 )
+from .._serving import stop_accepting
 from .._thread import ServerThread
 from .faults import HANDSHAKE_COMMANDS, FailPoint, error_document
 from .scram import SimUsers
@@ -141,16 +142,7 @@ class SimMongoServer:
         """Stop listening and close every connection."""
         self._closing = True
         if self._server is not None:
-            # Stop accepting first, and let the connections just accepted reach _accepted (which
-            # closes them) before closing the server: one accepted as Server.close() runs makes
-            # asyncio 3.11 fail in Server._attach and leak its socket (a ResourceWarning).
-            loop = asyncio.get_running_loop()
-            for sock in self._server.sockets:
-                with contextlib.suppress(NotImplementedError, ValueError, OSError):
-                    loop.remove_reader(sock.fileno())
-            for _ in range(3):
-                await asyncio.sleep(0)
-            self._server.close()
+            await stop_accepting(self._server)  # (late connections reach _accepted: closed)
         for conn in list(self._connections):
             conn.close()
         for task in list(self._handlers):

@@ -26,6 +26,7 @@ import socket
 import struct
 from typing import Any
 
+from .._serving import stop_accepting
 from .._thread import ServerThread
 from .protocol import HEADER, FrameType, ProtocolError, encode, parse_header, u32
 from .settings import SimSettings, SimStats, draw_service_time
@@ -149,16 +150,7 @@ class SimServer:
         """Stop listening and close every connection (requests in flight are not answered)."""
         self._closing = True
         if self._server is not None:
-            # Stop accepting first, and let connections accepted just now reach their handler:
-            # one accepted as Server.close() runs makes asyncio 3.11 fail in Server._attach and
-            # leak its socket (a ResourceWarning, an error under the tests' warnings filter).
-            loop = asyncio.get_running_loop()
-            for sock in self._server.sockets:
-                with contextlib.suppress(NotImplementedError, ValueError, OSError):
-                    loop.remove_reader(sock.fileno())
-            for _ in range(3):
-                await asyncio.sleep(0)
-            self._server.close()
+            await stop_accepting(self._server)
         for session in list(self._sessions):
             session.close()
         for task in list(self._handlers):

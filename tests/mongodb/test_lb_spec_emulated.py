@@ -13,8 +13,9 @@ from typing import TypeVar
 import pytest
 from lb_helpers import Recorder, filled, lb_pool, run, spread
 
+import poolkit
 from poolkit import events as ev
-from poolkit.mongodb import MongoPool, NetworkError, OperationFailure
+from poolkit.mongodb import MongoPool, NetworkError, OperationFailure, connect
 from poolkit.mongodb.monitoring import (
     CommandFailedEvent,
     CommandStartedEvent,
@@ -388,5 +389,46 @@ def test_errors_during_authentication_are_processed(spec_case: str) -> None:
         assert pool.service_generation(first) == 1 and pool.service_generation(second) == 0
         held[0].release()
         assert pool.stats().total == 1  # (first's connection, stale, closed at check-in)
+
+    run(main)
+
+
+@emulated(
+    "lb-connection-establishment.json: operations against load balancers fail if URI contains "
+    "loadBalanced=false"
+)
+def test_a_load_balancer_refuses_a_client_not_in_load_balanced_mode(spec_case: str) -> None:
+    async def main() -> None:
+        async with SimMongoServer(SimMongoSettings(services=1)) as server:
+            pool = poolkit.AsyncPool(
+                connect(server.host, server.port, load_balanced=False, connect_timeout=5.0),
+                address=server.address,
+            )
+            pool.ready()
+            with pytest.raises(OperationFailure) as caught:  # (the service's hello refusal)
+                await MongoPool(pool).command("admin", {"ping": 1})
+            assert caught.value.code == 354  # LoadBalancerSupportMismatch
+            await pool.close()
+
+    run(main)
+
+
+@emulated(
+    "non-lb-connection-establishment.json: operations against non-load balanced clusters "
+    "succeed if URI contains loadBalanced=false"
+)
+def test_a_plain_cluster_serves_a_client_not_in_load_balanced_mode(spec_case: str) -> None:
+    async def main() -> None:
+        settings = SimMongoSettings(services=1, load_balanced=False)
+        async with SimMongoServer(settings) as server:
+            pool = poolkit.AsyncPool(
+                connect(server.host, server.port, load_balanced=False, connect_timeout=5.0),
+                address=server.address,
+            )
+            pool.ready()
+            async with pool.connection() as conn:
+                assert conn.service_id is None  # (not in load-balanced mode: no service)
+                assert (await conn.command("admin", {"ping": 1}))["ok"] == 1
+            await pool.close()
 
     run(main)

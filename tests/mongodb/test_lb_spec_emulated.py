@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 from lb_helpers import Recorder, filled, lb_pool, run, spread
@@ -332,7 +332,6 @@ def test_errors_during_authentication_are_processed(spec_case: str) -> None:
     service's connections only. The spec lists poolCleared before connectionClosed; a pool's
     owner that judges the checkout's error clears after the pool closed the connection, so the
     events are compared as the spec's kinds, in any order."""
-    from typing import Any
 
     import poolkit
 
@@ -430,5 +429,142 @@ def test_a_plain_cluster_serves_a_client_not_in_load_balanced_mode(spec_case: st
                 assert conn.service_id is None  # (not in load-balanced mode: no service)
                 assert (await conn.command("admin", {"ping": 1}))["ok"] == 1
             await pool.close()
+
+    run(main)
+
+
+async def session_pool(server: SimMongoServer, recorder: Recorder) -> MongoPool:
+    mongo = MongoPool(await lb_pool(server, recorder))
+    await spread(mongo, 2)
+    await filled(server, mongo, 3)
+    recorder.events.clear()
+    return mongo
+
+
+def orders(i: int) -> dict[str, Any]:
+    return {"insert": "orders", "documents": [{"_id": i}]}
+
+
+@emulated("transactions.json: transaction can be committed multiple times")
+def test_a_transaction_committed_twice_on_one_pin(spec_case: str) -> None:
+    async def main() -> None:
+        recorder = Recorder()
+        async with SimMongoServer(SimMongoSettings(services=2)) as server:
+            mongo = await session_pool(server, recorder)
+            async with mongo.session() as session:
+                await session.start_transaction()
+                await session.command("test", orders(1))
+                await session.commit_transaction()
+                assert session.pinned and checked_out(mongo) == 1
+                await session.commit_transaction()  # (again: the same connection)
+                assert checked_out(mongo) == 1
+            assert checked_out(mongo) == 0
+            assert cmap(recorder).count("out") == 2  # the session's, and endSessions'
+            assert cmap(recorder)[:2] == ["out", "in"]
+            await mongo.pool.close()
+
+    run(main)
+
+
+@emulated("transactions.json: pinned connection is returned when a new transaction is started")
+def test_a_new_transaction_returns_the_pin(spec_case: str) -> None:
+    async def main() -> None:
+        recorder = Recorder()
+        async with SimMongoServer(SimMongoSettings(services=2)) as server:
+            mongo = await session_pool(server, recorder)
+            session = mongo.session()
+            await session.start_transaction()
+            await session.command("test", orders(1))
+            await session.commit_transaction()
+            assert checked_out(mongo) == 1
+            await session.start_transaction()
+            assert checked_out(mongo) == 0  # given back when the next one starts
+            await session.command("test", orders(2))
+            await session.commit_transaction()
+            assert cmap(recorder) == ["out", "in", "out"]
+            await session.end()
+            await mongo.pool.close()
+
+    run(main)
+
+
+@emulated(
+    "transactions.json: pinned connection is returned when a non-transaction operation uses "
+    "the session"
+)
+def test_an_operation_outside_returns_the_pin(spec_case: str) -> None:
+    async def main() -> None:
+        recorder = Recorder()
+        async with SimMongoServer(SimMongoSettings(services=2)) as server:
+            mongo = await session_pool(server, recorder)
+            session = mongo.session()
+            await session.start_transaction()
+            await session.command("test", orders(1))
+            await session.commit_transaction()
+            assert checked_out(mongo) == 1
+            await session.command("test", orders(2))  # (not in a transaction)
+            assert checked_out(mongo) == 0
+            assert cmap(recorder) == ["out", "in", "out", "in"]
+            await session.end()
+            await mongo.pool.close()
+
+    run(main)
+
+
+@emulated("transactions.json: a connection can be shared by a transaction and a cursor")
+def test_a_transaction_and_its_cursor_share_the_pin(spec_case: str) -> None:
+    async def main() -> None:
+        recorder = Recorder()
+        async with SimMongoServer(SimMongoSettings(services=2)) as server:
+            mongo = await session_pool(server, recorder)
+            session = mongo.session()
+            await session.start_transaction()
+            await session.command("test", orders(1))
+            cursor = await session.find("test", "items", batch_size=2)
+            assert checked_out(mongo) == 1  # one connection: the transaction's
+            assert len(await cursor.to_list()) == 3
+            await cursor.close()
+            await session.commit_transaction()
+            assert cmap(recorder) == ["out"]
+            await session.end()
+            assert checked_out(mongo) == 0
+            await mongo.pool.close()
+
+    run(main)
+
+
+@emulated("transactions.json: pinned connection is released when session ended")
+def test_ending_the_session_releases_the_pin(spec_case: str) -> None:
+    async def main() -> None:
+        recorder = Recorder()
+        async with SimMongoServer(SimMongoSettings(services=2)) as server:
+            mongo = await session_pool(server, recorder)
+            session = mongo.session()
+            await session.start_transaction()
+            await session.command("test", orders(1))
+            await session.commit_transaction()
+            assert checked_out(mongo) == 1
+            await session.end()
+            assert checked_out(mongo) == 0
+            assert cmap(recorder)[:2] == ["out", "in"]
+            await mongo.pool.close()
+
+    run(main)
+
+
+@emulated("transactions.json: pinned connection is released on successful abort")
+def test_an_abort_releases_the_pin(spec_case: str) -> None:
+    async def main() -> None:
+        recorder = Recorder()
+        async with SimMongoServer(SimMongoSettings(services=2)) as server:
+            mongo = await session_pool(server, recorder)
+            async with mongo.session() as session:
+                await session.start_transaction()
+                await session.command("test", orders(1))
+                await session.abort_transaction()
+                assert checked_out(mongo) == 0
+            cursor = await mongo.find("test", "orders")
+            assert await cursor.to_list() == []  # (aborted)
+            await mongo.pool.close()
 
     run(main)

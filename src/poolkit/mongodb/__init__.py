@@ -52,6 +52,7 @@ if TYPE_CHECKING:
         MongoPool,
         MongoPoolStats,
     )
+    from .session import AsyncSession
 
 #: names that need bson, and their modules (imported on first use)
 _LAZY = {
@@ -72,6 +73,7 @@ _LAZY = {
     "LoadBalancedTimeoutError": "pinning",
     "MongoPool": "pinning",
     "MongoPoolStats": "pinning",
+    "AsyncSession": "session",
 }
 
 
@@ -87,6 +89,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "AsyncCursor",
     "AsyncMongoConnection",
+    "AsyncSession",
     "AsyncTransaction",
     "AuthenticationError",
     "HandshakeError",

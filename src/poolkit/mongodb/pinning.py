@@ -21,7 +21,7 @@ import contextlib
 import dataclasses
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import bson  # (pymongo's: the extra; .wire names it when missing)
 
@@ -30,6 +30,9 @@ from ..errors import WaitQueueTimeoutError
 from ..stats import PoolStats
 from .connection import AsyncMongoConnection
 from .errors import MongoError, NetworkError, clear_scope
+
+if TYPE_CHECKING:
+    from .session import AsyncSession
 
 __all__ = [
     "AsyncCursor",
@@ -221,6 +224,13 @@ class MongoPool:
         )
         return cursor
 
+    def session(self) -> AsyncSession:
+        """A session: transactions one after another, pinned as the Load Balancer spec says
+        (:class:`~.session.AsyncSession`)."""
+        from .session import AsyncSession
+
+        return AsyncSession(self)
+
     def transaction(self, db: str) -> AsyncTransaction:
         """``async with pool.transaction(db) as txn:`` commands through ``txn.command(...)``,
         committed at the end (aborted if the block raises)."""
@@ -234,7 +244,16 @@ class AsyncCursor:
     connection failed (a network error), then gives the connection back (a broken one is
     closed)."""
 
-    def __init__(self, pool: MongoPool, db: str, collection: str, batch_size: int) -> None:
+    def __init__(
+        self,
+        pool: MongoPool,
+        db: str,
+        collection: str,
+        batch_size: int,
+        *,
+        shared: AsyncMongoConnection | None = None,
+        fields: Mapping[str, Any] | None = None,
+    ) -> None:
         self._pool = pool
         self._db = db
         self._collection = collection
@@ -242,11 +261,14 @@ class AsyncCursor:
         self.id = 0
         self._batch: collections.deque[dict[str, Any]] = collections.deque()
         self._pinned: contextlib.AbstractAsyncContextManager[AsyncMongoConnection] | None = None
-        self._conn: AsyncMongoConnection | None = None
+        #: a connection the cursor shares (a session's, pinned by its transaction): it neither
+        #: checks it out nor gives it back
+        self._conn: AsyncMongoConnection | None = shared
+        self._fields = dict(fields or {})  # (a transaction's: lsid, txnNumber, autocommit)
         self._failed: BaseException | None = None
 
     async def _start(self, command: dict[str, Any]) -> None:
-        if self._pool.pin:
+        if self._pool.pin and self._conn is None:
             self._pinned = self._pool.connection("cursor")
             self._conn = await self._pinned.__aenter__()
         reply = await self._run(command)
@@ -293,6 +315,7 @@ class AsyncCursor:
                     "getMore": bson.int64.Int64(self.id),
                     "collection": self._collection,
                     "batchSize": self._batch_size,
+                    **self._fields,
                 }
             )
             self._take(reply, "nextBatch")

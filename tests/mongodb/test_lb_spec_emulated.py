@@ -568,3 +568,39 @@ def test_an_abort_releases_the_pin(spec_case: str) -> None:
             await mongo.pool.close()
 
     run(main)
+
+
+@pytest.mark.parametrize(
+    ("spec_case", "opener"),
+    [
+        (
+            "cursors.json: aggregate pins the cursor to a connection",
+            lambda mongo: mongo.aggregate("test", "items", [{"$match": {}}], batch_size=2),
+        ),
+        (
+            "cursors.json: listCollections pins the cursor to a connection",
+            lambda mongo: mongo.list_collections("test", batch_size=2),
+        ),
+        (
+            "cursors.json: listIndexes pins the cursor to a connection",
+            lambda mongo: mongo.list_indexes("test", "items", batch_size=0),
+        ),
+    ],
+    ids=["aggregate", "listCollections", "listIndexes"],
+)
+def test_other_cursors_pin_too(spec_case: str, opener: Any) -> None:
+    async def main() -> None:
+        recorder = Recorder()
+        async with SimMongoServer(SimMongoSettings(services=2)) as server:
+            mongo = await prepared(server, recorder)
+            for name in ("orders", "users"):  # (three collections, for listCollections)
+                await mongo.insert("test", name, [{"_id": 1}])
+            recorder.events.clear()
+            cursor = await opener(mongo)
+            assert checked_out(mongo) == 1 and mongo.in_use()["cursor"] == 1
+            assert len(await cursor.to_list()) >= 1
+            assert checked_out(mongo) == 0
+            assert cmap(recorder) == ["out", "in"]
+            await mongo.pool.close()
+
+    run(main)

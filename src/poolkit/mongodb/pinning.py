@@ -224,6 +224,35 @@ class MongoPool:
         )
         return cursor
 
+    async def cursor(
+        self, db: str, command: Mapping[str, Any], *, batch_size: int = 101
+    ) -> AsyncCursor:
+        """A cursor from any command that opens one (``aggregate``, ``listCollections``,
+        ``listIndexes``...), pinned as :meth:`find`'s."""
+        name = next(iter(command), "")
+        collection = command[name] if isinstance(command.get(name), str) else ""
+        cursor = AsyncCursor(self, db, collection, batch_size)
+        await cursor._start({**command, "cursor": {"batchSize": batch_size}})
+        return cursor
+
+    async def aggregate(
+        self,
+        db: str,
+        collection: str,
+        pipeline: Sequence[Mapping[str, Any]],
+        *,
+        batch_size: int = 101,
+    ) -> AsyncCursor:
+        return await self.cursor(
+            db, {"aggregate": collection, "pipeline": list(pipeline)}, batch_size=batch_size
+        )
+
+    async def list_collections(self, db: str, *, batch_size: int = 101) -> AsyncCursor:
+        return await self.cursor(db, {"listCollections": 1}, batch_size=batch_size)
+
+    async def list_indexes(self, db: str, collection: str, *, batch_size: int = 101) -> AsyncCursor:
+        return await self.cursor(db, {"listIndexes": collection}, batch_size=batch_size)
+
     def session(self) -> AsyncSession:
         """A session: transactions one after another, pinned as the Load Balancer spec says
         (:class:`~.session.AsyncSession`)."""
@@ -289,6 +318,9 @@ class AsyncCursor:
 
     def _take(self, reply: dict[str, Any], field: str) -> None:
         cursor = reply["cursor"]
+        namespace = cursor.get("ns")
+        if isinstance(namespace, str) and "." in namespace:  # (getMore names the collection:
+            self._collection = namespace.partition(".")[2]  # listCollections' is $cmd....)
         self._batch.extend(cursor.get(field, ()))
         self.id = int(cursor.get("id", 0))
 

@@ -117,6 +117,8 @@ class SimService:
             "insert": self._insert,
             "find": self._find,
             "aggregate": self._aggregate,
+            "listCollections": self._list_collections,
+            "listIndexes": self._list_indexes,
             "getMore": self._get_more,
             "killCursors": self._kill_cursors,
             "count": self._count,
@@ -332,6 +334,30 @@ class SimService:
             found = _stage(found, name, arg)
         options = body.get("cursor") or {}
         size = int(options.get("batchSize", self.settings.default_batch_size))
+        return self._open_cursor(conn, namespace, found, size, False)
+
+    def _list_collections(
+        self, conn: ConnectionInfo, body: Document, seqs: Sequences, txn: _Transaction | None
+    ) -> Document:
+        database = str(body.get("$db", "test"))
+        names = sorted(
+            ns.partition(".")[2] for ns in self.store.namespaces() if ns.startswith(database + ".")
+        )
+        found: list[Document] = [
+            {"name": name, "type": "collection", "options": {}, "info": {"readOnly": False}}
+            for name in names
+        ]
+        size = int((body.get("cursor") or {}).get("batchSize", self.settings.default_batch_size))
+        return self._open_cursor(conn, f"{database}.$cmd.listCollections", found, size, False)
+
+    def _list_indexes(
+        self, conn: ConnectionInfo, body: Document, seqs: Sequences, txn: _Transaction | None
+    ) -> Document:
+        namespace = _namespace(body, "listIndexes")
+        if namespace not in self.store.namespaces():
+            raise CommandError(26, f"ns does not exist: {namespace}")
+        found: list[Document] = [{"v": 2, "key": {"_id": 1}, "name": "_id_"}]
+        size = int((body.get("cursor") or {}).get("batchSize", self.settings.default_batch_size))
         return self._open_cursor(conn, namespace, found, size, False)
 
     def _open_cursor(

@@ -459,8 +459,7 @@ def test_a_transaction_committed_twice_on_one_pin(spec_case: str) -> None:
                 await session.commit_transaction()  # (again: the same connection)
                 assert checked_out(mongo) == 1
             assert checked_out(mongo) == 0
-            assert cmap(recorder).count("out") == 2  # the session's, and endSessions'
-            assert cmap(recorder)[:2] == ["out", "in"]
+            assert cmap(recorder) == ["out", "in"]  # one pin, given back at the session's end
             await mongo.pool.close()
 
     run(main)
@@ -601,6 +600,35 @@ def test_other_cursors_pin_too(spec_case: str, opener: Any) -> None:
             assert len(await cursor.to_list()) >= 1
             assert checked_out(mongo) == 0
             assert cmap(recorder) == ["out", "in"]
+            await mongo.pool.close()
+
+    run(main)
+
+
+@emulated("transactions.json: sessions are reused in LB mode")
+def test_sessions_are_reused(spec_case: str) -> None:
+    """Two operations one after the other run in the same server session (the last two
+    commands' lsid are the same), as do a session, a cursor and a transaction after them."""
+
+    async def main() -> None:
+        commands = Recorder()
+        async with SimMongoServer(SimMongoSettings(services=2)) as server:
+            mongo = MongoPool(await lb_pool(server, commands=commands))
+            await mongo.insert("test", "items", [{"x": 1}])
+            await mongo.insert("test", "items", [{"x": 2}])
+            first, second = (e.command["lsid"] for e in commands.of(CommandStartedEvent))
+            assert first == second
+            async with await mongo.find("test", "items", batch_size=1) as cursor:
+                await cursor.__anext__()
+            async with mongo.session() as session:
+                assert session.lsid == first
+            lsids = {str(e.command.get("lsid")) for e in commands.of(CommandStartedEvent)}
+            assert lsids == {str(first)}  # (the find and its close's killCursors too)
+            await mongo.end_sessions()
+            (ended,) = [
+                e for e in commands.of(CommandStartedEvent) if e.command_name == "endSessions"
+            ]
+            assert ended.command["endSessions"] == [first]
             await mongo.pool.close()
 
     run(main)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import time
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
@@ -83,6 +84,35 @@ class LoadBalancedTimeoutError(WaitQueueTimeoutError):
         )
 
 
+#: commands that never carry a session (the handshake's, authentication's, endSessions)
+_SESSIONLESS = frozenset({"hello", "ismaster", "saslstart", "saslcontinue", "endsessions"})
+
+
+class _ServerSessions:
+    """Server sessions (``lsid``s) for reuse, as the Driver Sessions spec has it: the most
+    recently used first; one idle for longer than the server's session timeout less a minute
+    is dropped (the server may have forgotten it)."""
+
+    def __init__(self, timeout_minutes: float = 30.0) -> None:
+        self.timeout_minutes = timeout_minutes
+        self._idle: list[tuple[dict[str, Any], float]] = []
+
+    def take(self) -> dict[str, Any]:
+        now = time.monotonic()
+        while self._idle:
+            lsid, used = self._idle.pop()
+            if now - used < (self.timeout_minutes - 1) * 60:
+                return lsid
+        return {"id": bson.Binary(uuid.uuid4().bytes, 4)}
+
+    def give_back(self, lsid: dict[str, Any]) -> None:
+        self._idle.append((lsid, time.monotonic()))
+
+    def drain(self) -> list[dict[str, Any]]:
+        idle, self._idle = self._idle, []
+        return [lsid for lsid, _ in idle]
+
+
 class MongoPool:
     """Commands, cursors and transactions over an :class:`~poolkit.AsyncPool` of
     :class:`~.connection.AsyncMongoConnection` (made by :func:`~.connection.connect`).
@@ -97,6 +127,7 @@ class MongoPool:
         self._in_use: collections.Counter[str] = collections.Counter()
         #: the generation of each connection out (by id), to tell a stale error
         self._generations: dict[int, int] = {}
+        self.sessions = _ServerSessions()
 
     def in_use(self) -> dict[str, int]:
         """Connections checked out now, by purpose."""
@@ -198,9 +229,27 @@ class MongoPool:
         sequences: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
         timeout: float | None = None,
     ) -> dict[str, Any]:
-        """One command on a connection of its own (purpose ``"other"``)."""
-        async with self.connection("other", timeout) as conn:
-            return await conn.command(db, command, sequences=sequences)
+        """One command on a connection of its own (purpose ``"other"``), in an implicit
+        session (a server session from the pool, given back after) unless it names one."""
+        name = next(iter(command), "").lower()
+        lsid = None
+        if "lsid" not in command and name not in _SESSIONLESS:
+            lsid = self.sessions.take()
+            command = {**command, "lsid": lsid}
+        try:
+            async with self.connection("other", timeout) as conn:
+                return await conn.command(db, command, sequences=sequences)
+        finally:
+            if lsid is not None:
+                self.sessions.give_back(lsid)
+
+    async def end_sessions(self) -> None:
+        """Tell the server the idle server sessions are over (``endSessions``); before the
+        pool is closed."""
+        idle = self.sessions.drain()
+        for start in range(0, len(idle), 10_000):
+            with contextlib.suppress(MongoError):
+                await self.command("admin", {"endSessions": idle[start : start + 10_000]})
 
     async def insert(
         self, db: str, collection: str, documents: Sequence[Mapping[str, Any]]
@@ -217,12 +266,13 @@ class MongoPool:
         *,
         batch_size: int = 101,
     ) -> AsyncCursor:
-        """A cursor over ``collection`` (``find``'s first batch fetched)."""
-        cursor = AsyncCursor(self, db, collection, batch_size)
-        await cursor._start(
-            {"find": collection, "filter": dict(filter or {}), "batchSize": batch_size}
+        """A cursor over ``collection`` (``find``'s first batch fetched), in an implicit session
+        it keeps until it is exhausted or closed."""
+        return await self.cursor(
+            db,
+            {"find": collection, "filter": dict(filter or {}), "batchSize": batch_size},
+            batch_size=batch_size,
         )
-        return cursor
 
     async def cursor(
         self, db: str, command: Mapping[str, Any], *, batch_size: int = 101
@@ -231,8 +281,11 @@ class MongoPool:
         ``listIndexes``...), pinned as :meth:`find`'s."""
         name = next(iter(command), "")
         collection = command[name] if isinstance(command.get(name), str) else ""
-        cursor = AsyncCursor(self, db, collection, batch_size)
-        await cursor._start({**command, "cursor": {"batchSize": batch_size}})
+        lsid = self.sessions.take()
+        cursor = AsyncCursor(self, db, collection, batch_size, fields={"lsid": lsid}, lsid=lsid)
+        if name != "find":
+            command = {**command, "cursor": {"batchSize": batch_size}}
+        await cursor._start({**command, "lsid": lsid})
         return cursor
 
     async def aggregate(
@@ -282,6 +335,7 @@ class AsyncCursor:
         *,
         shared: AsyncMongoConnection | None = None,
         fields: Mapping[str, Any] | None = None,
+        lsid: dict[str, Any] | None = None,
     ) -> None:
         self._pool = pool
         self._db = db
@@ -293,7 +347,8 @@ class AsyncCursor:
         #: a connection the cursor shares (a session's, pinned by its transaction): it neither
         #: checks it out nor gives it back
         self._conn: AsyncMongoConnection | None = shared
-        self._fields = dict(fields or {})  # (a transaction's: lsid, txnNumber, autocommit)
+        self._fields = dict(fields or {})  # (its session's lsid; a transaction's fields)
+        self._lsid = lsid  # (an implicit session it owns: given back when it ends)
         self._failed: BaseException | None = None
 
     async def _start(self, command: dict[str, Any]) -> None:
@@ -325,6 +380,9 @@ class AsyncCursor:
         self.id = int(cursor.get("id", 0))
 
     async def _unpin(self, error: BaseException | None) -> None:
+        lsid, self._lsid = self._lsid, None
+        if lsid is not None and self.id == 0:
+            self._pool.sessions.give_back(lsid)
         pinned, self._pinned, self._conn = self._pinned, None, None
         if pinned is not None:
             if error is None:
@@ -364,7 +422,11 @@ class AsyncCursor:
                 with contextlib.suppress(MongoError):
                     await self._conn.command(
                         self._db,
-                        {"killCursors": self._collection, "cursors": [bson.int64.Int64(self.id)]},
+                        {
+                            "killCursors": self._collection,
+                            "cursors": [bson.int64.Int64(self.id)],
+                            **self._fields,
+                        },
                     )
             elif self.id and self._conn is None and not self._pool.pin:
                 with contextlib.suppress(MongoError):

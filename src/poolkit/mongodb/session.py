@@ -15,7 +15,6 @@ Rules of this module
 from __future__ import annotations
 
 import contextlib
-import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -37,7 +36,7 @@ class AsyncSession:
 
     def __init__(self, pool: MongoPool) -> None:
         self._pool = pool
-        self.lsid = {"id": bson.Binary(uuid.uuid4().bytes, 4)}
+        self.lsid = pool.sessions.take()  # (a server session of the pool's, reused)
         self.txn_number = 0
         self.in_transaction = False
         self._started = False  # (the transaction's first command was sent)
@@ -168,8 +167,9 @@ class AsyncSession:
             await self._unpin()
 
     async def end(self) -> None:
-        """End the session: abort a transaction in progress, give the pin back, and tell the
-        server (``endSessions``)."""
+        """End the session: abort a transaction in progress, give the pin back, and its
+        server session back to the pool for reuse (:meth:`MongoPool.end_sessions` tells the
+        server, before the pool closes)."""
         if self._ended:
             return
         try:
@@ -177,10 +177,9 @@ class AsyncSession:
                 with contextlib.suppress(MongoError):
                     await self.abort_transaction()
             await self._unpin()
-            with contextlib.suppress(MongoError):
-                await self._pool.command("admin", {"endSessions": [self.lsid]})
         finally:
             self._ended = True
+            self._pool.sessions.give_back(self.lsid)
 
     async def __aenter__(self) -> AsyncSession:
         return self

@@ -287,8 +287,8 @@ def test_a_transient_error_releases_the_pin(spec_case: str) -> None:
             recorder.events.clear()
             server.fail_command("insert", error_code=24, error_labels=["TransientTransactionError"])
             txn = mongo.transaction("test")
-            await txn.__aenter__()
-            assert mongo.in_use()["transaction"] == 1
+            await txn.__aenter__()  # (nothing pinned yet: the first command pins)
+            assert mongo.in_use()["transaction"] == 0
             with pytest.raises(OperationFailure) as caught:
                 await txn.command({"insert": "orders", "documents": [{"_id": 1}]})
             assert caught.value.has_error_label("TransientTransactionError")
@@ -445,6 +445,14 @@ def orders(i: int) -> dict[str, Any]:
     return {"insert": "orders", "documents": [{"_id": i}]}
 
 
+async def committed(session: Any, mongo: MongoPool) -> None:
+    """One transaction of one insert, committed: its connection stays pinned to the session."""
+    await session.start_transaction()
+    await session.command("test", orders(1))
+    await session.commit_transaction()
+    assert session.pinned and checked_out(mongo) == 1
+
+
 @emulated("transactions.json: transaction can be committed multiple times")
 def test_a_transaction_committed_twice_on_one_pin(spec_case: str) -> None:
     async def main() -> None:
@@ -472,10 +480,7 @@ def test_a_new_transaction_returns_the_pin(spec_case: str) -> None:
         async with SimMongoServer(SimMongoSettings(services=2)) as server:
             mongo = await session_pool(server, recorder)
             session = mongo.session()
-            await session.start_transaction()
-            await session.command("test", orders(1))
-            await session.commit_transaction()
-            assert checked_out(mongo) == 1
+            await committed(session, mongo)
             await session.start_transaction()
             assert checked_out(mongo) == 0  # given back when the next one starts
             await session.command("test", orders(2))
@@ -497,10 +502,7 @@ def test_an_operation_outside_returns_the_pin(spec_case: str) -> None:
         async with SimMongoServer(SimMongoSettings(services=2)) as server:
             mongo = await session_pool(server, recorder)
             session = mongo.session()
-            await session.start_transaction()
-            await session.command("test", orders(1))
-            await session.commit_transaction()
-            assert checked_out(mongo) == 1
+            await committed(session, mongo)
             await session.command("test", orders(2))  # (not in a transaction)
             assert checked_out(mongo) == 0
             assert cmap(recorder) == ["out", "in", "out", "in"]
@@ -539,10 +541,7 @@ def test_ending_the_session_releases_the_pin(spec_case: str) -> None:
         async with SimMongoServer(SimMongoSettings(services=2)) as server:
             mongo = await session_pool(server, recorder)
             session = mongo.session()
-            await session.start_transaction()
-            await session.command("test", orders(1))
-            await session.commit_transaction()
-            assert checked_out(mongo) == 1
+            await committed(session, mongo)
             await session.end()
             assert checked_out(mongo) == 0
             assert cmap(recorder)[:2] == ["out", "in"]

@@ -447,23 +447,19 @@ class AsyncCursor:
 
 
 class AsyncTransaction:
-    """One transaction on one session: pinned (load-balanced mode) from its first command to
-    its end, or to a transient error (``TransientTransactionError``, a network error), which
-    releases the pin at once; committed when its block ends, aborted if it raises."""
+    """One transaction in a session of its own (:class:`~.session.AsyncSession`): pinned
+    (load-balanced mode) from its first command to its end, or to a transient error
+    (``TransientTransactionError``, a network error), which releases the pin at once; committed
+    when its block ends, aborted if it raises."""
 
     def __init__(self, pool: MongoPool, db: str) -> None:
-        self._pool = pool
+        from .session import AsyncSession
+
         self._db = db
-        self.lsid = {"id": bson.Binary(uuid.uuid4().bytes, 4)}
-        self.txn_number = bson.int64.Int64(1)
-        self._started = False
-        self._pinned: contextlib.AbstractAsyncContextManager[AsyncMongoConnection] | None = None
-        self._conn: AsyncMongoConnection | None = None
+        self.session = AsyncSession(pool)
 
     async def __aenter__(self) -> AsyncTransaction:
-        if self._pool.pin:
-            self._pinned = self._pool.connection("transaction")
-            self._conn = await self._pinned.__aenter__()
+        await self.session.start_transaction()
         return self
 
     async def command(
@@ -472,54 +468,14 @@ class AsyncTransaction:
         *,
         sequences: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
     ) -> dict[str, Any]:
-        fields: dict[str, Any] = {
-            "lsid": self.lsid,
-            "txnNumber": self.txn_number,
-            "autocommit": False,
-        }
-        if not self._started:
-            fields["startTransaction"] = True
-            self._started = True
-        return await self._run(self._db, {**command, **fields}, sequences)
-
-    async def _run(
-        self,
-        db: str,
-        command: Mapping[str, Any],
-        sequences: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
-    ) -> dict[str, Any]:
-        if self._conn is None:
-            return await self._pool.command(db, command, sequences=sequences)
-        try:
-            return await self._conn.command(db, command, sequences=sequences)
-        except MongoError as exc:
-            self._pool._judge(self._conn, exc)
-            if isinstance(exc, NetworkError) or exc.has_error_label("TransientTransactionError"):
-                # transactions.json: a transient error releases the pin at once (the whole
-                # transaction is to be retried: on any connection)
-                pinned, self._pinned, self._conn = self._pinned, None, None
-                if pinned is not None:
-                    await pinned.__aexit__(type(exc), exc, exc.__traceback__)
-            raise
-
-    async def _end(self, name: str) -> None:
-        if self._started:
-            await self._run(
-                "admin",
-                {name: 1, "lsid": self.lsid, "txnNumber": self.txn_number, "autocommit": False},
-            )
+        return await self.session.command(self._db, command, sequences=sequences)
 
     async def __aexit__(self, kind: Any, error: BaseException | None, tb: Any) -> None:
-        pinned, self._pinned = self._pinned, None
         try:
             if error is None:
-                await self._end("commitTransaction")
+                await self.session.commit_transaction()
             else:
                 with contextlib.suppress(MongoError):
-                    await self._end("abortTransaction")
-        except BaseException as exc:
-            if pinned is not None:
-                await pinned.__aexit__(type(exc), exc, exc.__traceback__)
-            raise
-        if pinned is not None:
-            await pinned.__aexit__(kind, error, tb)
+                    await self.session.abort_transaction()
+        finally:
+            await self.session.end()

@@ -22,10 +22,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import platform
 import socket
 import ssl
-import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -34,6 +32,7 @@ from typing import Any
 from .._frontend import ConnectContext, Established
 from .auth import Credentials, authenticate, authenticate_async, sasl_supported_mechs
 from .errors import HandshakeError, LoadBalancerUnsupportedError, NetworkError, OperationFailure
+from .handshake import client_metadata, hello_command
 from .monitoring import (
     CommandFailedEvent,
     CommandListener,
@@ -55,50 +54,6 @@ __all__ = [
     "connect_uri",
     "hello_command",
 ]
-
-DRIVER_NAME = "poolkit"
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("poolkit")
-    except PackageNotFoundError:
-        return "0"
-
-
-def client_metadata(app_name: str | None = None) -> dict[str, Any]:
-    """The handshake's ``client`` document (the Handshake spec's fields)."""
-    metadata: dict[str, Any] = {
-        "driver": {"name": DRIVER_NAME, "version": _version()},
-        "os": {
-            "type": platform.system() or "unknown",
-            "name": platform.system(),
-            "architecture": platform.machine(),
-            "version": platform.release(),
-        },
-        "platform": f"{platform.python_implementation()} {sys.version.split()[0]}",
-    }
-    if app_name:
-        metadata["application"] = {"name": app_name}
-    return metadata
-
-
-def hello_command(
-    *,
-    load_balanced: bool,
-    app_name: str | None = None,
-    sasl_supported_mechs: str | None = None,
-) -> dict[str, Any]:
-    """The first command of a connection (``loadBalanced: true`` in load-balanced mode;
-    ``saslSupportedMechs: "<db>.<user>"`` to negotiate the user's mechanism)."""
-    command: dict[str, Any] = {"hello": 1, "helloOk": True, "client": client_metadata(app_name)}
-    if load_balanced:
-        command["loadBalanced"] = True
-    if sasl_supported_mechs is not None:
-        command["saslSupportedMechs"] = sasl_supported_mechs
-    return command
 
 
 class _Protocol:
@@ -293,12 +248,8 @@ class AsyncMongoConnection(_Handshaken):
     ) -> AsyncMongoConnection:
         """Connect, ``hello``, and authenticate if given a user (see the module's rules)."""
         credentials = Credentials.of(username, password, auth_source, auth_mechanism)
-        mechs = sasl_supported_mechs(credentials)
-        hello = hello_command(
-            load_balanced=load_balanced, app_name=app_name, sasl_supported_mechs=mechs
-        )
-        address = f"{host}:{port}"
-        protocol = _Protocol(address, load_balanced, tuple(listeners))
+        protocol, hello = _opening(host, port, load_balanced, app_name, listeners, credentials)
+        address = protocol.address
         writer: asyncio.StreamWriter | None = None
         try:
             async with asyncio.timeout(connect_timeout):
@@ -386,6 +337,23 @@ class AsyncMongoConnection(_Handshaken):
             await self._writer.wait_closed()
 
 
+def _opening(
+    host: str,
+    port: int,
+    load_balanced: bool,
+    app_name: str | None,
+    listeners: Iterable[CommandListener],
+    credentials: Credentials | None,
+) -> tuple[_Protocol, dict[str, Any]]:
+    """What both ``open`` methods start from: the connection's protocol and its ``hello``
+    (asking for the user's mechanisms when there is a user)."""
+    mechs = sasl_supported_mechs(credentials)
+    hello = hello_command(
+        load_balanced=load_balanced, app_name=app_name, sasl_supported_mechs=mechs
+    )
+    return _Protocol(f"{host}:{port}", load_balanced, tuple(listeners)), hello
+
+
 def _eof() -> bytes:
     raise EOFError("the server closed the connection")
 
@@ -417,12 +385,8 @@ class MongoConnection(_Handshaken):
     ) -> MongoConnection:
         """:meth:`AsyncMongoConnection.open`, blocking (``connect_timeout`` bounds each step)."""
         credentials = Credentials.of(username, password, auth_source, auth_mechanism)
-        mechs = sasl_supported_mechs(credentials)
-        hello = hello_command(
-            load_balanced=load_balanced, app_name=app_name, sasl_supported_mechs=mechs
-        )
-        address = f"{host}:{port}"
-        protocol = _Protocol(address, load_balanced, tuple(listeners))
+        protocol, hello = _opening(host, port, load_balanced, app_name, listeners, credentials)
+        address = protocol.address
         sock: socket.socket | None = None
         try:
             sock = socket.create_connection((host, port), timeout=connect_timeout)

@@ -28,36 +28,24 @@ from typing import Any, cast
 
 import poolkit
 from poolkit.testing import FakeClock, VirtualTimeLoop
+from spec_dirs import find_spec_dir, where_looked
 
-#: where the spec files are when ``POOLKIT_SPEC_TESTS`` is not set: ``../shared/spec-tests``
-#: beside the clone
-DEFAULT_SPEC_DIR = Path(__file__).resolve().parents[2] / "shared" / "spec-tests"
 #: the official files: 26 unit and 7 integration files, each run on both front ends
 SPEC_FILES = 33
 FRONT_ENDS = ("asyncio", "threads")
 
 
 def find_cmap_dir(setting: str | None) -> Path:
-    """The folder of the CMAP spec files. ``setting`` (``POOLKIT_SPEC_TESTS``) names either the
-    spec-tests folder, which holds ``cmap-format/``, or the ``cmap-format`` folder itself; unset
-    or empty, :data:`DEFAULT_SPEC_DIR`."""
-    base = Path(setting).expanduser() if setting else DEFAULT_SPEC_DIR
-    nested = base / "cmap-format"
-    return nested if nested.is_dir() else base
+    """The folder of the CMAP spec files (:func:`spec_dirs.find_spec_dir`)."""
+    return find_spec_dir("cmap-format", setting)
 
 
 def missing_reason(cmap_dir: Path) -> str:
     """One line: how many spec cases did not run, why, and what to set."""
     cases = SPEC_FILES * len(FRONT_ENDS)
-    looked = str(cmap_dir)
-    if cmap_dir.name != "cmap-format":
-        looked = f"{cmap_dir / 'cmap-format'} or in {cmap_dir}"
-    setting = os.environ.get("POOLKIT_SPEC_TESTS")
-    source = f"POOLKIT_SPEC_TESTS={setting}" if setting else "POOLKIT_SPEC_TESTS is not set"
     return (
         f"{cases} CMAP spec cases ({SPEC_FILES} files x {len(FRONT_ENDS)} front ends) did not "
-        f"run: no *.json spec files in {looked} ({source}); set POOLKIT_SPEC_TESTS to the "
-        "spec-tests folder or to its cmap-format folder"
+        f"run: no *.json spec files in {where_looked('cmap-format', cmap_dir)}"
     )
 
 

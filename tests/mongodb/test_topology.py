@@ -2,9 +2,10 @@
 open and on close, the descriptions they carry, no monitor, and the SDAM spec file
 ``sdam-load-balanced/discover_load_balancer.json``.
 
-The spec files are found as ``cmap_runner`` finds the CMAP ones: ``POOLKIT_SPEC_TESTS`` names the
-spec-tests folder (or the ``sdam-load-balanced`` folder itself), else ``../shared/spec-tests``
-beside the clone; missing, one test skips saying so (fails under POOLKIT_REQUIRE_SERVICES=1).
+The spec files are found as every spec runner finds its own (``spec_dirs``):
+``POOLKIT_SPEC_TESTS`` names the spec-tests folder (or the ``sdam-load-balanced`` folder
+itself), else ``../shared/spec-tests`` beside the clone; missing, one test skips saying so
+(fails under POOLKIT_REQUIRE_SERVICES=1).
 """
 
 from __future__ import annotations
@@ -17,12 +18,10 @@ import os
 import socket
 import sys
 import threading
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from cmap_runner import DEFAULT_SPEC_DIR
 from conftest import skip_or_fail
 from poolkit.errors import PoolError
 from poolkit.mongodb.sdam_events import (
@@ -45,6 +44,7 @@ from poolkit.mongodb.topology import (
     normalize_address,
 )
 from poolkit.mongodb.uri import parse_uri
+from spec_dirs import find_spec_dir, where_looked
 
 LB = "lb.example:27017"
 UNKNOWN = TopologyDescription(topology_type=TopologyType.Unknown, servers=())
@@ -369,13 +369,7 @@ def test_from_uri_needs_load_balanced_and_one_host() -> None:
 # ---------------------------------------------------------------------- the SDAM spec file
 
 
-def _find_sdam_dir(setting: str | None) -> Path:
-    base = Path(setting).expanduser() if setting else DEFAULT_SPEC_DIR
-    nested = base / "sdam-load-balanced"
-    return nested if nested.is_dir() else base
-
-
-SDAM_DIR = _find_sdam_dir(os.environ.get("POOLKIT_SPEC_TESTS"))
+SDAM_DIR = find_spec_dir("sdam-load-balanced", os.environ.get("POOLKIT_SPEC_TESTS"))
 SDAM_FILES = sorted(p.name for p in SDAM_DIR.glob("*.json")) if SDAM_DIR.is_dir() else []
 
 #: the SDAM test format's server fields, as ServerDescription names them
@@ -416,12 +410,9 @@ def test_sdam_load_balanced_spec_files_present() -> None:
     """The one place that reports the missing spec file: skipped saying why, or failed under
     POOLKIT_REQUIRE_SERVICES=1."""
     if not SDAM_FILES:
-        setting = os.environ.get("POOLKIT_SPEC_TESTS")
-        source = f"POOLKIT_SPEC_TESTS={setting}" if setting else "POOLKIT_SPEC_TESTS is not set"
         skip_or_fail(
-            f"the SDAM load-balanced spec test did not run: no *.json spec files in {SDAM_DIR} "
-            f"({source}); set POOLKIT_SPEC_TESTS to the spec-tests folder or to its "
-            "sdam-load-balanced folder"
+            "the SDAM load-balanced spec test did not run: no *.json spec files in "
+            + where_looked("sdam-load-balanced", SDAM_DIR)
         )
     assert "discover_load_balancer.json" in SDAM_FILES
 

@@ -1,10 +1,11 @@
 """The uri-options spec test files (``shared/spec-tests/uri-options``) and how a case is judged.
 
-The files are found as ``cmap_runner`` finds the CMAP ones: ``POOLKIT_SPEC_TESTS`` names the
-spec-tests folder (or the ``uri-options`` folder itself), else ``../shared/spec-tests`` beside
-the clone. The format (the upstream ``uri-options/tests/README``): each case has
-``description``, ``uri``, ``valid``, ``warning``, ``hosts``, ``auth`` and ``options``; a null
-``hosts``, ``auth`` or ``options`` asserts nothing, and option names compare case-insensitively.
+The files are found as every spec runner finds its own (``spec_dirs``): ``POOLKIT_SPEC_TESTS``
+names the spec-tests folder (or the ``uri-options`` folder itself), else
+``../shared/spec-tests`` beside the clone. The format (the upstream
+``uri-options/tests/README``): each case has ``description``, ``uri``, ``valid``, ``warning``,
+``hosts``, ``auth`` and ``options``; a null ``hosts``, ``auth`` or ``options`` asserts nothing,
+and option names compare case-insensitively.
 """
 
 from __future__ import annotations
@@ -17,38 +18,23 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
-from cmap_runner import DEFAULT_SPEC_DIR
 from poolkit.mongodb.uri import MongoURI
+from spec_dirs import find_spec_dir, where_looked
 
 #: the files of the folder and how many cases they hold in all
 FILES = ("connection-options.json", "connection-pool-options.json", "srv-options.json")
 SPEC_CASES = 45  # 27 + 7 + 11
 
 
-def find_uri_dir(setting: str | None) -> Path:
-    """The folder of the uri-options files: ``setting`` (``POOLKIT_SPEC_TESTS``) names the
-    spec-tests folder, which holds ``uri-options/``, or that folder itself; unset or empty,
-    ``../shared/spec-tests/uri-options``."""
-    base = Path(setting).expanduser() if setting else DEFAULT_SPEC_DIR
-    nested = base / "uri-options"
-    return nested if nested.is_dir() else base
-
-
 def missing_reason(uri_dir: Path) -> str:
     """One line: how many spec cases did not run, why, and what to set."""
-    looked = str(uri_dir)
-    if uri_dir.name != "uri-options":
-        looked = f"{uri_dir / 'uri-options'} or in {uri_dir}"
-    setting = os.environ.get("POOLKIT_SPEC_TESTS")
-    source = f"POOLKIT_SPEC_TESTS={setting}" if setting else "POOLKIT_SPEC_TESTS is not set"
     return (
         f"{SPEC_CASES} uri-options spec cases ({', '.join(FILES)}) did not run: the files are "
-        f"not in {looked} ({source}); set POOLKIT_SPEC_TESTS to the spec-tests folder or to "
-        "its uri-options folder"
+        f"not in {where_looked('uri-options', uri_dir)}"
     )
 
 
-URI_DIR = find_uri_dir(os.environ.get("POOLKIT_SPEC_TESTS"))
+URI_DIR = find_spec_dir("uri-options", os.environ.get("POOLKIT_SPEC_TESTS"))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -32,8 +32,7 @@ import asyncio
 import dataclasses
 from typing import Any
 
-from ._serving import stop_accepting
-from ._thread import ServerThread
+from ._serving import LoopbackServer, stop_accepting
 from .sim.server import LOCALHOST, check_host, reset
 
 __all__ = ["FaultProxy", "ProxyStats"]
@@ -72,7 +71,7 @@ class _Link:
             reset(writer)
 
 
-class FaultProxy:
+class FaultProxy(LoopbackServer):
     """A proxy to ``target_host:target_port``, listening on 127.0.0.1 (``port``: 0 picks one)."""
 
     def __init__(
@@ -94,17 +93,8 @@ class FaultProxy:
         self._resets = 0
         self._bytes = [0, 0]  # up, down
 
-    @property
-    def port(self) -> int:
-        return self._port
-
-    @property
-    def address(self) -> str:
-        return f"{self.host}:{self._port}"
-
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._handle, self.host, self._port)
-        self._port = self._server.sockets[0].getsockname()[1]
+        self._server = await self._listen(self._handle)
 
     async def close(self) -> None:
         """Stop listening and close every proxied connection."""
@@ -115,17 +105,6 @@ class FaultProxy:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-
-    async def __aenter__(self) -> FaultProxy:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
-
-    def start_in_thread(self) -> ServerThread[FaultProxy]:
-        """Start this proxy on a thread of its own; the handle has ``.port`` and ``.stop()``."""
-        return ServerThread(self)
 
     # ------------------------------------------------------------------ faults
 
@@ -150,7 +129,7 @@ class FaultProxy:
         if refusing:
             await self._stop_listening()
         elif self._server is None and not self._closing:
-            self._server = await asyncio.start_server(self._handle, self.host, self._port)
+            self._server = await self._listen(self._handle)
 
     async def _stop_listening(self) -> None:
         server, self._server = self._server, None

@@ -54,8 +54,7 @@ from ...mongodb.wire import (
     encode_msg,
     encode_reply,
 )
-from .._serving import stop_accepting
-from .._thread import ServerThread
+from .._serving import LoopbackServer, stop_accepting
 from .faults import HANDSHAKE_COMMANDS, FailPoint, error_document
 from .scram import SimUsers
 from .services import SimService
@@ -94,7 +93,7 @@ class _Connection:
             self.writer.close()
 
 
-class SimMongoServer:
+class SimMongoServer(LoopbackServer):
     """The simulated load balancer and its services (see the module's doc).
     ``async with SimMongoServer() as server:`` starts it; or ``server.start_in_thread()``."""
 
@@ -135,8 +134,7 @@ class SimMongoServer:
     # ------------------------------------------------------------------ life
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._accepted, self.host, self._port)
-        self._port = self._server.sockets[0].getsockname()[1]
+        self._server = await self._listen(self._accepted)
 
     async def close(self) -> None:
         """Stop listening and close every connection."""
@@ -155,26 +153,6 @@ class SimMongoServer:
         if self._server is not None:
             await self._server.wait_closed()
         await asyncio.sleep(0)  # (the transports' closing callbacks run)
-
-    async def __aenter__(self) -> SimMongoServer:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
-
-    def start_in_thread(self) -> ServerThread[SimMongoServer]:
-        """Start this server on a thread of its own (for blocking clients such as pymongo):
-        the handle has ``.port`` and ``.stop()``; call the server's methods with ``.call()``."""
-        return ServerThread(self)
-
-    @property
-    def port(self) -> int:
-        return self._port
-
-    @property
-    def address(self) -> str:
-        return f"{self.host}:{self._port}"
 
     @property
     def uri(self) -> str:

@@ -26,8 +26,7 @@ import socket
 import struct
 from typing import Any
 
-from .._serving import stop_accepting
-from .._thread import ServerThread
+from .._serving import LoopbackServer, stop_accepting
 from .protocol import HEADER, FrameType, ProtocolError, encode, parse_header, u32
 from .settings import SimSettings, SimStats, draw_service_time
 
@@ -112,7 +111,7 @@ class _Session:
             self.writer.close()
 
 
-class SimServer:
+class SimServer(LoopbackServer):
     """The simulated server. ``async with SimServer(SimSettings(...)) as server:`` starts it;
     connect to ``server.port`` on 127.0.0.1 (or use :func:`~.client.sim_connect`)."""
 
@@ -140,8 +139,7 @@ class SimServer:
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        self._server = await asyncio.start_server(self._handle, self.host, self._port)
-        self._port = self._server.sockets[0].getsockname()[1]
+        self._server = await self._listen(self._handle)
         now = loop.time()
         self._stalls = [(now + s, now + s + d) for s, d in self.settings.stall_windows]
         self._refusals = [(now + s, now + s + d) for s, d in self.settings.refuse_windows]
@@ -158,26 +156,6 @@ class SimServer:
         await asyncio.gather(*self._handlers, return_exceptions=True)
         if self._server is not None:
             await self._server.wait_closed()
-
-    async def __aenter__(self) -> SimServer:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
-
-    def start_in_thread(self) -> ServerThread[SimServer]:
-        """Start this server on a thread of its own (for :class:`poolkit.Pool` and threads):
-        the handle has ``.port`` and ``.stop()``; call the server's methods with ``.call()``."""
-        return ServerThread(self)
-
-    @property
-    def port(self) -> int:
-        return self._port
-
-    @property
-    def address(self) -> str:
-        return f"{self.host}:{self._port}"
 
     @property
     def max_streams(self) -> int:

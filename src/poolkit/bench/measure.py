@@ -49,11 +49,8 @@ class Gauges:
     in_use: int = 0
     pending: int = 0
     waiting: int = 0
-    available: int = 0
     peak_total: int = 0
-    peak_waiting: int = 0
     created: int = 0
-    closed: int = 0
 
     def __add__(self, other: Gauges) -> Gauges:
         return Gauges(*(a + b for a, b in zip(self.fields(), other.fields(), strict=True)))

@@ -19,7 +19,6 @@ import time
 import urllib.parse
 from typing import Any
 
-from ..testing.sim import SimStats
 from .config import RunConfig
 from .sim_process import SimProcess
 
@@ -40,7 +39,6 @@ class Observer:
         self._thread: threading.Thread | None = None
         self._sampled = threading.Condition()
         self.sampled_at = 0.0  # when the sample in ``latest`` was started (time.monotonic)
-        self.failure: str | None = None
 
     def sample(self) -> tuple[int | None, int | None]:
         """(the server's connections of the run now, those a closed run would have left)."""
@@ -59,8 +57,7 @@ class Observer:
             at = time.monotonic()
             try:
                 n, left = self.sample()
-            except Exception as exc:  # (the run goes on without it: see the module rules)
-                self.failure = f"{type(exc).__name__}: {exc}".splitlines()[0]
+            except Exception:  # (the run goes on without it: see the module rules)
                 n = left = None
             with self._sampled:
                 self.latest, self.latest_left, self.sampled_at = n, left, at
@@ -102,14 +99,10 @@ class SimObserver(Observer):
     def __init__(self, server: SimProcess) -> None:
         super().__init__()
         self.server = server
-        self.stats: SimStats | None = None
 
     def count(self) -> int | None:
         stats = self.server.stats()
-        if stats is None:
-            return None
-        self.stats = stats
-        return stats.connections_open
+        return None if stats is None else stats.connections_open
 
 
 _PG_COUNT = (

@@ -130,11 +130,8 @@ def _gauges(stats: Any, before: Gauges) -> Gauges:
         in_use=stats.in_use,
         pending=stats.pending,
         waiting=stats.waiting,
-        available=stats.available,
         peak_total=max(before.peak_total, stats.total),
-        peak_waiting=max(before.peak_waiting, stats.waiting),
         created=stats.connections_created,
-        closed=sum(stats.connections_closed.values()),
     )
 
 

@@ -7,7 +7,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 import poolkit
-from poolkit.mongodb import MongoPool, connect
+from poolkit.mongodb import AsyncMongoPool, connect
 from poolkit.testing.mongo import SimMongoServer
 
 
@@ -51,7 +51,7 @@ async def lb_pool(
     return pool
 
 
-async def spread(mongo: MongoPool, n: int) -> list[Any]:
+async def spread(mongo: AsyncMongoPool, n: int) -> list[Any]:
     """Make ``n`` connections at once (round robin: one per service) and give them back."""
     leases = [await mongo.pool.checkout() for _ in range(n)]
     services = [lease.connection.service_id for lease in leases]
@@ -60,5 +60,5 @@ async def spread(mongo: MongoPool, n: int) -> list[Any]:
     return services
 
 
-async def filled(server: SimMongoServer, mongo: MongoPool, n: int = 25) -> None:
+async def filled(server: SimMongoServer, mongo: AsyncMongoPool, n: int = 25) -> None:
     await mongo.insert("test", "items", [{"_id": i, "kind": "item"} for i in range(n)])

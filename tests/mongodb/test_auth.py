@@ -21,7 +21,7 @@ from pymongo.errors import OperationFailure as PyMongoOperationFailure
 
 import poolkit
 from poolkit import events as ev
-from poolkit.mongodb import MongoPool, connect, connect_sync, parse_uri
+from poolkit.mongodb import AsyncMongoPool, connect, connect_sync, parse_uri
 from poolkit.mongodb import auth as auth_module
 from poolkit.mongodb.auth import (
     KEY_CACHE,
@@ -385,7 +385,7 @@ def test_a_pool_of_authenticated_connections() -> None:
         commands = Recorder()
         async with SimMongoServer(settings(services=3)) as server:
             pool = auth_pool(server, max_size=3, listeners=[commands])
-            mongo = MongoPool(pool)
+            mongo = AsyncMongoPool(pool)
             leases = [await pool.checkout() for _ in range(3)]  # (all made now: one a service)
             assert {lease.service_id for lease in leases} == set(server.service_ids)
             for lease in leases:
@@ -477,7 +477,7 @@ def test_a_wrong_password_fails_the_checkout_unlabelled_and_clears_its_service(
         async with SimMongoServer(settings()) as server:
             pool = auth_pool(server, recorder, password="Wrong-" + PASSWORD)
             with pytest.raises(AuthenticationError) as caught:
-                await MongoPool(pool).command("admin", {"ping": 1})
+                await AsyncMongoPool(pool).command("admin", {"ping": 1})
             error = caught.value
             assert error.code == 18 and error.after_hello
             assert error.service_id in server.service_ids

@@ -1,8 +1,8 @@
 """The expectations of spec-tests/load-balancers/ that concern the pool and the connection,
 emulated: each test below names the spec file and case it follows, and runs it against the
-simulated load balancer (poolkit.testing.mongo) through poolkit.mongodb.MongoPool, checking
+simulated load balancer (poolkit.testing.mongo) through poolkit.mongodb.AsyncMongoPool, checking
 the same connection counts and CMAP events the spec's runner checks. (The spec files drive a
-full driver's CRUD API through the unified test runner; MongoPool has the pool's part.)"""
+full driver's CRUD API through the unified test runner; AsyncMongoPool has the pool's part.)"""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from lb_helpers import Recorder, filled, lb_pool, run, spread
 
 import poolkit
 from poolkit import events as ev
-from poolkit.mongodb import MongoPool, NetworkError, OperationFailure, connect
+from poolkit.mongodb import AsyncMongoPool, NetworkError, OperationFailure, connect
 from poolkit.mongodb.monitoring import (
     CommandFailedEvent,
     CommandStartedEvent,
@@ -43,16 +43,16 @@ def cmap(recorder: Recorder) -> list[str]:
     return names
 
 
-async def prepared(server: SimMongoServer, recorder: Recorder) -> MongoPool:
+async def prepared(server: SimMongoServer, recorder: Recorder) -> AsyncMongoPool:
     pool = await lb_pool(server, recorder)
-    mongo = MongoPool(pool)
+    mongo = AsyncMongoPool(pool)
     await spread(mongo, 1)
     await filled(server, mongo, 3)
     recorder.events.clear()
     return mongo
 
 
-def checked_out(mongo: MongoPool) -> int:
+def checked_out(mongo: AsyncMongoPool) -> int:
     return mongo.pool.stats().in_use
 
 
@@ -175,7 +175,7 @@ def test_stale_errors_are_ignored(spec_case: str) -> None:
         recorder = Recorder()
         async with SimMongoServer(SimMongoSettings(services=1)) as server:
             pool = await lb_pool(server, recorder)
-            mongo = MongoPool(pool)
+            mongo = AsyncMongoPool(pool)
             server.fail_command("ping", error_code=91, delay=0.1, times=2)  # ShutdownInProgress
             first = asyncio.create_task(mongo.command("admin", {"ping": 1}))
             second = asyncio.create_task(mongo.command("admin", {"ping": 1}))
@@ -196,9 +196,9 @@ def test_hello_errors_are_ignored(spec_case: str) -> None:
             pool = await lb_pool(server, recorder)
             server.fail_command("hello", close_connection=True)
             with pytest.raises(NetworkError):
-                await MongoPool(pool).command("admin", {"ping": 1})
+                await AsyncMongoPool(pool).command("admin", {"ping": 1})
             assert recorder.of(ev.PoolClearedEvent) == []
-            assert (await MongoPool(pool).command("admin", {"ping": 1}))["ok"] == 1
+            assert (await AsyncMongoPool(pool).command("admin", {"ping": 1}))["ok"] == 1
             await pool.close()
 
     run(main)
@@ -210,7 +210,7 @@ def test_command_events_include_the_service(spec_case: str) -> None:
         commands = Recorder()
         async with SimMongoServer(SimMongoSettings(services=2)) as server:
             pool = await lb_pool(server, commands=commands)
-            mongo = MongoPool(pool)
+            mongo = AsyncMongoPool(pool)
             await mongo.insert("test", "items", [{"_id": 1}])
             (started,) = commands.of(CommandStartedEvent)
             (succeeded,) = commands.of(CommandSucceededEvent)
@@ -232,7 +232,7 @@ def test_command_failed_events_include_the_service(spec_case: str) -> None:
             pool = await lb_pool(server, commands=commands)
             server.fail_command("insert", error_code=11600)
             with pytest.raises(OperationFailure):
-                await MongoPool(pool).insert("test", "items", [{"_id": 1}])
+                await AsyncMongoPool(pool).insert("test", "items", [{"_id": 1}])
             (failed,) = commands.of(CommandFailedEvent)
             assert failed.command_name == "insert" and failed.service_id in server.service_ids
             assert isinstance(failed.failure, OperationFailure)
@@ -249,7 +249,7 @@ def test_pool_cleared_events_include_the_service(spec_case: str) -> None:
             pool = await lb_pool(server, recorder)
             server.fail_command("insert", close_connection=True)
             with pytest.raises(NetworkError) as caught:
-                await MongoPool(pool).insert("test", "items", [{"_id": 1}])
+                await AsyncMongoPool(pool).insert("test", "items", [{"_id": 1}])
             (cleared,) = recorder.of(ev.PoolClearedEvent)
             assert cleared.service_id == caught.value.service_id
             assert cleared.service_id in server.service_ids
@@ -282,7 +282,7 @@ def test_a_transient_error_releases_the_pin(spec_case: str) -> None:
         recorder = Recorder()
         async with SimMongoServer(SimMongoSettings(services=2)) as server:
             pool = await lb_pool(server, recorder)
-            mongo = MongoPool(pool)
+            mongo = AsyncMongoPool(pool)
             await spread(mongo, 1)
             recorder.events.clear()
             server.fail_command("insert", error_code=24, error_labels=["TransientTransactionError"])
@@ -305,7 +305,7 @@ def test_a_non_transient_error_keeps_the_pin(spec_case: str) -> None:
     async def main() -> None:
         async with SimMongoServer(SimMongoSettings(services=2)) as server:
             pool = await lb_pool(server)
-            mongo = MongoPool(pool)
+            mongo = AsyncMongoPool(pool)
             async with mongo.transaction("test") as txn:
                 await txn.command({"insert": "orders", "documents": [{"_id": 1}]})
                 server.fail_command("insert", error_code=51)  # (no label: not transient)
@@ -363,7 +363,7 @@ def test_errors_during_authentication_are_processed(spec_case: str) -> None:
     async def check(
         server: SimMongoServer, pool: poolkit.AsyncPool[Any], held: list[Any], app: str
     ) -> None:
-        mongo = MongoPool(pool)
+        mongo = AsyncMongoPool(pool)
         first, second = (lease.service_id for lease in held)
         recorder.events.clear()
         server.fail_command("saslContinue", close_connection=True, app_name=app)
@@ -405,7 +405,7 @@ def test_a_load_balancer_refuses_a_client_not_in_load_balanced_mode(spec_case: s
             )
             pool.ready()
             with pytest.raises(OperationFailure) as caught:  # (the service's hello refusal)
-                await MongoPool(pool).command("admin", {"ping": 1})
+                await AsyncMongoPool(pool).command("admin", {"ping": 1})
             assert caught.value.code == 354  # LoadBalancerSupportMismatch
             await pool.close()
 
@@ -433,8 +433,8 @@ def test_a_plain_cluster_serves_a_client_not_in_load_balanced_mode(spec_case: st
     run(main)
 
 
-async def session_pool(server: SimMongoServer, recorder: Recorder) -> MongoPool:
-    mongo = MongoPool(await lb_pool(server, recorder))
+async def session_pool(server: SimMongoServer, recorder: Recorder) -> AsyncMongoPool:
+    mongo = AsyncMongoPool(await lb_pool(server, recorder))
     await spread(mongo, 2)
     await filled(server, mongo, 3)
     recorder.events.clear()
@@ -445,7 +445,7 @@ def orders(i: int) -> dict[str, Any]:
     return {"insert": "orders", "documents": [{"_id": i}]}
 
 
-async def committed(session: Any, mongo: MongoPool) -> None:
+async def committed(session: Any, mongo: AsyncMongoPool) -> None:
     """One transaction of one insert, committed: its connection stays pinned to the session."""
     await session.start_transaction()
     await session.command("test", orders(1))
@@ -612,7 +612,7 @@ def test_sessions_are_reused(spec_case: str) -> None:
     async def main() -> None:
         commands = Recorder()
         async with SimMongoServer(SimMongoSettings(services=2)) as server:
-            mongo = MongoPool(await lb_pool(server, commands=commands))
+            mongo = AsyncMongoPool(await lb_pool(server, commands=commands))
             await mongo.insert("test", "items", [{"x": 1}])
             await mongo.insert("test", "items", [{"x": 2}])
             first, second = (e.command["lsid"] for e in commands.of(CommandStartedEvent))

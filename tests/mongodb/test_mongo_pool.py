@@ -1,4 +1,4 @@
-"""poolkit.mongodb's connections and MongoPool against the simulated load balancer
+"""poolkit.mongodb's connections and AsyncMongoPool against the simulated load balancer
 (poolkit.testing.mongo): the handshake, per-service clearing, pinning, the timeout message.
 
 Emulated: what spec-tests/load-balancers/ expect of the pool and the connection (cursors.json,
@@ -15,11 +15,11 @@ from lb_helpers import Recorder, filled, lb_pool, run, spread
 import poolkit
 from poolkit import events as ev
 from poolkit.mongodb import (
+    AsyncMongoPool,
     HandshakeError,
     LoadBalancedTimeoutError,
     LoadBalancerUnsupportedError,
     MongoConnection,
-    MongoPool,
     NetworkError,
     OperationFailure,
     connect_sync,
@@ -31,7 +31,7 @@ def test_the_handshake_gives_each_connection_its_service() -> None:
     async def main() -> None:
         async with SimMongoServer(SimMongoSettings(services=3)) as server:
             pool = await lb_pool(server)
-            services = await spread(MongoPool(pool), 3)
+            services = await spread(AsyncMongoPool(pool), 3)
             assert set(services) == set(server.service_ids)  # one connection per service
             async with pool.connection() as conn:
                 assert conn.hello["msg"] == "isdbgrid" and conn.max_wire_version >= 13
@@ -85,7 +85,7 @@ def test_a_state_change_error_clears_only_its_service() -> None:
         recorder = Recorder()
         async with SimMongoServer(SimMongoSettings(services=2)) as server:
             pool = await lb_pool(server, recorder, max_size=2)
-            mongo = MongoPool(pool)
+            mongo = AsyncMongoPool(pool)
             kept, failing = await pool.checkout(), await pool.checkout()
             failing_service = failing.connection.service_id
             assert kept.connection.service_id != failing_service
@@ -117,7 +117,7 @@ def test_a_not_primary_error_on_a_recent_server_clears_nothing() -> None:
         recorder = Recorder()
         async with SimMongoServer(SimMongoSettings(services=1)) as server:
             pool = await lb_pool(server, recorder)
-            mongo = MongoPool(pool)
+            mongo = AsyncMongoPool(pool)
             server.fail_command("ping", error_code=10107)  # NotWritablePrimary, wire 21
             with pytest.raises(OperationFailure):
                 await mongo.command("admin", {"ping": 1})
@@ -132,7 +132,7 @@ def test_a_pinned_cursor_completes_with_one_checkout() -> None:
         recorder = Recorder()
         async with SimMongoServer(SimMongoSettings(services=3)) as server:
             pool = await lb_pool(server, recorder)
-            mongo = MongoPool(pool)
+            mongo = AsyncMongoPool(pool)
             await spread(mongo, 3)
             await filled(server, mongo)
             recorder.events.clear()
@@ -157,7 +157,7 @@ def test_without_pinning_the_same_cursor_fails_on_another_service() -> None:
     async def main() -> None:
         async with SimMongoServer(SimMongoSettings(services=3)) as server:
             pool = await lb_pool(server)
-            mongo = MongoPool(pool, pin=False)
+            mongo = AsyncMongoPool(pool, pin=False)
             await spread(mongo, 3)
             await filled(server, mongo)
             cursor = await mongo.find("test", "items", batch_size=5)
@@ -174,7 +174,7 @@ def test_closing_a_cursor_kills_it_on_its_own_connection() -> None:
     async def main() -> None:
         async with SimMongoServer(SimMongoSettings(services=3)) as server:
             pool = await lb_pool(server)
-            mongo = MongoPool(pool)
+            mongo = AsyncMongoPool(pool)
             await spread(mongo, 3)
             await filled(server, mongo)
             async with await mongo.find("test", "items", batch_size=5) as cursor:
@@ -192,7 +192,7 @@ def test_after_a_network_error_a_cursor_stays_pinned_skips_kill_cursors_and_retu
     async def main() -> None:
         async with SimMongoServer(SimMongoSettings(services=2)) as server:
             pool = await lb_pool(server)
-            mongo = MongoPool(pool)
+            mongo = AsyncMongoPool(pool)
             await filled(server, mongo)
             cursor = await mongo.find("test", "items", batch_size=5)
             server.fail_command("getMore", close_connection=True)
@@ -213,7 +213,7 @@ def test_a_transaction_is_pinned_for_its_life() -> None:
         recorder = Recorder()
         async with SimMongoServer(SimMongoSettings(services=3)) as server:
             pool = await lb_pool(server, recorder)
-            mongo = MongoPool(pool)
+            mongo = AsyncMongoPool(pool)
             await spread(mongo, 3)
             recorder.events.clear()
             async with mongo.transaction("test") as txn:
@@ -233,7 +233,7 @@ def test_the_load_balanced_wait_queue_timeout_says_how_connections_are_used() ->
     async def main() -> None:
         async with SimMongoServer(SimMongoSettings(services=3)) as server:
             pool = await lb_pool(server, max_size=3)
-            mongo = MongoPool(pool)
+            mongo = AsyncMongoPool(pool)
             await filled(server, mongo)
             cursor = await mongo.find("test", "items", batch_size=2)
             async with mongo.transaction("test") as txn:
@@ -280,7 +280,7 @@ def test_a_services_entry_goes_when_its_last_connection_closes() -> None:
     async def main() -> None:
         async with SimMongoServer(SimMongoSettings(services=2)) as server:
             pool = await lb_pool(server, max_size=2, background_interval=0.02)
-            first, second = await spread(MongoPool(pool), 2)
+            first, second = await spread(AsyncMongoPool(pool), 2)
             assert pool.service_generation(first) == 0 == pool.service_generation(second)
             pool.clear(service_id=first)
             assert pool.service_generation(first) == 1  # (its connection, idle, is stale)

@@ -3,7 +3,8 @@
 Standard library only: the URI (:func:`parse_uri`) and the load-balanced topology with its SDAM
 events (:class:`LoadBalancedTopology`). With the ``poolkit[mongodb]`` extra (pymongo's
 ``bson``): the wire protocol (:mod:`.wire`), connections (:mod:`.connection`: their connect
-functions give them to the pools), and :class:`MongoPool` (commands, cursors and transactions
+functions give them to the pools), and :class:`AsyncMongoPool` / :class:`MongoPool` (commands,
+cursors, sessions and transactions over an :class:`~poolkit.AsyncPool` / a :class:`~poolkit.Pool`,
 with the Load Balancer spec's pinning); these are imported on first use.
 """
 
@@ -45,14 +46,9 @@ if TYPE_CHECKING:
         NetworkError,
         OperationFailure,
     )
-    from .pinning import (
-        AsyncCursor,
-        AsyncTransaction,
-        LoadBalancedTimeoutError,
-        MongoPool,
-        MongoPoolStats,
-    )
-    from .session import AsyncSession
+    from .pinning import LoadBalancedTimeoutError, MongoPoolStats
+    from .pool_async import AsyncCursor, AsyncMongoPool, AsyncSession, AsyncTransaction
+    from .pool_sync import Cursor, MongoPool, Session, Transaction
 
 #: names that need bson, and their modules (imported on first use)
 _LAZY = {
@@ -68,12 +64,16 @@ _LAZY = {
     "MongoError": "errors",
     "NetworkError": "errors",
     "OperationFailure": "errors",
-    "AsyncCursor": "pinning",
-    "AsyncTransaction": "pinning",
     "LoadBalancedTimeoutError": "pinning",
-    "MongoPool": "pinning",
     "MongoPoolStats": "pinning",
-    "AsyncSession": "session",
+    "AsyncCursor": "pool_async",
+    "AsyncMongoPool": "pool_async",
+    "AsyncSession": "pool_async",
+    "AsyncTransaction": "pool_async",
+    "Cursor": "pool_sync",
+    "MongoPool": "pool_sync",
+    "Session": "pool_sync",
+    "Transaction": "pool_sync",
 }
 
 
@@ -89,9 +89,11 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "AsyncCursor",
     "AsyncMongoConnection",
+    "AsyncMongoPool",
     "AsyncSession",
     "AsyncTransaction",
     "AuthenticationError",
+    "Cursor",
     "HandshakeError",
     "InvalidURIError",
     "LoadBalancedTimeoutError",
@@ -111,6 +113,7 @@ __all__ = [
     "ServerDescriptionChangedEvent",
     "ServerOpeningEvent",
     "ServerType",
+    "Session",
     "TopologyClosedError",
     "TopologyClosedEvent",
     "TopologyDescription",
@@ -118,6 +121,7 @@ __all__ = [
     "TopologyListener",
     "TopologyOpeningEvent",
     "TopologyType",
+    "Transaction",
     "URIOptionWarning",
     "URIOptions",
     "connect",

@@ -1,5 +1,7 @@
-"""Operations over a pool of MongoDB connections, as a driver runs them: commands, cursors and
-transactions, with the Load Balancer spec's pinning and error handling (:class:`MongoPool`).
+"""The rules both MongoDB pools follow (:class:`~.pool_async.AsyncMongoPool` over an
+:class:`~poolkit.AsyncPool`, :class:`~.pool_sync.MongoPool` over a :class:`~poolkit.Pool`),
+without I/O: checkout purposes and their counts, the judgement of errors, the load-balanced
+timeout error, server sessions, and the state of a cursor and of a session.
 
 Rules of this module
 --------------------
@@ -9,49 +11,47 @@ Rules of this module
   checkout-started, one checked-out, one checked-in event) for the whole pinned life.
 * Errors are judged once, by :func:`~.errors.clear_scope`: after the handshake a network error,
   or a state change error that requires it, clears the pool (load-balanced: the connection's
-  service only, without pausing it or failing its waiters); a broken connection is discarded.
+  service only, without pausing it or failing its waiters); a broken connection is discarded;
+  an error on a connection older than the last clear (of its service) is stale and clears
+  nothing.
 * A wait-queue timeout in load-balanced mode says how the pool's connections are used (the
-  spec's message), from the counts this module keeps per purpose.
+  spec's message), from the counts kept here per purpose.
+* Nothing here does I/O or waits: the front ends run the commands these objects build, and
+  feed the replies back. Counts and server sessions change under a lock (threads share a
+  ``MongoPool``); nothing is called while it is held.
 """
 
 from __future__ import annotations
 
 import collections
-import contextlib
 import dataclasses
+import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Mapping
+from typing import Any, Generic, Literal, TypeVar
 
 import bson  # (pymongo's: the extra; .wire names it when missing)
 
-from ..asyncio import AsyncPool
+from .._base import PoolBase
+from .._frontend import Lease
 from ..errors import WaitQueueTimeoutError
 from ..stats import PoolStats
-from .connection import AsyncMongoConnection
+from .connection import AsyncMongoConnection, MongoConnection
 from .errors import MongoError, NetworkError, clear_scope
 
-if TYPE_CHECKING:
-    from .session import AsyncSession
-
-__all__ = [
-    "AsyncCursor",
-    "AsyncTransaction",
-    "LoadBalancedTimeoutError",
-    "MongoPool",
-    "MongoPoolStats",
-    "Purpose",
-]
+__all__ = ["LoadBalancedTimeoutError", "MongoPoolStats", "Purpose"]
 
 Purpose = Literal["cursor", "transaction", "other"]
 PURPOSES: tuple[Purpose, ...] = ("cursor", "transaction", "other")
 
+C = TypeVar("C", AsyncMongoConnection, MongoConnection)
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class MongoPoolStats:
-    """:meth:`MongoPool.stats`: the pool's own (``pool``), and its connections out now by
-    purpose: ``cursors`` and ``transactions`` (pinned in load-balanced mode), ``other``."""
+    """``stats()`` of a MongoDB pool: the pool's own (``pool``), and its connections out now
+    by purpose: ``cursors`` and ``transactions`` (pinned in load-balanced mode), ``other``."""
 
     pool: PoolStats
     cursors: int
@@ -88,7 +88,7 @@ class LoadBalancedTimeoutError(WaitQueueTimeoutError):
 _SESSIONLESS = frozenset({"hello", "ismaster", "saslstart", "saslcontinue", "endsessions"})
 
 
-class _ServerSessions:
+class ServerSessions:
     """Server sessions (``lsid``s) for reuse, as the Driver Sessions spec has it: the most
     recently used first; one idle for longer than the server's session timeout less a minute
     is dropped (the server may have forgotten it)."""
@@ -96,42 +96,66 @@ class _ServerSessions:
     def __init__(self, timeout_minutes: float = 30.0) -> None:
         self.timeout_minutes = timeout_minutes
         self._idle: list[tuple[dict[str, Any], float]] = []
+        self._lock = threading.Lock()
 
     def take(self) -> dict[str, Any]:
         now = time.monotonic()
-        while self._idle:
-            lsid, used = self._idle.pop()
-            if now - used < (self.timeout_minutes - 1) * 60:
-                return lsid
+        with self._lock:
+            while self._idle:
+                lsid, used = self._idle.pop()
+                if now - used < (self.timeout_minutes - 1) * 60:
+                    return lsid
         return {"id": bson.Binary(uuid.uuid4().bytes, 4)}
 
     def give_back(self, lsid: dict[str, Any]) -> None:
-        self._idle.append((lsid, time.monotonic()))
+        with self._lock:
+            self._idle.append((lsid, time.monotonic()))
 
     def drain(self) -> list[dict[str, Any]]:
-        idle, self._idle = self._idle, []
+        with self._lock:
+            idle, self._idle = self._idle, []
         return [lsid for lsid, _ in idle]
 
 
-class MongoPool:
-    """Commands, cursors and transactions over an :class:`~poolkit.AsyncPool` of
-    :class:`~.connection.AsyncMongoConnection` (made by :func:`~.connection.connect`).
+def check_purpose(purpose: object) -> None:
+    if purpose not in PURPOSES:
+        raise ValueError(f"purpose must be one of {PURPOSES}, not {purpose!r}")
 
-    ``pin``: whether cursors and transactions keep their connection (default: the pool's
-    ``load_balanced``; False only to show what pinning prevents)."""
 
-    def __init__(self, pool: AsyncPool[AsyncMongoConnection], *, pin: bool | None = None) -> None:
-        self.pool = pool
+def check_batch_size(batch_size: object) -> None:
+    if type(batch_size) is not int or batch_size < 0:
+        raise ValueError(f"batch_size must be an int >= 0, not {batch_size!r}")
+
+
+class PinningRules(Generic[C]):
+    """What both MongoDB pools share: the pool, whether to pin, the counts by purpose, the
+    server sessions, and the judgement of errors (module rules)."""
+
+    #: the pool's front end (:class:`~poolkit.AsyncPool` or :class:`~poolkit.Pool`)
+    _front: type[PoolBase[Any]]
+
+    def __init__(self, pool: PoolBase[C], *, pin: bool | None = None) -> None:
+        if not isinstance(pool, self._front):
+            raise TypeError(
+                f"{type(self).__name__}(pool): pool must be a poolkit.{self._front.__name__}, "
+                f"not {type(pool).__name__} (AsyncMongoPool goes with an AsyncPool, MongoPool "
+                "with a Pool)"
+            )
+        if pin is not None and type(pin) is not bool:
+            raise TypeError(f"{type(self).__name__}(pin=...): a bool or None, not {pin!r}")
+        self.pool: PoolBase[C] = pool
         self.load_balanced = pool.options.load_balanced
+        #: whether cursors and transactions keep their connection (default: the pool's
+        #: ``load_balanced``; False only to show what pinning prevents)
         self.pin = self.load_balanced if pin is None else pin
+        self.sessions = ServerSessions()
         self._in_use: collections.Counter[str] = collections.Counter()
-        #: the generation of each connection out (by id), to tell a stale error
-        self._generations: dict[int, int] = {}
-        self.sessions = _ServerSessions()
+        self._lock = threading.Lock()
 
     def in_use(self) -> dict[str, int]:
         """Connections checked out now, by purpose."""
-        return {purpose: self._in_use[purpose] for purpose in PURPOSES}
+        with self._lock:
+            return {purpose: self._in_use[purpose] for purpose in PURPOSES}
 
     def stats(self) -> MongoPoolStats:
         """The pool's statistics, and its connections out by purpose."""
@@ -142,42 +166,6 @@ class MongoPool:
             transactions=in_use["transaction"],
             other=in_use["other"],
         )
-
-    @contextlib.asynccontextmanager
-    async def connection(
-        self, purpose: Purpose = "other", timeout: float | None = None
-    ) -> AsyncIterator[AsyncMongoConnection]:
-        """A connection for ``purpose``, given back (or discarded, if broken) at the end; an
-        error in the block is judged by the SDAM rules (module rules)."""
-        if purpose not in PURPOSES:
-            raise ValueError(f"purpose must be one of {PURPOSES}, not {purpose!r}")
-        try:
-            lease = await (self.pool.checkout() if timeout is None else self.pool.checkout(timeout))
-        except WaitQueueTimeoutError as exc:
-            raise self._timeout(exc) from None
-        except MongoError as exc:  # the connect of this checkout failed
-            self._connect_failed(exc)
-            raise
-        self._in_use[purpose] += 1
-        conn = lease.connection
-        self._generations[id(conn)] = lease.generation
-        try:
-            yield conn
-        except BaseException as exc:
-            self._judge(conn, exc)
-            if conn.closed or not isinstance(exc, Exception):
-                lease.discard(exc)
-            else:
-                lease.release()
-            raise
-        else:
-            if conn.closed:
-                lease.discard()
-            else:
-                lease.release()
-        finally:
-            self._in_use[purpose] -= 1
-            self._generations.pop(id(conn), None)
 
     def _timeout(self, exc: WaitQueueTimeoutError) -> WaitQueueTimeoutError:
         if not self.load_balanced:
@@ -190,12 +178,35 @@ class MongoPool:
             in_use=self.in_use(),
         )
 
-    def _judge(self, conn: AsyncMongoConnection, error: BaseException) -> None:
+    def _checked_out(self, purpose: Purpose) -> None:
+        with self._lock:
+            self._in_use[purpose] += 1
+
+    def _give_back(self, purpose: Purpose, lease: Lease[C], error: BaseException | None) -> None:
+        """The end of a checkout: ``error`` (raised while it was out) judged, the connection
+        given back, or discarded if it is closed or the error was not an ``Exception``
+        (a cancellation)."""
+        try:
+            conn = lease.connection
+            if error is not None:
+                self._judge(lease, error)
+            if conn.closed or (error is not None and not isinstance(error, Exception)):
+                lease.discard(error)
+            else:
+                lease.release()
+        finally:
+            with self._lock:
+                self._in_use[purpose] -= 1
+
+    def _judge(self, lease: Lease[C], error: BaseException) -> None:
         if getattr(error, "_poolkit_judged", False):
             return  # (a pinned cursor's error, judged where it happened, reaches here again)
-        with contextlib.suppress(AttributeError):
+        try:
             error._poolkit_judged = True  # type: ignore[attr-defined]
-        if self._stale(conn):
+        except AttributeError:
+            pass
+        conn = lease.connection
+        if self._stale(lease):
             return  # (the pool was cleared since this connection was made: SDAM ignores it)
         if clear_scope(error, handshake_done=True, max_wire_version=conn.max_wire_version):
             if self.load_balanced:
@@ -212,270 +223,180 @@ class MongoPool:
             else:
                 self.pool.clear(cause=error)
 
-    def _stale(self, conn: AsyncMongoConnection) -> bool:
-        generation = self._generations.get(id(conn))
-        if generation is None:
-            return False
+    def _stale(self, lease: Lease[C]) -> bool:
         if self.load_balanced:
-            current = self.pool.service_generation(conn.service_id)
-            return current is not None and generation < current
-        return generation < self.pool.generation
+            current = self.pool.service_generation(lease.service_id)
+            return current is not None and lease.generation < current
+        return lease.generation < self.pool.generation
 
-    async def command(
-        self,
-        db: str,
-        command: Mapping[str, Any],
-        *,
-        sequences: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
-        timeout: float | None = None,
-    ) -> dict[str, Any]:
-        """One command on a connection of its own (purpose ``"other"``), in an implicit
-        session (a server session from the pool, given back after) unless it names one."""
+    def _in_session(self, command: Mapping[str, Any]) -> tuple[Mapping[str, Any], Any]:
+        """``command`` in an implicit session (a server session taken from the pool, to give
+        back after) unless it names one or takes none; and that session (or None)."""
         name = next(iter(command), "").lower()
-        lsid = None
-        if "lsid" not in command and name not in _SESSIONLESS:
-            lsid = self.sessions.take()
-            command = {**command, "lsid": lsid}
-        try:
-            async with self.connection("other", timeout) as conn:
-                return await conn.command(db, command, sequences=sequences)
-        finally:
-            if lsid is not None:
-                self.sessions.give_back(lsid)
+        if "lsid" in command or name in _SESSIONLESS:
+            return command, None
+        lsid = self.sessions.take()
+        return {**command, "lsid": lsid}, lsid
 
-    async def end_sessions(self) -> None:
-        """Tell the server the idle server sessions are over (``endSessions``); before the
-        pool is closed."""
+    def _end_sessions_commands(self) -> list[dict[str, Any]]:
         idle = self.sessions.drain()
-        for start in range(0, len(idle), 10_000):
-            with contextlib.suppress(MongoError):
-                await self.command("admin", {"endSessions": idle[start : start + 10_000]})
+        return [
+            {"endSessions": idle[start : start + 10_000]} for start in range(0, len(idle), 10_000)
+        ]
 
-    async def insert(
-        self, db: str, collection: str, documents: Sequence[Mapping[str, Any]]
-    ) -> dict[str, Any]:
-        return await self.command(
-            db, {"insert": collection, "ordered": True}, sequences={"documents": documents}
-        )
-
-    async def find(
-        self,
-        db: str,
-        collection: str,
-        filter: Mapping[str, Any] | None = None,
-        *,
-        batch_size: int = 101,
-    ) -> AsyncCursor:
-        """A cursor over ``collection`` (``find``'s first batch fetched), in an implicit session
-        it keeps until it is exhausted or closed."""
-        return await self.cursor(
-            db,
-            {"find": collection, "filter": dict(filter or {}), "batchSize": batch_size},
-            batch_size=batch_size,
-        )
-
-    async def cursor(
-        self, db: str, command: Mapping[str, Any], *, batch_size: int = 101
-    ) -> AsyncCursor:
-        """A cursor from any command that opens one (``aggregate``, ``listCollections``,
-        ``listIndexes``...), pinned as :meth:`find`'s."""
+    def _cursor(
+        self, db: str, command: Mapping[str, Any], batch_size: int
+    ) -> tuple[CursorState, dict[str, Any]]:
+        """A cursor opened by ``command`` (``find``, ``aggregate``...) in an implicit session
+        of its own, and the command to send."""
+        check_batch_size(batch_size)
         name = next(iter(command), "")
         collection = command[name] if isinstance(command.get(name), str) else ""
         lsid = self.sessions.take()
-        cursor = AsyncCursor(self, db, collection, batch_size, fields={"lsid": lsid}, lsid=lsid)
+        state = CursorState(db, collection, batch_size, fields={"lsid": lsid}, lsid=lsid)
         if name != "find":
             command = {**command, "cursor": {"batchSize": batch_size}}
-        await cursor._start({**command, "lsid": lsid})
-        return cursor
-
-    async def aggregate(
-        self,
-        db: str,
-        collection: str,
-        pipeline: Sequence[Mapping[str, Any]],
-        *,
-        batch_size: int = 101,
-    ) -> AsyncCursor:
-        return await self.cursor(
-            db, {"aggregate": collection, "pipeline": list(pipeline)}, batch_size=batch_size
-        )
-
-    async def list_collections(self, db: str, *, batch_size: int = 101) -> AsyncCursor:
-        return await self.cursor(db, {"listCollections": 1}, batch_size=batch_size)
-
-    async def list_indexes(self, db: str, collection: str, *, batch_size: int = 101) -> AsyncCursor:
-        return await self.cursor(db, {"listIndexes": collection}, batch_size=batch_size)
-
-    def session(self) -> AsyncSession:
-        """A session: transactions one after another, pinned as the Load Balancer spec says
-        (:class:`~.session.AsyncSession`)."""
-        from .session import AsyncSession
-
-        return AsyncSession(self)
-
-    def transaction(self, db: str) -> AsyncTransaction:
-        """``async with pool.transaction(db) as txn:`` commands through ``txn.command(...)``,
-        committed at the end (aborted if the block raises)."""
-        return AsyncTransaction(self, db)
+        return state, {**command, "lsid": lsid}
 
 
-class AsyncCursor:
-    """A cursor: ``async for doc in cursor``. Pinned (see the module rules) until exhausted or
-    :meth:`close`d (not at all if ``find`` returned everything). After an error it stays
-    pinned until closed: :meth:`close` sends ``killCursors`` on its connection, unless that
-    connection failed (a network error), then gives the connection back (a broken one is
-    closed)."""
+def find_command(
+    collection: str, filter: Mapping[str, Any] | None, batch_size: int
+) -> dict[str, Any]:
+    return {"find": collection, "filter": dict(filter or {}), "batchSize": batch_size}
+
+
+class CursorState:
+    """A cursor's state: its id, the documents fetched and not yet taken, the commands that go
+    on with it (``getMore``, ``killCursors``) and what ends it."""
 
     def __init__(
         self,
-        pool: MongoPool,
         db: str,
         collection: str,
         batch_size: int,
         *,
-        shared: AsyncMongoConnection | None = None,
         fields: Mapping[str, Any] | None = None,
         lsid: dict[str, Any] | None = None,
     ) -> None:
-        self._pool = pool
-        self._db = db
-        self._collection = collection
-        self._batch_size = batch_size
+        self.db = db
+        self.collection = collection
+        self.batch_size = batch_size
         self.id = 0
-        self._batch: collections.deque[dict[str, Any]] = collections.deque()
-        self._pinned: contextlib.AbstractAsyncContextManager[AsyncMongoConnection] | None = None
-        #: a connection the cursor shares (a session's, pinned by its transaction): it neither
-        #: checks it out nor gives it back
-        self._conn: AsyncMongoConnection | None = shared
-        self._fields = dict(fields or {})  # (its session's lsid; a transaction's fields)
-        self._lsid = lsid  # (an implicit session it owns: given back when it ends)
-        self._failed: BaseException | None = None
+        self.batch: collections.deque[dict[str, Any]] = collections.deque()
+        self.fields = dict(fields or {})  # (its session's lsid; a transaction's fields)
+        #: an implicit server session the cursor owns: given back when it ends
+        self.lsid = lsid
+        #: the network error that broke its pinned connection: it stays pinned until closed,
+        #: and kills nothing
+        self.failed: BaseException | None = None
 
-    async def _start(self, command: dict[str, Any]) -> None:
-        if self._pool.pin and self._conn is None:
-            self._pinned = self._pool.connection("cursor")
-            self._conn = await self._pinned.__aenter__()
-        reply = await self._run(command)
-        self._take(reply, "firstBatch")
-        if self.id == 0:
-            await self._unpin(None)  # (all in the first batch: nothing to pin for)
-
-    async def _run(self, command: dict[str, Any]) -> dict[str, Any]:
-        if self._conn is None:  # (not pinned: each command on a connection of its own)
-            return await self._pool.command(self._db, command)
-        try:
-            return await self._conn.command(self._db, command)
-        except MongoError as exc:
-            self._pool._judge(self._conn, exc)
-            if isinstance(exc, NetworkError):
-                self._failed = exc  # (stays pinned until closed, and kills nothing)
-            raise  # (any other error: still pinned until closed, which kills the cursor)
-
-    def _take(self, reply: dict[str, Any], field: str) -> None:
+    def take(self, reply: dict[str, Any], field: str) -> None:
         cursor = reply["cursor"]
         namespace = cursor.get("ns")
         if isinstance(namespace, str) and "." in namespace:  # (getMore names the collection:
-            self._collection = namespace.partition(".")[2]  # listCollections' is $cmd....)
-        self._batch.extend(cursor.get(field, ()))
+            self.collection = namespace.partition(".")[2]  # listCollections' is $cmd....)
+        self.batch.extend(cursor.get(field, ()))
         self.id = int(cursor.get("id", 0))
 
-    async def _unpin(self, error: BaseException | None) -> None:
-        lsid, self._lsid = self._lsid, None
-        if lsid is not None and self.id == 0:
-            self._pool.sessions.give_back(lsid)
-        pinned, self._pinned, self._conn = self._pinned, None, None
-        if pinned is not None:
-            if error is None:
-                await pinned.__aexit__(None, None, None)
-            else:
-                await pinned.__aexit__(type(error), error, error.__traceback__)
+    def failed_with(self, error: BaseException) -> None:
+        if isinstance(error, NetworkError):
+            self.failed = error
 
-    def __aiter__(self) -> AsyncCursor:
-        return self
+    def next_command(self) -> dict[str, Any] | None:
+        """What to send for more documents: ``getMore``, or None when the cursor is exhausted
+        (or closed; the failure that broke it is raised instead)."""
+        if self.id == 0:
+            return None
+        if self.failed is not None:
+            raise self.failed
+        return {
+            "getMore": bson.int64.Int64(self.id),
+            "collection": self.collection,
+            "batchSize": self.batch_size,
+            **self.fields,
+        }
 
-    async def __anext__(self) -> dict[str, Any]:
-        while not self._batch:
-            if self.id == 0:
-                await self._unpin(None)
-                raise StopAsyncIteration
-            if self._failed is not None:
-                raise self._failed
-            reply = await self._run(
-                {
-                    "getMore": bson.int64.Int64(self.id),
-                    "collection": self._collection,
-                    "batchSize": self._batch_size,
-                    **self._fields,
-                }
-            )
-            self._take(reply, "nextBatch")
-        return self._batch.popleft()
+    def kill_command(self) -> dict[str, Any] | None:
+        """On close: ``killCursors``, unless the cursor is exhausted or its connection failed;
+        the cursor is done from here on."""
+        cursor_id, self.id = self.id, 0
+        self.batch.clear()
+        if not cursor_id or self.failed is not None:
+            return None
+        return {
+            "killCursors": self.collection,
+            "cursors": [bson.int64.Int64(cursor_id)],
+            **self.fields,
+        }
 
-    async def to_list(self) -> list[dict[str, Any]]:
-        return [doc async for doc in self]
-
-    async def close(self) -> None:
-        """Kill the cursor on its own connection (unless it is exhausted or that connection
-        failed), then give the connection back."""
-        try:
-            if self.id and self._failed is None and self._conn is not None:
-                with contextlib.suppress(MongoError):
-                    await self._conn.command(
-                        self._db,
-                        {
-                            "killCursors": self._collection,
-                            "cursors": [bson.int64.Int64(self.id)],
-                            **self._fields,
-                        },
-                    )
-            elif self.id and self._conn is None and not self._pool.pin:
-                with contextlib.suppress(MongoError):
-                    await self._pool.command(
-                        self._db,
-                        {"killCursors": self._collection, "cursors": [bson.int64.Int64(self.id)]},
-                    )
-        finally:
-            self.id = 0
-            self._batch.clear()
-            await self._unpin(self._failed)
-
-    async def __aenter__(self) -> AsyncCursor:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
+    def session_done(self) -> dict[str, Any] | None:
+        """The implicit server session to give back once the cursor is exhausted or closed
+        (None: it has none, or gave it back)."""
+        if self.id != 0:
+            return None
+        lsid, self.lsid = self.lsid, None
+        return lsid
 
 
-class AsyncTransaction:
-    """One transaction in a session of its own (:class:`~.session.AsyncSession`): pinned
-    (load-balanced mode) from its first command to its end, or to a transient error
-    (``TransientTransactionError``, a network error), which releases the pin at once; committed
-    when its block ends, aborted if it raises."""
+class SessionState:
+    """A session's state: its server session, its transaction number and whether one is in
+    progress (and has sent its first command), and the fields each command carries."""
 
-    def __init__(self, pool: MongoPool, db: str) -> None:
-        from .session import AsyncSession
+    def __init__(self, lsid: dict[str, Any]) -> None:
+        self.lsid = lsid
+        self.txn_number = 0
+        self.in_transaction = False
+        self.started = False  # (the transaction's first command was sent)
+        self.ended = False
 
-        self._db = db
-        self.session = AsyncSession(pool)
+    def check_open(self) -> None:
+        if self.ended:
+            raise RuntimeError("this session has ended")
 
-    async def __aenter__(self) -> AsyncTransaction:
-        await self.session.start_transaction()
-        return self
+    def start_transaction(self) -> None:
+        self.check_open()
+        if self.in_transaction:
+            raise RuntimeError("a transaction is already in progress on this session")
+        self.txn_number += 1
+        self.in_transaction = True
+        self.started = False
 
-    async def command(
-        self,
-        command: Mapping[str, Any],
-        *,
-        sequences: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
-    ) -> dict[str, Any]:
-        return await self.session.command(self._db, command, sequences=sequences)
+    def fields(self) -> dict[str, Any]:
+        """The fields of the session's next command (``startTransaction`` on the first of a
+        transaction)."""
+        fields: dict[str, Any] = {"lsid": self.lsid}
+        if self.in_transaction:
+            fields["txnNumber"] = bson.int64.Int64(self.txn_number)
+            fields["autocommit"] = False
+            if not self.started:
+                fields["startTransaction"] = True
+                self.started = True
+        return fields
 
-    async def __aexit__(self, kind: Any, error: BaseException | None, tb: Any) -> None:
-        try:
-            if error is None:
-                await self.session.commit_transaction()
-            else:
-                with contextlib.suppress(MongoError):
-                    await self.session.abort_transaction()
-        finally:
-            await self.session.end()
+    def end_command(self, name: str) -> dict[str, Any]:
+        """``commitTransaction`` or ``abortTransaction`` of the transaction now."""
+        return {
+            name: 1,
+            "lsid": self.lsid,
+            "txnNumber": bson.int64.Int64(self.txn_number),
+            "autocommit": False,
+        }
+
+    def commit(self) -> dict[str, Any] | None:
+        """The commit to send (again, after a commit: the same transaction); None for a
+        transaction that sent nothing."""
+        self.check_open()
+        self.in_transaction = False
+        return self.end_command("commitTransaction") if self.started else None
+
+    def abort(self) -> dict[str, Any] | None:
+        self.check_open()
+        started, self.started = self.started, False
+        self.in_transaction = False
+        return self.end_command("abortTransaction") if started else None
+
+
+def releases_pin(error: MongoError) -> bool:
+    """Whether an error in a pinned transaction gives the pin back at once: a transient one
+    (``TransientTransactionError``, a network error)."""
+    return isinstance(error, NetworkError) or error.has_error_label("TransientTransactionError")

@@ -1,0 +1,403 @@
+"""Operations over a pool of blocking MongoDB connections, for threads: commands,
+cursors, sessions and transactions, with the Load Balancer spec's pinning and error handling
+(:class:`MongoPool`; thread-safe, as :class:`~poolkit.Pool`). The rules are :mod:`.pinning`'s;
+this module runs their commands.
+
+Generated from :mod:`.pool_async` by tools/async_to_sync.py: edit that one, then run the tool.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from .._frontend import Lease
+from ..errors import WaitQueueTimeoutError
+from ..threaded import Pool
+from .connection import MongoConnection
+from .errors import MongoError
+from .pinning import (
+    CursorState,
+    PinningRules,
+    Purpose,
+    SessionState,
+    check_purpose,
+    find_command,
+    releases_pin,
+)
+
+__all__ = ["Cursor", "MongoPool", "Session", "Transaction"]
+
+Sequences = Mapping[str, Sequence[Mapping[str, Any]]] | None
+
+
+class MongoPool(PinningRules[MongoConnection]):
+    """Commands, cursors and transactions over an :class:`~poolkit.Pool` of
+    :class:`~.connection.MongoConnection` (made by :func:`~.connection.connect_sync`).
+
+    ``pin``: whether cursors and transactions keep their connection (default: the pool's
+    ``load_balanced``; False only to show what pinning prevents)."""
+
+    pool: Pool[MongoConnection]
+    _front = Pool
+
+    def __init__(self, pool: Pool[MongoConnection], *, pin: bool | None = None) -> None:
+        super().__init__(pool, pin=pin)
+
+    def _checkout(self, purpose: Purpose, timeout: float | None = None) -> Lease[MongoConnection]:
+        check_purpose(purpose)
+        try:
+            lease = self.pool.checkout() if timeout is None else self.pool.checkout(timeout)
+        except WaitQueueTimeoutError as exc:
+            raise self._timeout(exc) from None
+        except MongoError as exc:  # the connect of this checkout failed
+            self._connect_failed(exc)
+            raise
+        self._checked_out(purpose)
+        return lease
+
+    @contextlib.contextmanager
+    def connection(
+        self, purpose: Purpose = "other", timeout: float | None = None
+    ) -> Iterator[MongoConnection]:
+        """A connection for ``purpose``, given back (or discarded, if broken) at the end; an
+        error in the block is judged by the SDAM rules (:mod:`.pinning`)."""
+        lease = self._checkout(purpose, timeout)
+        try:
+            yield lease.connection
+        except BaseException as exc:
+            self._give_back(purpose, lease, exc)
+            raise
+        self._give_back(purpose, lease, None)
+
+    def command(
+        self,
+        db: str,
+        command: Mapping[str, Any],
+        *,
+        sequences: Sequences = None,
+        timeout: float | None = None,
+    ) -> dict[str, Any]:
+        """One command on a connection of its own (purpose ``"other"``), in an implicit
+        session (a server session from the pool, given back after) unless it names one."""
+        command, lsid = self._in_session(command)
+        try:
+            with self.connection("other", timeout) as conn:
+                return conn.command(db, command, sequences=sequences)
+        finally:
+            if lsid is not None:
+                self.sessions.give_back(lsid)
+
+    def end_sessions(self) -> None:
+        """Tell the server the idle server sessions are over (``endSessions``); before the
+        pool is closed."""
+        for command in self._end_sessions_commands():
+            with contextlib.suppress(MongoError):
+                self.command("admin", command)
+
+    def insert(
+        self, db: str, collection: str, documents: Sequence[Mapping[str, Any]]
+    ) -> dict[str, Any]:
+        return self.command(
+            db, {"insert": collection, "ordered": True}, sequences={"documents": documents}
+        )
+
+    def find(
+        self,
+        db: str,
+        collection: str,
+        filter: Mapping[str, Any] | None = None,
+        *,
+        batch_size: int = 101,
+    ) -> Cursor:
+        """A cursor over ``collection`` (``find``'s first batch fetched), in an implicit session
+        it keeps until it is exhausted or closed."""
+        return self.cursor(db, find_command(collection, filter, batch_size), batch_size)
+
+    def cursor(self, db: str, command: Mapping[str, Any], batch_size: int = 101) -> Cursor:
+        """A cursor from any command that opens one (``aggregate``, ``listCollections``,
+        ``listIndexes``...), pinned as :meth:`find`'s."""
+        state, command = self._cursor(db, command, batch_size)
+        cursor = Cursor(self, state)
+        cursor._start(command)
+        return cursor
+
+    def aggregate(
+        self,
+        db: str,
+        collection: str,
+        pipeline: Sequence[Mapping[str, Any]],
+        *,
+        batch_size: int = 101,
+    ) -> Cursor:
+        return self.cursor(db, {"aggregate": collection, "pipeline": list(pipeline)}, batch_size)
+
+    def list_collections(self, db: str, *, batch_size: int = 101) -> Cursor:
+        return self.cursor(db, {"listCollections": 1}, batch_size)
+
+    def list_indexes(self, db: str, collection: str, *, batch_size: int = 101) -> Cursor:
+        return self.cursor(db, {"listIndexes": collection}, batch_size)
+
+    def session(self) -> Session:
+        """A session: transactions one after another, pinned as the Load Balancer spec says."""
+        return Session(self)
+
+    def transaction(self, db: str) -> Transaction:
+        """``with pool.transaction(db) as txn:`` commands through ``txn.command(...)``,
+        committed at the end (aborted if the block raises)."""
+        return Transaction(self, db)
+
+
+class Cursor:
+    """A cursor: ``for doc in cursor``. Pinned (load-balanced mode) until exhausted or
+    :meth:`close`d (not at all if its first command returned everything). After an error it
+    stays pinned until closed: :meth:`close` sends ``killCursors`` on its connection, unless
+    that connection failed (a network error), then gives the connection back (a broken one is
+    closed)."""
+
+    def __init__(
+        self,
+        pool: MongoPool,
+        state: CursorState,
+        shared: Lease[MongoConnection] | None = None,
+    ) -> None:
+        self._pool = pool
+        self._state = state
+        #: the pinned connection: its own, or one it shares (a session's, pinned by its
+        #: transaction), which it neither checks out nor gives back
+        self._lease = shared
+        self._own = False
+
+    @property
+    def id(self) -> int:
+        return self._state.id
+
+    def _start(self, command: dict[str, Any]) -> None:
+        if self._pool.pin and self._lease is None:
+            self._lease = self._pool._checkout("cursor")
+            self._own = True
+        reply = self._run(command)
+        self._state.take(reply, "firstBatch")
+        if self._state.id == 0:
+            self._unpin(None)  # (all in the first batch: nothing to pin for)
+
+    def _run(self, command: dict[str, Any]) -> dict[str, Any]:
+        lease = self._lease
+        if lease is None:  # (not pinned: each command on a connection of its own)
+            return self._pool.command(self._state.db, command)
+        try:
+            return lease.connection.command(self._state.db, command)
+        except MongoError as exc:
+            self._pool._judge(lease, exc)
+            self._state.failed_with(exc)  # (still pinned until closed)
+            raise
+
+    def _unpin(self, error: BaseException | None) -> None:
+        lsid = self._state.session_done()
+        if lsid is not None:
+            self._pool.sessions.give_back(lsid)
+        lease, self._lease = self._lease, None
+        if lease is not None and self._own:
+            self._own = False
+            self._pool._give_back("cursor", lease, error)
+
+    def __iter__(self) -> Cursor:
+        return self
+
+    def __next__(self) -> dict[str, Any]:
+        state = self._state
+        while not state.batch:
+            command = state.next_command()
+            if command is None:
+                self._unpin(None)
+                raise StopIteration
+            state.take(self._run(command), "nextBatch")
+        return state.batch.popleft()
+
+    def to_list(self) -> list[dict[str, Any]]:
+        return [doc for doc in self]
+
+    def close(self) -> None:
+        """Kill the cursor on its own connection (unless it is exhausted or that connection
+        failed), then give the connection back."""
+        try:
+            command = self._state.kill_command()
+            if command is not None:
+                with contextlib.suppress(MongoError):  # (not judged: the cursor is over)
+                    if self._lease is not None:
+                        self._lease.connection.command(self._state.db, command)
+                    elif not self._pool.pin:
+                        self._pool.command(self._state.db, command)
+        finally:
+            self._unpin(self._state.failed)
+
+    def __enter__(self) -> Cursor:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class Session:
+    """``session = pool.session()``; ``session.start_transaction()``, commands through
+    ``session.command(...)`` / ``session.find(...)``, ``session.commit_transaction()`` (or
+    ``abort_transaction()``), ..., ``session.end()`` (or ``with``).
+
+    A transaction's first command pins a connection (load-balanced mode), and the session keeps
+    it past the commit (a commit may be retried, on that connection) until its next transaction
+    starts, an operation outside a transaction runs, the transaction is aborted, or the session
+    ends. A transient error (``TransientTransactionError``, a network error) gives the pin back
+    at once; any other keeps it. A cursor opened in a transaction shares the pinned connection.
+    """
+
+    def __init__(self, pool: MongoPool) -> None:
+        self._pool = pool
+        self._state = SessionState(pool.sessions.take())  # (a server session, reused)
+        self._lease: Lease[MongoConnection] | None = None
+
+    @property
+    def lsid(self) -> dict[str, Any]:
+        return self._state.lsid
+
+    @property
+    def txn_number(self) -> int:
+        return self._state.txn_number
+
+    @property
+    def in_transaction(self) -> bool:
+        return self._state.in_transaction
+
+    @property
+    def pinned(self) -> bool:
+        return self._lease is not None
+
+    def _unpin(self, error: BaseException | None = None) -> None:
+        lease, self._lease = self._lease, None
+        if lease is not None:
+            self._pool._give_back("transaction", lease, error)
+
+    def _pin(self) -> None:
+        if self._lease is None and self._pool.pin:
+            self._lease = self._pool._checkout("transaction")
+
+    def start_transaction(self) -> None:
+        """A new transaction: a connection the last one left pinned is given back."""
+        self._state.start_transaction()
+        self._unpin()
+
+    def _run(
+        self, db: str, command: Mapping[str, Any], sequences: Sequences = None
+    ) -> dict[str, Any]:
+        lease = self._lease
+        if lease is None:
+            return self._pool.command(db, command, sequences=sequences)
+        try:
+            return lease.connection.command(db, command, sequences=sequences)
+        except MongoError as exc:
+            self._pool._judge(lease, exc)
+            if releases_pin(exc):
+                self._unpin(exc)
+            raise
+
+    def _enter(self) -> None:
+        """Before an operation: pinned in a transaction; outside, any pin given back."""
+        self._state.check_open()
+        if self._state.in_transaction:
+            self._pin()
+        else:
+            self._unpin()
+
+    def command(
+        self, db: str, command: Mapping[str, Any], *, sequences: Sequences = None
+    ) -> dict[str, Any]:
+        """``command`` in this session: in its transaction (pinned) if one is in progress;
+        otherwise on a connection of its own."""
+        self._enter()
+        return self._run(db, {**command, **self._state.fields()}, sequences)
+
+    def find(
+        self,
+        db: str,
+        collection: str,
+        filter: Mapping[str, Any] | None = None,
+        *,
+        batch_size: int = 101,
+    ) -> Cursor:
+        """A cursor in this session; in a transaction it shares the pinned connection."""
+        self._enter()
+        if not self._state.in_transaction:
+            return self._pool.find(db, collection, filter, batch_size=batch_size)
+        fields = self._state.fields()
+        state = CursorState(
+            db,
+            collection,
+            batch_size,
+            fields={k: v for k, v in fields.items() if k != "startTransaction"},
+        )
+        cursor = Cursor(self._pool, state, shared=self._lease)
+        cursor._start({**find_command(collection, filter, batch_size), **fields})
+        return cursor
+
+    def commit_transaction(self) -> None:
+        """Commit (again, after a commit: the same transaction, on the same connection). A
+        transaction that sent nothing commits without a command."""
+        command = self._state.commit()
+        if command is not None:
+            self._run("admin", command)
+
+    def abort_transaction(self) -> None:
+        """Abort; the pin is given back whatever the outcome."""
+        command = self._state.abort()
+        try:
+            if command is not None:
+                self._run("admin", command)
+        finally:
+            self._unpin()
+
+    def end(self) -> None:
+        """End the session: abort a transaction in progress, give the pin back, and its
+        server session back to the pool for reuse (:meth:`MongoPool.end_sessions` tells
+        the server, before the pool closes)."""
+        if self._state.ended:
+            return
+        try:
+            if self._state.in_transaction:
+                with contextlib.suppress(MongoError):
+                    self.abort_transaction()
+            self._unpin()
+        finally:
+            self._state.ended = True
+            self._pool.sessions.give_back(self._state.lsid)
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.end()
+
+
+class Transaction:
+    """One transaction in a session of its own: committed when its block ends, aborted if it
+    raises (:meth:`MongoPool.transaction`)."""
+
+    def __init__(self, pool: MongoPool, db: str) -> None:
+        self._db = db
+        self.session = Session(pool)
+
+    def __enter__(self) -> Transaction:
+        self.session.start_transaction()
+        return self
+
+    def command(self, command: Mapping[str, Any], *, sequences: Sequences = None) -> dict[str, Any]:
+        return self.session.command(self._db, command, sequences=sequences)
+
+    def __exit__(self, kind: Any, error: BaseException | None, tb: Any) -> None:
+        try:
+            if error is None:
+                self.session.commit_transaction()
+            else:
+                with contextlib.suppress(MongoError):
+                    self.session.abort_transaction()
+        finally:
+            self.session.end()

@@ -604,6 +604,38 @@ def test_other_cursors_pin_too(spec_case: str, opener: Any) -> None:
     run(main)
 
 
+@emulated("cursors.json: change streams pin to a connection")
+def test_change_streams_pin_too(spec_case: str) -> None:
+    """A change stream (an aggregate whose first stage is $changeStream, the driver's
+    building block: MongoPool.cursor) pins its connection while open; closing it sends
+    killCursors on that connection, then gives it back: one check-out, one check-in. Its
+    getMores there see the changes made meanwhile."""
+
+    async def main() -> None:
+        recorder, commands = Recorder(), Recorder()
+        async with SimMongoServer(SimMongoSettings(services=2)) as server:
+            mongo = AsyncMongoPool(await lb_pool(server, recorder, commands))
+            await spread(mongo, 2)
+            recorder.events.clear()
+            stream = await mongo.cursor(
+                "test", {"aggregate": "items", "pipeline": [{"$changeStream": {}}]}
+            )
+            assert checked_out(mongo) == 1 and mongo.in_use()["cursor"] == 1
+            await mongo.insert("test", "items", [{"_id": 7}])  # (on another connection)
+            change = await stream.__anext__()  # (a getMore on the pinned one)
+            assert (change["operationType"], change["documentKey"]) == ("insert", {"_id": 7})
+            await stream.close()
+            assert checked_out(mongo) == 0
+            started = [e for e in commands.of(CommandStartedEvent) if e.command_name != "insert"]
+            assert [e.command_name for e in started] == ["aggregate", "getMore", "killCursors"]
+            assert len({e.server_connection_id for e in started}) == 1
+            assert cmap(recorder) == ["out", "out", "in", "in"]  # (the stream's, the insert's)
+            assert sum(s.cursors_open for s in server.stats().services) == 0
+            await mongo.pool.close()
+
+    run(main)
+
+
 @emulated("transactions.json: sessions are reused in LB mode")
 def test_sessions_are_reused(spec_case: str) -> None:
     """Two operations one after the other run in the same server session (the last two

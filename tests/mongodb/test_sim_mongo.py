@@ -286,6 +286,33 @@ def test_pymongo_transaction_commits_and_aborts(sim_mongo: Sim) -> None:
     assert sum(s.transactions_open for s in stats.services) == 0
 
 
+def test_pymongo_watches_a_collection_and_resumes_after_a_token(sim_mongo: Sim) -> None:
+    """pymongo's change stream (an aggregate with ``$changeStream``, then getMores) sees the
+    changes made after it opened, in order, through its ``$match``; and one opened with the
+    resume token of the first change starts after it."""
+    with client(sim_mongo.uri) as mongo:
+        items = mongo.db.items
+        items.insert_one({"_id": 0})  # (before the stream: not seen)
+        with items.watch([{"$match": {"operationType": {"$in": ["insert", "delete"]}}}]) as s:
+            items.insert_many([{"_id": 1}, {"_id": 2}])
+            mongo.db.other.insert_one({"_id": 3})  # (another collection: not seen)
+            items.delete_one({"_id": 1})
+            changes: list[dict[str, Any]] = []
+            while (change := s.try_next()) is not None:  # (None: the getMore found nothing)
+                changes.append(change)
+        assert [(c["operationType"], c["documentKey"]["_id"]) for c in changes] == [
+            ("insert", 1),
+            ("insert", 2),
+            ("delete", 1),
+        ]
+        assert changes[0]["fullDocument"] == {"_id": 1}
+        assert changes[0]["ns"] == {"db": "db", "coll": "items"}
+        with items.watch(resume_after=changes[0]["_id"]) as resumed:
+            after = resumed.try_next()
+            assert after is not None and after["documentKey"] == {"_id": 2}
+    assert sum(s.cursors_open for s in sim_mongo.server.stats().services) == 0  # (killed)
+
+
 def test_pymongo_write_concern_zero_is_not_answered(sim_mongo: Sim) -> None:
     with client(sim_mongo.uri, w=0) as mongo:
         result = mongo.db.items.insert_one({"fire": "and forget"})  # (OP_MSG moreToCome)

@@ -2,11 +2,11 @@
 and transactions, and the commands it answers.
 
 Commands: ``hello``/``isMaster``, ``ping``, ``buildInfo``, ``insert``, ``find``, ``aggregate``
-(simple stages), ``getMore``, ``killCursors``, ``count``, ``delete``, ``drop``,
-``dropDatabase``, ``commitTransaction``, ``abortTransaction``, ``endSessions``, ``saslStart``,
-``saslContinue``; anything else is error 59 CommandNotFound. With users
-(:class:`~.scram.SimUsers`), a connection not authenticated runs only the handshake's
-commands (else error 13 Unauthorized).
+(simple stages; a change stream, :mod:`.changes`), ``getMore``, ``killCursors``, ``count``,
+``delete``, ``drop``, ``dropDatabase``, ``commitTransaction``, ``abortTransaction``,
+``endSessions``, ``saslStart``, ``saslContinue``; anything else is error 59 CommandNotFound.
+With users (:class:`~.scram.SimUsers`), a connection not authenticated runs only the
+handshake's commands (else error 13 Unauthorized).
 
 Rules of this module
 --------------------
@@ -34,6 +34,7 @@ import bson
 from bson.int64 import Int64
 from bson.objectid import ObjectId
 
+from .changes import ChangeStreamCursor, token_position
 from .faults import error_document
 from .scram import SimUsers
 from .settings import ConnectionInfo, SimMongoSettings
@@ -105,7 +106,7 @@ class SimService:
         self._rng = rng
         self._process_id = ObjectId()
         self._connection_ids = itertools.count(1)
-        self.cursors: dict[int, _Cursor] = {}
+        self.cursors: dict[int, _Cursor | ChangeStreamCursor] = {}
         self.transactions: dict[bytes, _Transaction] = {}
         self.connections_open = 0
         self.connections_accepted = 0
@@ -325,16 +326,35 @@ class SimService:
         self, conn: ConnectionInfo, body: Document, seqs: Sequences, txn: _Transaction | None
     ) -> Document:
         namespace = _namespace(body, "aggregate")
-        extra = txn.pending(namespace) if txn is not None else []
-        found = self.store.find(namespace, {}, extra=extra)
-        for stage in body.get("pipeline", []):
-            if not isinstance(stage, Mapping) or len(stage) != 1:
-                raise CommandError(40323, "a pipeline stage must have exactly one field")
-            ((name, arg),) = stage.items()
-            found = _stage(found, name, arg)
+        stages = [_stage_of(stage) for stage in body.get("pipeline", [])]
         options = body.get("cursor") or {}
         size = int(options.get("batchSize", self.settings.default_batch_size))
+        if stages and stages[0][0] == "$changeStream":
+            return self._watch(conn, namespace, stages, size)
+        extra = txn.pending(namespace) if txn is not None else []
+        found = self.store.find(namespace, {}, extra=extra)
+        for name, arg in stages:
+            found = _stage(found, name, arg)
         return self._open_cursor(conn, namespace, found, size, False)
+
+    def _watch(
+        self, conn: ConnectionInfo, namespace: str, stages: list[tuple[str, Any]], size: int
+    ) -> Document:
+        """A change stream on ``namespace``: from now, or after ``resumeAfter`` /
+        ``startAfter``'s token."""
+        options = stages[0][1] if isinstance(stages[0][1], Mapping) else {}
+        token = options.get("resumeAfter", options.get("startAfter"))
+        try:
+            position = self.store.changes.position() if token is None else token_position(token)
+        except ValueError as exc:
+            raise CommandError(9, str(exc)) from None
+        if any(name == "$changeStream" for name, _ in stages[1:]):
+            raise CommandError(40602, "$changeStream is only valid as the first stage")
+        cursor = ChangeStreamCursor(namespace, conn.connection_id, position, stages[1:])
+        cursor_id = self._new_cursor_id()
+        self.cursors[cursor_id] = cursor
+        batch = cursor.batch(self.store.changes, size, _stage)
+        return cursor.reply(cursor_id, batch, "firstBatch")
 
     def _list_collections(
         self, conn: ConnectionInfo, body: Document, seqs: Sequences, txn: _Transaction | None
@@ -386,6 +406,9 @@ class SimService:
                 f"Requested getMore on namespace '{namespace}', but cursor belongs to a "
                 f"different namespace {cursor.namespace}",
             )
+        if isinstance(cursor, ChangeStreamCursor):  # (open until killed)
+            batch = cursor.batch(self.store.changes, int(body.get("batchSize") or 0), _stage)
+            return cursor.reply(cursor_id, batch, "nextBatch")
         batch = self._take(cursor.documents, cursor.position, int(body.get("batchSize") or 0))
         cursor.position += len(batch)
         if cursor.position >= len(cursor.documents):
@@ -491,6 +514,13 @@ class SimService:
         for lsid in body.get("endSessions", []):
             self.transactions.pop(bytes(bson.encode(lsid)), None)
         return {"ok": 1.0}
+
+
+def _stage_of(stage: Any) -> tuple[str, Any]:
+    if not isinstance(stage, Mapping) or len(stage) != 1:
+        raise CommandError(40323, "a pipeline stage must have exactly one field")
+    ((name, arg),) = stage.items()
+    return str(name), arg
 
 
 def _stage(found: list[Document], name: str, arg: Any) -> list[Document]:

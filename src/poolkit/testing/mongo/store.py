@@ -29,6 +29,8 @@ from typing import Any
 
 import bson
 
+from .changes import ChangeLog
+
 __all__ = ["QueryError", "SimMongoStore", "WriteError", "matches", "project", "sort_documents"]
 
 MISSING: Any = object()
@@ -61,6 +63,8 @@ class SimMongoStore:
     def __init__(self) -> None:
         self._lock = threading.RLock()
         self._collections: dict[str, dict[bytes, dict[str, Any]]] = {}
+        #: every change, in order: what change streams read (:mod:`.changes`)
+        self.changes = ChangeLog()
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
@@ -103,6 +107,7 @@ class SimMongoStore:
                         break
                     continue
                 collection[key] = doc
+                self.changes.record("insert", namespace, doc["_id"], doc)
                 inserted += 1
         return inserted, errors
 
@@ -128,17 +133,20 @@ class SimMongoStore:
             if limit:
                 doomed = doomed[:limit]
             for key in doomed:
-                del collection[key]
+                self.changes.record("delete", namespace, collection.pop(key)["_id"])
             return len(doomed)
 
     def drop(self, namespace: str) -> bool:
         with self._lock:
-            return self._collections.pop(namespace, None) is not None
+            if self._collections.pop(namespace, None) is None:
+                return False
+            self.changes.record("drop", namespace)
+            return True
 
     def drop_database(self, database: str) -> None:
         with self._lock:
             for namespace in [n for n in self._collections if n.split(".", 1)[0] == database]:
-                del self._collections[namespace]
+                self.drop(namespace)
 
 
 def _duplicate(namespace: str, value: Any) -> str:

@@ -19,6 +19,7 @@ import poolkit
 from poolkit import events as ev
 from poolkit.mongodb import (
     AsyncMongoPool,
+    InvalidOperationError,
     LoadBalancedTimeoutError,
     MongoConnection,
     MongoPool,
@@ -83,7 +84,7 @@ def test_each_front_end_takes_its_own_pool(server: ServerThread[SimMongoServer])
         with pytest.raises(TypeError, match=r"MongoPool\(pin=...\)"):
             MongoPool(pool, pin="yes")  # type: ignore[arg-type]
         with (
-            pytest.raises(ValueError, match="purpose must be one of"),
+            pytest.raises(ValueError, match=r"connection\(purpose=...\): one of"),
             MongoPool(pool).connection("cursors"),  # type: ignore[arg-type]
         ):
             pass
@@ -246,5 +247,28 @@ def test_threads_share_one_mongo_pool(server: ServerThread[SimMongoServer]) -> N
             thread.join(60)
         assert not errors, errors
         assert len(mongo.find("test", "log").to_list()) == 80
+        assert mongo.in_use() == {"cursor": 0, "transaction": 0, "other": 0}
+        assert pool.stats().in_use == 0
+
+
+def test_misuse_is_refused_and_leaves_nothing_out(server: ServerThread[SimMongoServer]) -> None:
+    """A few of test_mongo_pool_misuse.py's cases, through the blocking twin."""
+    with lb_pool(server, max_size=1, wait_queue_timeout=1.0) as pool:
+        mongo = MongoPool(pool)
+        filled(mongo)
+        for _ in range(2):  # (a failed first command gives its connection back)
+            with pytest.raises(OperationFailure):
+                mongo.find("test", "items", {"$foo": 1})
+        with pytest.raises(ValueError, match=r"find\(batch_size=...\)"):
+            mongo.find("test", "items", batch_size=-1)
+        with mongo.session() as session:
+            with pytest.raises(InvalidOperationError, match="no transaction started"):
+                session.commit_transaction()
+            session.start_transaction()
+            session.command("test", {"insert": "t", "documents": [{"_id": 1}]})
+            cursor = session.find("test", "t", batch_size=0)
+        with pytest.raises(InvalidOperationError, match="transaction that has ended"):
+            cursor.to_list()
+        cursor.close()
         assert mongo.in_use() == {"cursor": 0, "transaction": 0, "other": 0}
         assert pool.stats().in_use == 0

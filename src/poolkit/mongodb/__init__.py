@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from .errors import (
         AuthenticationError,
         HandshakeError,
+        InvalidOperationError,
         LoadBalancerUnsupportedError,
         MongoError,
         NetworkError,
@@ -60,6 +61,7 @@ _LAZY = {
     "connect_sync_uri": "connection",
     "AuthenticationError": "errors",
     "HandshakeError": "errors",
+    "InvalidOperationError": "errors",
     "LoadBalancerUnsupportedError": "errors",
     "MongoError": "errors",
     "NetworkError": "errors",
@@ -83,6 +85,7 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module 'poolkit.mongodb' has no attribute {name!r}")
     import importlib
 
+    importlib.import_module(".wire", __name__)  # (first: its ImportError names the extra)
     return getattr(importlib.import_module(f".{module}", __name__), name)
 
 
@@ -95,6 +98,7 @@ __all__ = [
     "AuthenticationError",
     "Cursor",
     "HandshakeError",
+    "InvalidOperationError",
     "InvalidURIError",
     "LoadBalancedTimeoutError",
     "LoadBalancedTopology",

@@ -22,6 +22,7 @@ __all__ = [
     "SHUTDOWN_CODES",
     "AuthenticationError",
     "HandshakeError",
+    "InvalidOperationError",
     "LoadBalancerUnsupportedError",
     "MongoError",
     "NetworkError",
@@ -75,6 +76,11 @@ class MongoError(PoolError):
     def has_error_label(self, label: str) -> bool:
         return label in self.labels
 
+    def add_error_label(self, label: str) -> None:
+        """A label the driver adds (``TransientTransactionError`` to a network error in a
+        transaction, ...)."""
+        self.labels = self.labels | {label}
+
     @property
     def retryable(self) -> bool:  # type: ignore[override]
         return "RetryableError" in self.labels
@@ -118,11 +124,17 @@ class LoadBalancerUnsupportedError(MongoError):
         super().__init__(LOAD_BALANCER_UNSUPPORTED, address=address)
 
 
+class InvalidOperationError(MongoError):
+    """A call the state of its object forbids, refused before anything is sent (a commit after
+    an abort, a cursor whose transaction has ended...)."""
+
+
 class AuthenticationError(MongoError):
     """The authentication of a new connection failed: the server refused it (``code``,
     ``code_name``: its, such as 18 AuthenticationFailed) or the server's answers failed the
     client's checks (``code`` None). Always ``after_hello`` (with the ``hello``'s
-    ``service_id``); not labelled retryable, and it clears no pool (:func:`clear_scope`).
+    ``service_id``); not labelled retryable. SDAM's rules for connection establishment apply
+    (:func:`clear_scope`): in load-balanced mode it clears the ``hello``'s service.
     ``mechanism``: the SCRAM mechanism tried. The message names the user, never the password."""
 
     def __init__(

@@ -29,7 +29,7 @@ import threading
 import time
 import uuid
 from collections.abc import Mapping
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Generic, TypeVar
 
 import bson  # (pymongo's: the extra; .wire names it when missing)
 
@@ -37,13 +37,13 @@ from .._base import PoolBase
 from .._frontend import Lease
 from ..errors import WaitQueueTimeoutError
 from ..stats import PoolStats
+from .checks import PURPOSES, Purpose, check_batch_size, check_command, check_db
 from .connection import AsyncMongoConnection, MongoConnection
-from .errors import MongoError, NetworkError, clear_scope
+from .errors import MongoError, clear_scope
+from .states import CursorState
 
-__all__ = ["LoadBalancedTimeoutError", "MongoPoolStats", "Purpose"]
+__all__ = ["LoadBalancedTimeoutError", "MongoPoolStats", "PinningRules", "ServerSessions"]
 
-Purpose = Literal["cursor", "transaction", "other"]
-PURPOSES: tuple[Purpose, ...] = ("cursor", "transaction", "other")
 
 C = TypeVar("C", AsyncMongoConnection, MongoConnection)
 
@@ -115,16 +115,6 @@ class ServerSessions:
         with self._lock:
             idle, self._idle = self._idle, []
         return [lsid for lsid, _ in idle]
-
-
-def check_purpose(purpose: object) -> None:
-    if purpose not in PURPOSES:
-        raise ValueError(f"purpose must be one of {PURPOSES}, not {purpose!r}")
-
-
-def check_batch_size(batch_size: object) -> None:
-    if type(batch_size) is not int or batch_size < 0:
-        raise ValueError(f"batch_size must be an int >= 0, not {batch_size!r}")
 
 
 class PinningRules(Generic[C]):
@@ -245,158 +235,27 @@ class PinningRules(Generic[C]):
         ]
 
     def _cursor(
-        self, db: str, command: Mapping[str, Any], batch_size: int
-    ) -> tuple[CursorState, dict[str, Any]]:
-        """A cursor opened by ``command`` (``find``, ``aggregate``...) in an implicit session
-        of its own, and the command to send."""
-        check_batch_size(batch_size)
-        name = next(iter(command), "")
-        collection = command[name] if isinstance(command.get(name), str) else ""
-        lsid = self.sessions.take()
-        state = CursorState(db, collection, batch_size, fields={"lsid": lsid}, lsid=lsid)
-        if name != "find":
-            command = {**command, "cursor": {"batchSize": batch_size}}
-        return state, {**command, "lsid": lsid}
-
-
-def find_command(
-    collection: str, filter: Mapping[str, Any] | None, batch_size: int
-) -> dict[str, Any]:
-    return {"find": collection, "filter": dict(filter or {}), "batchSize": batch_size}
-
-
-class CursorState:
-    """A cursor's state: its id, the documents fetched and not yet taken, the commands that go
-    on with it (``getMore``, ``killCursors``) and what ends it."""
-
-    def __init__(
         self,
         db: str,
-        collection: str,
+        command: Mapping[str, Any],
         batch_size: int,
-        *,
-        fields: Mapping[str, Any] | None = None,
-        lsid: dict[str, Any] | None = None,
-    ) -> None:
-        self.db = db
-        self.collection = collection
-        self.batch_size = batch_size
-        self.id = 0
-        self.batch: collections.deque[dict[str, Any]] = collections.deque()
-        self.fields = dict(fields or {})  # (its session's lsid; a transaction's fields)
-        #: an implicit server session the cursor owns: given back when it ends
-        self.lsid = lsid
-        #: the network error that broke its pinned connection: it stays pinned until closed,
-        #: and kills nothing
-        self.failed: BaseException | None = None
-
-    def take(self, reply: dict[str, Any], field: str) -> None:
-        cursor = reply["cursor"]
-        namespace = cursor.get("ns")
-        if isinstance(namespace, str) and "." in namespace:  # (getMore names the collection:
-            self.collection = namespace.partition(".")[2]  # listCollections' is $cmd....)
-        self.batch.extend(cursor.get(field, ()))
-        self.id = int(cursor.get("id", 0))
-
-    def failed_with(self, error: BaseException) -> None:
-        if isinstance(error, NetworkError):
-            self.failed = error
-
-    def next_command(self) -> dict[str, Any] | None:
-        """What to send for more documents: ``getMore``, or None when the cursor is exhausted
-        (or closed; the failure that broke it is raised instead)."""
-        if self.id == 0:
-            return None
-        if self.failed is not None:
-            raise self.failed
-        return {
-            "getMore": bson.int64.Int64(self.id),
-            "collection": self.collection,
-            "batchSize": self.batch_size,
-            **self.fields,
-        }
-
-    def kill_command(self) -> dict[str, Any] | None:
-        """On close: ``killCursors``, unless the cursor is exhausted or its connection failed;
-        the cursor is done from here on."""
-        cursor_id, self.id = self.id, 0
-        self.batch.clear()
-        if not cursor_id or self.failed is not None:
-            return None
-        return {
-            "killCursors": self.collection,
-            "cursors": [bson.int64.Int64(cursor_id)],
-            **self.fields,
-        }
-
-    def session_done(self) -> dict[str, Any] | None:
-        """The implicit server session to give back once the cursor is exhausted or closed
-        (None: it has none, or gave it back)."""
-        if self.id != 0:
-            return None
-        lsid, self.lsid = self.lsid, None
-        return lsid
-
-
-class SessionState:
-    """A session's state: its server session, its transaction number and whether one is in
-    progress (and has sent its first command), and the fields each command carries."""
-
-    def __init__(self, lsid: dict[str, Any]) -> None:
-        self.lsid = lsid
-        self.txn_number = 0
-        self.in_transaction = False
-        self.started = False  # (the transaction's first command was sent)
-        self.ended = False
-
-    def check_open(self) -> None:
-        if self.ended:
-            raise RuntimeError("this session has ended")
-
-    def start_transaction(self) -> None:
-        self.check_open()
-        if self.in_transaction:
-            raise RuntimeError("a transaction is already in progress on this session")
-        self.txn_number += 1
-        self.in_transaction = True
-        self.started = False
-
-    def fields(self) -> dict[str, Any]:
-        """The fields of the session's next command (``startTransaction`` on the first of a
-        transaction)."""
-        fields: dict[str, Any] = {"lsid": self.lsid}
-        if self.in_transaction:
-            fields["txnNumber"] = bson.int64.Int64(self.txn_number)
-            fields["autocommit"] = False
-            if not self.started:
-                fields["startTransaction"] = True
-                self.started = True
-        return fields
-
-    def end_command(self, name: str) -> dict[str, Any]:
-        """``commitTransaction`` or ``abortTransaction`` of the transaction now."""
-        return {
-            name: 1,
-            "lsid": self.lsid,
-            "txnNumber": bson.int64.Int64(self.txn_number),
-            "autocommit": False,
-        }
-
-    def commit(self) -> dict[str, Any] | None:
-        """The commit to send (again, after a commit: the same transaction); None for a
-        transaction that sent nothing."""
-        self.check_open()
-        self.in_transaction = False
-        return self.end_command("commitTransaction") if self.started else None
-
-    def abort(self) -> dict[str, Any] | None:
-        self.check_open()
-        started, self.started = self.started, False
-        self.in_transaction = False
-        return self.end_command("abortTransaction") if started else None
-
-
-def releases_pin(error: MongoError) -> bool:
-    """Whether an error in a pinned transaction gives the pin back at once: a transient one
-    (``TransientTransactionError``, a network error)."""
-    return isinstance(error, NetworkError) or error.has_error_label("TransientTransactionError")
+        call: str,
+        session: Mapping[str, Any] | None = None,
+    ) -> tuple[CursorState, dict[str, Any]]:
+        """A cursor opened by ``command`` (``find``, ``aggregate``...) and the command to send:
+        in ``session`` (an explicit session's fields: ``lsid``, a transaction's), else in an
+        implicit session of its own. ``call``: the method called (named by its errors)."""
+        check_db(db, call)
+        check_command(command, call)
+        check_batch_size(batch_size, call)
+        name = next(iter(command))
+        collection = command[name] if isinstance(command.get(name), str) else ""
+        lsid = None
+        if session is None:
+            lsid = self.sessions.take()
+            session = {"lsid": lsid}
+        fields = {k: v for k, v in session.items() if k != "startTransaction"}
+        state = CursorState(db, collection, batch_size, fields=fields, lsid=lsid)
+        if name != "find":
+            command = {**command, "cursor": {"batchSize": batch_size}}
+        return state, {**command, **session}

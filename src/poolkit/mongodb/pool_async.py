@@ -7,23 +7,27 @@ Its blocking twin is :mod:`.pool_sync`: the same methods, in the same order.
 from __future__ import annotations
 
 import contextlib
+import weakref
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from .._frontend import Lease
 from ..asyncio import AsyncPool
 from ..errors import WaitQueueTimeoutError
+from .checks import (
+    Purpose,
+    check_collection,
+    check_command,
+    check_cursor,
+    check_db,
+    check_documents,
+    check_pipeline,
+    check_purpose,
+)
 from .connection import AsyncMongoConnection
 from .errors import MongoError
-from .pinning import (
-    CursorState,
-    PinningRules,
-    Purpose,
-    SessionState,
-    check_purpose,
-    find_command,
-    releases_pin,
-)
+from .pinning import PinningRules
+from .states import CursorState, SessionState, find_command, releases_pin
 
 __all__ = ["AsyncCursor", "AsyncMongoPool", "AsyncSession", "AsyncTransaction"]
 
@@ -81,6 +85,8 @@ class AsyncMongoPool(PinningRules[AsyncMongoConnection]):
     ) -> dict[str, Any]:
         """One command on a connection of its own (purpose ``"other"``), in an implicit
         session (a server session from the pool, given back after) unless it names one."""
+        check_db(db, "command")
+        check_command(command, "command")
         command, lsid = self._in_session(command)
         try:
             async with self.connection("other", timeout) as conn:
@@ -99,6 +105,8 @@ class AsyncMongoPool(PinningRules[AsyncMongoConnection]):
     async def insert(
         self, db: str, collection: str, documents: Sequence[Mapping[str, Any]]
     ) -> dict[str, Any]:
+        check_collection(collection, "insert")
+        check_documents(documents, "insert")
         return await self.command(
             db, {"insert": collection, "ordered": True}, sequences={"documents": documents}
         )
@@ -113,14 +121,22 @@ class AsyncMongoPool(PinningRules[AsyncMongoConnection]):
     ) -> AsyncCursor:
         """A cursor over ``collection`` (``find``'s first batch fetched), in an implicit session
         it keeps until it is exhausted or closed."""
-        return await self.cursor(db, find_command(collection, filter, batch_size), batch_size)
+        check_cursor(db, collection, filter, batch_size, "find")
+        return await self._open(
+            db, find_command(collection, filter, batch_size), batch_size, "find"
+        )
 
     async def cursor(
         self, db: str, command: Mapping[str, Any], batch_size: int = 101
     ) -> AsyncCursor:
         """A cursor from any command that opens one (``aggregate``, ``listCollections``,
         ``listIndexes``...), pinned as :meth:`find`'s."""
-        state, command = self._cursor(db, command, batch_size)
+        return await self._open(db, command, batch_size, "cursor")
+
+    async def _open(
+        self, db: str, command: Mapping[str, Any], batch_size: int, call: str
+    ) -> AsyncCursor:
+        state, command = self._cursor(db, command, batch_size, call)
         cursor = AsyncCursor(self, state)
         await cursor._start(command)
         return cursor
@@ -133,15 +149,17 @@ class AsyncMongoPool(PinningRules[AsyncMongoConnection]):
         *,
         batch_size: int = 101,
     ) -> AsyncCursor:
-        return await self.cursor(
-            db, {"aggregate": collection, "pipeline": list(pipeline)}, batch_size
-        )
+        check_collection(collection, "aggregate")
+        check_pipeline(pipeline, "aggregate")
+        command = {"aggregate": collection, "pipeline": list(pipeline)}
+        return await self._open(db, command, batch_size, "aggregate")
 
     async def list_collections(self, db: str, *, batch_size: int = 101) -> AsyncCursor:
-        return await self.cursor(db, {"listCollections": 1}, batch_size)
+        return await self._open(db, {"listCollections": 1}, batch_size, "list_collections")
 
     async def list_indexes(self, db: str, collection: str, *, batch_size: int = 101) -> AsyncCursor:
-        return await self.cursor(db, {"listIndexes": collection}, batch_size)
+        check_collection(collection, "list_indexes")
+        return await self._open(db, {"listIndexes": collection}, batch_size, "list_indexes")
 
     def session(self) -> AsyncSession:
         """A session: transactions one after another, pinned as the Load Balancer spec says."""
@@ -158,7 +176,8 @@ class AsyncCursor:
     :meth:`close`d (not at all if its first command returned everything). After an error it
     stays pinned until closed: :meth:`close` sends ``killCursors`` on its connection, unless
     that connection failed (a network error), then gives the connection back (a broken one is
-    closed)."""
+    closed). A cursor opened in a transaction shares its connection and ends with it: asking it
+    for more raises :class:`~.errors.InvalidOperationError`."""
 
     def __init__(
         self,
@@ -181,8 +200,12 @@ class AsyncCursor:
         if self._pool.pin and self._lease is None:
             self._lease = await self._pool._checkout("cursor")
             self._own = True
-        reply = await self._run(command)
-        self._state.take(reply, "firstBatch")
+        try:
+            self._state.take(await self._run(command), "firstBatch")
+        except BaseException as exc:  # (no cursor: its connection and session go back)
+            self._state.kill_command()
+            self._unpin(exc)
+            raise
         if self._state.id == 0:
             self._unpin(None)  # (all in the first batch: nothing to pin for)
 
@@ -196,6 +219,11 @@ class AsyncCursor:
             self._pool._judge(lease, exc)
             self._state.failed_with(exc)  # (still pinned until closed)
             raise
+
+    def _orphaned(self) -> None:
+        """The transaction whose pinned connection it shared has ended."""
+        self._state.orphaned(self._pool.pool.address)
+        self._lease = None
 
     def _unpin(self, error: BaseException | None) -> None:
         lsid = self._state.session_done()
@@ -257,8 +285,11 @@ class AsyncSession:
 
     def __init__(self, pool: AsyncMongoPool) -> None:
         self._pool = pool
-        self._state = SessionState(pool.sessions.take())  # (a server session, reused)
+        #: (a server session of the pool's, reused)
+        self._state = SessionState(pool.sessions.take(), pool.pool.address)
         self._lease: Lease[AsyncMongoConnection] | None = None
+        #: the cursors sharing the pinned connection: orphaned when it is given back
+        self._cursors: weakref.WeakSet[AsyncCursor] = weakref.WeakSet()
 
     @property
     def lsid(self) -> dict[str, Any]:
@@ -279,6 +310,9 @@ class AsyncSession:
     def _unpin(self, error: BaseException | None = None) -> None:
         lease, self._lease = self._lease, None
         if lease is not None:
+            for cursor in self._cursors:
+                cursor._orphaned()
+            self._cursors.clear()
             self._pool._give_back("transaction", lease, error)
 
     async def _pin(self) -> None:
@@ -294,14 +328,16 @@ class AsyncSession:
         self, db: str, command: Mapping[str, Any], sequences: Sequences = None
     ) -> dict[str, Any]:
         lease = self._lease
-        if lease is None:
-            return await self._pool.command(db, command, sequences=sequences)
         try:
+            if lease is None:
+                return await self._pool.command(db, command, sequences=sequences)
             return await lease.connection.command(db, command, sequences=sequences)
         except MongoError as exc:
-            self._pool._judge(lease, exc)
-            if releases_pin(exc):
-                self._unpin(exc)
+            self._state.label(exc, command)
+            if lease is not None:
+                self._pool._judge(lease, exc)
+                if releases_pin(exc):
+                    self._unpin(exc)
             raise
 
     async def _enter(self) -> None:
@@ -328,19 +364,16 @@ class AsyncSession:
         *,
         batch_size: int = 101,
     ) -> AsyncCursor:
-        """A cursor in this session; in a transaction it shares the pinned connection."""
+        """A cursor in this session; in a transaction it shares the pinned connection (and
+        ends with the transaction: see :class:`AsyncCursor`)."""
+        check_cursor(db, collection, filter, batch_size, "find")
         await self._enter()
-        if not self._state.in_transaction:
-            return await self._pool.find(db, collection, filter, batch_size=batch_size)
-        fields = self._state.fields()
-        state = CursorState(
-            db,
-            collection,
-            batch_size,
-            fields={k: v for k, v in fields.items() if k != "startTransaction"},
-        )
+        command = find_command(collection, filter, batch_size)
+        state, command = self._pool._cursor(db, command, batch_size, "find", self._state.fields())
         cursor = AsyncCursor(self._pool, state, shared=self._lease)
-        await cursor._start({**find_command(collection, filter, batch_size), **fields})
+        if self._lease is not None:
+            self._cursors.add(cursor)
+        await cursor._start(command)
         return cursor
 
     async def commit_transaction(self) -> None:
@@ -351,11 +384,13 @@ class AsyncSession:
             await self._run("admin", command)
 
     async def abort_transaction(self) -> None:
-        """Abort; the pin is given back whatever the outcome."""
+        """Abort. Its errors are not raised (the Transactions spec: the server aborts an
+        abandoned transaction anyway), and the pin is given back whatever the outcome."""
         command = self._state.abort()
         try:
             if command is not None:
-                await self._run("admin", command)
+                with contextlib.suppress(MongoError):
+                    await self._run("admin", command)
         finally:
             self._unpin()
 
@@ -367,8 +402,7 @@ class AsyncSession:
             return
         try:
             if self._state.in_transaction:
-                with contextlib.suppress(MongoError):
-                    await self.abort_transaction()
+                await self.abort_transaction()
             self._unpin()
         finally:
             self._state.ended = True

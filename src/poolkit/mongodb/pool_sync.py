@@ -9,23 +9,27 @@ Generated from :mod:`.pool_async` by tools/async_to_sync.py: edit that one, then
 from __future__ import annotations
 
 import contextlib
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from .._frontend import Lease
 from ..errors import WaitQueueTimeoutError
 from ..threaded import Pool
+from .checks import (
+    Purpose,
+    check_collection,
+    check_command,
+    check_cursor,
+    check_db,
+    check_documents,
+    check_pipeline,
+    check_purpose,
+)
 from .connection import MongoConnection
 from .errors import MongoError
-from .pinning import (
-    CursorState,
-    PinningRules,
-    Purpose,
-    SessionState,
-    check_purpose,
-    find_command,
-    releases_pin,
-)
+from .pinning import PinningRules
+from .states import CursorState, SessionState, find_command, releases_pin
 
 __all__ = ["Cursor", "MongoPool", "Session", "Transaction"]
 
@@ -81,6 +85,8 @@ class MongoPool(PinningRules[MongoConnection]):
     ) -> dict[str, Any]:
         """One command on a connection of its own (purpose ``"other"``), in an implicit
         session (a server session from the pool, given back after) unless it names one."""
+        check_db(db, "command")
+        check_command(command, "command")
         command, lsid = self._in_session(command)
         try:
             with self.connection("other", timeout) as conn:
@@ -99,6 +105,8 @@ class MongoPool(PinningRules[MongoConnection]):
     def insert(
         self, db: str, collection: str, documents: Sequence[Mapping[str, Any]]
     ) -> dict[str, Any]:
+        check_collection(collection, "insert")
+        check_documents(documents, "insert")
         return self.command(
             db, {"insert": collection, "ordered": True}, sequences={"documents": documents}
         )
@@ -113,12 +121,16 @@ class MongoPool(PinningRules[MongoConnection]):
     ) -> Cursor:
         """A cursor over ``collection`` (``find``'s first batch fetched), in an implicit session
         it keeps until it is exhausted or closed."""
-        return self.cursor(db, find_command(collection, filter, batch_size), batch_size)
+        check_cursor(db, collection, filter, batch_size, "find")
+        return self._open(db, find_command(collection, filter, batch_size), batch_size, "find")
 
     def cursor(self, db: str, command: Mapping[str, Any], batch_size: int = 101) -> Cursor:
         """A cursor from any command that opens one (``aggregate``, ``listCollections``,
         ``listIndexes``...), pinned as :meth:`find`'s."""
-        state, command = self._cursor(db, command, batch_size)
+        return self._open(db, command, batch_size, "cursor")
+
+    def _open(self, db: str, command: Mapping[str, Any], batch_size: int, call: str) -> Cursor:
+        state, command = self._cursor(db, command, batch_size, call)
         cursor = Cursor(self, state)
         cursor._start(command)
         return cursor
@@ -131,13 +143,17 @@ class MongoPool(PinningRules[MongoConnection]):
         *,
         batch_size: int = 101,
     ) -> Cursor:
-        return self.cursor(db, {"aggregate": collection, "pipeline": list(pipeline)}, batch_size)
+        check_collection(collection, "aggregate")
+        check_pipeline(pipeline, "aggregate")
+        command = {"aggregate": collection, "pipeline": list(pipeline)}
+        return self._open(db, command, batch_size, "aggregate")
 
     def list_collections(self, db: str, *, batch_size: int = 101) -> Cursor:
-        return self.cursor(db, {"listCollections": 1}, batch_size)
+        return self._open(db, {"listCollections": 1}, batch_size, "list_collections")
 
     def list_indexes(self, db: str, collection: str, *, batch_size: int = 101) -> Cursor:
-        return self.cursor(db, {"listIndexes": collection}, batch_size)
+        check_collection(collection, "list_indexes")
+        return self._open(db, {"listIndexes": collection}, batch_size, "list_indexes")
 
     def session(self) -> Session:
         """A session: transactions one after another, pinned as the Load Balancer spec says."""
@@ -154,7 +170,8 @@ class Cursor:
     :meth:`close`d (not at all if its first command returned everything). After an error it
     stays pinned until closed: :meth:`close` sends ``killCursors`` on its connection, unless
     that connection failed (a network error), then gives the connection back (a broken one is
-    closed)."""
+    closed). A cursor opened in a transaction shares its connection and ends with it: asking it
+    for more raises :class:`~.errors.InvalidOperationError`."""
 
     def __init__(
         self,
@@ -177,8 +194,12 @@ class Cursor:
         if self._pool.pin and self._lease is None:
             self._lease = self._pool._checkout("cursor")
             self._own = True
-        reply = self._run(command)
-        self._state.take(reply, "firstBatch")
+        try:
+            self._state.take(self._run(command), "firstBatch")
+        except BaseException as exc:  # (no cursor: its connection and session go back)
+            self._state.kill_command()
+            self._unpin(exc)
+            raise
         if self._state.id == 0:
             self._unpin(None)  # (all in the first batch: nothing to pin for)
 
@@ -192,6 +213,11 @@ class Cursor:
             self._pool._judge(lease, exc)
             self._state.failed_with(exc)  # (still pinned until closed)
             raise
+
+    def _orphaned(self) -> None:
+        """The transaction whose pinned connection it shared has ended."""
+        self._state.orphaned(self._pool.pool.address)
+        self._lease = None
 
     def _unpin(self, error: BaseException | None) -> None:
         lsid = self._state.session_done()
@@ -253,8 +279,11 @@ class Session:
 
     def __init__(self, pool: MongoPool) -> None:
         self._pool = pool
-        self._state = SessionState(pool.sessions.take())  # (a server session, reused)
+        #: (a server session of the pool's, reused)
+        self._state = SessionState(pool.sessions.take(), pool.pool.address)
         self._lease: Lease[MongoConnection] | None = None
+        #: the cursors sharing the pinned connection: orphaned when it is given back
+        self._cursors: weakref.WeakSet[Cursor] = weakref.WeakSet()
 
     @property
     def lsid(self) -> dict[str, Any]:
@@ -275,6 +304,9 @@ class Session:
     def _unpin(self, error: BaseException | None = None) -> None:
         lease, self._lease = self._lease, None
         if lease is not None:
+            for cursor in self._cursors:
+                cursor._orphaned()
+            self._cursors.clear()
             self._pool._give_back("transaction", lease, error)
 
     def _pin(self) -> None:
@@ -290,14 +322,16 @@ class Session:
         self, db: str, command: Mapping[str, Any], sequences: Sequences = None
     ) -> dict[str, Any]:
         lease = self._lease
-        if lease is None:
-            return self._pool.command(db, command, sequences=sequences)
         try:
+            if lease is None:
+                return self._pool.command(db, command, sequences=sequences)
             return lease.connection.command(db, command, sequences=sequences)
         except MongoError as exc:
-            self._pool._judge(lease, exc)
-            if releases_pin(exc):
-                self._unpin(exc)
+            self._state.label(exc, command)
+            if lease is not None:
+                self._pool._judge(lease, exc)
+                if releases_pin(exc):
+                    self._unpin(exc)
             raise
 
     def _enter(self) -> None:
@@ -324,19 +358,16 @@ class Session:
         *,
         batch_size: int = 101,
     ) -> Cursor:
-        """A cursor in this session; in a transaction it shares the pinned connection."""
+        """A cursor in this session; in a transaction it shares the pinned connection (and
+        ends with the transaction: see :class:`Cursor`)."""
+        check_cursor(db, collection, filter, batch_size, "find")
         self._enter()
-        if not self._state.in_transaction:
-            return self._pool.find(db, collection, filter, batch_size=batch_size)
-        fields = self._state.fields()
-        state = CursorState(
-            db,
-            collection,
-            batch_size,
-            fields={k: v for k, v in fields.items() if k != "startTransaction"},
-        )
+        command = find_command(collection, filter, batch_size)
+        state, command = self._pool._cursor(db, command, batch_size, "find", self._state.fields())
         cursor = Cursor(self._pool, state, shared=self._lease)
-        cursor._start({**find_command(collection, filter, batch_size), **fields})
+        if self._lease is not None:
+            self._cursors.add(cursor)
+        cursor._start(command)
         return cursor
 
     def commit_transaction(self) -> None:
@@ -347,11 +378,13 @@ class Session:
             self._run("admin", command)
 
     def abort_transaction(self) -> None:
-        """Abort; the pin is given back whatever the outcome."""
+        """Abort. Its errors are not raised (the Transactions spec: the server aborts an
+        abandoned transaction anyway), and the pin is given back whatever the outcome."""
         command = self._state.abort()
         try:
             if command is not None:
-                self._run("admin", command)
+                with contextlib.suppress(MongoError):
+                    self._run("admin", command)
         finally:
             self._unpin()
 
@@ -363,8 +396,7 @@ class Session:
             return
         try:
             if self._state.in_transaction:
-                with contextlib.suppress(MongoError):
-                    self.abort_transaction()
+                self.abort_transaction()
             self._unpin()
         finally:
             self._state.ended = True

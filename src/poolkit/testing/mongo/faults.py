@@ -27,6 +27,7 @@ from typing import Any
 
 __all__ = [
     "CODE_NAMES",
+    "CommandError",
     "FailPoint",
     "HANDSHAKE_COMMANDS",
     "NOT_PRIMARY_CODES",
@@ -69,6 +70,7 @@ CODE_NAMES: Mapping[int, str] = {
     251: "NoSuchTransaction",
     256: "TransactionCommitted",
     262: "ExceededTimeLimit",
+    263: "OperationNotSupportedInTransaction",
     334: "MechanismUnavailable",
     352: "UnsupportedOpQueryCommand",
     354: "LoadBalancerSupportMismatch",
@@ -107,6 +109,19 @@ def error_document(
     if labels:
         reply["errorLabels"] = list(labels)
     return reply
+
+
+class CommandError(Exception):
+    """A command's failure, answered as ``{ok: 0, code, errmsg, ...}``."""
+
+    def __init__(self, code: int, errmsg: str, labels: tuple[str, ...] = ()) -> None:
+        super().__init__(errmsg)
+        self.code = code
+        self.errmsg = errmsg
+        self.labels = labels
+
+    def document(self) -> dict[str, Any]:
+        return error_document(self.code, self.errmsg, self.labels)
 
 
 @dataclasses.dataclass(eq=False)

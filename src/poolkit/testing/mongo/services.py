@@ -35,36 +35,16 @@ from bson.int64 import Int64
 from bson.objectid import ObjectId
 
 from .changes import ChangeStreamCursor, token_position
-from .faults import error_document
+from .faults import CommandError, error_document
 from .scram import SimUsers
 from .settings import ConnectionInfo, SimMongoSettings
-from .store import QueryError, SimMongoStore, WriteError, matches, project, sort_documents
+from .store import QueryError, SimMongoStore, matches, project, sort_documents
+from .transactions import Transaction, no_such_transaction
 
-__all__ = ["CommandError", "SimService"]
+__all__ = ["CommandError", "SimService"]  # (CommandError: .faults')
 
 Document = dict[str, Any]
 Sequences = Mapping[str, list[Document]]
-
-
-class CommandError(Exception):
-    """A command's failure, answered as ``{ok: 0, code, errmsg, ...}``."""
-
-    def __init__(self, code: int, errmsg: str, labels: tuple[str, ...] = ()) -> None:
-        super().__init__(errmsg)
-        self.code = code
-        self.errmsg = errmsg
-        self.labels = labels
-
-    def document(self) -> Document:
-        return error_document(self.code, self.errmsg, self.labels)
-
-
-def _no_such_transaction(number: int) -> CommandError:
-    return CommandError(
-        251,
-        f"Given transaction number {number} does not match any in-progress transactions",
-        ("TransientTransactionError",),
-    )
 
 
 @dataclasses.dataclass(eq=False)
@@ -73,17 +53,6 @@ class _Cursor:
     documents: list[Document]
     connection_id: int
     position: int = 0
-
-
-@dataclasses.dataclass(eq=False)
-class _Transaction:
-    number: int
-    connection_id: int
-    state: str = "in_progress"  # then "committed" or "aborted"
-    inserts: list[tuple[str, list[Document]]] = dataclasses.field(default_factory=list)
-
-    def pending(self, namespace: str) -> list[Document]:
-        return [d for ns, docs in self.inserts if ns == namespace for d in docs]
 
 
 class SimService:
@@ -107,7 +76,7 @@ class SimService:
         self._process_id = ObjectId()
         self._connection_ids = itertools.count(1)
         self.cursors: dict[int, _Cursor | ChangeStreamCursor] = {}
-        self.transactions: dict[bytes, _Transaction] = {}
+        self.transactions: dict[bytes, Transaction] = {}
         self.connections_open = 0
         self.connections_accepted = 0
         self.commands = collections.Counter[str]()
@@ -249,7 +218,7 @@ class SimService:
     # ------------------------------------------------------------------ writes
 
     def _insert(
-        self, conn: ConnectionInfo, body: Document, seqs: Sequences, txn: _Transaction | None
+        self, conn: ConnectionInfo, body: Document, seqs: Sequences, txn: Transaction | None
     ) -> Document:
         namespace = _namespace(body, "insert")
         documents = seqs.get("documents", body.get("documents", []))
@@ -257,48 +226,37 @@ class SimService:
         if txn is None:
             n, errors = self.store.insert(namespace, documents, ordered=ordered)
         else:
-            n, errors = self._insert_in(txn, namespace, documents, ordered)
+            n, errors = txn.insert(self.store, namespace, documents, ordered)
         reply: Document = {"n": n}
         if errors:
             reply["writeErrors"] = [e.document() for e in errors]
         reply["ok"] = 1.0
         return reply
 
-    def _insert_in(
-        self, txn: _Transaction, namespace: str, documents: list[Document], ordered: bool
-    ) -> tuple[int, list[WriteError]]:
-        docs = [d if "_id" in d else {"_id": ObjectId(), **d} for d in documents]
-        taken = set(self.store.check_new(namespace, docs))
-        seen = {bytes(bson.encode({"_id": d["_id"]})) for d in txn.pending(namespace)}
-        accepted: list[Document] = []
-        errors: list[WriteError] = []
-        for index, doc in enumerate(docs):
-            key = bytes(bson.encode({"_id": doc["_id"]}))
-            if index in taken or key in seen:
-                errors.append(WriteError(index, 11000, f"E11000 duplicate key: {doc['_id']!r}"))
-                txn.state = "aborted"  # (a write error ends a transaction)
-                if ordered:
-                    break
-                continue
-            seen.add(key)
-            accepted.append(doc)
-        txn.inserts.append((namespace, accepted))
-        return len(accepted), errors
-
     def _delete(
-        self, conn: ConnectionInfo, body: Document, seqs: Sequences, txn: _Transaction | None
+        self, conn: ConnectionInfo, body: Document, seqs: Sequences, txn: Transaction | None
     ) -> Document:
         namespace = _namespace(body, "delete")
         n = 0
         for spec in seqs.get("deletes", body.get("deletes", [])):
-            n += self.store.delete(namespace, spec.get("q") or {}, int(spec.get("limit", 0)))
+            q, limit = spec.get("q") or {}, int(spec.get("limit", 0))
+            if txn is None:
+                n += self.store.delete(namespace, q, limit)
+            else:
+                n += txn.delete(self.store, namespace, q, limit)
         return {"n": n, "ok": 1.0}
 
-    def _drop(self, conn: ConnectionInfo, body: Document, *_: Any) -> Document:
+    def _drop(
+        self, conn: ConnectionInfo, body: Document, seqs: Sequences, txn: Transaction | None
+    ) -> Document:
+        _outside(txn, "drop")
         self.store.drop(_namespace(body, "drop"))
         return {"ok": 1.0}
 
-    def _drop_database(self, conn: ConnectionInfo, body: Document, *_: Any) -> Document:
+    def _drop_database(
+        self, conn: ConnectionInfo, body: Document, seqs: Sequences, txn: Transaction | None
+    ) -> Document:
+        _outside(txn, "dropDatabase")
         database = str(body.get("$db", "test"))
         self.store.drop_database(database)
         return {"dropped": database, "ok": 1.0}
@@ -306,11 +264,10 @@ class SimService:
     # ------------------------------------------------------------------ reads and cursors
 
     def _find(
-        self, conn: ConnectionInfo, body: Document, seqs: Sequences, txn: _Transaction | None
+        self, conn: ConnectionInfo, body: Document, seqs: Sequences, txn: Transaction | None
     ) -> Document:
         namespace = _namespace(body, "find")
-        extra = txn.pending(namespace) if txn is not None else []
-        found = self.store.find(namespace, body.get("filter") or {}, extra=extra)
+        found = self._visible(namespace, body.get("filter") or {}, txn)
         if body.get("sort"):
             found = sort_documents(found, body["sort"])
         found = found[int(body.get("skip", 0)) :]
@@ -319,23 +276,21 @@ class SimService:
         if limit:
             found = found[: abs(limit)]
         found = [project(d, body.get("projection")) for d in found]
-        size = int(body.get("batchSize", self.settings.default_batch_size))
-        return self._open_cursor(conn, namespace, found, size, single)
+        size = self._batch_size(body)
+        return self._open_cursor(conn, namespace, found, size, single, txn)
 
     def _aggregate(
-        self, conn: ConnectionInfo, body: Document, seqs: Sequences, txn: _Transaction | None
+        self, conn: ConnectionInfo, body: Document, seqs: Sequences, txn: Transaction | None
     ) -> Document:
         namespace = _namespace(body, "aggregate")
         stages = [_stage_of(stage) for stage in body.get("pipeline", [])]
-        options = body.get("cursor") or {}
-        size = int(options.get("batchSize", self.settings.default_batch_size))
+        size = self._batch_size(body.get("cursor") or {})
         if stages and stages[0][0] == "$changeStream":
             return self._watch(conn, namespace, stages, size)
-        extra = txn.pending(namespace) if txn is not None else []
-        found = self.store.find(namespace, {}, extra=extra)
+        found = self._visible(namespace, {}, txn)
         for name, arg in stages:
             found = _stage(found, name, arg)
-        return self._open_cursor(conn, namespace, found, size, False)
+        return self._open_cursor(conn, namespace, found, size, False, txn)
 
     def _watch(
         self, conn: ConnectionInfo, namespace: str, stages: list[tuple[str, Any]], size: int
@@ -357,7 +312,7 @@ class SimService:
         return cursor.reply(cursor_id, batch, "firstBatch")
 
     def _list_collections(
-        self, conn: ConnectionInfo, body: Document, seqs: Sequences, txn: _Transaction | None
+        self, conn: ConnectionInfo, body: Document, seqs: Sequences, txn: Transaction | None
     ) -> Document:
         database = str(body.get("$db", "test"))
         names = sorted(
@@ -367,33 +322,55 @@ class SimService:
             {"name": name, "type": "collection", "options": {}, "info": {"readOnly": False}}
             for name in names
         ]
-        size = int((body.get("cursor") or {}).get("batchSize", self.settings.default_batch_size))
+        size = self._batch_size(body.get("cursor") or {})
         return self._open_cursor(conn, f"{database}.$cmd.listCollections", found, size, False)
 
     def _list_indexes(
-        self, conn: ConnectionInfo, body: Document, seqs: Sequences, txn: _Transaction | None
+        self, conn: ConnectionInfo, body: Document, seqs: Sequences, txn: Transaction | None
     ) -> Document:
         namespace = _namespace(body, "listIndexes")
         if namespace not in self.store.namespaces():
             raise CommandError(26, f"ns does not exist: {namespace}")
         found: list[Document] = [{"v": 2, "key": {"_id": 1}, "name": "_id_"}]
-        size = int((body.get("cursor") or {}).get("batchSize", self.settings.default_batch_size))
+        size = self._batch_size(body.get("cursor") or {})
         return self._open_cursor(conn, namespace, found, size, False)
 
+    def _visible(self, namespace: str, filter: Document, txn: Transaction | None) -> list[Document]:
+        """The documents of ``namespace`` matching ``filter``, as ``txn`` (if any) sees them."""
+        if txn is None:
+            return self.store.find(namespace, filter)
+        return txn.find(self.store, namespace, filter)
+
+    def _batch_size(self, options: Mapping[str, Any]) -> int:
+        size = int(options.get("batchSize", self.settings.default_batch_size))
+        if size < 0:
+            raise CommandError(
+                51024, f"BSON field 'batchSize' value must be >= 0, actual value '{size}'"
+            )
+        return size
+
     def _open_cursor(
-        self, conn: ConnectionInfo, namespace: str, found: list[Document], size: int, single: bool
+        self,
+        conn: ConnectionInfo,
+        namespace: str,
+        found: list[Document],
+        size: int,
+        single: bool,
+        txn: Transaction | None = None,
     ) -> Document:
         """A cursor on ``found``: the first batch (``size`` documents; 0: none) and the id (0 if
-        that was all, or if ``single``)."""
+        that was all, or if ``single``); one opened in ``txn`` ends with it."""
         first = self._take(found, 0, size if size else -1)
         cursor_id = 0
         if len(first) < len(found) and not single:
             cursor_id = self._new_cursor_id()
             self.cursors[cursor_id] = _Cursor(namespace, found, conn.connection_id, len(first))
+            if txn is not None:
+                txn.cursors.add(cursor_id)
         return {"cursor": {"firstBatch": first, "id": Int64(cursor_id), "ns": namespace}, "ok": 1.0}
 
     def _get_more(
-        self, conn: ConnectionInfo, body: Document, seqs: Sequences, txn: _Transaction | None
+        self, conn: ConnectionInfo, body: Document, seqs: Sequences, txn: Transaction | None
     ) -> Document:
         cursor_id = int(body["getMore"])
         namespace = f"{body.get('$db', 'test')}.{body['collection']}"
@@ -406,10 +383,11 @@ class SimService:
                 f"Requested getMore on namespace '{namespace}', but cursor belongs to a "
                 f"different namespace {cursor.namespace}",
             )
+        size = self._batch_size({"batchSize": body.get("batchSize") or 0})
         if isinstance(cursor, ChangeStreamCursor):  # (open until killed)
-            batch = cursor.batch(self.store.changes, int(body.get("batchSize") or 0), _stage)
+            batch = cursor.batch(self.store.changes, size, _stage)
             return cursor.reply(cursor_id, batch, "nextBatch")
-        batch = self._take(cursor.documents, cursor.position, int(body.get("batchSize") or 0))
+        batch = self._take(cursor.documents, cursor.position, size)
         cursor.position += len(batch)
         if cursor.position >= len(cursor.documents):
             del self.cursors[cursor_id]
@@ -431,11 +409,10 @@ class SimService:
         }
 
     def _count(
-        self, conn: ConnectionInfo, body: Document, seqs: Sequences, txn: _Transaction | None
+        self, conn: ConnectionInfo, body: Document, seqs: Sequences, txn: Transaction | None
     ) -> Document:
         namespace = _namespace(body, "count")
-        extra = txn.pending(namespace) if txn is not None else []
-        found = self.store.find(namespace, body.get("query") or {}, extra=extra)
+        found = self._visible(namespace, body.get("query") or {}, txn)
         found = found[int(body.get("skip", 0)) :]
         limit = abs(int(body.get("limit", 0)))
         return {"n": min(len(found), limit) if limit else len(found), "ok": 1.0}
@@ -463,7 +440,7 @@ class SimService:
 
     # ------------------------------------------------------------------ sessions and transactions
 
-    def _transaction(self, conn: ConnectionInfo, body: Document) -> _Transaction:
+    def _transaction(self, conn: ConnectionInfo, body: Document) -> Transaction:
         """The transaction that ``body`` (``autocommit: false``) runs in, started if so asked."""
         key = _session_key(body)
         number = int(body["txnNumber"])
@@ -471,11 +448,11 @@ class SimService:
         if body.get("startTransaction"):
             if current is not None and current.number > number:
                 raise CommandError(225, f"txnNumber {number} is older than {current.number}")
-            txn = _Transaction(number, conn.connection_id)
+            txn = Transaction(number, conn.connection_id)
             self.transactions[key] = txn
             return txn
         if current is None or current.number != number or current.state != "in_progress":
-            raise _no_such_transaction(number)
+            raise no_such_transaction(number)
         current.connection_id = conn.connection_id
         return current
 
@@ -483,32 +460,29 @@ class SimService:
         txn = self.transactions.get(_session_key(body))
         number = int(body["txnNumber"])
         if txn is None or txn.number != number or txn.state == "aborted":
-            raise _no_such_transaction(number)
+            raise no_such_transaction(number)
         if txn.state == "committed":
             return {"ok": 1.0}  # (a commit may be retried)
-        with self.store.locked():
-            for namespace, docs in txn.inserts:
-                if self.store.check_new(namespace, docs):
-                    txn.state = "aborted"
-                    raise CommandError(
-                        112, "WriteConflict: an _id was taken", ("TransientTransactionError",)
-                    )
-            for namespace, docs in txn.inserts:
-                self.store.insert(namespace, docs)
-        txn.state = "committed"
-        txn.inserts.clear()
+        self._end_cursors(txn)
+        txn.commit(self.store)
         return {"ok": 1.0}
 
     def _abort(self, conn: ConnectionInfo, body: Document, *_: Any) -> Document:
         txn = self.transactions.get(_session_key(body))
         number = int(body["txnNumber"])
         if txn is None or txn.number != number or txn.state == "aborted":
-            raise _no_such_transaction(number)
+            raise no_such_transaction(number)
         if txn.state == "committed":
             raise CommandError(256, f"Transaction {number} has been committed.")
+        self._end_cursors(txn)
         txn.state = "aborted"
-        txn.inserts.clear()
+        txn.writes.clear()
         return {"ok": 1.0}
+
+    def _end_cursors(self, txn: Transaction) -> None:
+        for cursor_id in txn.cursors:
+            self.cursors.pop(cursor_id, None)
+        txn.cursors.clear()
 
     def _end_sessions(self, conn: ConnectionInfo, body: Document, *_: Any) -> Document:
         for lsid in body.get("endSessions", []):
@@ -550,6 +524,11 @@ def _stage(found: list[Document], name: str, arg: Any) -> list[Document]:
             group[field] = spec["$sum"] * len(found)
         return [group] if found else []
     raise CommandError(40324, f"Unrecognized pipeline stage name: {name!r}")
+
+
+def _outside(txn: Transaction | None, command: str) -> None:
+    if txn is not None:
+        raise CommandError(263, f"Cannot run '{command}' in a multi-document transaction.")
 
 
 def _namespace(body: Document, command: str) -> str:

@@ -81,12 +81,6 @@ class SimMongoStore:
         with self._lock:
             return [dict(d) for d in self._collections.get(namespace, {}).values()]
 
-    def check_new(self, namespace: str, documents: Iterable[Mapping[str, Any]]) -> list[int]:
-        """The indexes of ``documents`` whose ``_id`` is already in ``namespace``."""
-        with self._lock:
-            existing = self._collections.get(namespace, {})
-            return [i for i, d in enumerate(documents) if _key(d.get("_id")) in existing]
-
     def insert(
         self, namespace: str, documents: Iterable[Mapping[str, Any]], *, ordered: bool = True
     ) -> tuple[int, list[WriteError]]:
@@ -115,14 +109,10 @@ class SimMongoStore:
         self,
         namespace: str,
         filter: Mapping[str, Any] | None = None,
-        *,
-        extra: Iterable[Mapping[str, Any]] = (),
     ) -> list[dict[str, Any]]:
-        """The documents of ``namespace`` (then ``extra``: a transaction's own inserts) that
-        match ``filter``. Raises :class:`QueryError`."""
+        """The documents of ``namespace`` that match ``filter``. Raises :class:`QueryError`."""
         with self._lock:
             found = list(self._collections.get(namespace, {}).values())
-        found += [dict(d) for d in extra]
         return [dict(d) for d in found if matches(d, filter or {})]
 
     def delete(self, namespace: str, filter: Mapping[str, Any], limit: int = 0) -> int:

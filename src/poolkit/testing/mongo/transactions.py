@@ -1,0 +1,123 @@
+"""Transactions of a simulated service: their writes kept aside, in order, and applied at
+``commitTransaction``; what a command in one sees; the cursors it opened.
+
+Rules of this module
+--------------------
+* A transaction's writes (inserts, deletes) are its own until it commits: a read in it sees the
+  store's documents with its writes applied in order, nothing else sees them. An abort drops
+  them. ``drop`` and ``dropDatabase`` are refused in a transaction (code 263), as by MongoDB.
+* A commit applies them atomically under the store's lock, or not at all: an ``_id`` another
+  writer took meanwhile is error 112 WriteConflict (``TransientTransactionError``).
+* The cursors a transaction opened are killed when it commits or aborts, as MongoDB kills
+  them: a ``getMore`` after is error 43 CursorNotFound.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import bson
+from bson.objectid import ObjectId
+
+from .faults import CommandError
+from .store import SimMongoStore, WriteError, matches
+
+__all__ = ["Transaction", "no_such_transaction"]
+
+Document = dict[str, Any]
+
+
+def no_such_transaction(number: int) -> CommandError:
+    return CommandError(
+        251,
+        f"Given transaction number {number} does not match any in-progress transactions",
+        ("TransientTransactionError",),
+    )
+
+
+def _key(document: Document) -> bytes:
+    return bytes(bson.encode({"_id": document["_id"]}))
+
+
+@dataclasses.dataclass(eq=False)
+class Transaction:
+    number: int
+    connection_id: int
+    state: str = "in_progress"  # then "committed" or "aborted"
+    #: its writes, in order: ("insert", namespace, documents) or ("delete", namespace, (filter,
+    #: limit))
+    writes: list[tuple[str, str, Any]] = dataclasses.field(default_factory=list)
+    #: the ids of the cursors it opened
+    cursors: set[int] = dataclasses.field(default_factory=set)
+
+    def view(self, store: SimMongoStore, namespace: str) -> list[Document]:
+        """The documents of ``namespace`` as this transaction sees them."""
+        documents = store.documents(namespace)
+        for kind, target, arg in self.writes:
+            if target != namespace:
+                continue
+            if kind == "insert":
+                documents.extend(arg)
+            else:
+                documents = _deleted(documents, *arg)[0]
+        return documents
+
+    def find(self, store: SimMongoStore, namespace: str, filter: Document) -> list[Document]:
+        return [dict(d) for d in self.view(store, namespace) if matches(d, filter)]
+
+    def insert(
+        self, store: SimMongoStore, namespace: str, documents: list[Document], ordered: bool
+    ) -> tuple[int, list[WriteError]]:
+        seen = {_key(d) for d in self.view(store, namespace)}
+        accepted: list[Document] = []
+        errors: list[WriteError] = []
+        for index, document in enumerate(documents):
+            doc = document if "_id" in document else {"_id": ObjectId(), **document}
+            key = _key(doc)
+            if key in seen:
+                errors.append(WriteError(index, 11000, f"E11000 duplicate key: {doc['_id']!r}"))
+                self.state = "aborted"  # (a write error ends a transaction)
+                if ordered:
+                    break
+                continue
+            seen.add(key)
+            accepted.append(dict(doc))
+        self.writes.append(("insert", namespace, accepted))
+        return len(accepted), errors
+
+    def delete(self, store: SimMongoStore, namespace: str, filter: Document, limit: int) -> int:
+        doomed = _deleted(self.view(store, namespace), filter, limit)[1]
+        self.writes.append(("delete", namespace, (filter, limit)))
+        return doomed
+
+    def commit(self, store: SimMongoStore) -> None:
+        """Apply its writes to ``store``, all or none (module rules)."""
+        with store.locked():
+            for namespace in {target for _, target, _ in self.writes}:
+                keys = [_key(d) for d in self.view(store, namespace)]
+                if len(keys) != len(set(keys)):  # (another writer took an _id it inserted)
+                    self.state = "aborted"
+                    raise CommandError(
+                        112, "WriteConflict: an _id was taken", ("TransientTransactionError",)
+                    )
+            for kind, namespace, arg in self.writes:
+                if kind == "insert":
+                    store.insert(namespace, arg)
+                else:
+                    store.delete(namespace, *arg)
+        self.state = "committed"
+        self.writes.clear()
+
+
+def _deleted(documents: list[Document], filter: Document, limit: int) -> tuple[list[Document], int]:
+    """``documents`` less those matching ``filter`` (the first ``limit``; 0: all), and how many
+    went."""
+    kept: list[Document] = []
+    gone = 0
+    for document in documents:
+        if (not limit or gone < limit) and matches(document, filter):
+            gone += 1
+        else:
+            kept.append(document)
+    return kept, gone

@@ -1,0 +1,264 @@
+"""AsyncMongoPool used wrongly or unluckily, as a new user found it (the cases of an audit):
+cursors whose first command fails, bad arguments, explicit sessions outside a transaction,
+transaction calls their state forbids, a cursor outliving its transaction, the labels of a
+network error in a transaction. After each, nothing is left checked out."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from lb_helpers import Recorder, filled, lb_pool, run
+
+from poolkit.mongodb import (
+    AsyncMongoPool,
+    InvalidOperationError,
+    NetworkError,
+    OperationFailure,
+)
+from poolkit.mongodb.monitoring import CommandStartedEvent
+from poolkit.testing.mongo import SimMongoServer, SimMongoSettings
+
+
+def nothing_out(mongo: AsyncMongoPool) -> bool:
+    return mongo.in_use() == {"cursor": 0, "transaction": 0, "other": 0} and (
+        mongo.pool.stats().in_use == 0
+    )
+
+
+@pytest.mark.parametrize(
+    "opener",
+    [
+        lambda m: m.find("test", "items", {"$foo": 1}, batch_size=3),  # BadValue
+        lambda m: m.aggregate("test", "items", [{"$bogus": 1}], batch_size=3),
+        lambda m: m.list_indexes("test", "missing"),  # NamespaceNotFound
+        lambda m: m.cursor("test", {"ping": 1}),  # (a reply without a cursor)
+    ],
+    ids=["find", "aggregate", "listIndexes", "not-a-cursor"],
+)
+def test_a_cursor_whose_first_command_fails_gives_its_connection_back(opener: Any) -> None:
+    async def main() -> None:
+        async with SimMongoServer(SimMongoSettings(services=2)) as server:
+            mongo = AsyncMongoPool(await lb_pool(server, max_size=2, wait_queue_timeout=1.0))
+            await filled(server, mongo)
+            for _ in range(3):  # (more than the pool holds: none may stay out)
+                with pytest.raises((OperationFailure, TypeError)):
+                    await opener(mongo)
+                assert nothing_out(mongo)
+            assert len(mongo.sessions.drain()) == 1  # (its implicit session came back)
+            assert mongo.pool.stats().total >= 1  # (a healthy connection was kept, not closed)
+            await mongo.pool.close()
+
+    run(main)
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda m: m.find("test", "items", batch_size=-1), r"find\(batch_size=...\)"),
+        (lambda m: m.find("test", "items", batch_size="3"), r"find\(batch_size=...\)"),
+        (lambda m: m.aggregate("test", "items", [], batch_size=-2), r"aggregate\(batch_size"),
+        (lambda m: m.find(None, "items"), r"find\(db=...\)"),
+        (lambda m: m.find("", "items"), r"find\(db=...\)"),
+        (lambda m: m.find("a.b", "items"), r"find\(db=...\)"),
+        (lambda m: m.find("test", ""), r"find\(collection=...\)"),
+        (lambda m: m.find("test", "items", [1, 2]), r"find\(filter=...\)"),
+        (lambda m: m.command(123, {"ping": 1}), r"command\(db=...\)"),
+        (lambda m: m.command("test", {}), r"command\(command=...\)"),
+        (lambda m: m.insert("test", "items", {"_id": 9}), r"insert\(documents=...\)"),
+        (lambda m: m.insert("test", "items", [{"_id": 9}, 3]), r"documents\[1\]"),
+        (lambda m: m.aggregate("test", "items", [1]), r"aggregate\(pipeline=...\)"),
+        (lambda m: m.cursor("test", {"find": "items"}, -5), r"cursor\(batch_size"),
+    ],
+)
+def test_bad_arguments_name_the_call_and_change_nothing(call: Any, message: str) -> None:
+    async def main() -> None:
+        commands = Recorder()
+        async with SimMongoServer(SimMongoSettings(services=1)) as server:
+            mongo = AsyncMongoPool(await lb_pool(server, commands=commands))
+            with pytest.raises((TypeError, ValueError), match=message):
+                await call(mongo)
+            assert nothing_out(mongo) and commands.events == []  # (nothing sent)
+            async with mongo.session() as session:  # (the session's find checks the same)
+                with pytest.raises((TypeError, ValueError), match=r"find\("):
+                    await session.find("test", "items", batch_size=-1)
+                assert not session.pinned
+            assert nothing_out(mongo)
+            await mongo.pool.close()
+
+    run(main)
+
+
+def test_an_explicit_session_runs_its_find_outside_a_transaction_in_it() -> None:
+    async def main() -> None:
+        commands = Recorder()
+        async with SimMongoServer(SimMongoSettings(services=2)) as server:
+            mongo = AsyncMongoPool(await lb_pool(server, commands=commands))
+            await filled(server, mongo, 10)
+            commands.events.clear()
+            async with mongo.session() as session:
+                await session.command("admin", {"ping": 1})
+                cursor = await session.find("test", "items", batch_size=3)
+                assert len(await cursor.to_list()) == 10
+                lsids = {str(e.command["lsid"]) for e in commands.of(CommandStartedEvent)}
+                assert lsids == {str(session.lsid)}  # ping, find and its getMores
+            assert nothing_out(mongo)
+            await mongo.pool.close()
+
+    run(main)
+
+
+def test_transaction_calls_their_state_forbids_are_refused_before_anything_is_sent() -> None:
+    async def main() -> None:
+        commands = Recorder()
+        async with SimMongoServer(SimMongoSettings(services=2)) as server:
+            mongo = AsyncMongoPool(await lb_pool(server, commands=commands))
+            async with mongo.session() as session:
+                for call in (session.commit_transaction, session.abort_transaction):
+                    with pytest.raises(InvalidOperationError, match="no transaction started"):
+                        await call()
+                await session.start_transaction()
+                with pytest.raises(InvalidOperationError, match="already in progress"):
+                    await session.start_transaction()
+                await session.command("test", {"insert": "t", "documents": [{"_id": 1}]})
+                await session.abort_transaction()
+                with pytest.raises(InvalidOperationError, match="after calling abort"):
+                    await session.commit_transaction()
+                with pytest.raises(InvalidOperationError, match="twice"):
+                    await session.abort_transaction()
+                await session.start_transaction()
+                await session.command("test", {"insert": "t", "documents": [{"_id": 2}]})
+                await session.commit_transaction()
+                with pytest.raises(InvalidOperationError, match="after calling commit"):
+                    await session.abort_transaction()
+                await session.commit_transaction()  # (again: allowed)
+                await session.start_transaction()
+                await session.commit_transaction()  # (nothing sent: nothing to commit)
+                await session.commit_transaction()
+                assert not session.in_transaction
+            with pytest.raises(InvalidOperationError, match="ended"):
+                await session.start_transaction()
+            names = [e.command_name for e in commands.of(CommandStartedEvent)]
+            assert names == [
+                "insert",
+                "abortTransaction",
+                "insert",
+                "commitTransaction",
+                "commitTransaction",
+            ]
+            assert [d["_id"] for d in server.store.documents("test.t")] == [2]
+            assert nothing_out(mongo)
+            await mongo.pool.close()
+
+    run(main)
+
+
+def test_an_abort_that_fails_is_not_raised_and_gives_the_pin_back() -> None:
+    """spec-tests/load-balancers/transactions.json's abort error cases expect no error."""
+
+    async def main() -> None:
+        async with SimMongoServer(SimMongoSettings(services=2)) as server:
+            mongo = AsyncMongoPool(await lb_pool(server))
+            for fault in ({"error_code": 8}, {"close_connection": True}):
+                async with mongo.session() as session:
+                    await session.start_transaction()
+                    await session.command("test", {"insert": "t", "documents": [{"x": 1}]})
+                    server.fail_command("abortTransaction", **fault)
+                    await session.abort_transaction()
+                    assert not session.pinned
+                assert nothing_out(mongo)
+            await mongo.pool.close()
+
+    run(main)
+
+
+def test_a_network_error_in_a_transaction_is_labelled() -> None:
+    """The labels say what to retry: the transaction after a TransientTransactionError, the
+    commit after an UnknownTransactionCommitResult. (Behind a load balancer the mongos aborts
+    a transaction whose connection closed, so here the retried commit says to retry it all.)"""
+
+    async def main() -> None:
+        async with SimMongoServer(SimMongoSettings(services=1)) as server:
+            mongo = AsyncMongoPool(await lb_pool(server))
+            async with mongo.session() as session:
+                await session.start_transaction()
+                server.fail_command("insert", close_connection=True)
+                with pytest.raises(NetworkError) as caught:
+                    await session.command("test", {"insert": "t", "documents": [{"x": 1}]})
+                assert caught.value.has_error_label("TransientTransactionError")
+                await session.abort_transaction()
+                await session.start_transaction()
+                await session.command("test", {"insert": "t", "documents": [{"x": 2}]})
+                server.fail_command("commitTransaction", close_connection=True)
+                with pytest.raises(NetworkError) as committing:
+                    await session.commit_transaction()
+                assert committing.value.has_error_label("UnknownTransactionCommitResult")
+                assert not committing.value.has_error_label("TransientTransactionError")
+                with pytest.raises(OperationFailure) as retried:
+                    await session.commit_transaction()  # (on a connection of its own)
+                assert retried.value.code == 251  # NoSuchTransaction
+                assert retried.value.has_error_label("TransientTransactionError")
+            assert server.store.documents("test.t") == []
+            assert nothing_out(mongo)
+            await mongo.pool.close()
+
+    run(main)
+
+
+def test_a_cursor_in_a_transaction_ends_with_it() -> None:
+    """The server kills a transaction's cursors when it ends; the session's cursor no longer
+    has the connection it shared: asking it for more is refused, and closing it sends
+    nothing."""
+
+    async def main() -> None:
+        commands = Recorder()
+        async with SimMongoServer(SimMongoSettings(services=2)) as server:
+            mongo = AsyncMongoPool(await lb_pool(server, commands=commands))
+            await filled(server, mongo, 10)
+            session = mongo.session()
+            await session.start_transaction()
+            cursor = await session.find("test", "items", batch_size=2)
+            await cursor.__anext__()
+            await session.end()
+            assert nothing_out(mongo)
+            assert sum(s.cursors_open for s in server.stats().services) == 0
+            assert (await cursor.__anext__())["_id"] == 1  # (the batch it holds)
+            with pytest.raises(InvalidOperationError, match="transaction that has ended"):
+                await cursor.__anext__()
+            commands.events.clear()
+            await cursor.close()
+            assert commands.events == []  # (no killCursors: the server killed it)
+            assert nothing_out(mongo)
+            await mongo.pool.close()
+
+    run(main)
+
+
+def test_a_delete_in_a_transaction_waits_for_its_commit() -> None:
+    """The simulator keeps a transaction's deletes aside as it does its inserts: seen inside,
+    applied at commit, dropped by an abort; a drop is refused in a transaction."""
+
+    async def main() -> None:
+        async with SimMongoServer(SimMongoSettings(services=1)) as server:
+            mongo = AsyncMongoPool(await lb_pool(server))
+            await mongo.insert("test", "t", [{"_id": 1}, {"_id": 2}])
+            delete = {"delete": "t", "deletes": [{"q": {"_id": 1}, "limit": 1}]}
+            for outcome in ("abort", "commit"):
+                async with mongo.session() as session:
+                    await session.start_transaction()
+                    assert (await session.command("test", delete))["n"] == 1
+                    inside = await (await session.find("test", "t")).to_list()
+                    assert [d["_id"] for d in inside] == [2]
+                    assert len(server.store.documents("test.t")) == 2  # (not yet)
+                    with pytest.raises(OperationFailure) as refused:
+                        await session.command("test", {"drop": "t"})
+                    assert refused.value.code == 263
+                    if outcome == "abort":
+                        await session.abort_transaction()
+                    else:
+                        await session.commit_transaction()
+                kept = [d["_id"] for d in server.store.documents("test.t")]
+                assert kept == ([1, 2] if outcome == "abort" else [2])
+            await mongo.pool.close()
+
+    run(main)

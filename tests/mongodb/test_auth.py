@@ -533,7 +533,7 @@ def test_a_network_error_during_authentication_carries_the_service(blocking: boo
 def test_a_timeout_during_authentication_requires_a_clear_too() -> None:
     async def main() -> None:
         async with SimMongoServer(settings()) as server:
-            server.fail_command("saslStart", delay=5.0)
+            server.fail_command("saslContinue", delay=5.0)
             with pytest.raises(NetworkError) as caught:
                 await AsyncMongoConnection.open(
                     server.host, server.port, load_balanced=True, username="app",

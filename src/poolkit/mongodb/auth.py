@@ -10,6 +10,10 @@ database), with SASLprep (RFC 4013) for the password.
 * :class:`Conversation`: the commands of one authentication and the checks of their replies,
   without I/O; :func:`authenticate` (blocking) and :func:`authenticate_async` run it over a
   connection's unmonitored exchange (the handshake's).
+* :class:`Speculation`: speculative authentication (the Handshake spec's): the ``saslStart``
+  sent ahead in the ``hello`` as ``speculativeAuthenticate``; when the reply answers it, the
+  conversation goes on from there with ``saslContinue`` (one round trip fewer), else it runs
+  as without it.
 
 Rules of this module
 --------------------
@@ -49,6 +53,7 @@ __all__ = [
     "KeyCache",
     "ScramClient",
     "ScramError",
+    "Speculation",
     "authenticate",
     "authenticate_async",
     "negotiate",
@@ -369,6 +374,46 @@ def negotiate(credentials: Credentials, hello: Mapping[str, Any]) -> str:
     return "SCRAM-SHA-1"
 
 
+# ---------------------------------------------------------------------- speculative authentication
+
+
+class Speculation:
+    """The first step of a SCRAM conversation sent ahead in the ``hello`` (:meth:`command`), no
+    I/O. Its mechanism: the credentials', else SCRAM-SHA-256 (the Handshake spec's rule); the
+    ``hello`` still asks for ``saslSupportedMechs``, and :func:`negotiate` still decides."""
+
+    def __init__(self, credentials: Credentials) -> None:
+        self.credentials = credentials
+        self.mechanism = credentials.mechanism or "SCRAM-SHA-256"
+        self.scram = ScramClient.for_mongodb(
+            self.mechanism, credentials.username, credentials.password
+        )
+
+    @classmethod
+    def of(cls, credentials: Credentials | None) -> Speculation | None:
+        """The speculation of ``credentials``; None without credentials, or with a password
+        SASLprep refuses (the conversation after the ``hello`` then fails as it would)."""
+        if credentials is None:
+            return None
+        try:
+            return cls(credentials)
+        except ScramError:
+            return None
+
+    def command(self) -> dict[str, Any]:
+        """The ``hello``'s ``speculativeAuthenticate``."""
+        return {**_sasl_start(self.mechanism, self.scram), "db": self.credentials.source}
+
+    def answer(self, hello: Mapping[str, Any], mechanism: str) -> Mapping[str, Any] | None:
+        """The ``hello`` reply's ``speculativeAuthenticate`` (``saslStart``'s reply but ``ok``)
+        if ``mechanism`` (negotiated) is the speculation's; None if the server ignored it (one
+        before 4.4, or its speculative start failed): then ``saslStart`` starts over."""
+        reply = hello.get("speculativeAuthenticate")
+        if mechanism != self.mechanism or not isinstance(reply, Mapping) or not reply:
+            return None
+        return reply
+
+
 # ---------------------------------------------------------------------- the conversation
 
 
@@ -383,7 +428,13 @@ class Conversation:
     MAX_CONTINUES: Final = 2
 
     def __init__(
-        self, credentials: Credentials, hello: Mapping[str, Any], *, address: str, service_id: Any
+        self,
+        credentials: Credentials,
+        hello: Mapping[str, Any],
+        *,
+        address: str,
+        service_id: Any,
+        speculation: Speculation | None = None,
     ) -> None:
         self.credentials = credentials
         self.mechanism = negotiate(credentials, hello)
@@ -393,6 +444,13 @@ class Conversation:
         self._conversation_id: Any = None
         self._server_first = b""
         self._continues = 0
+        #: the ``hello`` reply's answer to ``speculation``, for ``saslStart``'s (None: start)
+        self.speculated: Mapping[str, Any] | None = None
+        if speculation is not None:
+            self.speculated = speculation.answer(hello, self.mechanism)
+            if self.speculated is not None:
+                self.scram = speculation.scram
+                return
         try:
             self.scram = ScramClient.for_mongodb(
                 self.mechanism, credentials.username, credentials.password
@@ -413,17 +471,11 @@ class Conversation:
         )
 
     def start(self) -> dict[str, Any]:
-        return {
-            "saslStart": 1,
-            "mechanism": self.mechanism,
-            "payload": self.scram.first(),
-            "autoAuthorize": 1,
-            "options": {"skipEmptyExchange": True},
-        }
+        return _sasl_start(self.mechanism, self.scram)
 
     def challenge(self, reply: Mapping[str, Any]) -> bool:
-        """Read ``saslStart``'s reply; whether :meth:`proof` will run PBKDF2 (not cached: an
-        event loop runs it on a thread)."""
+        """Read ``saslStart``'s reply (or :attr:`speculated`); whether :meth:`proof` will run
+        PBKDF2 (not cached: an event loop runs it on a thread)."""
         self._conversation_id = reply.get("conversationId")
         self._server_first = _payload(reply, self)
         try:
@@ -462,6 +514,17 @@ class Conversation:
         return self.failed(f"{reason}{what}", error)
 
 
+def _sasl_start(mechanism: str, scram: ScramClient) -> dict[str, Any]:
+    """``saslStart`` (``skipEmptyExchange``: one ``saslContinue`` fewer, if the server knows it)."""
+    return {
+        "saslStart": 1,
+        "mechanism": mechanism,
+        "payload": scram.first(),
+        "autoAuthorize": 1,
+        "options": {"skipEmptyExchange": True},
+    }
+
+
 def _payload(reply: Mapping[str, Any], conversation: Conversation) -> bytes:
     payload = reply.get("payload")
     if not isinstance(payload, bytes):
@@ -480,13 +543,20 @@ def authenticate(
     *,
     address: str,
     service_id: Any = None,
+    speculation: Speculation | None = None,
 ) -> str:
     """Authenticate over ``exchange(db, command) -> reply`` (blocking; it raises
-    :class:`~.errors.OperationFailure` on ``ok: 0``). Returns the mechanism used."""
-    conversation = Conversation(credentials, hello, address=address, service_id=service_id)
+    :class:`~.errors.OperationFailure` on ``ok: 0``), from the ``hello``'s reply to
+    ``speculation`` when it has one, else from ``saslStart``. Returns the mechanism used."""
+    conversation = Conversation(
+        credentials, hello, address=address, service_id=service_id, speculation=speculation
+    )
     source = conversation.source
     try:
-        conversation.challenge(exchange(source, conversation.start()))
+        first = conversation.speculated
+        if first is None:
+            first = exchange(source, conversation.start())
+        conversation.challenge(first)
         command: dict[str, Any] | None = conversation.proof()
         while command is not None:
             command = conversation.finish(exchange(source, command))
@@ -502,12 +572,18 @@ async def authenticate_async(
     *,
     address: str,
     service_id: Any = None,
+    speculation: Speculation | None = None,
 ) -> str:
     """:func:`authenticate` for an event loop: PBKDF2, when not cached, runs on a thread."""
-    conversation = Conversation(credentials, hello, address=address, service_id=service_id)
+    conversation = Conversation(
+        credentials, hello, address=address, service_id=service_id, speculation=speculation
+    )
     source = conversation.source
     try:
-        if conversation.challenge(await exchange(source, conversation.start())):
+        first = conversation.speculated
+        if first is None:
+            first = await exchange(source, conversation.start())
+        if conversation.challenge(first):
             command: dict[str, Any] | None = await asyncio.to_thread(conversation.proof)
         else:
             command = conversation.proof()

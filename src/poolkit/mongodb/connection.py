@@ -8,8 +8,9 @@ Rules of this module
   :class:`~.errors.HandshakeError` (labelled, clears no pool). In load-balanced mode the
   ``hello`` says ``loadBalanced: true`` and a reply without ``serviceId`` fails with the spec's
   exact message; the connection's ``service_id`` is the reply's.
-* Then, given credentials, authentication (:mod:`.auth`), unmonitored as the ``hello`` is: its
-  failure is :class:`~.errors.AuthenticationError`, a network error or timeout in it a
+* Then, given credentials, authentication (:mod:`.auth`; its first step, speculatively, in the
+  ``hello``), unmonitored as the ``hello`` is: its failure is
+  :class:`~.errors.AuthenticationError`, a network error or timeout in it a
   :class:`~.errors.NetworkError` (no label); both ``after_hello``, with the ``service_id``.
   ``connect_timeout`` bounds the whole establishment.
 * One command at a time on a connection (OP_MSG has no multiplexing); a network error breaks
@@ -30,9 +31,9 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from .._frontend import ConnectContext, Established
-from .auth import Credentials, authenticate, authenticate_async, sasl_supported_mechs
+from .auth import Credentials, Speculation, authenticate, authenticate_async
 from .errors import HandshakeError, LoadBalancerUnsupportedError, NetworkError, OperationFailure
-from .handshake import client_metadata, hello_command
+from .handshake import client_metadata, hello_command, opening_hello
 from .monitoring import (
     CommandFailedEvent,
     CommandListener,
@@ -144,7 +145,7 @@ class _Protocol:
     def handshake_done(self, reply: dict[str, Any]) -> None:
         if self.load_balanced and "serviceId" not in reply:
             raise LoadBalancerUnsupportedError(address=self.address)
-        self.hello = reply
+        self.hello = {k: v for k, v in reply.items() if k != "speculativeAuthenticate"}
         self.service_id = reply.get("serviceId") if self.load_balanced else None
         self.max_wire_version = int(reply.get("maxWireVersion", 0))
         self.connection_id = reply.get("connectionId")
@@ -197,7 +198,8 @@ class _Handshaken:
 
     @property
     def hello(self) -> dict[str, Any]:
-        """The handshake's ``hello`` reply."""
+        """The handshake's ``hello`` reply (without ``speculativeAuthenticate``: the
+        authentication's)."""
         return self._protocol.hello
 
     @property
@@ -248,7 +250,9 @@ class AsyncMongoConnection(_Handshaken):
     ) -> AsyncMongoConnection:
         """Connect, ``hello``, and authenticate if given a user (see the module's rules)."""
         credentials = Credentials.of(username, password, auth_source, auth_mechanism)
-        protocol, hello = _opening(host, port, load_balanced, app_name, listeners, credentials)
+        protocol, hello, speculation = _opening(
+            host, port, load_balanced, app_name, listeners, credentials
+        )
         address = protocol.address
         writer: asyncio.StreamWriter | None = None
         try:
@@ -266,6 +270,7 @@ class AsyncMongoConnection(_Handshaken):
                         reply,
                         address=address,
                         service_id=protocol.service_id,
+                        speculation=speculation,
                     )
         except _NETWORK as exc:
             if writer is not None:
@@ -344,14 +349,11 @@ def _opening(
     app_name: str | None,
     listeners: Iterable[CommandListener],
     credentials: Credentials | None,
-) -> tuple[_Protocol, dict[str, Any]]:
-    """What both ``open`` methods start from: the connection's protocol and its ``hello``
-    (asking for the user's mechanisms when there is a user)."""
-    mechs = sasl_supported_mechs(credentials)
-    hello = hello_command(
-        load_balanced=load_balanced, app_name=app_name, sasl_supported_mechs=mechs
-    )
-    return _Protocol(f"{host}:{port}", load_balanced, tuple(listeners)), hello
+) -> tuple[_Protocol, dict[str, Any], Speculation | None]:
+    """What both ``open`` methods start from: the connection's protocol, its ``hello`` (asking
+    for the user's mechanisms and starting the authentication when there is a user)."""
+    hello, speculation = opening_hello(credentials, load_balanced=load_balanced, app_name=app_name)
+    return _Protocol(f"{host}:{port}", load_balanced, tuple(listeners)), hello, speculation
 
 
 def _eof() -> bytes:
@@ -385,7 +387,9 @@ class MongoConnection(_Handshaken):
     ) -> MongoConnection:
         """:meth:`AsyncMongoConnection.open`, blocking (``connect_timeout`` bounds each step)."""
         credentials = Credentials.of(username, password, auth_source, auth_mechanism)
-        protocol, hello = _opening(host, port, load_balanced, app_name, listeners, credentials)
+        protocol, hello, speculation = _opening(
+            host, port, load_balanced, app_name, listeners, credentials
+        )
         address = protocol.address
         sock: socket.socket | None = None
         try:
@@ -403,6 +407,7 @@ class MongoConnection(_Handshaken):
                     reply,
                     address=address,
                     service_id=protocol.service_id,
+                    speculation=speculation,
                 )
             sock.settimeout(None)
         except _NETWORK as exc:

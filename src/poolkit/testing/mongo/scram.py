@@ -251,13 +251,19 @@ class SimUsers:
         server_signature = hmac.digest(credential.server_key, auth_message, digest)
         return b"v=" + base64.b64encode(server_signature)
 
-    def speculative(self, conn: ConnectionInfo, hello: Mapping[str, Any]) -> dict[str, Any] | None:
-        """The ``speculativeAuthenticate`` answer to a handshake's ``hello`` (None: none: the
-        client then authenticates with ``saslStart``, as a server that failed it answers)."""
-        request = hello.get("speculativeAuthenticate")
-        if not self.enabled or not isinstance(request, Mapping) or "saslStart" not in request:
+    def speculative(
+        self, conn: ConnectionInfo, request: Mapping[str, Any]
+    ) -> dict[str, Any] | None:
+        """The answer to a ``hello``'s ``speculativeAuthenticate`` (``request``: ``saslStart``'s
+        fields and ``db``, the database): ``saslStart``'s reply without ``ok``. None (the
+        reply has no ``speculativeAuthenticate``) when it fails, whatever failed, as MongoDB
+        treats a failed speculative start as one never made: the client then authenticates
+        with ``saslStart``; and for one without ``db``, or an ``authenticate`` (MONGODB-X509,
+        which the simulator does not run)."""
+        db = request.get("db")
+        if not self.enabled or next(iter(request), None) != "saslStart" or not isinstance(db, str):
             return None
-        reply = self.sasl_start(conn, request, str(request.get("db", "admin")))
+        reply = self.sasl_start(conn, request, db)
         if reply.get("ok") != 1.0:
             return None
         return {key: value for key, value in reply.items() if key != "ok"}

@@ -47,6 +47,19 @@ Document = dict[str, Any]
 Sequences = Mapping[str, list[Document]]
 
 
+def _speculation(hello: str, request: Any) -> Mapping[str, Any]:
+    """A ``hello``'s ``speculativeAuthenticate``, checked as MongoDB checks it (its failures
+    fail the ``hello``; those of the authentication it starts do not, see
+    :meth:`~.scram.SimUsers.speculative`)."""
+    field = f"{hello}.speculativeAuthenticate"
+    if not isinstance(request, Mapping) or not request:
+        raise CommandError(2, f"{field} must be a non-empty Object")
+    command = next(iter(request))
+    if command not in ("saslStart", "authenticate"):
+        raise CommandError(51769, f"{field} unknown command: {command}")
+    return request
+
+
 @dataclasses.dataclass(eq=False)
 class _Cursor:
     namespace: str
@@ -185,13 +198,14 @@ class SimService:
                         "driver does not have load balancing enabled",
                     )
                 reply["serviceId"] = self.service_id
-            if settings.speculative_auth:
-                speculative = self.users.speculative(conn, body)
-                if speculative is not None:
-                    reply["speculativeAuthenticate"] = speculative
         mechanisms = self.users.supported_mechanisms(body.get("saslSupportedMechs"))
         if mechanisms is not None:
             reply["saslSupportedMechs"] = mechanisms
+        if settings.speculative_auth and "speculativeAuthenticate" in body:
+            request = _speculation(name, body["speculativeAuthenticate"])
+            speculative = self.users.speculative(conn, request)
+            if speculative is not None:
+                reply["speculativeAuthenticate"] = speculative
         reply["ok"] = 1.0
         return reply
 

@@ -53,7 +53,8 @@ class SimMongoSettings:
     tests' own): anything else is error 13 Unauthorized. ``auth_mechanisms``: the users'
     credentials (``hello``'s ``saslSupportedMechs``); ``scram_iterations``: their iteration
     count (4096, the least a client takes, keeps tests fast); ``speculative_auth``: answer a
-    handshake's ``speculativeAuthenticate`` (as MongoDB 4.4 and later do).
+    ``hello``'s ``speculativeAuthenticate`` (as MongoDB 4.4 and later do; False: ignore it, as
+    an older server does, and the client falls back to ``saslStart``).
     """
 
     services: int = 3

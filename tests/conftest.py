@@ -7,6 +7,8 @@ from typing import Any
 
 import pytest
 
+from certs import Cert, self_signed
+
 #: set in CI: a test whose service or data is missing fails instead of skipping
 REQUIRE = os.environ.get("POOLKIT_REQUIRE_SERVICES") == "1"
 
@@ -15,6 +17,12 @@ REQUIRE = os.environ.get("POOLKIT_REQUIRE_SERVICES") == "1"
 def front_kind(request: pytest.FixtureRequest) -> str:
     """Which front end a scenario of ``frontends.drive`` runs on: each test runs on both."""
     return str(request.param)
+
+
+@pytest.fixture(scope="session")
+def cert(tmp_path_factory: pytest.TempPathFactory) -> Cert:
+    """A self-signed certificate for localhost / 127.0.0.1 (tests/certs.py)."""
+    return self_signed(tmp_path_factory.mktemp("tls"))
 
 
 def skip_or_fail(reason: str) -> None:

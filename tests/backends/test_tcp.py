@@ -5,70 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime
-import ipaddress
 import select
 import socket
 import ssl
 import threading
-from pathlib import Path
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 from echo_servers import echo_server, roundtrip, start_echo, stream_roundtrip
 
 import poolkit
+from certs import Cert, server_context, trusting
 from poolkit.backends import tcp
-
-
-@pytest.fixture(scope="module")
-def cert(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, str]:
-    """A self-signed certificate for localhost / 127.0.0.1: (cert file, key file, cert PEM)."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
-    now = datetime.datetime.now(datetime.UTC)
-    certificate = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName(
-                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-            ),
-            critical=False,
-        )
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    folder = tmp_path_factory.mktemp("tls")
-    pem = certificate.public_bytes(serialization.Encoding.PEM).decode()
-    (folder / "cert.pem").write_text(pem)
-    (folder / "key.pem").write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return folder / "cert.pem", folder / "key.pem", pem
-
-
-def server_context(cert: tuple[Path, Path, str]) -> ssl.SSLContext:
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(cert[0], cert[1])
-    return context
-
-
-def trusting(cert: tuple[Path, Path, str]) -> ssl.SSLContext:
-    """A client context that verifies (as the default one) but trusts the test certificate."""
-    return ssl.create_default_context(cadata=cert[2])
 
 
 def test_socket_options_and_echo() -> None:
@@ -86,7 +33,7 @@ def test_socket_options_and_echo() -> None:
             assert sock.gettimeout() == 2.5
 
 
-def test_tls_verifies_by_default(cert: tuple[Path, Path, str]) -> None:
+def test_tls_verifies_by_default(cert: Cert) -> None:
     with echo_server(server_context(cert)) as (port, _):
         with pytest.raises(ssl.SSLCertVerificationError, match="self-signed"):
             tcp.open_socket("127.0.0.1", port, tls=True, server_hostname="localhost")
@@ -170,7 +117,7 @@ def test_check_and_is_broken_on_sockets() -> None:
             tcp.check(sock)
 
 
-def test_pool_of_sockets_32_threads(cert: tuple[Path, Path, str]) -> None:
+def test_pool_of_sockets_32_threads(cert: Cert) -> None:
     with echo_server(server_context(cert)) as (port, accepted):
         options = poolkit.PoolOptions(max_size=10, wait_queue_timeout=30)
         pool = tcp.create_pool(
@@ -213,7 +160,7 @@ async def failed_check(connection: tcp.StreamConnection) -> ConnectionError:
     raise AssertionError(f"async_check never failed on {connection!r}")
 
 
-def test_streams_options_tls_and_hooks(cert: tuple[Path, Path, str]) -> None:
+def test_streams_options_tls_and_hooks(cert: Cert) -> None:
     async def main() -> None:
         server, port, writers = await start_echo(server_context(cert))
         try:

@@ -275,16 +275,16 @@ class MongoWorkload(Workload):
             uri = mongodb.parse_uri(config.target.url)
         if not uri.hosts:
             raise ValueError("mongodb+srv:// needs a DNS lookup: give the hosts (mongodb://)")
-        host, port = uri.hosts[0]
+        if uri.hosts[0][1] is None:
+            raise ValueError("a MongoDB target needs a host and port, not a socket path")
+        from ..mongodb.connection import uri_connect_options
+
+        # the URI's credentials, TLS and loadBalanced; the bench's name and connect timeout
+        self.host, self.port, self.kwargs = uri_connect_options(uri)
+        self.kwargs.update(app_name=config.app_name, connect_timeout=config.connect_timeout)
         self.address = uri.addresses[0]
         self.load_balanced = uri.load_balanced
         self.timeout = config.op_timeout
-        self.kwargs: dict[str, Any] = {
-            "load_balanced": uri.load_balanced,
-            "app_name": config.app_name,
-            "connect_timeout": config.connect_timeout,
-        }
-        self.host, self.port = host, port or 27017
 
     def async_connect(self) -> Connect:
         return self.mongodb.connect(self.host, self.port, **self.kwargs)

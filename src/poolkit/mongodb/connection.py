@@ -42,6 +42,7 @@ from .monitoring import (
     is_sensitive,
     publish,
 )
+from .tls import tls_context
 from .uri import MongoURI
 from .wire import MAX_MESSAGE_SIZE, Message, MessageReader, ProtocolError, encode_msg
 
@@ -539,13 +540,18 @@ def connect_sync(
     return connect_mongo
 
 
-def _uri_options(uri: MongoURI, tls: ssl.SSLContext | None) -> tuple[str, int, dict[str, Any]]:
+def uri_connect_options(
+    uri: MongoURI, tls: ssl.SSLContext | None = None
+) -> tuple[str, int, dict[str, Any]]:
+    """The host, port and :func:`connect` keywords of a parsed URI: its ``loadBalanced``,
+    ``appName``, ``connectTimeoutMS``, credentials and TLS (``tls``, else the context its
+    ``tls*`` options make: :func:`~.tls.tls_context`)."""
     host, port = uri.hosts[0] if uri.hosts else ("", None)  # (mongodb+srv://: seeded() first)
     if port is None:
         raise ValueError("connect_uri needs a host and port (not a socket; +srv: seeded() first)")
     return host, port, dict(
         load_balanced=uri.load_balanced, app_name=uri.app_name,
-        tls=(tls or ssl.create_default_context()) if uri.tls else None,
+        tls=(tls or tls_context(uri)) if uri.tls else None,
         connect_timeout=uri.connect_timeout, username=uri.username, password=uri.password,
         auth_source=uri.auth_source or "admin", auth_mechanism=uri.auth_mechanism,
     )  # fmt: skip
@@ -555,8 +561,8 @@ def connect_uri(
     uri: MongoURI, *, tls: ssl.SSLContext | None = None, listeners: Iterable[CommandListener] = ()
 ) -> Callable[[ConnectContext], Awaitable[Established[AsyncMongoConnection]]]:
     """:func:`connect` to the first host of a parsed URI, with its ``loadBalanced``, ``appName``,
-    ``connectTimeoutMS``, credentials and TLS (``tls``, else ``ssl.create_default_context()``)."""
-    host, port, options = _uri_options(uri, tls)
+    ``connectTimeoutMS``, credentials and TLS (:func:`uri_connect_options`)."""
+    host, port, options = uri_connect_options(uri, tls)
     return connect(host, port, listeners=listeners, **options)
 
 
@@ -564,5 +570,5 @@ def connect_sync_uri(
     uri: MongoURI, *, tls: ssl.SSLContext | None = None, listeners: Iterable[CommandListener] = ()
 ) -> Callable[[ConnectContext], Established[MongoConnection]]:
     """:func:`connect_uri` for :class:`poolkit.Pool`."""
-    host, port, options = _uri_options(uri, tls)
+    host, port, options = uri_connect_options(uri, tls)
     return connect_sync(host, port, listeners=listeners, **options)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 from collections.abc import Awaitable, Callable
 from typing import Self
 
@@ -51,9 +52,11 @@ class LoopbackServer:
     async def _listen(
         self,
         handler: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None] | None],
+        tls: ssl.SSLContext | None = None,
     ) -> asyncio.Server:
-        """Listen on ``host`` and the port (0 the first time: a free one, kept after)."""
-        server = await asyncio.start_server(handler, self.host, self._port)
+        """Listen on ``host`` and the port (0 the first time: a free one, kept after); with
+        ``tls``, a TLS server's context, over TLS."""
+        server = await asyncio.start_server(handler, self.host, self._port, ssl=tls)
         self._port = server.sockets[0].getsockname()[1]
         return server
 

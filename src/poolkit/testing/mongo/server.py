@@ -39,6 +39,7 @@ import ipaddress
 import itertools
 import random
 import socket
+import ssl
 import struct
 from collections.abc import Iterable
 from typing import Any
@@ -104,6 +105,7 @@ class SimMongoServer(LoopbackServer):
         store: SimMongoStore | None = None,
         host: str = LOCALHOST,
         port: int = 0,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         if host != LOCALHOST:
             raise ValueError(f"SimMongoServer binds {LOCALHOST} only, not {host!r}")
@@ -111,6 +113,9 @@ class SimMongoServer(LoopbackServer):
         self.store = store if store is not None else SimMongoStore()
         self.host = host
         self._port = port
+        #: a TLS server context: the server speaks TLS only (as mongod with net.tls.mode
+        #: requireTLS)
+        self.tls = tls
         self._rng = random.Random(self.settings.seed)
         ids = self.settings.service_ids or tuple(ObjectId() for _ in range(self.settings.services))
         settings = self.settings
@@ -134,7 +139,7 @@ class SimMongoServer(LoopbackServer):
     # ------------------------------------------------------------------ life
 
     async def start(self) -> None:
-        self._server = await self._listen(self._accepted)
+        self._server = await self._listen(self._accepted, self.tls)
 
     async def close(self) -> None:
         """Stop listening and close every connection."""
@@ -318,10 +323,14 @@ class SimMongoServer(LoopbackServer):
 
     async def _serve(self, conn: _Connection, reader: asyncio.StreamReader) -> None:
         parser = MessageReader(self.settings.max_message_size_bytes)
+        first = True
         while not conn.closed:
             data = await reader.read(65536)
             if not data:
                 return
+            if first and data.startswith(b"\x16\x03"):  # a TLS ClientHello: as mongod without
+                return  # TLS ("SSL handshake received but server is started without SSL support")
+            first = False
             for message in parser.feed(data):
                 await self._command(conn, message)
                 if conn.closed:

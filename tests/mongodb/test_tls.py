@@ -97,7 +97,9 @@ def test_a_blocking_pool_and_pymongo_over_tls(cert: Cert) -> None:
             pool.connection() as conn,
         ):
             assert conn.command("admin", {"ping": 1})["ok"] == 1
-        client: pymongo.MongoClient[dict[str, Any]]
-        with pymongo.MongoClient(text, serverSelectionTimeoutMS=5000) as client:
+        client: pymongo.MongoClient[dict[str, Any]] = pymongo.MongoClient(
+            text, serverSelectionTimeoutMS=5000
+        )
+        with client:
             client.db.items.insert_one({"over": "tls"})
             assert client.db.items.find_one({}, {"_id": 0}) == {"over": "tls"}

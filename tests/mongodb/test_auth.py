@@ -35,12 +35,7 @@ from poolkit.mongodb.auth import (
     sasl_supported_mechs,
     saslprep,
 )
-from poolkit.mongodb.connection import (
-    AsyncMongoConnection,
-    MongoConnection,
-    connect_sync_uri,
-    connect_uri,
-)
+from poolkit.mongodb.connection import AsyncMongoConnection, MongoConnection
 from poolkit.mongodb.errors import (
     AuthenticationError,
     HandshakeError,
@@ -49,6 +44,7 @@ from poolkit.mongodb.errors import (
     clear_scope,
 )
 from poolkit.mongodb.monitoring import CommandEvent
+from poolkit.mongodb.pools import connect_sync_uri, connect_uri
 from poolkit.testing.mongo import SimMongoServer, SimMongoSettings, WireClient, WireCommandError
 from poolkit.testing.mongo.scram import SimUsers
 from poolkit.testing.mongo.settings import ConnectionInfo

@@ -277,7 +277,7 @@ class MongoWorkload(Workload):
             raise ValueError("mongodb+srv:// needs a DNS lookup: give the hosts (mongodb://)")
         if uri.hosts[0][1] is None:
             raise ValueError("a MongoDB target needs a host and port, not a socket path")
-        from ..mongodb.connection import uri_connect_options
+        from ..mongodb.pools import uri_connect_options
 
         # the URI's credentials, TLS and loadBalanced; the bench's name and connect timeout
         self.host, self.port, self.kwargs = uri_connect_options(uri)
@@ -293,7 +293,7 @@ class MongoWorkload(Workload):
         await conn.command("admin", {"ping": 1}, timeout=self.timeout)
 
     def async_hooks(self) -> Hooks:
-        return Hooks(check=_mongo_check, is_broken=_mongo_is_broken)
+        return self.mongodb.async_hooks()
 
     def sync_connect(self) -> Connect:
         return self.mongodb.connect_sync(self.host, self.port, **self.kwargs)
@@ -302,17 +302,7 @@ class MongoWorkload(Workload):
         conn.command("admin", {"ping": 1}, timeout=self.timeout)
 
     def sync_hooks(self) -> Hooks:
-        return Hooks(check=_mongo_check, is_broken=_mongo_is_broken)
-
-
-def _mongo_check(conn: Any) -> None:
-    """A plain function (no task): a connection the server closed is not handed out."""
-    if conn.closed:
-        raise ConnectionError(f"{conn!r} is closed")
-
-
-def _mongo_is_broken(conn: Any, error: BaseException) -> bool:
-    return bool(conn.closed) or isinstance(error, OSError)
+        return self.mongodb.hooks()
 
 
 def workload(config: RunConfig) -> Workload:

@@ -30,14 +30,7 @@ from .uri import MongoURI, parse_uri
 from .uri_options import InvalidURIError, URIOptions, URIOptionWarning
 
 if TYPE_CHECKING:
-    from .connection import (
-        AsyncMongoConnection,
-        MongoConnection,
-        connect,
-        connect_sync,
-        connect_sync_uri,
-        connect_uri,
-    )
+    from .connection import AsyncMongoConnection, MongoConnection, connect, connect_sync
     from .errors import (
         AuthenticationError,
         HandshakeError,
@@ -50,6 +43,14 @@ if TYPE_CHECKING:
     from .pinning import LoadBalancedTimeoutError, MongoPoolStats
     from .pool_async import AsyncCursor, AsyncMongoPool, AsyncSession, AsyncTransaction
     from .pool_sync import Cursor, MongoPool, Session, Transaction
+    from .pools import (
+        async_hooks,
+        connect_sync_uri,
+        connect_uri,
+        create_async_pool,
+        create_pool,
+        hooks,
+    )
 
 #: names that need bson, and their modules (imported on first use)
 _LAZY = {
@@ -57,8 +58,12 @@ _LAZY = {
     "MongoConnection": "connection",
     "connect": "connection",
     "connect_sync": "connection",
-    "connect_uri": "connection",
-    "connect_sync_uri": "connection",
+    "connect_uri": "pools",
+    "connect_sync_uri": "pools",
+    "create_pool": "pools",
+    "create_async_pool": "pools",
+    "hooks": "pools",
+    "async_hooks": "pools",
     "AuthenticationError": "errors",
     "HandshakeError": "errors",
     "InvalidOperationError": "errors",
@@ -128,9 +133,13 @@ __all__ = [
     "Transaction",
     "URIOptionWarning",
     "URIOptions",
+    "async_hooks",
     "connect",
     "connect_sync",
     "connect_sync_uri",
     "connect_uri",
+    "create_async_pool",
+    "create_pool",
+    "hooks",
     "parse_uri",
 ]

@@ -31,6 +31,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from .._frontend import ConnectContext, Established
+from ..backends.tcp import check as check_socket
 from .auth import Credentials, Speculation, authenticate, authenticate_async
 from .errors import HandshakeError, LoadBalancerUnsupportedError, NetworkError, OperationFailure
 from .handshake import client_metadata, hello_command, opening_hello
@@ -42,8 +43,6 @@ from .monitoring import (
     is_sensitive,
     publish,
 )
-from .tls import tls_context
-from .uri import MongoURI
 from .wire import MAX_MESSAGE_SIZE, Message, MessageReader, ProtocolError, encode_msg
 
 __all__ = [
@@ -52,8 +51,6 @@ __all__ = [
     "client_metadata",
     "connect",
     "connect_sync",
-    "connect_sync_uri",
-    "connect_uri",
     "hello_command",
 ]
 
@@ -285,7 +282,15 @@ class AsyncMongoConnection(_Handshaken):
 
     @property
     def closed(self) -> bool:
-        return self._broken or self._writer.is_closing()
+        return self._broken or self._writer.is_closing() or self._reader.at_eof()
+
+    def check_idle(self) -> None:
+        """Raise ``ConnectionError`` if the server closed this idle connection or sent bytes
+        nobody asked for (as the loop has seen so far: the ``check`` hook lets it turn)."""
+        if self.closed:
+            raise ConnectionError(f"{self!r}: the server closed the connection")
+        if len(getattr(self._reader, "_buffer", b"")):  # (StreamReader has no public peek)
+            raise ConnectionError(f"{self!r}: unexpected data waiting on an idle connection")
 
     async def command(
         self,
@@ -425,6 +430,13 @@ class MongoConnection(_Handshaken):
     def closed(self) -> bool:
         return self._broken or self._sock.fileno() < 0
 
+    def check_idle(self) -> None:
+        """Raise ``ConnectionError`` if the server closed this idle connection or sent bytes
+        nobody asked for (a non-blocking peek; nothing is read from a healthy one)."""
+        if self._broken:
+            raise ConnectionError(f"{self!r} is broken")
+        check_socket(self._sock)
+
     def command(
         self,
         db: str,
@@ -538,37 +550,3 @@ def connect_sync(
         return Established(conn, service_id=conn.service_id)
 
     return connect_mongo
-
-
-def uri_connect_options(
-    uri: MongoURI, tls: ssl.SSLContext | None = None
-) -> tuple[str, int, dict[str, Any]]:
-    """The host, port and :func:`connect` keywords of a parsed URI: its ``loadBalanced``,
-    ``appName``, ``connectTimeoutMS``, credentials and TLS (``tls``, else the context its
-    ``tls*`` options make: :func:`~.tls.tls_context`)."""
-    host, port = uri.hosts[0] if uri.hosts else ("", None)  # (mongodb+srv://: seeded() first)
-    if port is None:
-        raise ValueError("connect_uri needs a host and port (not a socket; +srv: seeded() first)")
-    return host, port, dict(
-        load_balanced=uri.load_balanced, app_name=uri.app_name,
-        tls=(tls or tls_context(uri)) if uri.tls else None,
-        connect_timeout=uri.connect_timeout, username=uri.username, password=uri.password,
-        auth_source=uri.auth_source or "admin", auth_mechanism=uri.auth_mechanism,
-    )  # fmt: skip
-
-
-def connect_uri(
-    uri: MongoURI, *, tls: ssl.SSLContext | None = None, listeners: Iterable[CommandListener] = ()
-) -> Callable[[ConnectContext], Awaitable[Established[AsyncMongoConnection]]]:
-    """:func:`connect` to the first host of a parsed URI, with its ``loadBalanced``, ``appName``,
-    ``connectTimeoutMS``, credentials and TLS (:func:`uri_connect_options`)."""
-    host, port, options = uri_connect_options(uri, tls)
-    return connect(host, port, listeners=listeners, **options)
-
-
-def connect_sync_uri(
-    uri: MongoURI, *, tls: ssl.SSLContext | None = None, listeners: Iterable[CommandListener] = ()
-) -> Callable[[ConnectContext], Established[MongoConnection]]:
-    """:func:`connect_uri` for :class:`poolkit.Pool`."""
-    host, port, options = uri_connect_options(uri, tls)
-    return connect_sync(host, port, listeners=listeners, **options)

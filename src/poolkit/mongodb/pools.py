@@ -1,0 +1,155 @@
+"""From a URI to a pool: the connect functions of a parsed URI (:func:`connect_uri`,
+:func:`connect_sync_uri`), the hooks a pool of MongoDB connections runs (:func:`hooks`,
+:func:`async_hooks`: a connection the server closed while it sat idle is not handed out), and
+both together (:func:`create_pool`, :func:`create_async_pool`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import ssl
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+from .._frontend import ConnectContext, Established
+from ..asyncio import AsyncPool
+from ..events import Listener
+from ..options import Hooks, PoolOptions
+from ..threaded import Pool
+from .connection import AsyncMongoConnection, MongoConnection, connect, connect_sync
+from .errors import NetworkError
+from .monitoring import CommandListener
+from .tls import tls_context
+from .uri import MongoURI, parse_uri
+
+__all__ = [
+    "async_hooks",
+    "connect_sync_uri",
+    "connect_uri",
+    "create_async_pool",
+    "create_pool",
+    "hooks",
+    "uri_connect_options",
+]
+
+
+def uri_connect_options(
+    uri: MongoURI, tls: ssl.SSLContext | None = None
+) -> tuple[str, int, dict[str, Any]]:
+    """The host, port and :func:`connect` keywords of a parsed URI: its ``loadBalanced``,
+    ``appName``, ``connectTimeoutMS``, credentials and TLS (``tls``, else the context its
+    ``tls*`` options make: :func:`~.tls.tls_context`)."""
+    host, port = uri.hosts[0] if uri.hosts else ("", None)  # (mongodb+srv://: seeded() first)
+    if port is None:
+        raise ValueError("connect_uri needs a host and port (not a socket; +srv: seeded() first)")
+    return host, port, dict(
+        load_balanced=uri.load_balanced, app_name=uri.app_name,
+        tls=(tls or tls_context(uri)) if uri.tls else None,
+        connect_timeout=uri.connect_timeout, username=uri.username, password=uri.password,
+        auth_source=uri.auth_source or "admin", auth_mechanism=uri.auth_mechanism,
+    )  # fmt: skip
+
+
+def connect_uri(
+    uri: MongoURI, *, tls: ssl.SSLContext | None = None, listeners: Iterable[CommandListener] = ()
+) -> Callable[[ConnectContext], Awaitable[Established[AsyncMongoConnection]]]:
+    """:func:`connect` to the first host of a parsed URI, with its ``loadBalanced``, ``appName``,
+    ``connectTimeoutMS``, credentials and TLS (:func:`uri_connect_options`)."""
+    host, port, options = uri_connect_options(uri, tls)
+    return connect(host, port, listeners=listeners, **options)
+
+
+def connect_sync_uri(
+    uri: MongoURI, *, tls: ssl.SSLContext | None = None, listeners: Iterable[CommandListener] = ()
+) -> Callable[[ConnectContext], Established[MongoConnection]]:
+    """:func:`connect_uri` for :class:`poolkit.Pool`."""
+    host, port, options = uri_connect_options(uri, tls)
+    return connect_sync(host, port, listeners=listeners, **options)
+
+
+def check(conn: MongoConnection) -> None:
+    """The ``check`` hook of :class:`poolkit.Pool`: a connection the server closed, or one
+    with bytes nobody asked for waiting, raises ``ConnectionError`` (and is not handed out)."""
+    conn.check_idle()
+
+
+async def async_check(conn: AsyncMongoConnection) -> None:
+    """The ``check`` hook of :class:`poolkit.AsyncPool` (as :func:`check`), after two turns of
+    the loop (its reads of this connection run after this task)."""
+    for _ in range(2):
+        await asyncio.sleep(0)
+    conn.check_idle()
+
+
+def is_broken(conn: AsyncMongoConnection | MongoConnection, error: BaseException) -> bool:
+    """The ``is_broken`` hook (both pools): the connection closed, or a network error."""
+    return conn.closed or isinstance(error, (NetworkError, OSError))
+
+
+def hooks(*, check_after: float = 1.0, timeout: float | None = 5.0) -> Hooks:
+    """:func:`check` on connections idle at least ``check_after`` seconds (as drivers check
+    theirs), and :func:`is_broken`, for :class:`poolkit.Pool`."""
+    return Hooks(check=check, check_after=check_after, is_broken=is_broken, timeout=timeout)
+
+
+def async_hooks(*, check_after: float = 1.0, timeout: float | None = 5.0) -> Hooks:
+    """:func:`async_check` and :func:`is_broken`, for :class:`poolkit.AsyncPool`."""
+    return Hooks(check=async_check, check_after=check_after, is_broken=is_broken, timeout=timeout)
+
+
+def _parsed(uri: str | MongoURI) -> MongoURI:
+    if isinstance(uri, MongoURI):
+        return uri
+    if isinstance(uri, str):
+        return parse_uri(uri)
+    raise TypeError(f"uri: a connection string or a MongoURI, not {type(uri).__name__}")
+
+
+def _options(uri: MongoURI, options: PoolOptions | None, default: Hooks) -> PoolOptions:
+    options = uri.pool_options if options is None else options
+    return options if options.hooks is not None else dataclasses.replace(options, hooks=default)
+
+
+def create_pool(
+    uri: str | MongoURI,
+    *,
+    options: PoolOptions | None = None,
+    tls: ssl.SSLContext | None = None,
+    listeners: Iterable[Listener] = (),
+    command_listeners: Iterable[CommandListener] = (),
+) -> Pool[MongoConnection]:
+    """A ready :class:`poolkit.Pool` of blocking connections to ``uri``'s first host
+    (:func:`connect_sync_uri`), with the URI's pool options (or ``options``) and :func:`hooks`
+    unless they have hooks. ``listeners``: the pool's events; ``command_listeners``: command
+    monitoring."""
+    parsed = _parsed(uri)
+    pool = Pool(
+        connect_sync_uri(parsed, tls=tls, listeners=command_listeners),
+        address=parsed.addresses[0],
+        options=_options(parsed, options, hooks()),
+        listeners=listeners,
+    )
+    pool.ready()
+    return pool
+
+
+async def create_async_pool(
+    uri: str | MongoURI,
+    *,
+    options: PoolOptions | None = None,
+    tls: ssl.SSLContext | None = None,
+    listeners: Iterable[Listener] = (),
+    command_listeners: Iterable[CommandListener] = (),
+) -> AsyncPool[AsyncMongoConnection]:
+    """:func:`create_pool` for asyncio: a ready :class:`poolkit.AsyncPool` on the running loop
+    (:func:`connect_uri`, :func:`async_hooks`)."""
+    parsed = _parsed(uri)
+    pool = AsyncPool(
+        connect_uri(parsed, tls=tls, listeners=command_listeners),
+        address=parsed.addresses[0],
+        options=_options(parsed, options, async_hooks()),
+        listeners=listeners,
+    )
+    pool.ready()
+    return pool

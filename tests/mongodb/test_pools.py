@@ -1,0 +1,83 @@
+"""poolkit.mongodb.pools: pools made from a URI, and the hooks that keep a connection the
+server closed while idle from being handed out (the audit's case: the first command after
+the server closed its connections failed with a NetworkError)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from lb_helpers import run
+
+import poolkit
+from poolkit import mongodb
+from poolkit.mongodb.pools import async_check
+from poolkit.testing.mongo import SimMongoServer, SimMongoSettings
+
+
+def test_an_async_pool_from_a_uri_replaces_connections_the_server_closed() -> None:
+    async def main() -> None:
+        async with SimMongoServer(SimMongoSettings(services=2)) as server:
+            hooks = mongodb.async_hooks(check_after=0)  # (checked before every hand-out)
+            options = poolkit.PoolOptions(load_balanced=True, max_size=2, hooks=hooks)
+            async with await mongodb.create_async_pool(server.uri, options=options) as pool:
+                db = mongodb.AsyncMongoPool(pool)
+                assert (await db.command("admin", {"ping": 1}))["ok"] == 1
+                assert server.close_connections() == 1
+                await asyncio.sleep(0)  # (the close reaches the client's transport)
+                assert (await db.command("admin", {"ping": 1}))["ok"] == 1  # (a new one)
+                stats = pool.stats()
+                assert (stats.total, stats.connections_created) == (1, 2)
+                assert stats.connections_closed.get("error", 0) == 1
+
+    run(main)
+
+
+def test_a_blocking_pool_from_a_uri_replaces_connections_the_server_closed() -> None:
+    server = SimMongoServer(SimMongoSettings(services=2))
+    with server.start_in_thread() as handle:
+        uri = mongodb.parse_uri(f"mongodb://127.0.0.1:{handle.port}/?loadBalanced=true")
+        options = poolkit.PoolOptions(load_balanced=True, hooks=mongodb.hooks(check_after=0))
+        with mongodb.create_pool(uri, options=options) as pool:
+            db = mongodb.MongoPool(pool)
+            assert db.command("admin", {"ping": 1})["ok"] == 1
+            assert handle.call(server.close_connections) == 1
+            deadline = time.monotonic() + 5
+            while handle.call(server.stats).connections_open and time.monotonic() < deadline:
+                time.sleep(0.01)  # (the close is done on the server's thread)
+            assert db.command("admin", {"ping": 1})["ok"] == 1  # (a new one)
+            stats = pool.stats()
+            assert (stats.connections_created, stats.connections_closed.get("error", 0)) == (2, 1)
+
+
+def test_the_uris_pool_options_and_hooks_by_default() -> None:
+    async def main() -> None:
+        async with SimMongoServer(SimMongoSettings(services=1)) as server:
+            uri = f"{server.uri}&maxPoolSize=3&minPoolSize=1"
+            async with await mongodb.create_async_pool(uri) as pool:
+                assert (pool.options.max_size, pool.options.min_size) == (3, 1)
+                assert pool.options.load_balanced
+                hooks = pool.options.hooks
+                assert hooks is not None and hooks.check_after == 1.0
+                assert hooks.check is async_check
+        with pytest.raises(TypeError, match="uri: a connection string or a MongoURI"):
+            await mongodb.create_async_pool(42)  # type: ignore[arg-type]
+
+    run(main)
+
+
+def test_a_network_error_in_the_block_discards_the_connection() -> None:
+    async def main() -> None:
+        async with (
+            SimMongoServer(SimMongoSettings(services=1)) as server,
+            await mongodb.create_async_pool(server.uri) as pool,
+        ):
+            server.fail_command("ping", close_connection=True)
+            with pytest.raises(mongodb.NetworkError):
+                async with pool.connection() as conn:
+                    await conn.command("admin", {"ping": 1})
+            stats = pool.stats()
+            assert (stats.total, stats.in_use) == (0, 0)
+
+    run(main)

@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 from lb_helpers import Recorder, filled, lb_pool, run
 
+import poolkit
+from poolkit import mongodb
 from poolkit.mongodb import (
     AsyncMongoPool,
     InvalidOperationError,
@@ -262,3 +264,55 @@ def test_a_delete_in_a_transaction_waits_for_its_commit() -> None:
             await mongo.pool.close()
 
     run(main)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"host": ""}, r"connect\(host=...\)"),
+        ({"port": "27017"}, r"connect\(port=...\): an int from 1 to 65535"),
+        ({"port": 70000}, r"connect\(port=...\)"),
+        ({"port": True}, r"connect\(port=...\)"),
+        ({"connect_timeout": -1}, r"connect\(connect_timeout=...\)"),
+        ({"tls": True}, r"connect\(tls=...\): an ssl.SSLContext or None"),
+    ],
+)
+def test_connect_checks_its_arguments(kwargs: dict[str, Any], message: str) -> None:
+    arguments = {"host": "127.0.0.1", "port": 27017, **kwargs}
+    for connect, name in ((mongodb.connect, "connect"), (mongodb.connect_sync, "connect_sync")):
+        pattern = message.replace("connect\\(", f"{name}\\(")
+        with pytest.raises((TypeError, ValueError), match=pattern):
+            connect(**arguments)
+
+
+def test_a_commands_timeout_is_checked_alike_and_bounds_the_round_trip() -> None:
+    """A negative timeout is the same ValueError on both connections (no command event
+    started); MongoPool.command's timeout covers the round trip, not only the checkout."""
+
+    async def main() -> None:
+        commands = Recorder()
+        async with SimMongoServer(SimMongoSettings(services=1)) as server:
+            mongo = AsyncMongoPool(await lb_pool(server, commands=commands))
+            async with mongo.connection() as conn:
+                with pytest.raises(ValueError, match=r"command\(timeout=...\)"):
+                    await conn.command("admin", {"ping": 1}, timeout=-1)
+                assert not conn.closed
+            with pytest.raises(ValueError, match=r"command\(timeout=...\)"):
+                await mongo.command("admin", {"ping": 1}, timeout=float("nan"))
+            assert commands.events == [] and nothing_out(mongo)
+            server.fail_command("ping", delay=5.0)
+            with pytest.raises(NetworkError) as caught:
+                await mongo.command("admin", {"ping": 1}, timeout=0.2)
+            assert caught.value.timeout and nothing_out(mongo)
+            server.clear_faults()
+            await mongo.pool.close()
+
+    run(main)
+    server = SimMongoServer(SimMongoSettings(services=1))
+    with server.start_in_thread() as handle:
+        connect = mongodb.connect_sync("127.0.0.1", handle.port, load_balanced=True)
+        options = poolkit.PoolOptions(load_balanced=True)
+        with poolkit.Pool(connect, options=options) as pool, pool.connection() as conn:
+            with pytest.raises(ValueError, match=r"command\(timeout=...\)"):
+                conn.command("admin", {"ping": 1}, timeout=-1)
+            assert not conn.closed

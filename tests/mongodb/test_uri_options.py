@@ -482,11 +482,12 @@ def test_option_kinds(query: str, expected: Any) -> None:
         ("maxPoolSize=1&maxPoolSize=2", "more than once"),
         ("compressors=zstd,lz4", "unsupported ['lz4'] left out"),
         ("readPreference=fastest", "not one of"),
-        ("heartbeatFrequencyMS=499", ">= 500"),
-        ("zlibCompressionLevel=10", "<= 9"),
+        ("heartbeatFrequencyMS=499", "from 500 to 2**31 - 1"),
+        ("zlibCompressionLevel=10", "from -1 to 9"),
         ("srvServiceName=-bad", "service name"),
         ("appname=" + "x" * 129, "128 bytes"),
-        ("w=-1", ">= 0"),
+        ("w=-1", "from 0 to"),
+        ("maxPoolSize=2147483648", "from 0 to 2**31 - 1"),  # (the upper limit too)
         ("retryWrites=1", "'true' or 'false'"),
     ],
 )

@@ -24,8 +24,9 @@ Rules of this module
 * The server's word is checked before it is trusted: its nonce must extend ours, its iteration
   count be at least 4096, its final signature match (a mismatch fails the authentication).
 * A failure of the server's (``ok: 0``) or of these checks is :class:`~.errors.AuthenticationError`
-  (no label: not retryable, and clearing nothing); network errors are the connection's to
-  raise (:mod:`.connection`), as ``NetworkError(after_hello=True)`` with the service.
+  (no label: not retryable; SDAM's rules clear its service, :func:`~.errors.clear_scope`);
+  network errors are the connection's to raise (:mod:`.connection`), as
+  ``NetworkError(after_hello=True)`` with the service.
 """
 
 from __future__ import annotations

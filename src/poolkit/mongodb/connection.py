@@ -30,7 +30,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from .._frontend import ConnectContext, Established
+from .._frontend import ConnectContext, Established, check_timeout
 from ..backends.tcp import check as check_socket
 from .auth import Credentials, Speculation, authenticate, authenticate_async
 from .errors import HandshakeError, LoadBalancerUnsupportedError, NetworkError, OperationFailure
@@ -301,7 +301,11 @@ class AsyncMongoConnection(_Handshaken):
         timeout: float | None = None,
     ) -> dict[str, Any]:
         """Run ``command`` on ``db``; its reply, or :class:`~.errors.OperationFailure`
-        (``ok: 0``) or :class:`~.errors.NetworkError` (the connection is then broken)."""
+        (``ok: 0``) or :class:`~.errors.NetworkError` (the connection is then broken).
+        ``timeout``: seconds for the round trip (None: no limit); when it passes, a
+        ``NetworkError`` with ``timeout`` set."""
+        if timeout is not None:
+            timeout = check_timeout(timeout, "command(timeout=...)")
         if self.closed:
             raise self._closed_error()
         protocol = self._protocol
@@ -446,6 +450,8 @@ class MongoConnection(_Handshaken):
         timeout: float | None = None,
     ) -> dict[str, Any]:
         """:meth:`AsyncMongoConnection.command`, blocking."""
+        if timeout is not None:
+            timeout = check_timeout(timeout, "command(timeout=...)")
         if self.closed:
             raise self._closed_error()
         protocol = self._protocol
@@ -490,6 +496,19 @@ class MongoConnection(_Handshaken):
         self._sock.close()
 
 
+def _check_endpoint(
+    host: object, port: object, tls: object, connect_timeout: object, call: str
+) -> None:
+    if not isinstance(host, str) or not host:
+        raise ValueError(f"{call}(host=...): a host name or address, not {host!r}")
+    if type(port) is not int or not 0 < port < 65536:
+        raise ValueError(f"{call}(port=...): an int from 1 to 65535, not {port!r}")
+    if tls is not None and not isinstance(tls, ssl.SSLContext):
+        raise TypeError(f"{call}(tls=...): an ssl.SSLContext or None, not {type(tls).__name__}")
+    if connect_timeout is not None:
+        check_timeout(connect_timeout, f"{call}(connect_timeout=...)")
+
+
 def connect(
     host: str,
     port: int = 27017,
@@ -508,7 +527,9 @@ def connect(
     ``PoolOptions(load_balanced=...)`` the same): each connection handshaken (and authenticated
     as ``username``, given one), its ``service_id`` given to the pool (per-service generations
     and ``clear(service_id=...)``). ``listeners``: command monitoring (:mod:`.monitoring`),
-    each event with the service. Credentials are checked here (a ValueError)."""
+    each event with the service. The arguments are checked here (a ValueError or TypeError
+    naming the one at fault)."""
+    _check_endpoint(host, port, tls, connect_timeout, "connect")
     Credentials.of(username, password, auth_source, auth_mechanism)
     options: dict[str, Any] = dict(
         load_balanced=load_balanced, app_name=app_name, tls=tls, connect_timeout=connect_timeout,
@@ -538,6 +559,7 @@ def connect_sync(
     auth_mechanism: str | None = None,
 ) -> Callable[[ConnectContext], Established[MongoConnection]]:
     """:func:`connect` for :class:`poolkit.Pool`."""
+    _check_endpoint(host, port, tls, connect_timeout, "connect_sync")
     Credentials.of(username, password, auth_source, auth_mechanism)
     options: dict[str, Any] = dict(
         load_balanced=load_balanced, app_name=app_name, tls=tls, connect_timeout=connect_timeout,

@@ -34,7 +34,7 @@ from typing import Any, Generic, TypeVar
 import bson  # (pymongo's: the extra; .wire names it when missing)
 
 from .._base import PoolBase
-from .._frontend import Lease
+from .._frontend import Lease, check_timeout
 from ..errors import WaitQueueTimeoutError
 from ..stats import PoolStats
 from .checks import PURPOSES, Purpose, check_batch_size, check_command, check_db
@@ -218,6 +218,17 @@ class PinningRules(Generic[C]):
             current = self.pool.service_generation(lease.service_id)
             return current is not None and lease.generation < current
         return lease.generation < self.pool.generation
+
+    @staticmethod
+    def _deadline(timeout: float | None, call: str) -> float | None:
+        if timeout is None:
+            return None
+        return time.monotonic() + check_timeout(timeout, f"{call}(timeout=...)")
+
+    @staticmethod
+    def _left(deadline: float | None) -> float | None:
+        """The seconds left until ``deadline`` (None: no limit)."""
+        return None if deadline is None else max(0.0, deadline - time.monotonic())
 
     def _in_session(self, command: Mapping[str, Any]) -> tuple[Mapping[str, Any], Any]:
         """``command`` in an implicit session (a server session taken from the pool, to give

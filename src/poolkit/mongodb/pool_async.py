@@ -84,13 +84,16 @@ class AsyncMongoPool(PinningRules[AsyncMongoConnection]):
         timeout: float | None = None,
     ) -> dict[str, Any]:
         """One command on a connection of its own (purpose ``"other"``), in an implicit
-        session (a server session from the pool, given back after) unless it names one."""
+        session (a server session from the pool, given back after) unless it names one.
+        ``timeout``: seconds for all of it, the wait for a connection and the round trip."""
         check_db(db, "command")
         check_command(command, "command")
+        deadline = self._deadline(timeout, "command")
         command, lsid = self._in_session(command)
         try:
             async with self.connection("other", timeout) as conn:
-                return await conn.command(db, command, sequences=sequences)
+                left = self._left(deadline)
+                return await conn.command(db, command, sequences=sequences, timeout=left)
         finally:
             if lsid is not None:
                 self.sessions.give_back(lsid)

@@ -201,8 +201,10 @@ def parse_value(spec: OptionSpec, text: str) -> tuple[Any, str | None]:
             number = int(text)
             if spec.low <= number <= spec.high:
                 return number, None
-            high = "" if spec.high in (INT32_MAX, INT64_MAX) else f" and <= {spec.high}"
-            return IGNORED, f"URI option {name}: {number} is not an integer >= {spec.low}{high}"
+            high = {INT32_MAX: "2**31 - 1", INT64_MAX: "2**63 - 1"}.get(spec.high, spec.high)
+            return IGNORED, (
+                f"URI option {name}: {number} is not an integer from {spec.low} to {high}"
+            )
         if kind == "w":
             return text, None  # "majority" or a tag set's name
         return IGNORED, f"URI option {name}: {_show(spec, text)} is not an integer"

@@ -15,7 +15,13 @@ from lb_helpers import Recorder, filled, lb_pool, run, spread
 
 import poolkit
 from poolkit import events as ev
-from poolkit.mongodb import AsyncMongoPool, NetworkError, OperationFailure, connect
+from poolkit.mongodb import (
+    AsyncMongoPool,
+    LoadBalancedTimeoutError,
+    NetworkError,
+    OperationFailure,
+    connect,
+)
 from poolkit.mongodb.monitoring import (
     CommandFailedEvent,
     CommandStartedEvent,
@@ -661,5 +667,191 @@ def test_sessions_are_reused(spec_case: str) -> None:
             ]
             assert ended.command["endSessions"] == [first]
             await mongo.pool.close()
+
+    run(main)
+
+
+#: transactions.json's cases of an error on a transaction's command: (the case, the command the
+#: fail point fails, its fault, whether the call raises, the connections checked out after)
+PIN_RELEASE_CASES = [
+    ("not released after a non-transient commit error", "commitTransaction", {"error_code": 51}, True, 1),  # noqa: E501
+    ("released after a non-transient abort error", "abortTransaction", {"error_code": 51}, False, 0),  # noqa: E501
+    ("released after a transient network CRUD error", "insert", {"close_connection": True}, True, 0),  # noqa: E501
+    ("released after a transient non-network commit error", "commitTransaction", {"error_code": 24}, True, 0),  # noqa: E501
+    ("released after a transient network commit error", "commitTransaction", {"close_connection": True}, True, 0),  # noqa: E501
+    ("released after a transient non-network abort error", "abortTransaction", {"error_code": 24}, False, 0),  # noqa: E501
+    ("released after a transient network abort error", "abortTransaction", {"close_connection": True}, False, 0),  # noqa: E501
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("spec_case", "command", "fault", "raises", "out"),
+    [(f"transactions.json: pinned connection is {c[0]}", *c[1:]) for c in PIN_RELEASE_CASES],
+    ids=[c[0] for c in PIN_RELEASE_CASES],
+)
+def test_an_error_in_a_transaction_keeps_or_releases_the_pin(
+    spec_case: str, command: str, fault: dict[str, Any], raises: bool, out: int
+) -> None:
+    """Start a transaction, insert, then the failing command (the insert itself, a commit or an
+    abort): the pin is kept after a non-transient commit error and released after any other
+    (an abort's error is not raised). A network error on the commit is labelled
+    UnknownTransactionCommitResult: the spec's runner sees the driver retry it, a retryable
+    write this package leaves to its caller."""
+
+    async def main() -> None:
+        async with SimMongoServer(SimMongoSettings(services=2)) as server:
+            mongo = await prepared(server, Recorder())
+            async with mongo.session() as session:
+                await session.start_transaction()
+                insert = {"insert": "items", "documents": [{"x": 1}]}
+                if command != "insert":
+                    await session.command("test", insert)
+                    assert checked_out(mongo) == 1
+                server.fail_command(command, **fault)
+                call = {
+                    "insert": lambda: session.command("test", insert),
+                    "commitTransaction": session.commit_transaction,
+                    "abortTransaction": session.abort_transaction,
+                }[command]
+                if raises:
+                    with pytest.raises((OperationFailure, NetworkError)) as caught:
+                        await call()
+                    network = isinstance(caught.value, NetworkError)
+                    if command == "commitTransaction" and network:
+                        assert caught.value.has_error_label("UnknownTransactionCommitResult")
+                    elif out == 0:
+                        assert caught.value.has_error_label("TransientTransactionError")
+                else:
+                    await call()
+                assert checked_out(mongo) == out
+                assert mongo.in_use()["transaction"] == out
+            assert checked_out(mongo) == 0
+            await mongo.pool.close()
+
+    run(main)
+
+
+@emulated("transactions.json: all operations go to the same mongos")
+def test_all_operations_of_a_transaction_go_to_the_same_service(spec_case: str) -> None:
+    async def main() -> None:
+        commands = Recorder()
+        async with SimMongoServer(SimMongoSettings(services=3)) as server:
+            mongo = AsyncMongoPool(await lb_pool(server, commands=commands))
+            await spread(mongo, 3)
+            commands.events.clear()
+            async with mongo.transaction("test") as txn:
+                for i in range(3):
+                    await txn.command({"insert": "items", "documents": [{"_id": i}]})
+                await txn.command({"find": "items", "filter": {}})
+            started = commands.of(CommandStartedEvent)
+            assert len(started) == 5  # three inserts, a find, the commit
+            assert len({e.service_id for e in started}) == 1
+            assert len({e.server_connection_id for e in started}) == 1
+            await mongo.pool.close()
+
+    run(main)
+
+
+@emulated("cursors.json: pinned connections are returned to the pool when the cursor is closed")
+def test_closing_a_cursor_returns_its_connection(spec_case: str) -> None:
+    async def main() -> None:
+        recorder, commands = Recorder(), Recorder()
+        async with SimMongoServer(SimMongoSettings(services=2)) as server:
+            mongo = AsyncMongoPool(await lb_pool(server, recorder, commands))
+            await filled(server, mongo, 3)
+            recorder.events.clear()
+            commands.events.clear()
+            cursor = await mongo.find("test", "items", batch_size=2)
+            assert checked_out(mongo) == 1
+            await cursor.close()
+            assert checked_out(mongo) == 0
+            names = [e.command_name for e in commands.of(CommandStartedEvent)]
+            assert names == ["find", "killCursors"]
+            assert cmap(recorder) == ["out", "in"]
+            await mongo.pool.close()
+
+    run(main)
+
+
+@emulated(
+    "sdam-error-handling.json: only connections for a specific serviceId are closed when "
+    "pools are cleared"
+)
+def test_a_clear_closes_only_its_services_connections(spec_case: str) -> None:
+    """Two cursors pin two connections (two services); both closed; a shutdown error
+    (11600) on an insert clears that service: its connection is closed (stale) when checked
+    in, and the next insert runs on the other service's connection."""
+
+    async def main() -> None:
+        recorder = Recorder()
+        kinds = {
+            ev.ConnectionCreatedEvent: "created",
+            ev.ConnectionReadyEvent: "ready",
+            ev.ConnectionCheckedOutEvent: "out",
+            ev.ConnectionCheckedInEvent: "in",
+            ev.PoolClearedEvent: "cleared",
+            ev.ConnectionClosedEvent: "closed",
+        }
+        async with SimMongoServer(SimMongoSettings(services=2)) as server:
+            server.store.insert("test.items", [{"_id": i} for i in range(3)])
+            mongo = AsyncMongoPool(await lb_pool(server, recorder))
+            cursors = [await mongo.find("test", "items", batch_size=2) for _ in range(2)]
+            for cursor in cursors:
+                await cursor.close()
+            server.fail_command("insert", error_code=11600)
+            with pytest.raises(OperationFailure) as caught:
+                await mongo.insert("test", "items", [{"x": 1}])
+            assert caught.value.code == 11600
+            await mongo.insert("test", "items", [{"x": 1}])
+            names = []
+            for event in recorder.events:
+                name = kinds.get(type(event))
+                if name == "closed":
+                    name = f"closed:{event.reason}"  # type: ignore[attr-defined]
+                if name is not None:
+                    names.append(name)
+            assert names == [
+                *("created", "ready", "out", "created", "ready", "out", "in", "in"),
+                *("out", "cleared", "in", "closed:stale", "out", "in"),
+            ]
+            await mongo.pool.close()
+
+    run(main)
+
+
+@pytest.mark.parametrize(
+    ("spec_case", "holder", "counts"),
+    [
+        ("wait-queue-timeouts.json: wait queue timeout errors include cursor statistics",
+         "cursor", "cursors: 1, connections in use by transactions: 0"),
+        ("wait-queue-timeouts.json: wait queue timeout errors include transaction statistics",
+         "transaction", "cursors: 0, connections in use by transactions: 1"),
+    ],
+    ids=["cursor", "transaction"],
+)  # fmt: skip
+def test_the_wait_queue_timeout_says_who_holds_the_connections(
+    spec_case: str, holder: str, counts: str
+) -> None:
+    async def main() -> None:
+        async with SimMongoServer(SimMongoSettings(services=2)) as server:
+            server.store.insert("test.items", [{"_id": i} for i in range(3)])
+            pool = await lb_pool(server, max_size=1, wait_queue_timeout=0.05)
+            mongo = AsyncMongoPool(pool)
+            session = mongo.session()
+            if holder == "cursor":
+                cursor = await mongo.find("test", "items", batch_size=2)
+            else:
+                await session.start_transaction()
+                await session.command("test", {"insert": "items", "documents": [{"x": 1}]})
+            with pytest.raises(LoadBalancedTimeoutError) as caught:
+                await mongo.insert("test", "items", [{"x": 1}])
+            assert (
+                f"maxPoolSize: 1, connections in use by {counts}, connections in use by other "
+                "operations: 0" in str(caught.value)
+            )
+            if holder == "cursor":
+                await cursor.close()
+            await session.end()
+            await pool.close()
 
     run(main)

@@ -57,6 +57,7 @@ CODE_NAMES: Mapping[int, str] = {
     14: "TypeMismatch",
     17: "ProtocolError",
     18: "AuthenticationFailed",
+    24: "LockTimeout",
     26: "NamespaceNotFound",
     43: "CursorNotFound",
     50: "MaxTimeMSExpired",
@@ -70,6 +71,7 @@ CODE_NAMES: Mapping[int, str] = {
     251: "NoSuchTransaction",
     256: "TransactionCommitted",
     262: "ExceededTimeLimit",
+    267: "PreparedTransactionInProgress",
     263: "OperationNotSupportedInTransaction",
     334: "MechanismUnavailable",
     352: "UnsupportedOpQueryCommand",
@@ -88,13 +90,22 @@ _RETRYABLE_WRITES = frozenset({"insert", "update", "delete", "findAndModify"})
 _TRANSACTION_ENDS = frozenset({"commitTransaction", "abortTransaction"})
 
 
+#: errors that leave a transaction safe to retry whole (the server's isTransientTransactionError:
+#: WriteConflict, LockTimeout, PreparedTransactionInProgress...)
+TRANSIENT_TRANSACTION_CODES = frozenset({112, 24, 267, 251})
+
+
 def error_labels(command: str, body: Mapping[str, Any], code: int) -> list[str]:
     """The labels a server puts on error ``code`` answering ``command`` (``body``)."""
     retryable = code in RETRYABLE_WRITE_CODES
     if command in _TRANSACTION_ENDS:
-        return ["RetryableWriteError"] if retryable else []
+        labels = ["RetryableWriteError"] if retryable else []
+        return labels + (
+            ["TransientTransactionError"] if code in TRANSIENT_TRANSACTION_CODES else []
+        )
     if body.get("autocommit") is False:
-        return ["TransientTransactionError"] if retryable or code in (112, 251) else []
+        transient = retryable or code in TRANSIENT_TRANSACTION_CODES
+        return ["TransientTransactionError"] if transient else []
     if command in _RETRYABLE_WRITES and "txnNumber" in body and retryable:
         return ["RetryableWriteError"]
     return []

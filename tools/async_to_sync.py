@@ -59,9 +59,10 @@ def formatted(text: str) -> str:
             input=text,
             capture_output=True,
             text=True,
-            check=True,
             cwd=ROOT,
         )
+        if done.returncode != 0:
+            raise SystemExit(f"ruff {command[0]} failed (pip install ruff?): {done.stderr}")
         text = done.stdout
     return text
 

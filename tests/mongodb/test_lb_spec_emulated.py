@@ -855,3 +855,38 @@ def test_the_wait_queue_timeout_says_who_holds_the_connections(
             await pool.close()
 
     run(main)
+
+
+@emulated("server-selection.json: $readPreference is sent for load-balanced clusters")
+def test_the_read_preference_is_sent(spec_case: str) -> None:
+    """secondaryPreferred goes with the find as $readPreference (the mongos behind the load
+    balancer selects); primary sends nothing; nor does a transaction's find, nor a pipeline
+    that writes; a read preference that is not one is refused."""
+
+    async def main() -> None:
+        commands = Recorder()
+        async with SimMongoServer(SimMongoSettings(services=2)) as server:
+            pool = await lb_pool(server, commands=commands)
+            preferred = AsyncMongoPool(pool, read_preference={"mode": "secondaryPreferred"})
+            await (await preferred.find("test", "coll0", {})).to_list()
+            writes = {"aggregate": "coll0", "pipeline": [{"$out": "other"}]}
+            _, command = preferred._cursor("test", writes, 101, "aggregate")  # (not sent: the
+            assert "$readPreference" not in command  # simulator has no $out)
+            async with preferred.transaction("test") as txn:
+                await txn.command({"insert": "coll0", "documents": [{"x": 1}]})
+                await (await txn.session.find("test", "coll0")).to_list()
+            primary = AsyncMongoPool(pool, read_preference={"mode": "primary"})
+            await (await primary.find("test", "coll0")).to_list()
+            sent = [
+                (e.command_name, e.command.get("$readPreference"))
+                for e in commands.of(CommandStartedEvent)
+                if e.command_name == "find"
+            ]
+            preference = {"mode": "secondaryPreferred"}
+            assert sent == [("find", preference), ("find", None), ("find", None)]
+            for wrong in ({"mode": "any"}, "nearest", {"mode": "primary", "tags": [{}]}):
+                with pytest.raises(ValueError, match=r"AsyncMongoPool\(read_preference=...\)"):
+                    AsyncMongoPool(pool, read_preference=wrong)  # type: ignore[arg-type]
+            await pool.close()
+
+    run(main)

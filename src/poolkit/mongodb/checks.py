@@ -79,3 +79,23 @@ def check_cursor(
     check_collection(collection, call)
     check_filter(filter, call)
     check_batch_size(batch_size, call)
+
+
+READ_MODES = ("primary", "primaryPreferred", "secondary", "secondaryPreferred", "nearest")
+
+
+def check_read_preference(preference: object, call: str) -> dict[str, object] | None:
+    """A read preference document (``{"mode": ..., "tags": ..., "maxStalenessSeconds": ...}``)
+    as ``$readPreference`` carries it; None for primary (nothing sent)."""
+    if preference is None:
+        return None
+    if not isinstance(preference, Mapping) or preference.get("mode") not in READ_MODES:
+        raise ValueError(
+            f"{call}(read_preference=...): a mapping whose 'mode' is one of {READ_MODES}, "
+            f"not {preference!r}"
+        )
+    if preference["mode"] == "primary":
+        if len(preference) > 1:
+            raise ValueError(f"{call}(read_preference=...): primary takes no other option")
+        return None
+    return dict(preference)

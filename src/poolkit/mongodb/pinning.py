@@ -37,7 +37,14 @@ from .._base import PoolBase
 from .._frontend import Lease, check_timeout
 from ..errors import WaitQueueTimeoutError
 from ..stats import PoolStats
-from .checks import PURPOSES, Purpose, check_batch_size, check_command, check_db
+from .checks import (
+    PURPOSES,
+    Purpose,
+    check_batch_size,
+    check_command,
+    check_db,
+    check_read_preference,
+)
 from .connection import AsyncMongoConnection, MongoConnection
 from .errors import MongoError, clear_scope
 from .states import CursorState
@@ -124,7 +131,13 @@ class PinningRules(Generic[C]):
     #: the pool's front end (:class:`~poolkit.AsyncPool` or :class:`~poolkit.Pool`)
     _front: type[PoolBase[Any]]
 
-    def __init__(self, pool: PoolBase[C], *, pin: bool | None = None) -> None:
+    def __init__(
+        self,
+        pool: PoolBase[C],
+        *,
+        pin: bool | None = None,
+        read_preference: Mapping[str, Any] | None = None,
+    ) -> None:
         if not isinstance(pool, self._front):
             raise TypeError(
                 f"{type(self).__name__}(pool): pool must be a poolkit.{self._front.__name__}, "
@@ -138,6 +151,9 @@ class PinningRules(Generic[C]):
         #: whether cursors and transactions keep their connection (default: the pool's
         #: ``load_balanced``; False only to show what pinning prevents)
         self.pin = self.load_balanced if pin is None else pin
+        #: sent as ``$readPreference`` with the cursors' commands outside transactions
+        #: (Server Selection: to a mongos or load balancer, every mode but primary)
+        self.read_preference = check_read_preference(read_preference, type(self).__name__)
         self.sessions = ServerSessions()
         self._in_use: collections.Counter[str] = collections.Counter()
         self._lock = threading.Lock()
@@ -269,4 +285,15 @@ class PinningRules(Generic[C]):
         state = CursorState(db, collection, batch_size, fields=fields, lsid=lsid)
         if name != "find":
             command = {**command, "cursor": {"batchSize": batch_size}}
+        if self.read_preference is not None and "txnNumber" not in session and _reads(command):
+            command = {**command, "$readPreference": self.read_preference}
         return state, {**command, **session}
+
+
+def _reads(command: Mapping[str, Any]) -> bool:
+    """Whether a cursor's command only reads (an aggregate ending in ``$out`` or ``$merge``
+    writes: it goes to the primary)."""
+    pipeline = command.get("pipeline")
+    if not isinstance(pipeline, list) or not pipeline:
+        return True
+    return not ({"$out", "$merge"} & set(pipeline[-1]))

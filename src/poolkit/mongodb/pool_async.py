@@ -39,13 +39,21 @@ class AsyncMongoPool(PinningRules[AsyncMongoConnection]):
     :class:`~.connection.AsyncMongoConnection` (made by :func:`~.connection.connect`).
 
     ``pin``: whether cursors and transactions keep their connection (default: the pool's
-    ``load_balanced``; False only to show what pinning prevents)."""
+    ``load_balanced``; False only to show what pinning prevents). ``read_preference``:
+    ``{"mode": "secondaryPreferred", ...}``, sent as ``$readPreference`` with the cursors'
+    commands outside transactions (default: primary, nothing sent)."""
 
     pool: AsyncPool[AsyncMongoConnection]
     _front = AsyncPool
 
-    def __init__(self, pool: AsyncPool[AsyncMongoConnection], *, pin: bool | None = None) -> None:
-        super().__init__(pool, pin=pin)
+    def __init__(
+        self,
+        pool: AsyncPool[AsyncMongoConnection],
+        *,
+        pin: bool | None = None,
+        read_preference: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__(pool, pin=pin, read_preference=read_preference)
 
     async def _checkout(
         self, purpose: Purpose, timeout: float | None = None

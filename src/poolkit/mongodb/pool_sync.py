@@ -41,13 +41,21 @@ class MongoPool(PinningRules[MongoConnection]):
     :class:`~.connection.MongoConnection` (made by :func:`~.connection.connect_sync`).
 
     ``pin``: whether cursors and transactions keep their connection (default: the pool's
-    ``load_balanced``; False only to show what pinning prevents)."""
+    ``load_balanced``; False only to show what pinning prevents). ``read_preference``:
+    ``{"mode": "secondaryPreferred", ...}``, sent as ``$readPreference`` with the cursors'
+    commands outside transactions (default: primary, nothing sent)."""
 
     pool: Pool[MongoConnection]
     _front = Pool
 
-    def __init__(self, pool: Pool[MongoConnection], *, pin: bool | None = None) -> None:
-        super().__init__(pool, pin=pin)
+    def __init__(
+        self,
+        pool: Pool[MongoConnection],
+        *,
+        pin: bool | None = None,
+        read_preference: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__(pool, pin=pin, read_preference=read_preference)
 
     def _checkout(self, purpose: Purpose, timeout: float | None = None) -> Lease[MongoConnection]:
         check_purpose(purpose)

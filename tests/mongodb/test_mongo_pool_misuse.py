@@ -81,10 +81,13 @@ def test_bad_arguments_name_the_call_and_change_nothing(call: Any, message: str)
             with pytest.raises((TypeError, ValueError), match=message):
                 await call(mongo)
             assert nothing_out(mongo) and commands.events == []  # (nothing sent)
-            async with mongo.session() as session:  # (the session's find checks the same)
+            async with mongo.session() as session:  # (the session's calls check the same)
+                await session.start_transaction()
                 with pytest.raises((TypeError, ValueError), match=r"find\("):
                     await session.find("test", "items", batch_size=-1)
-                assert not session.pinned
+                with pytest.raises((TypeError, ValueError), match=r"command\("):
+                    await session.command("test", [("insert", "t")])  # type: ignore[arg-type]
+                assert not session.pinned and session.in_transaction
             assert nothing_out(mongo)
             await mongo.pool.close()
 

@@ -364,6 +364,8 @@ class AsyncSession:
     ) -> dict[str, Any]:
         """``command`` in this session: in its transaction (pinned) if one is in progress;
         otherwise on a connection of its own."""
+        check_db(db, "command")
+        check_command(command, "command")
         await self._enter()
         return await self._run(db, {**command, **self._state.fields()}, sequences)
 

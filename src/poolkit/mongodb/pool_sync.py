@@ -358,6 +358,8 @@ class Session:
     ) -> dict[str, Any]:
         """``command`` in this session: in its transaction (pinned) if one is in progress;
         otherwise on a connection of its own."""
+        check_db(db, "command")
+        check_command(command, "command")
         self._enter()
         return self._run(db, {**command, **self._state.fields()}, sequences)
 

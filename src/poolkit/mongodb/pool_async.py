@@ -1,7 +1,17 @@
 """Operations over an asyncio pool of MongoDB connections, as a driver runs them: commands,
 cursors, sessions and transactions, with the Load Balancer spec's pinning and error handling
-(:class:`AsyncMongoPool`). The rules are :mod:`.pinning`'s; this module runs their commands.
-Its blocking twin is :mod:`.pool_sync`: the same methods, in the same order.
+(:class:`AsyncMongoPool`). Its blocking twin, :mod:`.pool_sync`, is generated from this module
+(tools/async_to_sync.py).
+
+Rules of this module
+--------------------
+* What to send and what a reply or an error changes is decided by :mod:`.pinning` and
+  :mod:`.states` (no I/O); this module sends it, and gives back what it took.
+* Arguments are checked (:mod:`.checks`) before anything is checked out or sent.
+* A checkout is given back exactly once, by ``_give_back`` (judging the error that ended it):
+  on every path, a cancellation included.
+* Only what both front ends can share goes here: ``async``/``await`` and the ``Async`` names
+  are all the twin rewrites.
 """
 
 from __future__ import annotations

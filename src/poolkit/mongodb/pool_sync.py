@@ -4,6 +4,7 @@ cursors, sessions and transactions, with the Load Balancer spec's pinning and er
 this module runs their commands.
 
 Generated from :mod:`.pool_async` by tools/async_to_sync.py: edit that one, then run the tool.
+Its rules are that module's.
 """
 
 from __future__ import annotations

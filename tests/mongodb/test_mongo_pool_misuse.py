@@ -5,6 +5,8 @@ network error in a transaction. After each, nothing is left checked out."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import pytest
@@ -319,3 +321,40 @@ def test_a_commands_timeout_is_checked_alike_and_bounds_the_round_trip() -> None
             with pytest.raises(ValueError, match=r"command\(timeout=...\)"):
                 conn.command("admin", {"ping": 1}, timeout=-1)
             assert not conn.closed
+
+
+@pytest.mark.parametrize("command", ["find", "getMore", "insert"])
+def test_a_cancelled_operation_gives_its_connection_back_closed(command: str) -> None:
+    """Cancelled while waiting for its reply: the connection (whose reply would reach the next
+    user) is closed, and nothing stays checked out, pinned or not."""
+
+    async def main() -> None:
+        async with SimMongoServer(SimMongoSettings(services=2)) as server:
+            mongo = AsyncMongoPool(await lb_pool(server))
+            await filled(server, mongo, 10)
+            cursor = None
+            if command == "getMore":
+                cursor = await mongo.find("test", "items", batch_size=2)
+            server.fail_command(command, delay=5.0)
+            operations: dict[str, Callable[[], Coroutine[Any, Any, Any]]] = {
+                "find": lambda: mongo.find("test", "items", batch_size=2),
+                "getMore": lambda: cursor.to_list(),  # type: ignore[union-attr]
+                "insert": lambda: mongo.insert("test", "items", [{"x": 1}]),
+            }
+            task = asyncio.create_task(operations[command]())
+            for _ in range(100):
+                await asyncio.sleep(0.005)
+                if server.stats().commands.get(command, 0):
+                    break
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            if cursor is not None:
+                assert mongo.in_use()["cursor"] == 1  # (pinned until closed)
+                await cursor.close()
+            assert nothing_out(mongo)
+            assert mongo.pool.stats().connections_closed.get("error", 0) == 1
+            server.clear_faults()
+            await mongo.pool.close()
+
+    run(main)

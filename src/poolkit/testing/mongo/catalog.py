@@ -95,7 +95,7 @@ def create(
             return {"ok": 1.0}
         entry = store.entry(namespace)
         assert entry is not None
-        if _encoded(entry.options) != _encoded(options):
+        if not _equivalent(entry.options, options):
             shown = _shown({"uuid": entry.uuid, **entry.options})
             raise CommandError(
                 48, f"namespace {namespace} already exists, but with different options: {shown}"
@@ -325,6 +325,15 @@ def distinct_values(documents: list[Document], key: str) -> list[Any]:
             if value is not MISSING and not any(compare_values(value, v) == 0 for v in values):
                 values.append(value)
     return sorted(values, key=functools.cmp_to_key(compare_values))
+
+
+def _equivalent(a: Any, b: Any) -> bool:
+    """The same options, as the server parses them (``size: 4096`` is ``size: 4096.0``)."""
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return a.keys() == b.keys() and all(_equivalent(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(map(_equivalent, a, b))
+    return compare_values(a, b) == 0
 
 
 def _encoded(document: Mapping[str, Any]) -> bytes:

@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import bson
+from bson.binary import Binary
 from bson.decimal128 import Decimal128
 from bson.int64 import Int64
 from bson.objectid import ObjectId
@@ -117,6 +118,8 @@ def bson_repr(value: Any) -> str:
         return "[ " + ", ".join(bson_repr(v) for v in value) + " ]" if value else "[]"
     if isinstance(value, ObjectId):
         return f"ObjectId('{value}')"
+    if isinstance(value, Binary) and value.subtype == 4:
+        return f'UUID("{value.as_uuid()}")'
     if isinstance(value, datetime.datetime):
         return f"new Date({int(value.timestamp() * 1000)})"
     return str(value)

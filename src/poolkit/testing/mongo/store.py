@@ -403,6 +403,8 @@ def project(document: dict[str, Any], projection: Mapping[str, Any] | None) -> d
     keep_id = bool(projection.get("_id", True))
     if len(set(values.values())) > 1:
         raise QueryError("a projection cannot both include and exclude fields")
+    if not values:  # (``_id`` alone)
+        return {k: v for k, v in document.items() if (k == "_id") == keep_id}
     if any(values.values()):  # (inclusion)
         return {k: v for k, v in document.items() if k in values or (k == "_id" and keep_id)}
     return {k: v for k, v in document.items() if k not in values and (k != "_id" or keep_id)}

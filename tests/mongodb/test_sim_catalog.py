@@ -183,6 +183,9 @@ def test_list_databases(mongo: Client) -> None:
     assert names_only["databases"][0] == {"name": "admin"} and "totalSize" not in names_only
     filtered = mongo.admin.command({"listDatabases": 1, "filter": {"name": {"$in": ["other"]}}})
     assert [d["name"] for d in filtered["databases"]] == ["other"]
+    with pytest.raises(OperationFailure) as not_admin:
+        mongo.db.command("listDatabases")
+    assert not_admin.value.code == 13
     mongo.drop_database("other")
     assert "other" not in mongo.list_database_names()
 

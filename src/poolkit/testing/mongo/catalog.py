@@ -14,7 +14,8 @@
 * ``listDatabases``: as a mongos lists them: the databases holding collections, and ``admin``
   and ``config`` (the config servers'), each with ``sizeOnDisk`` (simulated: the documents'
   BSON size plus 4 KiB a collection and an index), ``empty`` (false), ``shards``;
-  ``totalSize``, ``totalSizeMb``; ``nameOnly`` (names alone, no totals) and ``filter``.
+  ``totalSize``, ``totalSizeMb``; ``nameOnly`` (names alone, no totals) and ``filter``; on
+  ``admin`` only (else error 13).
 * ``distinct``: the values at a dotted path of the matching documents, arrays flattened (one
   level), each once (1 and 1.0 are one), in BSON order, as mongod answers.
 
@@ -274,6 +275,8 @@ def list_databases(
     seqs: Sequences,
     txn: Transaction | None,
 ) -> Document:
+    if body.get("$db") != "admin":
+        raise CommandError(13, "listDatabases may only be run against the admin database.")
     sizes = dict(_CONFIG_DATABASES)
     with store.locked():
         for namespace in store.namespaces():

@@ -18,7 +18,8 @@ Rules of this module
   is error 43 CursorNotFound, a transaction's command on another service error 251
   NoSuchTransaction, as behind a real load balancer.
 * A transaction's writes are kept aside and applied at ``commitTransaction`` (an ``_id``
-  taken meanwhile is error 112 WriteConflict); a ``find`` in it sees them, nothing else does.
+  taken, or a document it updated changed, meanwhile is error 112 WriteConflict); a read in it
+  sees them, nothing else does. The catalog's commands are refused in one (error 263).
 * :meth:`SimService.execute` never raises for a bad command: it answers with an error document.
   No I/O, no awaiting: the server frames, delays and sends.
 """

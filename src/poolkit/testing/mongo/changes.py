@@ -3,9 +3,13 @@ change stream reads) and the state of one change stream's cursor.
 
 A change stream is an ``aggregate`` whose first stage is ``$changeStream`` (on one
 collection): its cursor stays open (id never 0) and each ``getMore`` returns the changes since
-the last, as change events (``_id``: a resume token; ``operationType`` ``insert``, ``delete``
-or ``drop``; ``ns``; ``documentKey``; ``fullDocument`` for inserts), after the pipeline's other
-stages (``$match``, ``$project``). Each reply carries ``postBatchResumeToken``;
+the last, as change events (``_id``: a resume token; ``operationType`` ``insert``, ``update``,
+``replace``, ``delete`` or ``drop``; ``ns``; ``documentKey``; ``fullDocument`` for inserts and
+replaces; ``updateDescription`` for updates: ``updatedFields``, ``removedFields``,
+``truncatedArrays``), after the pipeline's other stages (``$match``, ``$project``). With
+``fullDocument: "updateLookup"`` an update event carries the document as it is when the event
+is read (null if gone since); with ``"whenAvailable"``, null (no collection keeps post-images
+here). Each reply carries ``postBatchResumeToken``;
 ``resumeAfter`` / ``startAfter`` start after a token. Unlike a server, a ``getMore`` with no
 change answers at once (no ``maxAwaitTimeMS`` wait), and a drop does not invalidate the stream.
 
@@ -52,7 +56,12 @@ class ChangeLog:
         self._lock = threading.Lock()
 
     def record(
-        self, operation: str, namespace: str, key: Any = None, document: Document | None = None
+        self,
+        operation: str,
+        namespace: str,
+        key: Any = None,
+        document: Document | None = None,
+        description: Mapping[str, Any] | None = None,
     ) -> None:
         database, _, collection = namespace.partition(".")
         with self._lock:
@@ -68,6 +77,8 @@ class ChangeLog:
                 event["documentKey"] = {"_id": key}
             if document is not None:
                 event["fullDocument"] = dict(document)
+            if description is not None:
+                event["updateDescription"] = dict(description)
             self._events.append(event)
 
     def position(self) -> int:
@@ -82,19 +93,22 @@ class ChangeLog:
 
 @dataclasses.dataclass(eq=False)
 class ChangeStreamCursor:
-    """One change stream: its collection, the position it has read to, and the pipeline's
-    stages after ``$changeStream`` (``stage(events, name, arg)`` applies one)."""
+    """One change stream: its collection, the position it has read to, the pipeline's stages
+    after ``$changeStream`` (``stage(events, name, arg)`` applies one), and its
+    ``fullDocument`` option (``lookup(namespace, _id)``: a document as it is now)."""
 
     namespace: str
     connection_id: int
     position: int
     stages: list[tuple[str, Any]]
+    full_document: str = "default"
 
     def batch(
         self,
         log: ChangeLog,
         size: int,
         stage: Callable[[list[Document], str, Any], list[Document]],
+        lookup: Callable[[str, Any], Document | None] = lambda namespace, key: None,
     ) -> list[Document]:
         """Up to ``size`` changes (0: all) of its collection after its position, through its
         stages; its position moves past the changes read."""
@@ -106,6 +120,11 @@ class ChangeStreamCursor:
             self.position = position
             if event["ns"] != {"db": database, "coll": collection}:
                 continue
+            if event["operationType"] == "update" and self.full_document != "default":
+                found_now = None
+                if self.full_document == "updateLookup":
+                    found_now = lookup(self.namespace, event["documentKey"]["_id"])
+                event = {**event, "fullDocument": found_now}
             found = [event]
             for name, arg in self.stages:
                 found = stage(found, name, arg)

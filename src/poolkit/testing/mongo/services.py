@@ -3,8 +3,11 @@ and transactions, and the commands it answers.
 
 Commands: ``hello``/``isMaster``, ``ping``, ``buildInfo``, ``insert``, ``find``, ``aggregate``
 (simple stages; a change stream, :mod:`.changes`), ``getMore``, ``killCursors``, ``count``,
-``delete``, ``drop``, ``dropDatabase``, ``commitTransaction``, ``abortTransaction``,
-``endSessions``, ``saslStart``, ``saslContinue``; anything else is error 59 CommandNotFound.
+``distinct``, ``delete``, ``update`` and ``findAndModify`` (:mod:`.writes`), ``drop``,
+``dropDatabase``, ``create``, ``createIndexes``, ``dropIndexes``, ``listCollections``,
+``listIndexes``, ``listDatabases`` (:mod:`.catalog`), ``commitTransaction``,
+``abortTransaction``, ``endSessions``, ``saslStart``, ``saslContinue``; anything else is error
+59 CommandNotFound.
 With users (:class:`~.scram.SimUsers`), a connection not authenticated runs only the
 handshake's commands (else error 13 Unauthorized).
 
@@ -15,7 +18,8 @@ Rules of this module
   is error 43 CursorNotFound, a transaction's command on another service error 251
   NoSuchTransaction, as behind a real load balancer.
 * A transaction's writes are kept aside and applied at ``commitTransaction`` (an ``_id``
-  taken meanwhile is error 112 WriteConflict); a ``find`` in it sees them, nothing else does.
+  taken, or a document it updated changed, meanwhile is error 112 WriteConflict); a read in it
+  sees them, nothing else does. The catalog's commands are refused in one (error 263).
 * :meth:`SimService.execute` never raises for a bad command: it answers with an error document.
   No I/O, no awaiting: the server frames, delays and sends.
 """
@@ -25,6 +29,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import datetime
+import functools
 import itertools
 import random
 from collections.abc import Callable, Mapping
@@ -34,6 +39,8 @@ import bson
 from bson.int64 import Int64
 from bson.objectid import ObjectId
 
+from . import catalog, writes
+from .catalog import namespace_of
 from .changes import ChangeStreamCursor, token_position
 from .faults import CommandError, error_document
 from .scram import SimUsers
@@ -113,7 +120,10 @@ class SimService:
             "endSessions": self._end_sessions,
             "saslStart": self._sasl_start,
             "saslContinue": self._sasl_continue,
+            "distinct": self._distinct,
         }
+        for name, command in {**writes.COMMANDS, **catalog.COMMANDS}.items():
+            self._handlers[name] = functools.partial(self._store_command, name, command)
 
     # ------------------------------------------------------------------ connections
 
@@ -215,6 +225,20 @@ class SimService:
     def _sasl_continue(self, conn: ConnectionInfo, body: Document, *_: Any) -> Document:
         return self.users.sasl_continue(conn, body, str(body.get("$db", "admin")))
 
+    def _store_command(
+        self,
+        name: str,
+        command: Callable[..., Document],
+        conn: ConnectionInfo,
+        body: Document,
+        seqs: Sequences,
+        txn: Transaction | None,
+    ) -> Document:
+        """A command of :mod:`.writes` or :mod:`.catalog` (those refused in a transaction)."""
+        if name in catalog.COMMANDS:
+            _outside(txn, name)
+        return command(self.store, self.settings, body, seqs, txn)
+
     def _ping(self, *_: Any) -> Document:
         return {"ok": 1.0}
 
@@ -234,7 +258,7 @@ class SimService:
     def _insert(
         self, conn: ConnectionInfo, body: Document, seqs: Sequences, txn: Transaction | None
     ) -> Document:
-        namespace = _namespace(body, "insert")
+        namespace = namespace_of(body, "insert")
         documents = seqs.get("documents", body.get("documents", []))
         ordered = bool(body.get("ordered", True))
         if txn is None:
@@ -250,7 +274,7 @@ class SimService:
     def _delete(
         self, conn: ConnectionInfo, body: Document, seqs: Sequences, txn: Transaction | None
     ) -> Document:
-        namespace = _namespace(body, "delete")
+        namespace = namespace_of(body, "delete")
         n = 0
         for spec in seqs.get("deletes", body.get("deletes", [])):
             q, limit = spec.get("q") or {}, int(spec.get("limit", 0))
@@ -264,7 +288,7 @@ class SimService:
         self, conn: ConnectionInfo, body: Document, seqs: Sequences, txn: Transaction | None
     ) -> Document:
         _outside(txn, "drop")
-        self.store.drop(_namespace(body, "drop"))
+        self.store.drop(namespace_of(body, "drop"))
         return {"ok": 1.0}
 
     def _drop_database(
@@ -280,7 +304,7 @@ class SimService:
     def _find(
         self, conn: ConnectionInfo, body: Document, seqs: Sequences, txn: Transaction | None
     ) -> Document:
-        namespace = _namespace(body, "find")
+        namespace = namespace_of(body, "find")
         found = self._visible(namespace, body.get("filter") or {}, txn)
         if body.get("sort"):
             found = sort_documents(found, body["sort"])
@@ -296,7 +320,7 @@ class SimService:
     def _aggregate(
         self, conn: ConnectionInfo, body: Document, seqs: Sequences, txn: Transaction | None
     ) -> Document:
-        namespace = _namespace(body, "aggregate")
+        namespace = namespace_of(body, "aggregate")
         stages = [_stage_of(stage) for stage in body.get("pipeline", [])]
         size = self._batch_size(body.get("cursor") or {})
         if stages and stages[0][0] == "$changeStream":
@@ -319,33 +343,28 @@ class SimService:
             raise CommandError(9, str(exc)) from None
         if any(name == "$changeStream" for name, _ in stages[1:]):
             raise CommandError(40602, "$changeStream is only valid as the first stage")
-        cursor = ChangeStreamCursor(namespace, conn.connection_id, position, stages[1:])
+        full = str(options.get("fullDocument", "default"))
+        if full not in ("default", "updateLookup", "whenAvailable"):
+            raise CommandError(2, f"fullDocument {full!r} is not simulated (no post-images)")
+        cursor = ChangeStreamCursor(namespace, conn.connection_id, position, stages[1:], full)
         cursor_id = self._new_cursor_id()
         self.cursors[cursor_id] = cursor
-        batch = cursor.batch(self.store.changes, size, _stage)
+        batch = cursor.batch(self.store.changes, size, _stage, self.store.get)
         return cursor.reply(cursor_id, batch, "firstBatch")
 
     def _list_collections(
         self, conn: ConnectionInfo, body: Document, seqs: Sequences, txn: Transaction | None
     ) -> Document:
-        database = str(body.get("$db", "test"))
-        names = sorted(
-            ns.partition(".")[2] for ns in self.store.namespaces() if ns.startswith(database + ".")
-        )
-        found: list[Document] = [
-            {"name": name, "type": "collection", "options": {}, "info": {"readOnly": False}}
-            for name in names
-        ]
+        found = catalog.list_collections(self.store, body)
         size = self._batch_size(body.get("cursor") or {})
-        return self._open_cursor(conn, f"{database}.$cmd.listCollections", found, size, False)
+        namespace = f"{body.get('$db', 'test')}.$cmd.listCollections"
+        return self._open_cursor(conn, namespace, found, size, False)
 
     def _list_indexes(
         self, conn: ConnectionInfo, body: Document, seqs: Sequences, txn: Transaction | None
     ) -> Document:
-        namespace = _namespace(body, "listIndexes")
-        if namespace not in self.store.namespaces():
-            raise CommandError(26, f"ns does not exist: {namespace}")
-        found: list[Document] = [{"v": 2, "key": {"_id": 1}, "name": "_id_"}]
+        namespace = namespace_of(body, "listIndexes")
+        found = catalog.list_indexes(self.store, namespace)
         size = self._batch_size(body.get("cursor") or {})
         return self._open_cursor(conn, namespace, found, size, False)
 
@@ -399,7 +418,7 @@ class SimService:
             )
         size = self._batch_size({"batchSize": body.get("batchSize") or 0})
         if isinstance(cursor, ChangeStreamCursor):  # (open until killed)
-            batch = cursor.batch(self.store.changes, size, _stage)
+            batch = cursor.batch(self.store.changes, size, _stage, self.store.get)
             return cursor.reply(cursor_id, batch, "nextBatch")
         batch = self._take(cursor.documents, cursor.position, size)
         cursor.position += len(batch)
@@ -425,11 +444,20 @@ class SimService:
     def _count(
         self, conn: ConnectionInfo, body: Document, seqs: Sequences, txn: Transaction | None
     ) -> Document:
-        namespace = _namespace(body, "count")
+        namespace = namespace_of(body, "count")
         found = self._visible(namespace, body.get("query") or {}, txn)
         found = found[int(body.get("skip", 0)) :]
         limit = abs(int(body.get("limit", 0)))
         return {"n": min(len(found), limit) if limit else len(found), "ok": 1.0}
+
+    def _distinct(
+        self, conn: ConnectionInfo, body: Document, seqs: Sequences, txn: Transaction | None
+    ) -> Document:
+        key = body.get("key")
+        if not isinstance(key, str) or not key:
+            raise CommandError(14, "BSON field 'distinct.key' must be a non-empty string")
+        found = self._visible(namespace_of(body, "distinct"), body.get("query") or {}, txn)
+        return {"values": catalog.distinct_values(found, key), "ok": 1.0}
 
     def _take(self, documents: list[Document], start: int, count: int) -> list[Document]:
         """Up to ``count`` documents from ``start`` (``count`` 0: as many as fit; -1: none),
@@ -543,13 +571,6 @@ def _stage(found: list[Document], name: str, arg: Any) -> list[Document]:
 def _outside(txn: Transaction | None, command: str) -> None:
     if txn is not None:
         raise CommandError(263, f"Cannot run '{command}' in a multi-document transaction.")
-
-
-def _namespace(body: Document, command: str) -> str:
-    collection = body[command]
-    if not isinstance(collection, str) or not collection:
-        raise CommandError(73, f"{command}: invalid collection name {collection!r}")
-    return f"{body.get('$db', 'test')}.{collection}"
 
 
 def _session_key(body: Document) -> bytes:

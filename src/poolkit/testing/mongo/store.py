@@ -7,6 +7,10 @@ its elements), ``$eq $ne $gt $gte $lt $lte $in $nin $exists``, and ``$and $or $n
 on fields (BSON's order of types, roughly); projections that include or exclude top-level
 fields. Anything else is a :class:`QueryError` (the server answers ``BadValue``).
 
+Besides documents, the store keeps each collection's catalog entry: its options (``create``'s),
+a UUID, and the indexes created on it beyond ``_id_`` (specs only: nothing is indexed, and a
+``unique`` index is not enforced). An insert creates the collection, ``drop`` removes it all.
+
 Rules of this module
 --------------------
 * One :class:`SimMongoStore` may be shared by servers running on different threads (several
@@ -15,23 +19,38 @@ Rules of this module
 * Documents go in and come out as copies (shallow: the simulator never mutates one).
 * A document is keyed by its ``_id`` (BSON-encoded): a second document with the same ``_id`` is
   a duplicate key error, reported per document, never raised.
+* Every change to documents is recorded in :attr:`SimMongoStore.changes` under the store's
+  lock (an ``update`` event with its ``updateDescription``, a ``replace`` with its new document).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import functools
 import re
 import threading
+import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import bson
+from bson.binary import Binary
 
 from .changes import ChangeLog
 
-__all__ = ["QueryError", "SimMongoStore", "WriteError", "matches", "project", "sort_documents"]
+__all__ = [
+    "MISSING",
+    "CollectionEntry",
+    "QueryError",
+    "SimMongoStore",
+    "WriteError",
+    "compare_values",
+    "matches",
+    "project",
+    "sort_documents",
+]
 
 MISSING: Any = object()
 
@@ -57,14 +76,32 @@ def _key(value: Any) -> bytes:
     return bytes(bson.encode({"_id": value}))
 
 
+@dataclasses.dataclass
+class CollectionEntry:
+    """A collection's catalog entry: ``create``'s options, its UUID, and its indexes beyond
+    ``_id_`` (each ``{v, key, name, ...options}``, in creation order)."""
+
+    options: dict[str, Any] = dataclasses.field(default_factory=dict)
+    uuid: Binary = dataclasses.field(default_factory=lambda: Binary.from_uuid(uuid.uuid4()))
+    indexes: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+
+
 class SimMongoStore:
     """Collections by namespace (``"db.coll"``), each a list of documents in insertion order."""
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
         self._collections: dict[str, dict[bytes, dict[str, Any]]] = {}
+        self._catalog: dict[str, CollectionEntry] = {}
         #: every change, in order: what change streams read (:mod:`.changes`)
         self.changes = ChangeLog()
+
+    def _collection(self, namespace: str) -> dict[bytes, dict[str, Any]]:
+        """``namespace``'s documents, the collection created if need be (lock held)."""
+        if namespace not in self._collections:
+            self._collections[namespace] = {}
+            self._catalog[namespace] = CollectionEntry()
+        return self._collections[namespace]
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
@@ -89,7 +126,7 @@ class SimMongoStore:
         inserted = 0
         errors: list[WriteError] = []
         with self._lock:
-            collection = self._collections.setdefault(namespace, {})
+            collection = self._collection(namespace)
             for index, document in enumerate(documents):
                 doc = dict(document)
                 if "_id" not in doc:
@@ -126,8 +163,70 @@ class SimMongoStore:
                 self.changes.record("delete", namespace, collection.pop(key)["_id"])
             return len(doomed)
 
+    def get(self, namespace: str, key: Any) -> dict[str, Any] | None:
+        """The document of ``namespace`` whose ``_id`` is ``key``, if any."""
+        with self._lock:
+            found = self._collections.get(namespace, {}).get(_key(key))
+            return None if found is None else dict(found)
+
+    def replace(
+        self,
+        namespace: str,
+        document: Mapping[str, Any],
+        description: Mapping[str, Any] | None = None,
+    ) -> bool:
+        """Put ``document`` in place of the one with its ``_id`` (False if there is none),
+        recorded as an ``update`` with ``description`` (its ``updateDescription``) or, without,
+        as a ``replace``."""
+        with self._lock:
+            collection = self._collections.get(namespace, {})
+            key = _key(document["_id"])
+            if key not in collection:
+                return False
+            collection[key] = dict(document)
+            if description is None:
+                self.changes.record("replace", namespace, document["_id"], dict(document))
+            else:
+                self.changes.record("update", namespace, document["_id"], None, description)
+            return True
+
+    def remove(self, namespace: str, key: Any) -> bool:
+        """Delete the document whose ``_id`` is ``key``: whether there was one."""
+        with self._lock:
+            found = self._collections.get(namespace, {}).pop(_key(key), None)
+            if found is not None:
+                self.changes.record("delete", namespace, key)
+            return found is not None
+
+    def entry(self, namespace: str) -> CollectionEntry | None:
+        """A copy of ``namespace``'s catalog entry (None: no such collection)."""
+        with self._lock:
+            entry = self._catalog.get(namespace)
+            if entry is None:
+                return None
+            return CollectionEntry(dict(entry.options), entry.uuid, list(entry.indexes))
+
+    def create(self, namespace: str, options: Mapping[str, Any]) -> bool:
+        """Create collection ``namespace`` with ``options``: False if it exists already."""
+        with self._lock:
+            if namespace in self._collections:
+                return False
+            self._collection(namespace)
+            self._catalog[namespace].options = dict(options)
+            return True
+
+    def set_indexes(self, namespace: str, indexes: Iterable[Mapping[str, Any]]) -> bool:
+        """Set ``namespace``'s indexes beyond ``_id_`` (the collection created if need be):
+        whether it was created."""
+        with self._lock:
+            created = namespace not in self._collections
+            self._collection(namespace)
+            self._catalog[namespace].indexes = [dict(i) for i in indexes]
+            return created
+
     def drop(self, namespace: str) -> bool:
         with self._lock:
+            self._catalog.pop(namespace, None)
             if self._collections.pop(namespace, None) is None:
                 return False
             self.changes.record("drop", namespace)
@@ -262,7 +361,9 @@ def _rank(value: Any) -> int:
     return 12
 
 
-def _order(a: Any, b: Any) -> int:
+def compare_values(a: Any, b: Any) -> int:
+    """-1, 0 or 1 as ``a`` sorts before, with or after ``b`` (BSON's order, roughly;
+    :data:`MISSING` as null)."""
     ra, rb = _rank(a), _rank(b)
     if ra != rb:
         return -1 if ra < rb else 1
@@ -286,7 +387,7 @@ def sort_documents(
 
     def compare(x: dict[str, Any], y: dict[str, Any]) -> int:
         for field, direction in sort.items():
-            order = _order(_lookup(x, field), _lookup(y, field))
+            order = compare_values(_lookup(x, field), _lookup(y, field))
             if order:
                 return int(order * direction)
         return 0
@@ -302,6 +403,8 @@ def project(document: dict[str, Any], projection: Mapping[str, Any] | None) -> d
     keep_id = bool(projection.get("_id", True))
     if len(set(values.values())) > 1:
         raise QueryError("a projection cannot both include and exclude fields")
+    if not values:  # (``_id`` alone)
+        return {k: v for k, v in document.items() if (k == "_id") == keep_id}
     if any(values.values()):  # (inclusion)
         return {k: v for k, v in document.items() if k in values or (k == "_id" and keep_id)}
     return {k: v for k, v in document.items() if k not in values and (k != "_id" or keep_id)}

@@ -3,11 +3,15 @@
 
 Rules of this module
 --------------------
-* A transaction's writes (inserts, deletes) are its own until it commits: a read in it sees the
-  store's documents with its writes applied in order, nothing else sees them. An abort drops
-  them. ``drop`` and ``dropDatabase`` are refused in a transaction (code 263), as by MongoDB.
+* A transaction's writes (inserts, deletes, and the documents updates and ``findAndModify``
+  changed, each as it was and as it became) are its own until it commits: a read in it sees
+  the store's documents with its writes applied in order, nothing else sees them. An abort
+  drops them. ``drop``, ``dropDatabase``, ``create``, ``createIndexes``, ``dropIndexes`` and
+  ``listDatabases`` are refused in a transaction (code 263; MongoDB 4.4+ would create a
+  collection, or an index on a new one, in one).
 * A commit applies them atomically under the store's lock, or not at all: an ``_id`` another
-  writer took meanwhile is error 112 WriteConflict (``TransientTransactionError``).
+  writer took meanwhile, or a document it updated that another writer changed or deleted
+  since, is error 112 WriteConflict (``TransientTransactionError``).
 * The cursors a transaction opened are killed when it commits or aborts, as MongoDB kills
   them: a ``getMore`` after is error 43 CursorNotFound.
 """
@@ -15,6 +19,7 @@ Rules of this module
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 import bson
@@ -45,22 +50,30 @@ class Transaction:
     number: int
     connection_id: int
     state: str = "in_progress"  # then "committed" or "aborted"
-    #: its writes, in order: ("insert", namespace, documents) or ("delete", namespace, (filter,
-    #: limit))
+    #: its writes, in order: ("insert", namespace, documents), ("delete", namespace, (filter,
+    #: limit)) or ("update", namespace, (before, after, updateDescription or None: a replace))
     writes: list[tuple[str, str, Any]] = dataclasses.field(default_factory=list)
     #: the ids of the cursors it opened
     cursors: set[int] = dataclasses.field(default_factory=set)
 
-    def view(self, store: SimMongoStore, namespace: str) -> list[Document]:
-        """The documents of ``namespace`` as this transaction sees them."""
+    def view(self, store: SimMongoStore, namespace: str, *, check: bool = False) -> list[Document]:
+        """The documents of ``namespace`` as this transaction sees them (``check``: WriteConflict
+        if a document it updated is not, in the store, as it was when it did)."""
         documents = store.documents(namespace)
         for kind, target, arg in self.writes:
             if target != namespace:
                 continue
             if kind == "insert":
                 documents.extend(arg)
-            else:
+            elif kind == "delete":
                 documents = _deleted(documents, *arg)[0]
+            else:
+                before, after, _ = arg
+                at = next((i for i, d in enumerate(documents) if _key(d) == _key(after)), None)
+                if check and (at is None or _encoded(documents[at]) != _encoded(before)):
+                    raise self._conflict("a document it updated was changed meanwhile")
+                if at is not None:
+                    documents[at] = dict(after)
         return documents
 
     def find(self, store: SimMongoStore, namespace: str, filter: Document) -> list[Document]:
@@ -86,6 +99,17 @@ class Transaction:
         self.writes.append(("insert", namespace, accepted))
         return len(accepted), errors
 
+    def replace(
+        self,
+        namespace: str,
+        before: Document,
+        after: Document,
+        description: Mapping[str, Any] | None,
+    ) -> None:
+        """Keep aside ``before`` becoming ``after`` (same ``_id``), an update with ``description``
+        (its ``updateDescription``) or, without, a replace."""
+        self.writes.append(("update", namespace, (dict(before), dict(after), description)))
+
     def delete(self, store: SimMongoStore, namespace: str, filter: Document, limit: int) -> int:
         doomed = _deleted(self.view(store, namespace), filter, limit)[1]
         self.writes.append(("delete", namespace, (filter, limit)))
@@ -95,19 +119,26 @@ class Transaction:
         """Apply its writes to ``store``, all or none (module rules)."""
         with store.locked():
             for namespace in {target for _, target, _ in self.writes}:
-                keys = [_key(d) for d in self.view(store, namespace)]
+                keys = [_key(d) for d in self.view(store, namespace, check=True)]
                 if len(keys) != len(set(keys)):  # (another writer took an _id it inserted)
-                    self.state = "aborted"
-                    raise CommandError(
-                        112, "WriteConflict: an _id was taken", ("TransientTransactionError",)
-                    )
+                    raise self._conflict("an _id was taken")
             for kind, namespace, arg in self.writes:
                 if kind == "insert":
                     store.insert(namespace, arg)
-                else:
+                elif kind == "delete":
                     store.delete(namespace, *arg)
+                else:
+                    store.replace(namespace, arg[1], arg[2])
         self.state = "committed"
         self.writes.clear()
+
+    def _conflict(self, why: str) -> CommandError:
+        self.state = "aborted"
+        return CommandError(112, f"WriteConflict: {why}", ("TransientTransactionError",))
+
+
+def _encoded(document: Document) -> bytes:
+    return bytes(bson.encode(document))
 
 
 def _deleted(documents: list[Document], filter: Document, limit: int) -> tuple[list[Document], int]:

@@ -24,6 +24,7 @@ from poolkit.mongodb import (
     OperationFailure,
     connect_sync,
 )
+from poolkit.mongodb.monitoring import CommandStartedEvent
 from poolkit.testing.mongo import SimMongoServer, SimMongoSettings
 
 
@@ -291,5 +292,35 @@ def test_a_services_entry_goes_when_its_last_connection_closes() -> None:
             assert pool.service_generation(first) is None  # no connection left: no entry
             assert pool.service_generation(second) == 0
             await pool.close()
+
+    run(main)
+
+
+def test_a_transactions_commit_and_abort_carry_its_recovery_token() -> None:
+    """Sharded Transactions (which the Load Balancer spec follows): the last recoveryToken a
+    transaction's replies carried goes with its commitTransaction and abortTransaction; a new
+    transaction starts without one."""
+
+    async def main() -> None:
+        commands = Recorder()
+        async with SimMongoServer(SimMongoSettings(services=2)) as server:
+            mongo = AsyncMongoPool(await lb_pool(server, commands=commands))
+            async with mongo.session() as session:
+                for end in ("commit", "abort"):
+                    await session.start_transaction()
+                    await session.command("test", {"insert": "t", "documents": [{"x": 1}]})
+                    if end == "commit":
+                        await session.commit_transaction()
+                    else:
+                        await session.abort_transaction()
+                await session.start_transaction()
+                await session.commit_transaction()  # (sent nothing: nothing to carry)
+            ends = [
+                e.command.get("recoveryToken")
+                for e in commands.of(CommandStartedEvent)
+                if e.command_name in ("commitTransaction", "abortTransaction")
+            ]
+            assert ends == [{"recoveryShardId": "shard0"}] * 2
+            await mongo.pool.close()
 
     run(main)

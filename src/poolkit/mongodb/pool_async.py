@@ -351,8 +351,9 @@ class AsyncSession:
         lease = self._lease
         try:
             if lease is None:
-                return await self._pool.command(db, command, sequences=sequences)
-            return await lease.connection.command(db, command, sequences=sequences)
+                reply = await self._pool.command(db, command, sequences=sequences)
+            else:
+                reply = await lease.connection.command(db, command, sequences=sequences)
         except MongoError as exc:
             self._state.label(exc, command)
             if lease is not None:
@@ -360,6 +361,8 @@ class AsyncSession:
                 if releases_pin(exc):
                     self._unpin(exc)
             raise
+        self._state.replied(command, reply)
+        return reply
 
     async def _enter(self) -> None:
         """Before an operation: pinned in a transaction; outside, any pin given back."""

@@ -336,8 +336,9 @@ class Session:
         lease = self._lease
         try:
             if lease is None:
-                return self._pool.command(db, command, sequences=sequences)
-            return lease.connection.command(db, command, sequences=sequences)
+                reply = self._pool.command(db, command, sequences=sequences)
+            else:
+                reply = lease.connection.command(db, command, sequences=sequences)
         except MongoError as exc:
             self._state.label(exc, command)
             if lease is not None:
@@ -345,6 +346,8 @@ class Session:
                 if releases_pin(exc):
                     self._unpin(exc)
             raise
+        self._state.replied(command, reply)
+        return reply
 
     def _enter(self) -> None:
         """Before an operation: pinned in a transaction; outside, any pin given back."""

@@ -137,6 +137,9 @@ class SessionState:
         self.txn_number = 0
         self.transaction = "none"
         self.ended = False
+        #: the last ``recoveryToken`` the transaction's replies carried (Sharded Transactions:
+        #: a mongos other than the one it ran on commits or aborts it with this)
+        self.recovery_token: Any = None
 
     @property
     def in_transaction(self) -> bool:
@@ -155,6 +158,7 @@ class SessionState:
             raise self._refuse("a transaction is already in progress on this session")
         self.txn_number += 1
         self.transaction = "starting"
+        self.recovery_token = None
 
     def fields(self) -> dict[str, Any]:
         """The fields of the session's next command (``startTransaction`` on the first of a
@@ -171,12 +175,21 @@ class SessionState:
         return fields
 
     def _end_command(self, name: str) -> dict[str, Any]:
-        return {
+        command = {
             name: 1,
             "lsid": self.lsid,
             "txnNumber": bson.int64.Int64(self.txn_number),
             "autocommit": False,
         }
+        if self.recovery_token is not None:
+            command["recoveryToken"] = self.recovery_token
+        return command
+
+    def replied(self, command: Mapping[str, Any], reply: Mapping[str, Any]) -> None:
+        """A reply to one of the session's commands: a transaction's ``recoveryToken`` is
+        kept, for its commit and abort."""
+        if "txnNumber" in command and "recoveryToken" in reply:
+            self.recovery_token = reply["recoveryToken"]
 
     def commit(self) -> dict[str, Any] | None:
         """The commit to send (again, after a commit: the same transaction); None for a

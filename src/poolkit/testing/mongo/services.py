@@ -172,7 +172,10 @@ class SimService:
                 "abortTransaction",
             ):
                 txn = self._transaction(conn, body)
-            return handler(conn, body, sequences, txn)
+            reply = handler(conn, body, sequences, txn)
+            if txn is not None:  # (as a mongos: where to recover the transaction from)
+                reply["recoveryToken"] = {"recoveryShardId": "shard0"}
+            return reply
         except CommandError as exc:
             return exc.document()
         except QueryError as exc:

@@ -32,13 +32,12 @@ import functools
 from collections.abc import Mapping
 from typing import Any
 
-import bson
 from bson.int64 import Int64
 
 from .faults import CommandError
 from .operators import bson_repr
 from .settings import SimMongoSettings
-from .store import MISSING, CollectionEntry, SimMongoStore, compare_values, matches
+from .store import MISSING, CollectionEntry, SimMongoStore, compare_values, encoded, matches
 from .transactions import Transaction
 
 __all__ = [
@@ -163,7 +162,7 @@ def _spec(spec: Any) -> Document:
 
 
 def _options(spec: Mapping[str, Any]) -> bytes:
-    return _encoded({k: spec[k] for k in sorted(spec) if k not in ("v", "name")})
+    return encoded({k: spec[k] for k in sorted(spec) if k not in ("v", "name")})
 
 
 def create_indexes(
@@ -184,9 +183,7 @@ def create_indexes(
         before = len(indexes)
         for spec in specs:
             same_name = next((i for i in indexes if i["name"] == spec["name"]), None)
-            same_key = next(
-                (i for i in indexes if _encoded(i["key"]) == _encoded(spec["key"])), None
-            )
+            same_key = next((i for i in indexes if encoded(i["key"]) == encoded(spec["key"])), None)
             if same_name is not None and _options(same_name) == _options(spec):
                 continue  # (exists)
             if same_name is not None:
@@ -253,7 +250,7 @@ def drop_indexes(
             if name == "_id_" or (isinstance(name, Mapping) and dict(name) == {"_id": 1}):
                 raise CommandError(72, "cannot drop _id index")
             if isinstance(name, Mapping):
-                doomed = [i for i in kept if _encoded(i["key"]) == _encoded(dict(name))]
+                doomed = [i for i in kept if encoded(i["key"]) == encoded(dict(name))]
                 missing = f"can't find index with key: {_shown(name)}"
             else:
                 doomed = [i for i in kept if i["name"] == name]
@@ -282,7 +279,7 @@ def list_databases(
         for namespace in store.namespaces():
             entry = store.entry(namespace)
             indexes = 1 + (len(entry.indexes) if entry is not None else 0)
-            data = sum(len(_encoded(d)) for d in store.documents(namespace))
+            data = sum(len(encoded(d)) for d in store.documents(namespace))
             database = namespace.partition(".")[0]
             sizes[database] = sizes.get(database, 0) + data + 4096 * (1 + indexes)
     name_only = bool(body.get("nameOnly"))
@@ -337,10 +334,6 @@ def _equivalent(a: Any, b: Any) -> bool:
     if isinstance(a, list) and isinstance(b, list):
         return len(a) == len(b) and all(map(_equivalent, a, b))
     return compare_values(a, b) == 0
-
-
-def _encoded(document: Mapping[str, Any]) -> bytes:
-    return bytes(bson.encode(dict(document)))
 
 
 def _shown(document: Mapping[str, Any]) -> str:

@@ -72,8 +72,14 @@ class WriteError(ValueError):
         return {"index": self.index, "code": self.code, "errmsg": self.errmsg}
 
 
-def _key(value: Any) -> bytes:
-    return bytes(bson.encode({"_id": value}))
+def encoded(document: Mapping[str, Any]) -> bytes:
+    """``document`` as BSON: equal documents (same fields, order and types) encode alike."""
+    return bytes(bson.encode(document))
+
+
+def id_key(value: Any) -> bytes:
+    """The key a document with ``_id`` ``value`` is stored under."""
+    return encoded({"_id": value})
 
 
 @dataclasses.dataclass
@@ -131,7 +137,7 @@ class SimMongoStore:
                 doc = dict(document)
                 if "_id" not in doc:
                     doc = {"_id": bson.ObjectId(), **doc}
-                key = _key(doc["_id"])
+                key = id_key(doc["_id"])
                 if key in collection:
                     errors.append(WriteError(index, 11000, _duplicate(namespace, doc["_id"])))
                     if ordered:
@@ -166,7 +172,7 @@ class SimMongoStore:
     def get(self, namespace: str, key: Any) -> dict[str, Any] | None:
         """The document of ``namespace`` whose ``_id`` is ``key``, if any."""
         with self._lock:
-            found = self._collections.get(namespace, {}).get(_key(key))
+            found = self._collections.get(namespace, {}).get(id_key(key))
             return None if found is None else dict(found)
 
     def replace(
@@ -180,7 +186,7 @@ class SimMongoStore:
         as a ``replace``."""
         with self._lock:
             collection = self._collections.get(namespace, {})
-            key = _key(document["_id"])
+            key = id_key(document["_id"])
             if key not in collection:
                 return False
             collection[key] = dict(document)
@@ -193,7 +199,7 @@ class SimMongoStore:
     def remove(self, namespace: str, key: Any) -> bool:
         """Delete the document whose ``_id`` is ``key``: whether there was one."""
         with self._lock:
-            found = self._collections.get(namespace, {}).pop(_key(key), None)
+            found = self._collections.get(namespace, {}).pop(id_key(key), None)
             if found is not None:
                 self.changes.record("delete", namespace, key)
             return found is not None
@@ -368,7 +374,7 @@ def compare_values(a: Any, b: Any) -> int:
     if ra != rb:
         return -1 if ra < rb else 1
     if ra in (4, 5, 12):  # (objects, arrays: by their encoding, near enough for tests)
-        a, b = _key(a), _key(b)
+        a, b = id_key(a), id_key(b)
     elif ra == 1:
         return 0
     try:

@@ -22,11 +22,10 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-import bson
 from bson.objectid import ObjectId
 
 from .faults import CommandError
-from .store import SimMongoStore, WriteError, matches
+from .store import SimMongoStore, WriteError, encoded, id_key, matches
 
 __all__ = ["Transaction", "no_such_transaction"]
 
@@ -39,10 +38,6 @@ def no_such_transaction(number: int) -> CommandError:
         f"Given transaction number {number} does not match any in-progress transactions",
         ("TransientTransactionError",),
     )
-
-
-def _key(document: Document) -> bytes:
-    return bytes(bson.encode({"_id": document["_id"]}))
 
 
 @dataclasses.dataclass(eq=False)
@@ -69,8 +64,15 @@ class Transaction:
                 documents = _deleted(documents, *arg)[0]
             else:
                 before, after, _ = arg
-                at = next((i for i, d in enumerate(documents) if _key(d) == _key(after)), None)
-                if check and (at is None or _encoded(documents[at]) != _encoded(before)):
+                at = next(
+                    (
+                        i
+                        for i, d in enumerate(documents)
+                        if id_key(d["_id"]) == id_key(after["_id"])
+                    ),
+                    None,
+                )
+                if check and (at is None or encoded(documents[at]) != encoded(before)):
                     raise self._conflict("a document it updated was changed meanwhile")
                 if at is not None:
                     documents[at] = dict(after)
@@ -82,12 +84,12 @@ class Transaction:
     def insert(
         self, store: SimMongoStore, namespace: str, documents: list[Document], ordered: bool
     ) -> tuple[int, list[WriteError]]:
-        seen = {_key(d) for d in self.view(store, namespace)}
+        seen = {id_key(d["_id"]) for d in self.view(store, namespace)}
         accepted: list[Document] = []
         errors: list[WriteError] = []
         for index, document in enumerate(documents):
             doc = document if "_id" in document else {"_id": ObjectId(), **document}
-            key = _key(doc)
+            key = id_key(doc["_id"])
             if key in seen:
                 errors.append(WriteError(index, 11000, f"E11000 duplicate key: {doc['_id']!r}"))
                 self.state = "aborted"  # (a write error ends a transaction)
@@ -119,7 +121,7 @@ class Transaction:
         """Apply its writes to ``store``, all or none (module rules)."""
         with store.locked():
             for namespace in {target for _, target, _ in self.writes}:
-                keys = [_key(d) for d in self.view(store, namespace, check=True)]
+                keys = [id_key(d["_id"]) for d in self.view(store, namespace, check=True)]
                 if len(keys) != len(set(keys)):  # (another writer took an _id it inserted)
                     raise self._conflict("an _id was taken")
             for kind, namespace, arg in self.writes:
@@ -135,10 +137,6 @@ class Transaction:
     def _conflict(self, why: str) -> CommandError:
         self.state = "aborted"
         return CommandError(112, f"WriteConflict: {why}", ("TransientTransactionError",))
-
-
-def _encoded(document: Document) -> bytes:
-    return bytes(bson.encode(document))
 
 
 def _deleted(documents: list[Document], filter: Document, limit: int) -> tuple[list[Document], int]:

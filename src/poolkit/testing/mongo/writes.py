@@ -30,12 +30,10 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-import bson
-
 from .catalog import namespace_of
 from .faults import CommandError
 from .settings import SimMongoSettings
-from .store import QueryError, SimMongoStore, WriteError, project, sort_documents
+from .store import QueryError, SimMongoStore, WriteError, encoded, project, sort_documents
 from .transactions import Transaction
 from .updates import Update, UpdateError, apply, describe, parse, upsert_document
 
@@ -151,14 +149,10 @@ def _update_one_statement(target: _Target, statement: Mapping[str, Any]) -> _Out
     changes = [(before, apply(update, before)) for before in found]  # (all or none)
     outcome = _Outcome(matched=len(found), before=changes[0][0], after=changes[0][1])
     for before, after in changes:
-        if _encoded(before) != _encoded(after):
+        if encoded(before) != encoded(after):
             target.replace(before, after, update)
             outcome.modified += 1
     return outcome
-
-
-def _encoded(document: Document) -> bytes:
-    return bytes(bson.encode(document))
 
 
 def update(

@@ -37,6 +37,7 @@ from typing import Any
 
 import bson
 from bson.binary import Binary
+from bson.objectid import ObjectId
 
 from .changes import ChangeLog
 
@@ -46,6 +47,7 @@ __all__ = [
     "QueryError",
     "SimMongoStore",
     "WriteError",
+    "bson_repr",
     "compare_values",
     "matches",
     "project",
@@ -249,6 +251,27 @@ def _duplicate(namespace: str, value: Any) -> str:
         f"E11000 duplicate key error collection: {namespace} index: _id_ dup key: "
         f"{{ _id: {value!r} }}"
     )
+
+
+def bson_repr(value: Any) -> str:
+    """``value`` as MongoDB's messages show it (``{a: [ 1, "x" ]}``)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return '"' + value.replace('"', '\\"') + '"'
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{k}: {bson_repr(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[ " + ", ".join(bson_repr(v) for v in value) + " ]" if value else "[]"
+    if isinstance(value, ObjectId):
+        return f"ObjectId('{value}')"
+    if isinstance(value, Binary) and value.subtype == 4:
+        return f'UUID("{value.as_uuid()}")'
+    if isinstance(value, datetime.datetime):
+        return f"new Date({int(value.timestamp() * 1000)})"
+    return str(value)
 
 
 # ---------------------------------------------------------------------- queries

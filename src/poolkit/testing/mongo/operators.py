@@ -58,13 +58,22 @@ _CREATING = frozenset(
 
 class UpdateError(ValueError):
     """An update's failure: MongoDB's ``code`` and ``errmsg``; ``execution``: found applying it
-    to a document (not parsing it)."""
+    to a document (not parsing it); ``details``: fields the error carries besides (a duplicate
+    key's ``keyPattern`` and ``keyValue``)."""
 
-    def __init__(self, code: int, errmsg: str, *, execution: bool = False) -> None:
+    def __init__(
+        self,
+        code: int,
+        errmsg: str,
+        *,
+        execution: bool = False,
+        details: Mapping[str, Any] | None = None,
+    ) -> None:
         super().__init__(errmsg)
         self.code = code
         self.errmsg = errmsg
         self.execution = execution
+        self.details = dict(details or {})
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,13 +1,14 @@
 """The simulated load balancer's unique indexes, driven by pymongo: ``create_index(unique=True)``
 enforced on inserts (ordered and not), updates, replacements, upserts, ``find_one_and_update``
 and bulk writes, with MongoDB's duplicate key errors (code 11000, its message, ``keyPattern``
-and ``keyValue``); compound, sparse, partial and multikey indexes. And the key extraction of
+and ``keyValue``); compound, sparse, partial and multikey indexes; transactions (failing at
+once, WriteConflict at commit). And the key extraction of
 :mod:`poolkit.testing.mongo.indexes` itself, with hypothesis.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pymongo
@@ -19,7 +20,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from mongo_services import SELECTION_MS, Sim, sim_mongo
 from pymongo import InsertOne, ReplaceOne, UpdateOne
-from pymongo.errors import BulkWriteError, DuplicateKeyError
+from pymongo.errors import BulkWriteError, DuplicateKeyError, OperationFailure
 
 from poolkit.testing.mongo.indexes import UNDEFINED, Duplicate, UniqueKeys, index_keys
 from poolkit.testing.mongo.store import SimMongoStore, matches
@@ -280,6 +281,118 @@ def test_a_path_through_an_array_of_documents(items: Collection) -> None:
     with pytest.raises(DuplicateKeyError) as caught:
         items.insert_one({"a": 5})  # (no document to reach into: null too)
     assert_duplicate(caught.value, "a.b_1", "a.b: null", {"a.b": 1}, {"a.b": None})
+
+
+# ---------------------------------------------------------------------- transactions
+
+
+def test_a_transactions_duplicate_fails_at_once(mongo: Client, items: Collection) -> None:
+    items.create_index("x", unique=True)
+    items.insert_one({"_id": 1, "x": 1})
+    with mongo.start_session() as session:
+        session.start_transaction()
+        items.insert_one({"_id": 2, "x": 2}, session=session)
+        with pytest.raises(DuplicateKeyError) as caught:
+            items.insert_one({"x": 2}, session=session)  # (against its own write)
+        assert_duplicate(caught.value, "x_1", "x: 2", {"x": 1}, {"x": 2})
+        with pytest.raises(OperationFailure) as aborted:
+            session.commit_transaction()
+        assert aborted.value.code == 251  # NoSuchTransaction: the write error aborted it
+    assert values(items) == [1]
+
+
+@pytest.mark.parametrize("how", ["insert", "update", "replace", "upsert", "find_one_and_update"])
+def test_each_write_in_a_transaction_checks_what_it_sees(
+    mongo: Client, items: Collection, how: str
+) -> None:
+    items.create_index("x", unique=True)
+    items.insert_many([{"_id": 1, "x": 1}, {"_id": 2, "x": 2}])
+    with mongo.start_session() as session:
+        session.start_transaction()
+        items.delete_one({"_id": 1}, session=session)  # (x: 1 is free, for it)
+        items.insert_one({"_id": 3, "x": 1}, session=session)
+        writes: dict[str, Callable[[], object]] = {
+            "insert": lambda: items.insert_one({"x": 2}, session=session),
+            "update": lambda: items.update_one({"_id": 3}, {"$set": {"x": 2}}, session=session),
+            "replace": lambda: items.replace_one({"_id": 3}, {"x": 2}, session=session),
+            "upsert": lambda: items.update_one(
+                {"_id": 9}, {"$set": {"x": 1}}, upsert=True, session=session
+            ),
+            "find_one_and_update": lambda: items.find_one_and_update(
+                {"_id": 2}, {"$set": {"x": 1}}, session=session
+            ),
+        }
+        with pytest.raises(DuplicateKeyError):
+            writes[how]()
+        with pytest.raises(OperationFailure):
+            session.commit_transaction()
+    assert values(items) == [1, 2]  # (none of it)
+
+
+def test_a_transaction_sees_keys_it_freed(mongo: Client, items: Collection) -> None:
+    items.create_index("x", unique=True)
+    items.insert_many([{"_id": 1, "x": 1}, {"_id": 2, "x": 2}])
+    with mongo.start_session() as session, session.start_transaction():
+        items.update_one({"_id": 1}, {"$set": {"x": 10}}, session=session)
+        items.update_one({"_id": 2}, {"$set": {"x": 1}}, session=session)
+        items.insert_one({"_id": 3, "x": 2}, session=session)
+    assert [d["x"] for d in items.find({}, sort=[("_id", 1)])] == [10, 1, 2]
+
+
+def test_a_key_another_writer_took_is_a_write_conflict_at_commit(
+    mongo: Client, items: Collection
+) -> None:
+    items.create_index("x", unique=True)
+    items.insert_one({"_id": 1, "x": 1, "n": 0})
+    with mongo.start_session() as session:
+        session.start_transaction()
+        items.update_one({"_id": 1}, {"$inc": {"n": 1}}, session=session)
+        items.insert_one({"_id": 2, "x": 7}, session=session)
+        items.insert_one({"_id": 3, "x": 7})  # (another writer: the transaction's is unseen)
+        with pytest.raises(OperationFailure) as caught:
+            session.commit_transaction()
+        assert caught.value.code == 112  # WriteConflict
+        assert caught.value.has_error_label("TransientTransactionError")
+    assert list(items.find({}, sort=[("_id", 1)])) == [  # (all or none: none)
+        {"_id": 1, "x": 1, "n": 0},
+        {"_id": 3, "x": 7},
+    ]
+
+
+def test_a_key_it_wrote_then_changed_still_conflicts(mongo: Client, items: Collection) -> None:
+    items.create_index("x", unique=True)
+    with mongo.start_session() as session:
+        session.start_transaction()
+        items.insert_one({"_id": 1, "x": 7}, session=session)
+        items.update_one({"_id": 1}, {"$set": {"x": 8}}, session=session)
+        items.insert_one({"_id": 2, "x": 7})  # (another writer)
+        with pytest.raises(OperationFailure) as caught:
+            session.commit_transaction()
+        assert caught.value.code == 112
+    assert values(items) == [7]
+
+
+def test_an_index_built_meanwhile_is_enforced_at_commit(mongo: Client, items: Collection) -> None:
+    with mongo.start_session() as session:
+        session.start_transaction()
+        items.insert_many([{"x": 1}, {"x": 1}], session=session)
+        items.create_index("x", unique=True)  # (the store has no document: built)
+        with pytest.raises(OperationFailure) as caught:
+            session.commit_transaction()
+        assert caught.value.code == 112
+    assert items.count_documents({}) == 0
+
+
+def test_a_commit_that_keeps_keys_unique_applies_all(mongo: Client, items: Collection) -> None:
+    items.create_index("x", unique=True)
+    items.insert_one({"_id": 1, "x": 1})
+    with mongo.start_session() as session:
+        session.start_transaction()
+        items.delete_one({"_id": 1}, session=session)
+        items.insert_one({"_id": 2, "x": 1}, session=session)
+        items.insert_one({"_id": 3, "x": 3})  # (another writer, another key)
+        session.commit_transaction()
+    assert values(items) == [1, 3]
 
 
 # ---------------------------------------------------------------------- the keys themselves

@@ -78,7 +78,7 @@ class _Target:
             if self.txn is None:
                 self.store.replace(self.namespace, after, description)
             else:
-                self.txn.replace(self.namespace, before, after, description)
+                self.txn.replace(self.store, self.namespace, before, after, description)
         except WriteError as exc:
             raise _failed(exc) from None
 

@@ -1,8 +1,9 @@
 """The simulated load balancer's unique indexes, driven by pymongo: ``create_index(unique=True)``
 enforced on inserts (ordered and not), updates, replacements, upserts, ``find_one_and_update``
 and bulk writes, with MongoDB's duplicate key errors (code 11000, its message, ``keyPattern``
-and ``keyValue``); compound, sparse, partial and multikey indexes; transactions (failing at
-once, WriteConflict at commit). And the key extraction of
+and ``keyValue``); compound, sparse, partial and multikey indexes; an index build failing on
+documents that already share a key; ``drop_index`` lifting the constraint; transactions
+(failing at once, WriteConflict at commit). And the key extraction of
 :mod:`poolkit.testing.mongo.indexes` itself, with hypothesis.
 """
 
@@ -281,6 +282,85 @@ def test_a_path_through_an_array_of_documents(items: Collection) -> None:
     with pytest.raises(DuplicateKeyError) as caught:
         items.insert_one({"a": 5})  # (no document to reach into: null too)
     assert_duplicate(caught.value, "a.b_1", "a.b: null", {"a.b": 1}, {"a.b": None})
+
+
+# ---------------------------------------------------------------------- the catalog
+
+
+def test_create_index_fails_on_documents_sharing_a_key(mongo: Client, items: Collection) -> None:
+    items.insert_many([{"x": 1, "y": 1}, {"x": 2}, {"x": 1, "y": 2}, {"x": 3}])
+    with pytest.raises(DuplicateKeyError) as caught:
+        items.create_index("x", unique=True)
+    error = caught.value
+    assert error.details is not None
+    errmsg = str(error.details["errmsg"])
+    assert errmsg.startswith("Index build failed: ")
+    assert ": Collection db.items ( " in errmsg
+    assert errmsg.endswith(" ) :: caused by :: " + dup_message("x_1", "x: 1"))
+    assert error.details["codeName"] == "DuplicateKey"
+    assert (error.details["keyPattern"], error.details["keyValue"]) == ({"x": 1}, {"x": 1})
+    with pytest.raises(DuplicateKeyError):  # (y: two documents miss it)
+        items.create_index("y", unique=True)
+    with pytest.raises(DuplicateKeyError):  # (one createIndexes: none of its indexes built)
+        mongo.db.command(
+            {
+                "createIndexes": "items",
+                "indexes": [
+                    {"key": {"z": 1}, "name": "z_1"},
+                    {"key": {"x": 1}, "name": "x_1", "unique": True},
+                ],
+            }
+        )
+    assert [i["name"] for i in items.list_indexes()] == ["_id_"]
+    items.create_index("y", unique=True, sparse=True)  # (those missing y: not indexed)
+    items.create_index("x", unique=True, partialFilterExpression={"y": {"$gt": 1}})
+    with pytest.raises(DuplicateKeyError) as caught:
+        items.insert_one({"x": 1, "y": 3})
+    assert caught.value.details is not None
+    assert caught.value.details["keyPattern"] == {"x": 1}
+
+
+def test_drop_index_lifts_the_constraint(items: Collection) -> None:
+    items.create_index("x", unique=True)
+    items.insert_one({"x": 1})
+    with pytest.raises(DuplicateKeyError):
+        items.insert_one({"x": 1})
+    items.drop_index("x_1")
+    items.insert_one({"x": 1})
+    assert items.count_documents({"x": 1}) == 2
+    with pytest.raises(DuplicateKeyError):
+        items.create_index("x", unique=True)
+    items.create_index("x")  # (not unique: built, not enforced)
+    items.insert_one({"x": 1})
+    items.create_index("z", unique=True, sparse=True)
+    with pytest.raises(BulkWriteError):
+        items.insert_many([{"z": 1}, {"z": 1}])
+    items.drop_indexes()
+    items.insert_many([{"z": 1}, {"z": 1}])
+
+
+@pytest.mark.parametrize(
+    ("options", "code"),
+    [
+        ({"unique": True, "sparse": True, "partialFilterExpression": {"a": 1}}, 67),
+        ({"partialFilterExpression": "a"}, 14),
+        ({"partialFilterExpression": {"a": {"$where": 1}}}, 2),
+        ({"unique": True, "collation": {"locale": "fr"}}, 2),
+    ],
+)
+def test_index_options_refused(mongo: Client, options: dict[str, Any], code: int) -> None:
+    with pytest.raises(OperationFailure) as caught:
+        mongo.db.command(
+            {"createIndexes": "items", "indexes": [{"key": {"a": 1}, "name": "a_1", **options}]}
+        )
+    assert caught.value.code == code
+
+
+@pytest.mark.parametrize(("kind", "code"), [("hashed", 67), ("text", 2), ("2dsphere", 2)])
+def test_unique_special_kinds_are_refused(items: Collection, kind: str, code: int) -> None:
+    with pytest.raises(OperationFailure) as caught:
+        items.create_index([("a", kind)], unique=True)
+    assert caught.value.code == code
 
 
 # ---------------------------------------------------------------------- transactions

@@ -9,8 +9,12 @@
 * ``createIndexes``: the specs are recorded per collection (the collection created if need
   be), as mongod answers (``numIndexesBefore``/``After``, ``createdCollectionAutomatically``,
   ``note`` when all existed; a mongos would nest that under ``raw`` by shard). Nothing is
-  indexed: a ``unique`` index is not enforced. A name taken by another key is error 86
-  IndexKeySpecsConflict, a key indexed under another name error 85 IndexOptionsConflict.
+  indexed, but a ``unique`` index is enforced by the store (:mod:`.indexes`): building one on
+  documents that already share a key fails, error 11000 DuplicateKey ("Index build failed:
+  ..."), and no index of the command is created; ``dropIndexes`` lifts it. A name taken by
+  another key is error 86 IndexKeySpecsConflict, a key indexed under another name error 85
+  IndexOptionsConflict; ``sparse`` with ``partialFilterExpression`` error 67; a unique hashed
+  index error 67, a unique text or geo index, or one with a collation, is not simulated (2).
 * ``listDatabases``: as a mongos lists them: the databases holding collections, and ``admin``
   and ``config`` (the config servers'), each with ``sizeOnDisk`` (simulated: the documents'
   BSON size plus 4 KiB a collection and an index), ``empty`` (false), ``shards``;
@@ -29,15 +33,26 @@ Rules of this module
 from __future__ import annotations
 
 import functools
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
 from bson.int64 import Int64
 
 from .faults import CommandError
+from .indexes import UniqueKeys
 from .operators import bson_repr
 from .settings import SimMongoSettings
-from .store import MISSING, CollectionEntry, SimMongoStore, compare_values, encoded, matches
+from .store import (
+    MISSING,
+    CollectionEntry,
+    QueryError,
+    SimMongoStore,
+    compare_values,
+    duplicate_message,
+    encoded,
+    matches,
+)
 from .transactions import Transaction
 
 __all__ = [
@@ -158,7 +173,50 @@ def _spec(spec: Any) -> Document:
                 67, f"Values in v:2 index key pattern cannot be of type {type(value).__name__}"
             )
     options = {k: v for k, v in spec.items() if k not in ("v", "key", "name", "background")}
+    _check_options(key, options)
     return {"v": 2, "key": dict(key), "name": name, **options}
+
+
+def _check_options(key: Mapping[str, Any], options: Mapping[str, Any]) -> None:
+    """Refuse what MongoDB refuses of a unique, sparse or partial index, and what of one the
+    simulator does not enforce (module doc)."""
+    partial = options.get("partialFilterExpression")
+    if partial is not None:
+        if not isinstance(partial, Mapping):
+            raise CommandError(14, "The field 'partialFilterExpression' must be an object")
+        if options.get("sparse"):
+            raise CommandError(67, "cannot mix 'partialFilterExpression' and 'sparse' options")
+        try:
+            matches({}, partial)
+        except QueryError as exc:
+            raise CommandError(2, f"partialFilterExpression: {exc}") from None
+    if not options.get("unique"):
+        return
+    if "hashed" in key.values():
+        raise CommandError(
+            67, "Currently hashed indexes cannot guarantee uniqueness. Use a regular index."
+        )
+    if any(isinstance(v, str) for v in key.values()):
+        raise CommandError(2, "a unique text or geo index is not simulated")
+    collation = options.get("collation")
+    if isinstance(collation, Mapping) and collation.get("locale", "simple") != "simple":
+        raise CommandError(2, "a unique index with a collation is not simulated")
+
+
+def _check_build(store: SimMongoStore, namespace: str, spec: Document) -> None:
+    """Error 11000 if the documents of ``namespace`` share a key of ``spec``, if unique."""
+    if not spec.get("unique"):
+        return
+    duplicate = UniqueKeys([spec], matches).first_duplicate(store.documents(namespace))
+    entry = store.entry(namespace)
+    if duplicate is None or entry is None:
+        return
+    raise CommandError(
+        11000,
+        f"Index build failed: {uuid.uuid4()}: Collection {namespace} ( {entry.uuid.as_uuid()} ) "
+        f":: caused by :: {duplicate_message(namespace, duplicate)}",
+        details=duplicate.details(),
+    )
 
 
 def _options(spec: Mapping[str, Any]) -> bytes:
@@ -210,6 +268,7 @@ def create_indexes(
                     "An equivalent index already exists with a different name and options. "
                     f"Requested index: {_shown(spec)}, existing index: {_shown(same_key)}",
                 )
+            _check_build(store, namespace, spec)
             indexes.append(spec)
         created = False
         if len(indexes) > before or store.entry(namespace) is None:

@@ -124,11 +124,16 @@ def error_labels(command: str, body: Mapping[str, Any], code: int) -> list[str]:
 
 
 def error_document(
-    code: int, errmsg: str | None = None, labels: Sequence[str] = ()
+    code: int,
+    errmsg: str | None = None,
+    labels: Sequence[str] = (),
+    details: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """A command's error reply: ``{ok: 0, errmsg, code, codeName[, errorLabels]}``."""
+    """A command's error reply: ``{ok: 0, errmsg, code, codeName[, details...][,
+    errorLabels]}`` (``details``: fields of the error, as a duplicate key's ``keyPattern``)."""
     name = CODE_NAMES.get(code, f"Location{code}")
     reply: dict[str, Any] = {"ok": 0.0, "errmsg": errmsg or name, "code": code, "codeName": name}
+    reply.update(details or {})
     if labels:
         reply["errorLabels"] = list(labels)
     return reply
@@ -137,14 +142,21 @@ def error_document(
 class CommandError(Exception):
     """A command's failure, answered as ``{ok: 0, code, errmsg, ...}``."""
 
-    def __init__(self, code: int, errmsg: str, labels: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        code: int,
+        errmsg: str,
+        labels: tuple[str, ...] = (),
+        details: Mapping[str, Any] | None = None,
+    ) -> None:
         super().__init__(errmsg)
         self.code = code
         self.errmsg = errmsg
         self.labels = labels
+        self.details = dict(details or {})
 
     def document(self) -> dict[str, Any]:
-        return error_document(self.code, self.errmsg, self.labels)
+        return error_document(self.code, self.errmsg, self.labels, self.details)
 
 
 @dataclasses.dataclass(eq=False)

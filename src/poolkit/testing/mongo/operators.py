@@ -27,12 +27,11 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import bson
-from bson.binary import Binary
 from bson.decimal128 import Decimal128
 from bson.int64 import Int64
 from bson.objectid import ObjectId
 
-from .store import MISSING, compare_values, matches
+from .store import MISSING, bson_repr, compare_values, matches
 
 __all__ = [
     "ARRAY_OPERATORS",
@@ -59,13 +58,22 @@ _CREATING = frozenset(
 
 class UpdateError(ValueError):
     """An update's failure: MongoDB's ``code`` and ``errmsg``; ``execution``: found applying it
-    to a document (not parsing it)."""
+    to a document (not parsing it); ``details``: fields the error carries besides (a duplicate
+    key's ``keyPattern`` and ``keyValue``)."""
 
-    def __init__(self, code: int, errmsg: str, *, execution: bool = False) -> None:
+    def __init__(
+        self,
+        code: int,
+        errmsg: str,
+        *,
+        execution: bool = False,
+        details: Mapping[str, Any] | None = None,
+    ) -> None:
         super().__init__(errmsg)
         self.code = code
         self.errmsg = errmsg
         self.execution = execution
+        self.details = dict(details or {})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,27 +110,6 @@ def type_name(value: Any) -> str:
         if isinstance(value, kind):
             return "long" if name == "int" and value not in _INT32 else name
     return type(value).__name__
-
-
-def bson_repr(value: Any) -> str:
-    """``value`` as MongoDB's messages show it (``{a: [ 1, "x" ]}``)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return '"' + value.replace('"', '\\"') + '"'
-    if isinstance(value, Mapping):
-        return "{" + ", ".join(f"{k}: {bson_repr(v)}" for k, v in value.items()) + "}"
-    if isinstance(value, list):
-        return "[ " + ", ".join(bson_repr(v) for v in value) + " ]" if value else "[]"
-    if isinstance(value, ObjectId):
-        return f"ObjectId('{value}')"
-    if isinstance(value, Binary) and value.subtype == 4:
-        return f'UUID("{value.as_uuid()}")'
-    if isinstance(value, datetime.datetime):
-        return f"new Date({int(value.timestamp() * 1000)})"
-    return str(value)
 
 
 def numeric(value: Any) -> bool:

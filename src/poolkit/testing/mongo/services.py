@@ -17,7 +17,7 @@ Rules of this module
   cursors and transactions are the service's own: a ``getMore`` of another service's cursor
   is error 43 CursorNotFound, a transaction's command on another service error 251
   NoSuchTransaction, as behind a real load balancer.
-* A transaction's writes are kept aside and applied at ``commitTransaction`` (an ``_id``
+* A transaction's writes are kept aside and applied at ``commitTransaction`` (a key it wrote
   taken, or a document it updated changed, meanwhile is error 112 WriteConflict); a read in it
   sees them, nothing else does. The catalog's commands are refused in one (error 263).
 * :meth:`SimService.execute` never raises for a bad command: it answers with an error document.

@@ -8,8 +8,9 @@ on fields (BSON's order of types, roughly); projections that include or exclude 
 fields. Anything else is a :class:`QueryError` (the server answers ``BadValue``).
 
 Besides documents, the store keeps each collection's catalog entry: its options (``create``'s),
-a UUID, and the indexes created on it beyond ``_id_`` (specs only: nothing is indexed, and a
-``unique`` index is not enforced). An insert creates the collection, ``drop`` removes it all.
+a UUID, and the indexes created on it beyond ``_id_`` (specs: nothing is indexed, but a
+``unique`` index is enforced, its keys :mod:`.indexes`'). An insert creates the collection,
+``drop`` removes it all.
 
 Rules of this module
 --------------------
@@ -17,8 +18,10 @@ Rules of this module
   standalone servers behind HAProxy): every public method takes the store's lock, and
   :meth:`SimMongoStore.locked` holds it across several calls (a commit's check-then-insert).
 * Documents go in and come out as copies (shallow: the simulator never mutates one).
-* A document is keyed by its ``_id`` (BSON-encoded): a second document with the same ``_id`` is
-  a duplicate key error, reported per document, never raised.
+* A document is keyed by its ``_id`` (BSON-encoded): a second document with the same ``_id``,
+  or one that would give a unique index a key another document holds, is a duplicate key error
+  (11000, worded as MongoDB's, with its ``keyPattern`` and ``keyValue``): an insert reports it
+  per document, never raises; a replace, of one document, raises it. Nothing is written then.
 * Every change to documents is recorded in :attr:`SimMongoStore.changes` under the store's
   lock (an ``update`` event with its ``updateDescription``, a ``replace`` with its new document).
 """
@@ -37,8 +40,10 @@ from typing import Any
 
 import bson
 from bson.binary import Binary
+from bson.objectid import ObjectId
 
 from .changes import ChangeLog
+from .indexes import Duplicate, UniqueKeys
 
 __all__ = [
     "MISSING",
@@ -46,7 +51,11 @@ __all__ = [
     "QueryError",
     "SimMongoStore",
     "WriteError",
+    "bson_repr",
     "compare_values",
+    "duplicate_error",
+    "duplicate_message",
+    "id_duplicate",
     "matches",
     "project",
     "sort_documents",
@@ -60,16 +69,40 @@ class QueryError(ValueError):
 
 
 class WriteError(ValueError):
-    """One document that could not be written (``code`` 11000: a duplicate ``_id``)."""
+    """One document that could not be written (``code`` 11000: a duplicate key; ``details``:
+    the fields MongoDB adds to the write error, a duplicate key's ``keyPattern`` and
+    ``keyValue``)."""
 
-    def __init__(self, index: int, code: int, errmsg: str) -> None:
+    def __init__(
+        self, index: int, code: int, errmsg: str, details: Mapping[str, Any] | None = None
+    ) -> None:
         super().__init__(errmsg)
         self.index = index
         self.code = code
         self.errmsg = errmsg
+        self.details = dict(details or {})
 
     def document(self) -> dict[str, Any]:
-        return {"index": self.index, "code": self.code, "errmsg": self.errmsg}
+        return {"index": self.index, "code": self.code, "errmsg": self.errmsg, **self.details}
+
+
+def duplicate_error(index: int, namespace: str, duplicate: Duplicate) -> WriteError:
+    """Write error 11000 for ``duplicate``, as MongoDB words it ("E11000 duplicate key error
+    collection: db.items index: x_1 dup key: { x: 1 }")."""
+    return WriteError(index, 11000, duplicate_message(namespace, duplicate), duplicate.details())
+
+
+def duplicate_message(namespace: str, duplicate: Duplicate) -> str:
+    shown = ", ".join(f"{k}: {bson_repr(v)}" for k, v in duplicate.value.items())
+    return (
+        f"E11000 duplicate key error collection: {namespace} index: {duplicate.name} "
+        f"dup key: {{ {shown} }}"
+    )
+
+
+def id_duplicate(value: Any) -> Duplicate:
+    """The duplicate key of a second document with ``_id`` ``value``."""
+    return Duplicate("_id_", {"_id": 1}, {"_id": value})
 
 
 def encoded(document: Mapping[str, Any]) -> bytes:
@@ -133,17 +166,20 @@ class SimMongoStore:
         errors: list[WriteError] = []
         with self._lock:
             collection = self._collection(namespace)
+            uniques = self.unique_keys(namespace, collection.values())
             for index, document in enumerate(documents):
                 doc = dict(document)
                 if "_id" not in doc:
                     doc = {"_id": bson.ObjectId(), **doc}
                 key = id_key(doc["_id"])
-                if key in collection:
-                    errors.append(WriteError(index, 11000, _duplicate(namespace, doc["_id"])))
+                duplicate = id_duplicate(doc["_id"]) if key in collection else uniques.conflict(doc)
+                if duplicate is not None:
+                    errors.append(duplicate_error(index, namespace, duplicate))
                     if ordered:
                         break
                     continue
                 collection[key] = doc
+                uniques.add(doc)
                 self.changes.record("insert", namespace, doc["_id"], doc)
                 inserted += 1
         return inserted, errors
@@ -183,12 +219,17 @@ class SimMongoStore:
     ) -> bool:
         """Put ``document`` in place of the one with its ``_id`` (False if there is none),
         recorded as an ``update`` with ``description`` (its ``updateDescription``) or, without,
-        as a ``replace``."""
+        as a ``replace``. Raises :class:`WriteError` (index 0) if it would duplicate a unique
+        index's key."""
         with self._lock:
             collection = self._collections.get(namespace, {})
             key = id_key(document["_id"])
             if key not in collection:
                 return False
+            others = (d for k, d in collection.items() if k != key)
+            duplicate = self.unique_keys(namespace, others).conflict(document)
+            if duplicate is not None:
+                raise duplicate_error(0, namespace, duplicate)
             collection[key] = dict(document)
             if description is None:
                 self.changes.record("replace", namespace, document["_id"], dict(document))
@@ -203,6 +244,16 @@ class SimMongoStore:
             if found is not None:
                 self.changes.record("delete", namespace, key)
             return found is not None
+
+    def unique_keys(
+        self, namespace: str, documents: Iterable[Mapping[str, Any]] = ()
+    ) -> UniqueKeys:
+        """The keys ``documents`` hold in ``namespace``'s unique indexes (as its catalog has
+        them now; none: empty and false)."""
+        with self._lock:
+            entry = self._catalog.get(namespace)
+            specs = [] if entry is None else entry.indexes
+            return UniqueKeys(specs, matches, documents if specs else ())
 
     def entry(self, namespace: str) -> CollectionEntry | None:
         """A copy of ``namespace``'s catalog entry (None: no such collection)."""
@@ -244,11 +295,25 @@ class SimMongoStore:
                 self.drop(namespace)
 
 
-def _duplicate(namespace: str, value: Any) -> str:
-    return (
-        f"E11000 duplicate key error collection: {namespace} index: _id_ dup key: "
-        f"{{ _id: {value!r} }}"
-    )
+def bson_repr(value: Any) -> str:
+    """``value`` as MongoDB's messages show it (``{a: [ 1, "x" ]}``)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return '"' + value.replace('"', '\\"') + '"'
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{k}: {bson_repr(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[ " + ", ".join(bson_repr(v) for v in value) + " ]" if value else "[]"
+    if isinstance(value, ObjectId):
+        return f"ObjectId('{value}')"
+    if isinstance(value, Binary) and value.subtype == 4:
+        return f'UUID("{value.as_uuid()}")'
+    if isinstance(value, datetime.datetime):
+        return f"new Date({int(value.timestamp() * 1000)})"
+    return str(value)
 
 
 # ---------------------------------------------------------------------- queries

@@ -5,11 +5,14 @@
 ``update``: its ``updates`` (a document sequence or an array), each ``{q, u, multi, upsert,
 sort}``, run in order (``ordered``: stop at the first error); the reply's ``n`` (matched, and
 upserted), ``nModified`` (changed: an update that changes nothing is no modification),
-``upserted`` (``[{index, _id}]``) and ``writeErrors`` (``[{index, code, errmsg}]``). A statement
-that fails changes nothing (MongoDB's multi update stops at the failing document, the earlier
-ones changed). ``findAndModify``: ``query``, ``sort``, ``update`` or ``remove``, ``new``,
-``fields``, ``upsert``; the reply's ``value`` and ``lastErrorObject`` (``n``,
-``updatedExisting``, ``upserted``); its errors fail the command.
+``upserted`` (``[{index, _id}]``) and ``writeErrors`` (``[{index, code, errmsg}]``, and a
+duplicate key's ``keyPattern`` and ``keyValue``). A statement that fails counts for nothing, and
+changes nothing if its update fails on a document (MongoDB's multi update stops at the failing
+document, the earlier ones changed); one that would duplicate a unique index's key stops there,
+as MongoDB's, the earlier documents changed. ``findAndModify``: ``query``, ``sort``, ``update``
+or ``remove``, ``new``, ``fields``, ``upsert``; the reply's ``value`` and ``lastErrorObject``
+(``n``, ``updatedExisting``, ``upserted``); its errors fail the command (a duplicate key's with
+its ``keyPattern`` and ``keyValue``).
 
 Rules of this module
 --------------------
@@ -67,20 +70,28 @@ class _Target:
         else:
             errors = self.txn.insert(self.store, self.namespace, [document], True)[1]
         if errors:
-            raise UpdateError(errors[0].code, errors[0].errmsg, execution=True)
+            raise _failed(errors[0])
 
     def replace(self, before: Document, after: Document, update: Update) -> None:
         description = None if update.replacement is not None else describe(update, before, after)
-        if self.txn is None:
-            self.store.replace(self.namespace, after, description)
-        else:
-            self.txn.replace(self.namespace, before, after, description)
+        try:
+            if self.txn is None:
+                self.store.replace(self.namespace, after, description)
+            else:
+                self.txn.replace(self.store, self.namespace, before, after, description)
+        except WriteError as exc:
+            raise _failed(exc) from None
 
     def remove(self, document: Document) -> None:
         if self.txn is None:
             self.store.remove(self.namespace, document["_id"])
         else:
             self.txn.delete(self.store, self.namespace, {"_id": document["_id"]}, 1)
+
+
+def _failed(error: WriteError) -> UpdateError:
+    """The write error of a document written (a duplicate key) as an update's."""
+    return UpdateError(error.code, error.errmsg, execution=True, details=error.details)
 
 
 def _parse_checks(update: Any, field: str) -> None:
@@ -177,7 +188,8 @@ def update(
             try:
                 outcome = _update_one_statement(target, statement)
             except UpdateError as exc:
-                errors.append(WriteError(index, exc.code, _wrapped(exc, "update", wrap)).document())
+                error = WriteError(index, exc.code, _wrapped(exc, "update", wrap), exc.details)
+                errors.append(error.document())
                 if txn is not None:
                     txn.state = "aborted"  # (a write error ends a transaction)
                 if ordered:
@@ -245,7 +257,8 @@ def find_and_modify(
             txn.state = "aborted"
         if isinstance(exc, CommandError):
             raise
-        raise CommandError(exc.code, _wrapped(exc, "findAndModify", True)) from None
+        errmsg = _wrapped(exc, "findAndModify", True)
+        raise CommandError(exc.code, errmsg, details=exc.details) from None
     fields = body.get("fields")
     return {
         "lastErrorObject": last,

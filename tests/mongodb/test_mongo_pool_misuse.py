@@ -358,3 +358,32 @@ def test_a_cancelled_operation_gives_its_connection_back_closed(command: str) ->
             await mongo.pool.close()
 
     run(main)
+
+
+def test_a_reused_server_session_goes_on_with_its_transaction_numbers() -> None:
+    """The server refuses a transaction number it has seen on a session: a session that gets
+    a server session back from the pool goes on from the last number it used."""
+
+    async def main() -> None:
+        commands = Recorder()
+        async with SimMongoServer(SimMongoSettings(services=1)) as server:
+            mongo = AsyncMongoPool(await lb_pool(server, commands=commands))
+            async with mongo.session() as session:
+                for _ in range(2):
+                    await session.start_transaction()
+                    await session.command("test", {"insert": "o", "documents": [{}]})
+                    await session.commit_transaction()
+                first = session.lsid
+            async with mongo.transaction("test") as txn:  # (the same server session, reused)
+                await txn.command({"insert": "o", "documents": [{}]})
+                assert txn.session.lsid == first and txn.session.txn_number == 3
+            numbers = [
+                int(e.command["txnNumber"])
+                for e in commands.of(CommandStartedEvent)
+                if e.command_name == "insert"
+            ]
+            assert numbers == [1, 2, 3]
+            assert len(server.store.documents("test.o")) == 3
+            await mongo.pool.close()
+
+    run(main)

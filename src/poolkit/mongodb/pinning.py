@@ -49,7 +49,13 @@ from .connection import AsyncMongoConnection, MongoConnection
 from .errors import MongoError, clear_scope
 from .states import CursorState
 
-__all__ = ["LoadBalancedTimeoutError", "MongoPoolStats", "PinningRules", "ServerSessions"]
+__all__ = [
+    "LoadBalancedTimeoutError",
+    "MongoPoolStats",
+    "PinningRules",
+    "ServerSession",
+    "ServerSessions",
+]
 
 
 C = TypeVar("C", AsyncMongoConnection, MongoConnection)
@@ -95,33 +101,47 @@ class LoadBalancedTimeoutError(WaitQueueTimeoutError):
 _SESSIONLESS = frozenset({"hello", "ismaster", "saslstart", "saslcontinue", "endsessions"})
 
 
+@dataclasses.dataclass(eq=False, slots=True)
+class ServerSession:
+    """A server session: its ``lsid``, the last transaction number it used (a session that
+    reuses it goes on from there: the server refuses a number it has seen), and when it was
+    last used."""
+
+    lsid: dict[str, Any]
+    txn_number: int = 0
+    last_used: float = 0.0
+
+
 class ServerSessions:
-    """Server sessions (``lsid``s) for reuse, as the Driver Sessions spec has it: the most
-    recently used first; one idle for longer than the server's session timeout less a minute
-    is dropped (the server may have forgotten it)."""
+    """Server sessions for reuse, as the Driver Sessions spec has it: the most recently used
+    first; one idle for longer than the server's session timeout less a minute is dropped (the
+    server may have forgotten it)."""
 
     def __init__(self, timeout_minutes: float = 30.0) -> None:
         self.timeout_minutes = timeout_minutes
-        self._idle: list[tuple[dict[str, Any], float]] = []
+        self._idle: list[ServerSession] = []
         self._lock = threading.Lock()
 
-    def take(self) -> dict[str, Any]:
+    def take(self) -> ServerSession:
         now = time.monotonic()
         with self._lock:
             while self._idle:
-                lsid, used = self._idle.pop()
-                if now - used < (self.timeout_minutes - 1) * 60:
-                    return lsid
-        return {"id": bson.Binary(uuid.uuid4().bytes, 4)}
+                session = self._idle.pop()
+                if now - session.last_used < (self.timeout_minutes - 1) * 60:
+                    return session
+        return ServerSession({"id": bson.Binary(uuid.uuid4().bytes, 4)})
 
-    def give_back(self, lsid: dict[str, Any]) -> None:
+    def give_back(self, session: ServerSession) -> None:
+        session.last_used = time.monotonic()
         with self._lock:
-            self._idle.append((lsid, time.monotonic()))
+            self._idle.append(session)
 
     def drain(self) -> list[dict[str, Any]]:
+        """The idle sessions' lsids, taken out (to end them)."""
         with self._lock:
             idle, self._idle = self._idle, []
-        return [lsid for lsid, _ in idle]
+        return [session.lsid for session in idle]
+
 
 
 class PinningRules(Generic[C]):
@@ -246,14 +266,16 @@ class PinningRules(Generic[C]):
         """The seconds left until ``deadline`` (None: no limit)."""
         return None if deadline is None else max(0.0, deadline - time.monotonic())
 
-    def _in_session(self, command: Mapping[str, Any]) -> tuple[Mapping[str, Any], Any]:
+    def _in_session(
+        self, command: Mapping[str, Any]
+    ) -> tuple[Mapping[str, Any], ServerSession | None]:
         """``command`` in an implicit session (a server session taken from the pool, to give
         back after) unless it names one or takes none; and that session (or None)."""
         name = next(iter(command), "").lower()
         if "lsid" in command or name in _SESSIONLESS:
             return command, None
-        lsid = self.sessions.take()
-        return {**command, "lsid": lsid}, lsid
+        session = self.sessions.take()
+        return {**command, "lsid": session.lsid}, session
 
     def _end_sessions_commands(self) -> list[dict[str, Any]]:
         idle = self.sessions.drain()
@@ -277,12 +299,12 @@ class PinningRules(Generic[C]):
         check_batch_size(batch_size, call)
         name = next(iter(command))
         collection = command[name] if isinstance(command.get(name), str) else ""
-        lsid = None
+        implicit = None
         if session is None:
-            lsid = self.sessions.take()
-            session = {"lsid": lsid}
+            implicit = self.sessions.take()
+            session = {"lsid": implicit.lsid}
         fields = {k: v for k, v in session.items() if k != "startTransaction"}
-        state = CursorState(db, collection, batch_size, fields=fields, lsid=lsid)
+        state = CursorState(db, collection, batch_size, fields=fields, session=implicit)
         if name != "find":
             command = {**command, "cursor": {"batchSize": batch_size}}
         if self.read_preference is not None and "txnNumber" not in session and _reads(command):

@@ -107,14 +107,14 @@ class AsyncMongoPool(PinningRules[AsyncMongoConnection]):
         check_db(db, "command")
         check_command(command, "command")
         deadline = self._deadline(timeout, "command")
-        command, lsid = self._in_session(command)
+        command, implicit = self._in_session(command)
         try:
             async with self.connection("other", timeout) as conn:
                 left = self._left(deadline)
                 return await conn.command(db, command, sequences=sequences, timeout=left)
         finally:
-            if lsid is not None:
-                self.sessions.give_back(lsid)
+            if implicit is not None:
+                self.sessions.give_back(implicit)
 
     async def end_sessions(self) -> None:
         """Tell the server the idle server sessions are over (``endSessions``); before the
@@ -247,9 +247,9 @@ class AsyncCursor:
         self._lease = None
 
     def _unpin(self, error: BaseException | None) -> None:
-        lsid = self._state.session_done()
-        if lsid is not None:
-            self._pool.sessions.give_back(lsid)
+        implicit = self._state.session_done()
+        if implicit is not None:
+            self._pool.sessions.give_back(implicit)
         lease, self._lease = self._lease, None
         if lease is not None and self._own:
             self._own = False
@@ -432,7 +432,7 @@ class AsyncSession:
             self._unpin()
         finally:
             self._state.ended = True
-            self._pool.sessions.give_back(self._state.lsid)
+            self._pool.sessions.give_back(self._state.server_session)
 
     async def __aenter__(self) -> AsyncSession:
         return self

@@ -29,11 +29,14 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import bson  # (pymongo's: the extra; .wire names it when missing)
 
 from .errors import InvalidOperationError, MongoError, NetworkError
+
+if TYPE_CHECKING:
+    from .pinning import ServerSession
 
 __all__ = ["CursorState", "SessionState", "find_command", "releases_pin"]
 
@@ -55,7 +58,7 @@ class CursorState:
         batch_size: int,
         *,
         fields: Mapping[str, Any] | None = None,
-        lsid: dict[str, Any] | None = None,
+        session: ServerSession | None = None,
     ) -> None:
         self.db = db
         self.collection = collection
@@ -64,7 +67,7 @@ class CursorState:
         self.batch: collections.deque[dict[str, Any]] = collections.deque()
         self.fields = dict(fields or {})  # (its session's lsid; a transaction's fields)
         #: an implicit server session the cursor owns: given back when it ends
-        self.lsid = lsid
+        self.session = session
         #: the error that ended it early (module rules)
         self.failed: BaseException | None = None
 
@@ -118,28 +121,37 @@ class CursorState:
             **self.fields,
         }
 
-    def session_done(self) -> dict[str, Any] | None:
+    def session_done(self) -> ServerSession | None:
         """The implicit server session to give back once the cursor is exhausted or closed
         (None: it has none, or gave it back)."""
         if self.id != 0:
             return None
-        lsid, self.lsid = self.lsid, None
-        return lsid
+        session, self.session = self.session, None
+        return session
 
 
 class SessionState:
     """A session's state: its server session, its transaction number and state (module rules),
     and the fields each command carries."""
 
-    def __init__(self, lsid: dict[str, Any], address: str) -> None:
-        self.lsid = lsid
+    def __init__(self, session: ServerSession, address: str) -> None:
+        self.server_session = session
         self.address = address
-        self.txn_number = 0
         self.transaction = "none"
         self.ended = False
         #: the last ``recoveryToken`` the transaction's replies carried (Sharded Transactions:
         #: a mongos other than the one it ran on commits or aborts it with this)
         self.recovery_token: Any = None
+
+    @property
+    def lsid(self) -> dict[str, Any]:
+        return self.server_session.lsid
+
+    @property
+    def txn_number(self) -> int:
+        """The transaction number now: the server session's, which goes on past this session
+        (the server refuses a number it has seen on that session)."""
+        return self.server_session.txn_number
 
     @property
     def in_transaction(self) -> bool:
@@ -156,7 +168,7 @@ class SessionState:
         self.check_open()
         if self.in_transaction:
             raise self._refuse("a transaction is already in progress on this session")
-        self.txn_number += 1
+        self.server_session.txn_number += 1
         self.transaction = "starting"
         self.recovery_token = None
 

@@ -13,6 +13,7 @@ import pytest
 from lb_helpers import Recorder, filled, lb_pool, run
 
 import poolkit
+from poolkit import events as ev
 from poolkit import mongodb
 from poolkit.mongodb import (
     AsyncMongoPool,
@@ -384,6 +385,37 @@ def test_a_reused_server_session_goes_on_with_its_transaction_numbers() -> None:
             ]
             assert numbers == [1, 2, 3]
             assert len(server.store.documents("test.o")) == 3
+            await mongo.pool.close()
+
+    run(main)
+
+
+@pytest.mark.parametrize("holder", ["transaction", "cursor"])
+def test_a_cancelled_pinned_operation_clears_nothing(holder: str) -> None:
+    """Cancelled mid-command, the connection is closed by the client: the abort (or the
+    cursor's close) that then finds it closed is not the server's network error, and clears
+    no service (it did: one cancelled task cleared a service)."""
+
+    async def main() -> None:
+        recorder = Recorder()
+        async with SimMongoServer(SimMongoSettings(services=2)) as server:
+            mongo = AsyncMongoPool(await lb_pool(server, recorder))
+            await filled(server, mongo, 10)
+            if holder == "transaction":
+                server.fail_command("insert", delay=5.0)
+                with pytest.raises(TimeoutError):
+                    async with asyncio.timeout(0.2), mongo.transaction("test") as txn:
+                        await txn.command({"insert": "o", "documents": [{}]})
+            else:
+                cursor = await mongo.find("test", "items", batch_size=2)
+                server.fail_command("getMore", delay=5.0)
+                with pytest.raises(TimeoutError):
+                    async with asyncio.timeout(0.2):
+                        await cursor.to_list()
+                await cursor.close()
+            assert recorder.of(ev.PoolClearedEvent) == []
+            assert nothing_out(mongo)
+            server.clear_faults()
             await mongo.pool.close()
 
     run(main)

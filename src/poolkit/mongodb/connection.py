@@ -180,6 +180,9 @@ class _Handshaken:
     """What both connection classes tell of their handshake."""
 
     _protocol: _Protocol
+    #: the client closed it (a command cancelled mid-way, ``close()``): using it then is not
+    #: the server's failure, and clears nothing
+    _closed_here = False
 
     @property
     def address(self) -> str:
@@ -211,7 +214,9 @@ class _Handshaken:
 
     def _closed_error(self) -> NetworkError:
         message = f"connection to {self.address} is closed"
-        return NetworkError(message, address=self.address, service_id=self.service_id)
+        return NetworkError(
+            message, address=self.address, service_id=self.service_id, local=self._closed_here
+        )
 
     def __repr__(self) -> str:
         service = f" service={self.service_id}" if self.service_id is not None else ""
@@ -324,8 +329,8 @@ class AsyncMongoConnection(_Handshaken):
             protocol.ended(db, command, request_id, began, None, exc)
             raise
         except asyncio.CancelledError as exc:
-            self._broken = True  # (mid-command: the reply would come to the next caller)
-            self._writer.close()
+            self._broken = self._closed_here = True  # (mid-command: the reply would come to
+            self._writer.close()  # the next caller)
             protocol.ended(db, command, request_id, began, None, exc)
             raise
         protocol.ended(db, command, request_id, began, reply, None)
@@ -346,7 +351,7 @@ class AsyncMongoConnection(_Handshaken):
                 return self._protocol.reply(request_id, messages[0])
 
     async def aclose(self) -> None:
-        self._broken = True
+        self._broken = self._closed_here = True
         self._writer.close()
         with contextlib.suppress(OSError):
             await self._writer.wait_closed()
@@ -492,7 +497,7 @@ class MongoConnection(_Handshaken):
                 return self._protocol.reply(request_id, messages[0])
 
     def close(self) -> None:
-        self._broken = True
+        self._broken = self._closed_here = True
         self._sock.close()
 
 

@@ -88,7 +88,8 @@ class MongoError(PoolError):
 
 class NetworkError(MongoError, ConnectionError):
     """The connection failed (reset, closed, timed out): the connection is broken.
-    ``timeout``: it was a timeout."""
+    ``timeout``: it was a timeout. ``local``: the client had closed the connection (a command
+    cancelled mid-way): not the server's failure, it clears nothing."""
 
     def __init__(
         self,
@@ -99,11 +100,13 @@ class NetworkError(MongoError, ConnectionError):
         service_id: Any = None,
         timeout: bool = False,
         after_hello: bool = False,
+        local: bool = False,
     ) -> None:
         super().__init__(
             message, address=address, labels=labels, service_id=service_id, after_hello=after_hello
         )
         self.timeout = timeout
+        self.local = local
 
 
 class HandshakeError(NetworkError):
@@ -195,7 +198,8 @@ def clear_scope(error: BaseException, *, handshake_done: bool, max_wire_version:
       and an :class:`AuthenticationError`, as SDAM has it for connection establishment (the
       Load Balancer spec: "errors during authentication commands MUST go through the SDAM
       error handling flow", clearing only the service; pymongo does the same);
-    * a network error (not a timeout) after it: yes;
+    * a network error (not a timeout, nor one on a connection the client closed) after it:
+      yes;
     * a state change error: for servers before 4.2 (wire version 8) every one; since then only
       "shutting down"."""
     if getattr(error, "after_hello", False):
@@ -203,7 +207,7 @@ def clear_scope(error: BaseException, *, handshake_done: bool, max_wire_version:
     if not handshake_done or isinstance(error, HandshakeError):
         return False
     if isinstance(error, NetworkError):
-        return not error.timeout
+        return not error.timeout and not error.local
     if is_state_change(error):
         code = getattr(error, "code", None)
         return max_wire_version < 8 or code in SHUTDOWN_CODES

@@ -25,7 +25,7 @@ def test_an_async_pool_from_a_uri_replaces_connections_the_server_closed() -> No
                 db = mongodb.AsyncMongoPool(pool)
                 assert (await db.command("admin", {"ping": 1}))["ok"] == 1
                 assert server.close_connections() == 1
-                await asyncio.sleep(0)  # (the close reaches the client's transport)
+                await asyncio.sleep(0.05)  # (the close reaches the client's transport)
                 assert (await db.command("admin", {"ping": 1}))["ok"] == 1  # (a new one)
                 stats = pool.stats()
                 assert (stats.total, stats.connections_created) == (1, 2)
@@ -59,7 +59,7 @@ def test_the_uris_pool_options_and_hooks_by_default() -> None:
                 assert (pool.options.max_size, pool.options.min_size) == (3, 1)
                 assert pool.options.load_balanced
                 hooks = pool.options.hooks
-                assert hooks is not None and hooks.check_after == 1.0
+                assert hooks is not None and hooks.check_after == 0.0
                 assert hooks.check is async_check
         with pytest.raises(TypeError, match="uri: a connection string or a MongoURI"):
             await mongodb.create_async_pool(42)  # type: ignore[arg-type]
@@ -79,5 +79,28 @@ def test_a_network_error_in_the_block_discards_the_connection() -> None:
                     await conn.command("admin", {"ping": 1})
             stats = pool.stats()
             assert (stats.total, stats.in_use) == (0, 0)
+
+    run(main)
+
+
+def test_by_default_a_connection_the_server_closed_is_never_handed_out() -> None:
+    """The audit's case, with the default hooks: the server closes every connection; each
+    next command succeeds, on a new connection, and no service is cleared."""
+
+    async def main() -> None:
+        recorder: list[object] = []
+        async with (
+            SimMongoServer(SimMongoSettings(services=3)) as server,
+            await mongodb.create_async_pool(server.uri, listeners=[recorder.append]) as pool,
+        ):
+            db = mongodb.AsyncMongoPool(pool)
+            leases = [await pool.checkout() for _ in range(3)]  # (one per service)
+            for lease in leases:
+                lease.release()
+            assert server.close_connections() == 3
+            await asyncio.sleep(0.05)  # (the closes reach the client's transports)
+            for _ in range(3):
+                assert (await db.command("admin", {"ping": 1}))["ok"] == 1
+            assert not [e for e in recorder if type(e).__name__ == "PoolClearedEvent"]
 
     run(main)

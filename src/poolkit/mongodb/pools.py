@@ -6,7 +6,6 @@ both together (:func:`create_pool`, :func:`create_async_pool`).
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import ssl
 from collections.abc import Awaitable, Callable, Iterable
@@ -75,10 +74,8 @@ def check(conn: MongoConnection) -> None:
 
 
 async def async_check(conn: AsyncMongoConnection) -> None:
-    """The ``check`` hook of :class:`poolkit.AsyncPool` (as :func:`check`), after two turns of
-    the loop (its reads of this connection run after this task)."""
-    for _ in range(2):
-        await asyncio.sleep(0)
+    """The ``check`` hook of :class:`poolkit.AsyncPool` (as :func:`check`): what the loop has
+    read of the connection while it sat idle, without waiting."""
     conn.check_idle()
 
 
@@ -87,13 +84,14 @@ def is_broken(conn: AsyncMongoConnection | MongoConnection, error: BaseException
     return conn.closed or isinstance(error, (NetworkError, OSError))
 
 
-def hooks(*, check_after: float = 1.0, timeout: float | None = 5.0) -> Hooks:
-    """:func:`check` on connections idle at least ``check_after`` seconds (as drivers check
-    theirs), and :func:`is_broken`, for :class:`poolkit.Pool`."""
+def hooks(*, check_after: float = 0.0, timeout: float | None = 5.0) -> Hooks:
+    """:func:`check` before a connection is handed out (``check_after``: only those idle at
+    least that many seconds; pymongo checks after 1 s), and :func:`is_broken`, for
+    :class:`poolkit.Pool`. The check is a non-blocking peek: no round trip."""
     return Hooks(check=check, check_after=check_after, is_broken=is_broken, timeout=timeout)
 
 
-def async_hooks(*, check_after: float = 1.0, timeout: float | None = 5.0) -> Hooks:
+def async_hooks(*, check_after: float = 0.0, timeout: float | None = 5.0) -> Hooks:
     """:func:`async_check` and :func:`is_broken`, for :class:`poolkit.AsyncPool`."""
     return Hooks(check=async_check, check_after=check_after, is_broken=is_broken, timeout=timeout)
 

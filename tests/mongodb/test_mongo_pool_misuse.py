@@ -419,3 +419,55 @@ def test_a_cancelled_pinned_operation_clears_nothing(holder: str) -> None:
             await mongo.pool.close()
 
     run(main)
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [{"close_connection": True}, {"error_code": 251}],
+    ids=["network", "transient"],
+)
+def test_a_transactions_find_follows_the_transactions_error_rules(fault: dict[str, Any]) -> None:
+    """A find in a transaction that fails with a network error is labelled
+    TransientTransactionError, and a transient error gives the pin back at once, as for the
+    transaction's commands."""
+
+    async def main() -> None:
+        async with SimMongoServer(SimMongoSettings(services=2)) as server:
+            mongo = AsyncMongoPool(await lb_pool(server))
+            await filled(server, mongo, 5)
+            async with mongo.session() as session:
+                await session.start_transaction()
+                await session.command("test", {"insert": "o", "documents": [{}]})
+                server.fail_command("find", **fault)
+                with pytest.raises((NetworkError, OperationFailure)) as caught:
+                    await session.find("test", "items")
+                assert caught.value.has_error_label("TransientTransactionError")
+                assert not session.pinned and mongo.in_use()["transaction"] == 0
+                await session.abort_transaction()
+            assert nothing_out(mongo)
+            await mongo.pool.close()
+
+    run(main)
+
+
+def test_a_transactions_cursor_ends_at_its_commit() -> None:
+    async def main() -> None:
+        commands = Recorder()
+        async with SimMongoServer(SimMongoSettings(services=2)) as server:
+            mongo = AsyncMongoPool(await lb_pool(server, commands=commands))
+            await filled(server, mongo, 6)
+            async with mongo.session() as session:
+                await session.start_transaction()
+                cursor = await session.find("test", "items", batch_size=2)
+                await cursor.__anext__()
+                await session.commit_transaction()
+                commands.events.clear()
+                assert (await cursor.__anext__())["_id"] == 1  # (the batch it holds)
+                with pytest.raises(InvalidOperationError, match="transaction that has ended"):
+                    await cursor.__anext__()
+                await cursor.close()
+                assert commands.events == []  # (no getMore, no killCursors)
+            assert nothing_out(mongo)
+            await mongo.pool.close()
+
+    run(main)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import weakref
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from .._frontend import Lease
@@ -197,6 +197,8 @@ class Cursor:
         #: transaction), which it neither checks out nor gives back
         self._lease = shared
         self._own = False
+        #: a transaction's cursor: its session's rules for its errors (labels, the pin)
+        self._on_error: Callable[[MongoError, Mapping[str, Any]], None] | None = None
 
     @property
     def id(self) -> int:
@@ -217,13 +219,16 @@ class Cursor:
 
     def _run(self, command: dict[str, Any]) -> dict[str, Any]:
         lease = self._lease
-        if lease is None:  # (not pinned: each command on a connection of its own)
-            return self._pool.command(self._state.db, command)
         try:
+            if lease is None:  # (not pinned: each command on a connection of its own)
+                return self._pool.command(self._state.db, command)
             return lease.connection.command(self._state.db, command)
         except MongoError as exc:
-            self._pool._judge(lease, exc)
-            self._state.failed_with(exc)  # (still pinned until closed)
+            if lease is not None:
+                self._pool._judge(lease, exc)
+                self._state.failed_with(exc)  # (still pinned until closed)
+            if self._on_error is not None:
+                self._on_error(exc, command)
             raise
 
     def _orphaned(self) -> None:
@@ -313,12 +318,16 @@ class Session:
     def pinned(self) -> bool:
         return self._lease is not None
 
+    def _end_cursors(self) -> None:
+        """The transaction's cursors end with it (the server kills them)."""
+        for cursor in list(self._cursors):
+            cursor._orphaned()
+        self._cursors.clear()
+
     def _unpin(self, error: BaseException | None = None) -> None:
         lease, self._lease = self._lease, None
         if lease is not None:
-            for cursor in self._cursors:
-                cursor._orphaned()
-            self._cursors.clear()
+            self._end_cursors()
             self._pool._give_back("transaction", lease, error)
 
     def _pin(self) -> None:
@@ -340,14 +349,19 @@ class Session:
             else:
                 reply = lease.connection.command(db, command, sequences=sequences)
         except MongoError as exc:
-            self._state.label(exc, command)
             if lease is not None:
                 self._pool._judge(lease, exc)
-                if releases_pin(exc):
-                    self._unpin(exc)
+            self._failed(exc, command)
             raise
         self._state.replied(command, reply)
         return reply
+
+    def _failed(self, error: MongoError, command: Mapping[str, Any]) -> None:
+        """An error of one of the session's commands (or of its transaction's cursors'),
+        judged already: labelled, and a transient one gives the pin back at once."""
+        self._state.label(error, command)
+        if self._lease is not None and releases_pin(error):
+            self._unpin(error)
 
     def _enter(self) -> None:
         """Before an operation: pinned in a transaction; outside, any pin given back."""
@@ -382,7 +396,8 @@ class Session:
         command = find_command(collection, filter, batch_size)
         state, command = self._pool._cursor(db, command, batch_size, "find", self._state.fields())
         cursor = Cursor(self._pool, state, shared=self._lease)
-        if self._lease is not None:
+        if self._state.in_transaction:
+            cursor._on_error = self._failed
             self._cursors.add(cursor)
         cursor._start(command)
         return cursor
@@ -391,6 +406,7 @@ class Session:
         """Commit (again, after a commit: the same transaction, on the same connection). A
         transaction that sent nothing commits without a command."""
         command = self._state.commit()
+        self._end_cursors()
         if command is not None:
             self._run("admin", command)
 
@@ -398,6 +414,7 @@ class Session:
         """Abort. Its errors are not raised (the Transactions spec: the server aborts an
         abandoned transaction anyway), and the pin is given back whatever the outcome."""
         command = self._state.abort()
+        self._end_cursors()
         try:
             if command is not None:
                 with contextlib.suppress(MongoError):

@@ -13,8 +13,14 @@ import pytest
 from lb_helpers import run
 
 import poolkit
-from certs import Cert, server_context
-from poolkit.mongodb import HandshakeError, connect_sync_uri, connect_uri, parse_uri
+from certs import Cert, server_context, trusting
+from poolkit.mongodb import (
+    HandshakeError,
+    connect_sync_uri,
+    connect_uri,
+    create_async_pool,
+    parse_uri,
+)
 from poolkit.mongodb.tls import tls_context
 from poolkit.testing.mongo import SimMongoServer, SimMongoSettings
 
@@ -103,3 +109,18 @@ def test_a_blocking_pool_and_pymongo_over_tls(cert: Cert) -> None:
         with client:
             client.db.items.insert_one({"over": "tls"})
             assert client.db.items.find_one({}, {"_id": 0}) == {"over": "tls"}
+
+
+def test_a_context_given_means_tls_whatever_the_uri_says(cert: Cert) -> None:
+    async def main() -> None:
+        async with SimMongoServer(SimMongoSettings(services=1), tls=server_context(cert)) as s:
+            plain = f"mongodb://localhost:{s.port}/?loadBalanced=true"  # (no tls=true)
+            pool = await create_async_pool(plain, tls=trusting(cert))
+            async with pool, pool.connection() as conn:
+                assert (await conn.command("admin", {"ping": 1}))["ok"] == 1
+        with pytest.raises(TypeError, match=r"tls=...\): an ssl.SSLContext or None"):
+            await create_async_pool("mongodb://h/?loadBalanced=true", tls="x")  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match=r"options: a poolkit\.PoolOptions or None"):
+            await create_async_pool("mongodb://h/", options=5)  # type: ignore[arg-type]
+
+    run(main)

@@ -37,14 +37,15 @@ def uri_connect_options(
     uri: MongoURI, tls: ssl.SSLContext | None = None
 ) -> tuple[str, int, dict[str, Any]]:
     """The host, port and :func:`connect` keywords of a parsed URI: its ``loadBalanced``,
-    ``appName``, ``connectTimeoutMS``, credentials and TLS (``tls``, else the context its
-    ``tls*`` options make: :func:`~.tls.tls_context`)."""
+    ``appName``, ``connectTimeoutMS``, credentials and TLS (``tls``, a context given: TLS
+    whatever the URI says; else the context its ``tls*`` options make, if any:
+    :func:`~.tls.tls_context`)."""
     host, port = uri.hosts[0] if uri.hosts else ("", None)  # (mongodb+srv://: seeded() first)
     if port is None:
         raise ValueError("connect_uri needs a host and port (not a socket; +srv: seeded() first)")
     return host, port, dict(
         load_balanced=uri.load_balanced, app_name=uri.app_name,
-        tls=(tls or tls_context(uri)) if uri.tls else None,
+        tls=tls if tls is not None else tls_context(uri),
         connect_timeout=uri.connect_timeout, username=uri.username, password=uri.password,
         auth_source=uri.auth_source or "admin", auth_mechanism=uri.auth_mechanism,
     )  # fmt: skip
@@ -105,6 +106,8 @@ def _parsed(uri: str | MongoURI) -> MongoURI:
 
 
 def _options(uri: MongoURI, options: PoolOptions | None, default: Hooks) -> PoolOptions:
+    if options is not None and not isinstance(options, PoolOptions):
+        raise TypeError(f"options: a poolkit.PoolOptions or None, not {type(options).__name__}")
     options = uri.pool_options if options is None else options
     return options if options.hooks is not None else dataclasses.replace(options, hooks=default)
 

@@ -6,6 +6,7 @@ network error in a transaction. After each, nothing is left checked out."""
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -468,6 +469,29 @@ def test_a_transactions_cursor_ends_at_its_commit() -> None:
                 await cursor.close()
                 assert commands.events == []  # (no getMore, no killCursors)
             assert nothing_out(mongo)
+            await mongo.pool.close()
+
+    run(main)
+
+
+def test_a_cursor_or_session_collected_unclosed_leaves_no_phantom_count() -> None:
+    async def main() -> None:
+        async with SimMongoServer(SimMongoSettings(services=2)) as server:
+            mongo = AsyncMongoPool(await lb_pool(server))
+            await filled(server, mongo, 6)
+            cursor = await mongo.find("test", "items", batch_size=2)
+            session = mongo.session()
+            await session.start_transaction()
+            await session.command("test", {"insert": "o", "documents": [{}]})
+            assert mongo.in_use() == {"cursor": 1, "transaction": 1, "other": 0}
+            del cursor, session
+            gc.collect()
+            assert mongo.in_use() == {"cursor": 0, "transaction": 0, "other": 0}
+            for _ in range(100):  # (the pool takes the lost leases back at its next step)
+                if mongo.pool.stats().in_use == 0:
+                    break
+                await asyncio.sleep(0.01)
+            assert mongo.pool.stats().in_use == 0
             await mongo.pool.close()
 
     run(main)

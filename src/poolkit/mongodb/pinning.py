@@ -177,10 +177,15 @@ class PinningRules(Generic[C]):
         self.sessions = ServerSessions()
         self._in_use: collections.Counter[str] = collections.Counter()
         self._lock = threading.Lock()
+        #: the purposes of checkouts whose cursor or session was garbage-collected unclosed
+        #: (the pool takes their connections back): appended from ``__del__``, lock-free
+        self._lost: collections.deque[Purpose] = collections.deque()
 
     def in_use(self) -> dict[str, int]:
         """Connections checked out now, by purpose."""
         with self._lock:
+            while self._lost:
+                self._in_use[self._lost.popleft()] -= 1
             return {purpose: self._in_use[purpose] for purpose in PURPOSES}
 
     def stats(self) -> MongoPoolStats:

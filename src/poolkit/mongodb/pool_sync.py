@@ -231,6 +231,11 @@ class Cursor:
                 self._on_error(exc, command)
             raise
 
+    def __del__(self) -> None:
+        # unclosed: the pool takes the connection back from its lease; the count goes too
+        if getattr(self, "_own", False) and self._lease is not None:
+            self._pool._lost.append("cursor")
+
     def _orphaned(self) -> None:
         """The transaction whose pinned connection it shared has ended."""
         self._state.orphaned(self._pool.pool.address)
@@ -317,6 +322,10 @@ class Session:
     @property
     def pinned(self) -> bool:
         return self._lease is not None
+
+    def __del__(self) -> None:
+        if getattr(self, "_lease", None) is not None:  # (as Cursor's)
+            self._pool._lost.append("transaction")
 
     def _end_cursors(self) -> None:
         """The transaction's cursors end with it (the server kills them)."""

@@ -26,6 +26,11 @@ from poolkit.mongodb.monitoring import CommandStartedEvent
 from poolkit.testing.mongo import SimMongoServer, SimMongoSettings
 
 
+async def _entered(manager: Any) -> None:
+    async with manager:
+        pass
+
+
 def nothing_out(mongo: AsyncMongoPool) -> bool:
     return mongo.in_use() == {"cursor": 0, "transaction": 0, "other": 0} and (
         mongo.pool.stats().in_use == 0
@@ -75,6 +80,12 @@ def test_a_cursor_whose_first_command_fails_gives_its_connection_back(opener: An
         (lambda m: m.insert("test", "items", [{"_id": 9}, 3]), r"documents\[1\]"),
         (lambda m: m.aggregate("test", "items", [1]), r"aggregate\(pipeline=...\)"),
         (lambda m: m.cursor("test", {"find": "items"}, -5), r"cursor\(batch_size"),
+        (lambda m: m.insert("", "items", [{}]), r"insert\(db=...\)"),
+        (lambda m: m.command("test", {"insert": "t"}, sequences="x"), r"sequences=...\)"),
+        (lambda m: m.command("test", {"ping": 1, "a": object()}), r"command\('ping'\): cannot"),
+        (lambda m: m.insert("test", "t", [{1: 2}]), r"command\('insert'\): cannot be encoded"),
+        (lambda m: _entered(m.connection("other", -1)), r"connection\(timeout=...\)"),
+        (lambda m: _entered(m.transaction(None)), r"transaction\(db=...\)"),
     ],
 )
 def test_bad_arguments_name_the_call_and_change_nothing(call: Any, message: str) -> None:

@@ -30,6 +30,8 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+import bson.errors  # (pymongo's: the extra; .wire names it when missing)
+
 from .._frontend import ConnectContext, Established, check_timeout
 from ..backends.tcp import check as check_socket
 from .auth import Credentials, Speculation, authenticate, authenticate_async
@@ -82,9 +84,16 @@ class _Protocol:
         command: Mapping[str, Any],
         sequences: Mapping[str, Sequence[Mapping[str, Any]]] | None,
     ) -> tuple[int, bytes]:
-        request_id = self.next_id
+        if sequences is not None and not isinstance(sequences, Mapping):
+            raise TypeError(f"command(sequences=...): a mapping, not {type(sequences).__name__}")
+        try:
+            request_id = self.next_id
+            data = encode_msg({**command, "$db": db}, request_id, sequences=sequences)
+        except (bson.errors.InvalidDocument, TypeError, AttributeError) as exc:
+            name = next(iter(command), "?")
+            raise TypeError(f"command({name!r}): cannot be encoded as BSON: {exc}") from None
         self.next_id += 1
-        return request_id, encode_msg({**command, "$db": db}, request_id, sequences=sequences)
+        return request_id, data
 
     def reply(self, request_id: int, message: Message) -> dict[str, Any]:
         if message.response_to != request_id:

@@ -21,7 +21,7 @@ import weakref
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
-from .._frontend import Lease
+from .._frontend import Lease, check_timeout
 from ..asyncio import AsyncPool
 from ..errors import WaitQueueTimeoutError
 from .checks import (
@@ -69,6 +69,8 @@ class AsyncMongoPool(PinningRules[AsyncMongoConnection]):
         self, purpose: Purpose, timeout: float | None = None
     ) -> Lease[AsyncMongoConnection]:
         check_purpose(purpose)
+        if timeout is not None:
+            timeout = check_timeout(timeout, "connection(timeout=...)")
         try:
             lease = await (self.pool.checkout() if timeout is None else self.pool.checkout(timeout))
         except WaitQueueTimeoutError as exc:
@@ -126,6 +128,7 @@ class AsyncMongoPool(PinningRules[AsyncMongoConnection]):
     async def insert(
         self, db: str, collection: str, documents: Sequence[Mapping[str, Any]]
     ) -> dict[str, Any]:
+        check_db(db, "insert")
         check_collection(collection, "insert")
         check_documents(documents, "insert")
         return await self.command(
@@ -189,6 +192,7 @@ class AsyncMongoPool(PinningRules[AsyncMongoConnection]):
     def transaction(self, db: str) -> AsyncTransaction:
         """``async with pool.transaction(db) as txn:`` commands through ``txn.command(...)``,
         committed at the end (aborted if the block raises)."""
+        check_db(db, "transaction")
         return AsyncTransaction(self, db)
 
 
@@ -220,10 +224,10 @@ class AsyncCursor:
         return self._state.id
 
     async def _start(self, command: dict[str, Any]) -> None:
-        if self._pool.pin and self._lease is None:
-            self._lease = await self._pool._checkout("cursor")
-            self._own = True
         try:
+            if self._pool.pin and self._lease is None:
+                self._lease = await self._pool._checkout("cursor")
+                self._own = True
             self._state.take(await self._run(command), "firstBatch")
         except BaseException as exc:  # (no cursor: its connection and session go back)
             self._state.kill_command()

@@ -14,7 +14,7 @@ import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from .._frontend import Lease
+from .._frontend import Lease, check_timeout
 from ..errors import WaitQueueTimeoutError
 from ..threaded import Pool
 from .checks import (
@@ -60,6 +60,8 @@ class MongoPool(PinningRules[MongoConnection]):
 
     def _checkout(self, purpose: Purpose, timeout: float | None = None) -> Lease[MongoConnection]:
         check_purpose(purpose)
+        if timeout is not None:
+            timeout = check_timeout(timeout, "connection(timeout=...)")
         try:
             lease = self.pool.checkout() if timeout is None else self.pool.checkout(timeout)
         except WaitQueueTimeoutError as exc:
@@ -117,6 +119,7 @@ class MongoPool(PinningRules[MongoConnection]):
     def insert(
         self, db: str, collection: str, documents: Sequence[Mapping[str, Any]]
     ) -> dict[str, Any]:
+        check_db(db, "insert")
         check_collection(collection, "insert")
         check_documents(documents, "insert")
         return self.command(
@@ -174,6 +177,7 @@ class MongoPool(PinningRules[MongoConnection]):
     def transaction(self, db: str) -> Transaction:
         """``with pool.transaction(db) as txn:`` commands through ``txn.command(...)``,
         committed at the end (aborted if the block raises)."""
+        check_db(db, "transaction")
         return Transaction(self, db)
 
 
@@ -205,10 +209,10 @@ class Cursor:
         return self._state.id
 
     def _start(self, command: dict[str, Any]) -> None:
-        if self._pool.pin and self._lease is None:
-            self._lease = self._pool._checkout("cursor")
-            self._own = True
         try:
+            if self._pool.pin and self._lease is None:
+                self._lease = self._pool._checkout("cursor")
+                self._own = True
             self._state.take(self._run(command), "firstBatch")
         except BaseException as exc:  # (no cursor: its connection and session go back)
             self._state.kill_command()

@@ -430,6 +430,15 @@ class SimService:
             cursor_id = 0
         return {"cursor": {"nextBatch": batch, "id": Int64(cursor_id), "ns": namespace}, "ok": 1.0}
 
+    def awaits_data(self, body: Document) -> bool:
+        """Whether ``body`` is a ``getMore`` of one of this service's tailable awaitData cursors
+        (a change stream's): the server then waits for a change if it finds none."""
+        try:
+            cursor = self.cursors.get(int(body["getMore"]))
+        except (KeyError, TypeError, ValueError, OverflowError):
+            return False
+        return isinstance(cursor, ChangeStreamCursor)
+
     def _kill_cursors(self, conn: ConnectionInfo, body: Document, *_: Any) -> Document:
         killed: list[Int64] = []
         not_found: list[Int64] = []

@@ -1,19 +1,27 @@
-"""The simulator's change streams wait as MongoDB's do: a ``getMore`` of a change stream's cursor
-(tailable, awaitData) that finds nothing answers when a change comes or after its ``maxTimeMS``
-(the driver's ``maxAwaitTimeMS``; 1 s without), so a client iterating a stream does not spin.
-Timings are checked as generous bounds only: what is checked is that a wait happened (a change
-made later arrives in the reply) and how few ``getMore`` were needed.
+"""Two ways the simulator answers as MongoDB does:
+
+* its change streams wait: a ``getMore`` of a change stream's cursor (tailable, awaitData) that
+  finds nothing answers when a change comes or after its ``maxTimeMS`` (the driver's
+  ``maxAwaitTimeMS``; 1 s without), so a client iterating a stream does not spin. Timings are
+  checked as generous bounds only: what is checked is that a wait happened (a change made later
+  arrives in the reply) and how few ``getMore`` were needed;
+* a session's transaction numbers only go up, as a mongos's router has them: a
+  ``startTransaction`` at the number of the session's last transaction is
+  ConflictingOperationInProgress (117), at a lower one TransactionTooOld (225).
 """
 
 from __future__ import annotations
 
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pymongo
 import pytest
+from bson.binary import Binary
+from bson.int64 import Int64
 from mongo_services import SELECTION_MS, Sim, sim_mongo, start_sim
 from pymongo import monitoring
 
@@ -276,3 +284,127 @@ def test_pymongo_try_next_returns_none_after_max_await_time_ms(sim_mongo: Sim) -
     # each try_next is one getMore that waited about 50 ms: about 10 in 0.5 s (spinning,
     # there were thousands)
     assert 1 <= len(listener.commands) <= 20
+
+
+# ---------------------------------------------------------------------- transaction numbers
+
+
+def txn_insert(
+    conn: WireClient, lsid: dict[str, Any], number: int, *, start: bool = False
+) -> dict[str, Any]:
+    """An insert in transaction ``number`` of session ``lsid`` (starting it if ``start``): the
+    reply, errors included."""
+    body: dict[str, Any] = {
+        "insert": "items",
+        "documents": [{"n": number}],
+        "lsid": lsid,
+        "txnNumber": Int64(number),
+        "autocommit": False,
+    }
+    if start:
+        body["startTransaction"] = True
+    return conn.command("db", body, check=False)
+
+
+def txn_end(conn: WireClient, command: str, lsid: dict[str, Any], number: int) -> dict[str, Any]:
+    body = {command: 1, "lsid": lsid, "txnNumber": Int64(number), "autocommit": False}
+    return conn.command("admin", body, check=False)
+
+
+def new_lsid() -> dict[str, Any]:
+    return {"id": Binary.from_uuid(uuid.uuid4())}
+
+
+def assert_already_started(reply: dict[str, Any], number: int) -> None:
+    assert reply["ok"] == 0
+    assert reply["code"] == 117 and reply["codeName"] == "ConflictingOperationInProgress"
+    assert f"txnNumber {number} " in reply["errmsg"] and "already started" in reply["errmsg"]
+    assert "TransientTransactionError" not in reply.get("errorLabels", [])
+
+
+def assert_too_old(reply: dict[str, Any], number: int, last: int) -> None:
+    assert reply["ok"] == 0
+    assert reply["code"] == 225 and reply["codeName"] == "TransactionTooOld"
+    assert f"txnNumber {number} is less than last txnNumber {last}" in reply["errmsg"]
+
+
+@pytest.mark.parametrize("end", ["commitTransaction", "abortTransaction"])
+def test_a_transaction_number_cannot_start_again(sim_one: Sim, end: str) -> None:
+    """After a transaction committed or aborted, ``startTransaction`` at its number is refused
+    (ConflictingOperationInProgress), and at a lower one (TransactionTooOld); at a higher one
+    it starts."""
+    lsid = new_lsid()
+    with WireClient(sim_one.server.port) as conn:
+        assert txn_insert(conn, lsid, 3, start=True)["ok"] == 1
+        assert txn_end(conn, end, lsid, 3)["ok"] == 1
+        assert_already_started(txn_insert(conn, lsid, 3, start=True), 3)
+        assert_too_old(txn_insert(conn, lsid, 2, start=True), 2, 3)
+        assert_too_old(txn_insert(conn, lsid, 0, start=True), 0, 3)
+        assert txn_insert(conn, lsid, 4, start=True)["ok"] == 1
+        assert txn_end(conn, "commitTransaction", lsid, 4)["ok"] == 1
+    expected = [3, 4] if end == "commitTransaction" else [4]
+    assert sorted(d["n"] for d in sim_one.server.store.documents("db.items")) == expected
+
+
+def test_starting_the_transaction_in_progress_again_is_refused_and_leaves_it(
+    sim_one: Sim,
+) -> None:
+    lsid = new_lsid()
+    with WireClient(sim_one.server.port) as conn:
+        assert txn_insert(conn, lsid, 1, start=True)["ok"] == 1
+        assert_already_started(txn_insert(conn, lsid, 1, start=True), 1)
+        assert txn_insert(conn, lsid, 1)["ok"] == 1  # (it goes on)
+        assert txn_end(conn, "commitTransaction", lsid, 1)["ok"] == 1
+    assert [d["n"] for d in sim_one.server.store.documents("db.items")] == [1, 1]
+
+
+def test_an_older_transaction_number_is_too_old_for_any_command(sim_one: Sim) -> None:
+    lsid = new_lsid()
+    with WireClient(sim_one.server.port) as conn:
+        assert txn_insert(conn, lsid, 5, start=True)["ok"] == 1
+        assert_too_old(txn_insert(conn, lsid, 4), 4, 5)
+        assert_too_old(txn_end(conn, "commitTransaction", lsid, 4), 4, 5)
+        assert_too_old(txn_end(conn, "abortTransaction", lsid, 4), 4, 5)
+        assert txn_end(conn, "commitTransaction", lsid, 5)["ok"] == 1
+        assert txn_end(conn, "commitTransaction", lsid, 5)["ok"] == 1  # (a commit's retry)
+        # (a newer number never started: NoSuchTransaction, as before)
+        assert txn_insert(conn, lsid, 6)["code"] == 251
+
+
+def test_transaction_numbers_are_each_services_own(sim_mongo: Sim) -> None:
+    """A session's numbers live where its transactions do, on one service: another service
+    has seen none of them (behind a load balancer, a transaction stays on its service)."""
+    lsid = new_lsid()
+    port = sim_mongo.server.port
+    with WireClient(port) as first, WireClient(port) as second:
+        assert first.service_id != second.service_id  # (round robin)
+        assert txn_insert(first, lsid, 2, start=True)["ok"] == 1
+        assert txn_end(first, "commitTransaction", lsid, 2)["ok"] == 1
+        assert txn_insert(second, lsid, 2, start=True)["ok"] == 1
+        assert txn_end(second, "abortTransaction", lsid, 2)["ok"] == 1
+        assert_already_started(txn_insert(first, lsid, 2, start=True), 2)
+
+
+def test_pymongo_numbers_its_transactions_upward_and_a_replay_is_refused(sim_one: Sim) -> None:
+    """pymongo's transactions on one session run at 1, 2, ...; a ``startTransaction`` replayed
+    at the last one's number, on its session, is refused as MongoDB refuses it."""
+    numbers: list[int] = []
+
+    class Starts(GetMores):
+        def started(self, event: monitoring.CommandStartedEvent) -> None:
+            if event.command.get("startTransaction"):
+                numbers.append(int(event.command["txnNumber"]))
+
+    with client(sim_one.uri, event_listeners=[Starts()]) as mongo:
+        items = mongo.db.items
+        with mongo.start_session() as session:
+            for n in range(3):
+                with session.start_transaction():
+                    items.insert_one({"n": n}, session=session)
+            lsid = dict(session.session_id)
+            with WireClient(sim_one.server.port) as conn:
+                last, first = numbers[-1], numbers[0]
+                assert_already_started(txn_insert(conn, lsid, last, start=True), last)
+                assert_too_old(txn_insert(conn, lsid, first, start=True), first, last)
+    assert numbers == [1, 2, 3]
+    assert len(sim_one.server.store.documents("db.items")) == 3

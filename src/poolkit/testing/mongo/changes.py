@@ -10,8 +10,10 @@ replaces; ``updateDescription`` for updates: ``updatedFields``, ``removedFields`
 ``fullDocument: "updateLookup"`` an update event carries the document as it is when the event
 is read (null if gone since); with ``"whenAvailable"``, null (no collection keeps post-images
 here). Each reply carries ``postBatchResumeToken``;
-``resumeAfter`` / ``startAfter`` start after a token. Unlike a server, a ``getMore`` with no
-change answers at once (no ``maxAwaitTimeMS`` wait), and a drop does not invalidate the stream.
+``resumeAfter`` / ``startAfter`` start after a token. A ``getMore`` with no change waits for one
+up to its ``maxTimeMS`` (a driver's ``maxAwaitTimeMS``; 1 s without), as a server's does: the
+server's async layer waits (:mod:`.server`), watching :meth:`ChangeLog.position`. Unlike a
+server's, a drop does not invalidate the stream.
 
 Rules of this module
 --------------------

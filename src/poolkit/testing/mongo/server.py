@@ -26,6 +26,14 @@ Rules of this module
   answered (with an error document if need be). A refused handshake (error 354) closes too.
 * A monitor's awaitable ``hello`` (``maxAwaitTimeMS``) waits that long (10 s at most): nothing
   here ever changes, and answering at once would have the monitor ask again at once.
+* A ``getMore`` of a change stream's cursor (tailable, awaitData) that finds nothing waits, as a
+  server's does, until the store's change log grows (then it runs again) or its ``maxTimeMS``
+  passes (1 s without one; a driver's ``maxAwaitTimeMS``), and answers an empty batch then.
+  The wait polls :meth:`~.changes.ChangeLog.position` every ``AWAIT_DATA_POLL`` seconds: the
+  store may be shared by servers on other threads' loops, and a poll needs nothing of theirs
+  (no waiter to register or wake across loops, none left behind when a wait is cancelled).
+  :meth:`~.services.SimService.execute` stays synchronous; a fault catches the ``getMore``
+  before it runs, as any command. No other cursor's ``getMore`` waits.
 * Fail points are the server's, over all its services (a ``configureFailPoint`` command too)
   unless one names a ``service``.
 """
@@ -58,7 +66,7 @@ from ...mongodb.wire import (
 from .._serving import LoopbackServer, stop_accepting
 from .faults import HANDSHAKE_COMMANDS, FailPoint, error_document
 from .scram import SimUsers
-from .services import SimService
+from .services import Sequences, SimService
 from .settings import ConnectionInfo, ServiceStats, SimMongoSettings, SimMongoStats
 from .store import SimMongoStore
 
@@ -68,6 +76,8 @@ LOCALHOST = "127.0.0.1"
 PROXY_V2_SIGNATURE = b"\r\n\r\n\x00\r\nQUIT\n"
 PROXY_HEADER_TIMEOUT = 10.0
 MAX_AWAIT_MS = 10_000.0
+AWAIT_DATA_MS = 1000.0  # (a change stream's getMore without maxTimeMS waits this long)
+AWAIT_DATA_POLL = 0.005  # (s: how often a waiting getMore looks at the change log)
 MAX_KEPT = 10_000  # (connections() lists the last ones accepted)
 
 
@@ -370,7 +380,7 @@ class SimMongoServer(LoopbackServer):
             if name == "configureFailPoint":
                 reply = self._configure(body)
             else:
-                reply = conn.service.execute(conn.info, name, body, message.sequences)
+                reply = await self._execute(conn, name, body, message.sequences)
         if message.more_to_come or conn.closed:
             return
         request_id = next(self._request_ids)
@@ -382,6 +392,28 @@ class SimMongoServer(LoopbackServer):
         await conn.writer.drain()
         if reply.get("code") == 354:  # (LoadBalancerSupportMismatch closes the connection)
             conn.close()
+
+    async def _execute(
+        self, conn: _Connection, name: str, body: dict[str, Any], sequences: Sequences
+    ) -> dict[str, Any]:
+        """The service's reply to the command; a change stream's ``getMore`` that finds nothing
+        waits for a change first (module rules)."""
+        service = conn.service
+        if name != "getMore" or not service.awaits_data(body):
+            return service.execute(conn.info, name, body, sequences)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + await_data_ms(body) / 1000.0
+        log = self.store.changes
+        while True:
+            seen = log.position()  # (before it runs: a change recorded meanwhile is not missed)
+            reply = service.execute(conn.info, name, body, sequences)
+            if not empty_batch(reply):
+                return reply
+            while log.position() == seen:
+                left = deadline - loop.time()
+                if left <= 0 or conn.closed:
+                    return reply
+                await asyncio.sleep(min(AWAIT_DATA_POLL, left))
 
     def _caught(self, name: str, conn: _Connection) -> FailPoint | None:
         for point in self._fail_points:
@@ -399,6 +431,26 @@ class SimMongoServer(LoopbackServer):
         if point is not None:
             self._fail_points.append(point)
         return {"count": 0, "ok": 1.0}
+
+
+def await_data_ms(get_more: dict[str, Any]) -> float:
+    """How long (ms) a change stream's ``getMore`` waits for a change: its ``maxTimeMS``, or
+    1000 without one (as a server's ``getMore`` on an awaitData cursor)."""
+    max_time = get_more.get("maxTimeMS")
+    if isinstance(max_time, bool) or not isinstance(max_time, (int, float)):
+        return AWAIT_DATA_MS
+    return max(float(max_time), 0.0)
+
+
+def empty_batch(reply: dict[str, Any]) -> bool:
+    """Whether ``reply`` is a successful ``getMore``'s, empty, of a cursor still open."""
+    cursor = reply.get("cursor")
+    return (
+        reply.get("ok") == 1
+        and isinstance(cursor, dict)
+        and cursor.get("nextBatch") == []
+        and cursor.get("id") != 0
+    )
 
 
 def app_name(hello: dict[str, Any]) -> str | None:

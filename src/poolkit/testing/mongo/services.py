@@ -20,6 +20,11 @@ Rules of this module
 * A transaction's writes are kept aside and applied at ``commitTransaction`` (a key it wrote
   taken, or a document it updated changed, meanwhile is error 112 WriteConflict); a read in it
   sees them, nothing else does. The catalog's commands are refused in one (error 263).
+* A session's transactions are numbered upward, as a mongos's transaction router numbers
+  them: a ``txnNumber`` below the session's last is error 225 TransactionTooOld (whatever the
+  command), a ``startTransaction`` at the last one's number (in progress, committed or
+  aborted) error 117 ConflictingOperationInProgress. The session's numbers are the service's
+  own, as its transactions are.
 * :meth:`SimService.execute` never raises for a bad command: it answers with an error document.
   No I/O, no awaiting: the server frames, delays and sends.
 """
@@ -32,6 +37,7 @@ import datetime
 import functools
 import itertools
 import random
+import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -430,6 +436,15 @@ class SimService:
             cursor_id = 0
         return {"cursor": {"nextBatch": batch, "id": Int64(cursor_id), "ns": namespace}, "ok": 1.0}
 
+    def awaits_data(self, body: Document) -> bool:
+        """Whether ``body`` is a ``getMore`` of one of this service's tailable awaitData cursors
+        (a change stream's): the server then waits for a change if it finds none."""
+        try:
+            cursor = self.cursors.get(int(body["getMore"]))
+        except (KeyError, TypeError, ValueError, OverflowError):
+            return False
+        return isinstance(cursor, ChangeStreamCursor)
+
     def _kill_cursors(self, conn: ConnectionInfo, body: Document, *_: Any) -> Document:
         killed: list[Int64] = []
         not_found: list[Int64] = []
@@ -486,13 +501,19 @@ class SimService:
     # ------------------------------------------------------------------ sessions and transactions
 
     def _transaction(self, conn: ConnectionInfo, body: Document) -> Transaction:
-        """The transaction that ``body`` (``autocommit: false``) runs in, started if so asked."""
+        """The transaction that ``body`` (``autocommit: false``) runs in, started if so asked:
+        at a number above the session's last, as a mongos's router starts one (module rules)."""
         key = _session_key(body)
         number = int(body["txnNumber"])
-        current = self.transactions.get(key)
+        current = self._latest(key, number, body)
         if body.get("startTransaction"):
-            if current is not None and current.number > number:
-                raise CommandError(225, f"txnNumber {number} is older than {current.number}")
+            if current is not None and current.number == number:
+                raise CommandError(
+                    117,
+                    f"txnNumber {number} txnRetryCounter 0 for session "
+                    f"{_session_text(body['lsid'])} already started",
+                    details={"codeName": "ConflictingOperationInProgress"},
+                )
             txn = Transaction(number, conn.connection_id)
             self.transactions[key] = txn
             return txn
@@ -501,9 +522,21 @@ class SimService:
         current.connection_id = conn.connection_id
         return current
 
+    def _latest(self, key: bytes, number: int, body: Document) -> Transaction | None:
+        """The session's last transaction on this service; TransactionTooOld if ``number`` (a
+        command's ``txnNumber``) is below its number."""
+        current = self.transactions.get(key)
+        if current is not None and number < current.number:
+            raise CommandError(
+                225,
+                f"txnNumber {number} is less than last txnNumber {current.number} seen in "
+                f"session {_session_text(body['lsid'])}",
+            )
+        return current
+
     def _commit(self, conn: ConnectionInfo, body: Document, *_: Any) -> Document:
-        txn = self.transactions.get(_session_key(body))
         number = int(body["txnNumber"])
+        txn = self._latest(_session_key(body), number, body)
         if txn is None or txn.number != number or txn.state == "aborted":
             raise no_such_transaction(number)
         if txn.state == "committed":
@@ -513,8 +546,8 @@ class SimService:
         return {"ok": 1.0}
 
     def _abort(self, conn: ConnectionInfo, body: Document, *_: Any) -> Document:
-        txn = self.transactions.get(_session_key(body))
         number = int(body["txnNumber"])
+        txn = self._latest(_session_key(body), number, body)
         if txn is None or txn.number != number or txn.state == "aborted":
             raise no_such_transaction(number)
         if txn.state == "committed":
@@ -574,6 +607,15 @@ def _stage(found: list[Document], name: str, arg: Any) -> list[Document]:
 def _outside(txn: Transaction | None, command: str) -> None:
     if txn is not None:
         raise CommandError(263, f"Cannot run '{command}' in a multi-document transaction.")
+
+
+def _session_text(lsid: Any) -> str:
+    """A session id as a server's messages show it: ``{ id: UUID("...") }``."""
+    session_id = lsid.get("id") if isinstance(lsid, Mapping) else None
+    if isinstance(session_id, bson.Binary) and session_id.subtype == bson.binary.UUID_SUBTYPE:
+        session_id = session_id.as_uuid()
+    shown = f'UUID("{session_id}")' if isinstance(session_id, uuid.UUID) else repr(session_id)
+    return f"{{ id: {shown} }}"
 
 
 def _session_key(body: Document) -> bytes:

@@ -293,12 +293,13 @@ def test_pymongo_watches_a_collection_and_resumes_after_a_token(sim_mongo: Sim) 
     with client(sim_mongo.uri) as mongo:
         items = mongo.db.items
         items.insert_one({"_id": 0})  # (before the stream: not seen)
-        with items.watch([{"$match": {"operationType": {"$in": ["insert", "delete"]}}}]) as s:
+        match = [{"$match": {"operationType": {"$in": ["insert", "delete"]}}}]
+        with items.watch(match, max_await_time_ms=50) as s:  # (a getMore waits that long)
             items.insert_many([{"_id": 1}, {"_id": 2}])
             mongo.db.other.insert_one({"_id": 3})  # (another collection: not seen)
             items.delete_one({"_id": 1})
             changes: list[dict[str, Any]] = []
-            while (change := s.try_next()) is not None:  # (None: the getMore found nothing)
+            while (change := s.try_next()) is not None:  # (None: nothing within 50 ms)
                 changes.append(change)
         assert [(c["operationType"], c["documentKey"]["_id"]) for c in changes] == [
             ("insert", 1),
@@ -307,7 +308,7 @@ def test_pymongo_watches_a_collection_and_resumes_after_a_token(sim_mongo: Sim) 
         ]
         assert changes[0]["fullDocument"] == {"_id": 1}
         assert changes[0]["ns"] == {"db": "db", "coll": "items"}
-        with items.watch(resume_after=changes[0]["_id"]) as resumed:
+        with items.watch(resume_after=changes[0]["_id"], max_await_time_ms=50) as resumed:
             after = resumed.try_next()
             assert after is not None and after["documentKey"] == {"_id": 2}
     assert sum(s.cursors_open for s in sim_mongo.server.stats().services) == 0  # (killed)

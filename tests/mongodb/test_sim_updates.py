@@ -371,7 +371,7 @@ def test_a_write_error_aborts_the_transaction(mongo: Client, items: Collection) 
 
 def test_change_stream_sees_updates_and_replaces(items: Collection) -> None:
     items.insert_one({"_id": 1, "a": 1, "b": 2, "r": [1]})
-    with items.watch(full_document="updateLookup") as stream:
+    with items.watch(full_document="updateLookup", max_await_time_ms=50) as stream:
         items.update_one(
             {"_id": 1}, {"$set": {"a": 5, "c.d": 1}, "$unset": {"b": ""}, "$push": {"r": 2}}
         )
@@ -397,7 +397,7 @@ def test_change_stream_sees_updates_and_replaces(items: Collection) -> None:
         "removedFields": [],
         "truncatedArrays": [{"field": "z", "newSize": 1}],
     }
-    with items.watch() as plain:  # (no fullDocument on updates by default)
+    with items.watch(max_await_time_ms=50) as plain:  # (no fullDocument on updates by default)
         items.update_one({"_id": 1}, {"$set": {"y": 2}})
         event = plain.try_next()
         assert event is not None and "fullDocument" not in event

@@ -78,6 +78,7 @@ CODE_NAMES: Mapping[int, str] = {
     89: "NetworkTimeout",
     91: "ShutdownInProgress",
     112: "WriteConflict",
+    117: "ConflictingOperationInProgress",
     189: "PrimarySteppedDown",
     225: "TransactionTooOld",
     251: "NoSuchTransaction",

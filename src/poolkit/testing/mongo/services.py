@@ -512,7 +512,6 @@ class SimService:
                     117,
                     f"txnNumber {number} txnRetryCounter 0 for session "
                     f"{_session_text(body['lsid'])} already started",
-                    details={"codeName": "ConflictingOperationInProgress"},
                 )
             txn = Transaction(number, conn.connection_id)
             self.transactions[key] = txn

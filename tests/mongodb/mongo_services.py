@@ -6,6 +6,8 @@ Tests take the fixtures (import them: ``from mongo_services import sim_mongo``; 
 
 * ``sim_mongo``: a :class:`~poolkit.testing.mongo.SimMongoServer` of three services on its own
   thread (:class:`Sim`: the server, its thread's handle, and ``call`` to reach it);
+* ``mongo``: a pymongo client of it (``loadBalanced=true``), and ``items``: its collection
+  ``db.items``;
 * ``haproxy_cluster``: HAProxy in TCP mode on 127.0.0.1 in front of three servers of one
   service each, over one shared store, with the PROXY protocol (v2) between them, as real
   deployments put a load balancer in front of mongos processes.
@@ -24,6 +26,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import pymongo
 import pytest
 
 from conftest import skip_or_fail
@@ -39,6 +42,9 @@ from poolkit.testing.mongo import (
 
 #: the clients' server selection timeout (ms): the simulator answers at once
 SELECTION_MS = 5000
+
+Client = pymongo.MongoClient[dict[str, Any]]
+Collection = pymongo.collection.Collection[dict[str, Any]]
 
 
 @dataclasses.dataclass
@@ -74,6 +80,18 @@ def sim_mongo() -> Iterator[Sim]:
         yield sim
     finally:
         sim.thread.stop()
+
+
+@pytest.fixture
+def mongo(sim_mongo: Sim) -> Iterator[Client]:
+    client: Client = pymongo.MongoClient(sim_mongo.uri, serverSelectionTimeoutMS=SELECTION_MS)
+    with client:
+        yield client
+
+
+@pytest.fixture
+def items(mongo: Client) -> Collection:
+    return mongo.db.items
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:

@@ -7,24 +7,13 @@ refusal in a transaction.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
-import pymongo
 import pytest
-from mongo_services import SELECTION_MS, Sim, sim_mongo
+from mongo_services import Client, mongo, sim_mongo
 from pymongo.errors import CollectionInvalid, OperationFailure
 
-__all__ = ["sim_mongo"]  # (the fixture: imported for pytest)
-
-Client = pymongo.MongoClient[dict[str, Any]]
-
-
-@pytest.fixture
-def mongo(sim_mongo: Sim) -> Iterator[Client]:
-    client: Client = pymongo.MongoClient(sim_mongo.uri, serverSelectionTimeoutMS=SELECTION_MS)
-    with client:
-        yield client
+__all__ = ["mongo", "sim_mongo"]  # (the fixtures: imported for pytest)
 
 
 def indexes(mongo: Client, collection: str) -> list[tuple[str, dict[str, Any]]]:

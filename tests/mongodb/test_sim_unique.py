@@ -9,39 +9,23 @@ documents that already share a key; ``drop_index`` lifting the constraint; trans
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
-import pymongo
 import pytest
 from bson.decimal128 import Decimal128
 from bson.int64 import Int64
 from bson.objectid import ObjectId
 from hypothesis import given
 from hypothesis import strategies as st
-from mongo_services import SELECTION_MS, Sim, sim_mongo
+from mongo_services import Client, Collection, items, mongo, sim_mongo
 from pymongo import InsertOne, ReplaceOne, UpdateOne
 from pymongo.errors import BulkWriteError, DuplicateKeyError, OperationFailure
 
 from poolkit.testing.mongo.indexes import UNDEFINED, Duplicate, UniqueKeys, index_keys
 from poolkit.testing.mongo.store import SimMongoStore, matches
 
-__all__ = ["sim_mongo"]  # (the fixture: imported for pytest)
-
-Client = pymongo.MongoClient[dict[str, Any]]
-Collection = pymongo.collection.Collection[dict[str, Any]]
-
-
-@pytest.fixture
-def mongo(sim_mongo: Sim) -> Iterator[Client]:
-    client: Client = pymongo.MongoClient(sim_mongo.uri, serverSelectionTimeoutMS=SELECTION_MS)
-    with client:
-        yield client
-
-
-@pytest.fixture
-def items(mongo: Client) -> Collection:
-    return mongo.db.items
+__all__ = ["items", "mongo", "sim_mongo"]  # (the fixtures: imported for pytest)
 
 
 def dup_message(index: str, key: str) -> str:

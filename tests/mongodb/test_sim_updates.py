@@ -8,35 +8,19 @@ stream events they make; and the raw commands (a document sequence or an array, 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import pymongo
 import pytest
 from bson.int64 import Int64
 from bson.objectid import ObjectId
-from mongo_services import SELECTION_MS, Sim, sim_mongo, start_sim
+from mongo_services import SELECTION_MS, Client, Collection, Sim, items, mongo, sim_mongo, start_sim
 from pymongo import DeleteOne, InsertOne, ReplaceOne, ReturnDocument, UpdateMany, UpdateOne
 from pymongo.errors import BulkWriteError, DuplicateKeyError, OperationFailure, WriteError
 
 from poolkit.testing.mongo import SimMongoSettings, WireClient, WireCommandError
 
-__all__ = ["sim_mongo"]  # (the fixture: imported for pytest)
-
-Client = pymongo.MongoClient[dict[str, Any]]
-Collection = pymongo.collection.Collection[dict[str, Any]]
-
-
-@pytest.fixture
-def mongo(sim_mongo: Sim) -> Iterator[Client]:
-    client: Client = pymongo.MongoClient(sim_mongo.uri, serverSelectionTimeoutMS=SELECTION_MS)
-    with client:
-        yield client
-
-
-@pytest.fixture
-def items(mongo: Client) -> Collection:
-    return mongo.db.items
+__all__ = ["items", "mongo", "sim_mongo"]  # (the fixtures: imported for pytest)
 
 
 @pytest.mark.parametrize(

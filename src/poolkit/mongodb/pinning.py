@@ -240,19 +240,20 @@ class PinningRules(Generic[C]):
         if self._stale(lease):
             return  # (the pool was cleared since this connection was made: SDAM ignores it)
         if clear_scope(error, handshake_done=True, max_wire_version=conn.max_wire_version):
-            if self.load_balanced:
-                self.pool.clear(service_id=conn.service_id, cause=error)
-            else:
-                self.pool.clear(cause=error)
+            self._clear(conn.service_id, error)
 
     def _connect_failed(self, error: MongoError) -> None:
         """A connect that failed after its ``hello`` (authentication) goes through the SDAM
         rules with the service the ``hello`` named; one before it clears nothing."""
         if error.after_hello and clear_scope(error, handshake_done=True):
-            if self.load_balanced:
-                self.pool.clear(service_id=error.service_id, cause=error)
-            else:
-                self.pool.clear(cause=error)
+            self._clear(error.service_id, error)
+
+    def _clear(self, service_id: Any, cause: BaseException) -> None:
+        """Clear the pool: in load-balanced mode ``service_id``'s connections only."""
+        if self.load_balanced:
+            self.pool.clear(service_id=service_id, cause=cause)
+        else:
+            self.pool.clear(cause=cause)
 
     def _stale(self, lease: Lease[C]) -> bool:
         if self.load_balanced:

@@ -21,6 +21,7 @@ import redis.asyncio
 import poolkit
 from conftest import RedisServer
 from poolkit.backends import redis as pk_redis
+from poolkit.backends._common import default_hooks
 from poolkit.backends._extras import require
 
 
@@ -137,7 +138,7 @@ def test_hooks_builders() -> None:
     assert pk_redis.keep_alive(30).probe is pk_redis.ping
     assert pk_redis.async_keep_alive(30).probe is pk_redis.async_ping
     own = poolkit.Hooks(is_broken=pk_redis.is_broken)
-    assert pk_redis._with_hooks(poolkit.PoolOptions(hooks=own), hooks).hooks is own
+    assert default_hooks(poolkit.PoolOptions(hooks=own), hooks, "create_pool").hooks is own
 
 
 def test_async_hooks_on_a_killed_connection(redis_server: RedisServer) -> None:

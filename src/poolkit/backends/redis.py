@@ -37,7 +37,6 @@ Rules of this module
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
@@ -55,6 +54,7 @@ from ..asyncio import AsyncPool  # noqa: E402
 from ..events import Listener  # noqa: E402
 from ..options import Hooks, KeepAlive, PoolOptions  # noqa: E402
 from ..threaded import Pool  # noqa: E402
+from ._common import default_hooks  # noqa: E402
 from ._redis_dropin import ConnectionPool  # noqa: E402
 from ._redis_dropin_async import AsyncConnectionPool, connected  # noqa: E402
 
@@ -242,13 +242,6 @@ def async_keep_alive(interval: float, timeout: float | None = 5.0) -> KeepAlive:
     return KeepAlive(interval, async_ping, timeout)
 
 
-def _with_hooks(options: PoolOptions | None, default: Hooks) -> PoolOptions:
-    """``options`` (default ``PoolOptions()``) with ``default`` as hooks unless it has its own."""
-    options = PoolOptions() if options is None else options
-    if options.hooks is not None:
-        return options
-    return dataclasses.replace(options, hooks=default)
-
 
 def create_pool(
     url: str | None = None,
@@ -263,7 +256,7 @@ def create_pool(
     pool = Pool(
         connect(url, **kwargs),
         address=_address(url, kwargs),
-        options=_with_hooks(options, hooks()),
+        options=default_hooks(options, hooks(), "create_pool"),
         listeners=listeners,
     )
     pool.ready()
@@ -283,7 +276,7 @@ async def create_async_pool(
     pool = AsyncPool(
         async_connect(url, **kwargs),
         address=_address(url, kwargs),
-        options=_with_hooks(options, async_hooks()),
+        options=default_hooks(options, async_hooks(), "create_async_pool"),
         listeners=listeners,
     )
     pool.ready()

@@ -23,7 +23,6 @@ Rules of this module
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import socket
 import ssl
 import time
@@ -35,6 +34,7 @@ from ..asyncio import AsyncPool
 from ..events import Listener
 from ..options import Hooks, PoolOptions
 from ..threaded import Pool
+from ._common import default_hooks
 
 __all__ = [
     "StreamConnection",
@@ -237,10 +237,6 @@ def async_hooks(*, check_after: float = 1.0, timeout: float | None = 5.0) -> Hoo
     return Hooks(check=async_check, check_after=check_after, is_broken=is_broken, timeout=timeout)
 
 
-def _with_hooks(options: PoolOptions | None, default: Hooks) -> PoolOptions:
-    options = PoolOptions() if options is None else options
-    return options if options.hooks is not None else dataclasses.replace(options, hooks=default)
-
 
 def create_pool(
     host: str,
@@ -255,7 +251,7 @@ def create_pool(
     pool = Pool(
         connect(host, port, **kwargs),
         address=f"{host}:{port}",
-        options=_with_hooks(options, hooks()),
+        options=default_hooks(options, hooks(), "create_pool"),
         listeners=listeners,
     )
     pool.ready()
@@ -275,7 +271,7 @@ async def create_async_pool(
     pool = AsyncPool(
         async_connect(host, port, **kwargs),
         address=f"{host}:{port}",
-        options=_with_hooks(options, async_hooks()),
+        options=default_hooks(options, async_hooks(), "create_async_pool"),
         listeners=listeners,
     )
     pool.ready()

@@ -6,13 +6,13 @@ both together (:func:`create_pool`, :func:`create_async_pool`).
 
 from __future__ import annotations
 
-import dataclasses
 import ssl
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from .._frontend import ConnectContext, Established
 from ..asyncio import AsyncPool
+from ..backends._common import default_hooks
 from ..events import Listener
 from ..options import Hooks, PoolOptions
 from ..threaded import Pool
@@ -105,11 +105,8 @@ def _parsed(uri: str | MongoURI) -> MongoURI:
     raise TypeError(f"uri: a connection string or a MongoURI, not {type(uri).__name__}")
 
 
-def _options(uri: MongoURI, options: PoolOptions | None, default: Hooks) -> PoolOptions:
-    if options is not None and not isinstance(options, PoolOptions):
-        raise TypeError(f"options: a poolkit.PoolOptions or None, not {type(options).__name__}")
-    options = uri.pool_options if options is None else options
-    return options if options.hooks is not None else dataclasses.replace(options, hooks=default)
+def _options(uri: MongoURI, options: PoolOptions | None, default: Hooks, call: str) -> PoolOptions:
+    return default_hooks(uri.pool_options if options is None else options, default, call)
 
 
 def create_pool(
@@ -128,7 +125,7 @@ def create_pool(
     pool = Pool(
         connect_sync_uri(parsed, tls=tls, listeners=command_listeners),
         address=parsed.addresses[0],
-        options=_options(parsed, options, hooks()),
+        options=_options(parsed, options, hooks(), "create_pool"),
         listeners=listeners,
     )
     pool.ready()
@@ -149,7 +146,7 @@ async def create_async_pool(
     pool = AsyncPool(
         connect_uri(parsed, tls=tls, listeners=command_listeners),
         address=parsed.addresses[0],
-        options=_options(parsed, options, async_hooks()),
+        options=_options(parsed, options, async_hooks(), "create_async_pool"),
         listeners=listeners,
     )
     pool.ready()

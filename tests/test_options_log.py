@@ -62,7 +62,7 @@ def test_timedelta_and_cmap_names() -> None:
             "max_idle_time must be a number of seconds, not NaN",
         ),
         ({"max_idle_time": "10"}, TypeError, "max_idle_time must be seconds"),
-        ({"wait_queue_timeout": -0.5}, ValueError, "wait_queue_timeout must be >= 0 seconds"),
+        ({"wait_queue_timeout": -0.5}, ValueError, "wait_queue_timeout must be > 0 seconds"),
         ({"wait_queue_timeout": math.inf}, ValueError, "wait_queue_timeout must be finite"),
         ({"background_interval": 0}, ValueError, "background_interval must be > 0 seconds"),
         (
@@ -285,7 +285,7 @@ def test_a_leak_is_a_warning_even_with_debug_off(caplog: pytest.LogCaptureFixtur
         (
             {"wait_queue_timeout": timedelta(seconds=-1)},
             ValueError,
-            "PoolOptions.wait_queue_timeout must be >= 0 seconds",
+            "PoolOptions.wait_queue_timeout must be > 0 seconds",
         ),
     ],
 )

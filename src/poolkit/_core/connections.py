@@ -115,6 +115,26 @@ class ConnectionLife(CoreFields):
                 return
             self._start_connect(now)
 
+    def _connect_for_one(self, now: float) -> None:
+        """A checkout that may not wait (its deadline is now) found nothing to take: start the
+        connect it would have waited for, counted as one waiter more than the queue holds, if
+        the limits allow and the circuit is closed. Its result becomes available to the next
+        checkout: a pool tried only with ``timeout=0`` still connects."""
+        if self.state is not _READY:
+            return
+        counts = self._counts
+        if (
+            counts[_CONNECTING] + self._abandoned >= self.options.max_connecting
+            or len(self.conns) + self._abandoned >= self._max_size
+            or len(self.wait_queue) + 1 <= counts[_CONNECTING] + counts[_CHECKING]
+        ):
+            return
+        failing = self.failures.failing
+        if failing is None:
+            self._start_connect(now)
+        elif failing.pending is None and not failing.open:
+            self.failures.attempt(self._start_connect(now))
+
     def _start_connect(self, now: float) -> Conn:
         conn = self._new_record(now, _CONNECTING)
         self._begin_connect(conn, now)

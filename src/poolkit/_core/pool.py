@@ -342,13 +342,14 @@ class PoolCore(Lifecycle):
             if conn is not None:
                 self._serve(req, conn, now)
                 return
-        deadline = req.deadline
-        if deadline is not None and deadline <= now:
-            self._fail_timeout(req, now)
-            return
         failing = self.failures.failing  # (ConnectFailures.circuit_open inlined)
         if failing is not None and failing.open:
             self._fail(req, self.failures.circuit_error(now), CHECKOUT_CIRCUIT_OPEN, now)
+            return
+        deadline = req.deadline
+        if deadline is not None and deadline <= now:
+            self._connect_for_one(now)  # (it may not wait, but the pool still grows for it)
+            self._fail_timeout(req, now)
             return
         max_waiting = self._max_waiting
         if max_waiting and len(waiters) >= max_waiting:

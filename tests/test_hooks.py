@@ -329,6 +329,37 @@ def test_a_reset_that_times_out_closes_and_its_late_end_is_ignored(front_kind: s
     drive(front_kind, scenario, max_size=1, hooks=resetting(timeout=3))
 
 
+@pytest.mark.parametrize("hook", ["check", "reset"])
+def test_a_hook_that_times_out_on_threads_closes_its_connection_only_when_it_returns(
+    front_kind: str, hook: str
+) -> None:
+    # Issue 24, defect 3: Pool closed a psycopg connection from the timer thread while its reset
+    # still ran on it in another thread; the freed descriptor went to the next connect, which
+    # then hung for good. The pool gives up on the hook at its timeout (the connection is closed
+    # in its view, waiters are freed), but the connection itself is closed when the hook's
+    # thread is done with it, once. On asyncio the hook's task is cancelled first, so the
+    # connection is closed at the timeout.
+    async def scenario(f: Front) -> None:
+        lease = await f.lease()
+        if hook == "reset":
+            f.hook_delay["reset"] = 5
+            release_apart(f, lease)
+        else:
+            lease.release()
+            await f.advance(1)
+            f.hook_delay["check"] = 5
+            f.start(timeout=30)
+        await f.advance(3)
+        assert f.close_reasons() == {1: "error"}
+        assert f.made[0].closed == (0 if isinstance(f, ThreadFront) else 1)
+        assert f.pool.stats().total in (0, 1)  # (a check's checkout connects anew meanwhile)
+        await f.advance(3)  # the hook returns, late
+        assert f.made[0].closed == 1
+
+    hooks = resetting(timeout=3) if hook == "reset" else checked(after=0.5, timeout=3)
+    drive(front_kind, scenario, max_size=2, hooks=hooks)
+
+
 def test_closing_the_pool_during_a_reset_closes_the_connection(front_kind: str) -> None:
     async def scenario(f: Front) -> None:
         lease = await f.lease()

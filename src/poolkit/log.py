@@ -215,6 +215,15 @@ def log_event(event: ev.PoolEvent) -> None:
             event.failures,
             event.error,
         )
+    elif type(event) is ev.ConnectLostEvent:
+        _POOL_LOGGER.warning(
+            "poolkit: connect %d to %s was given up on and has not returned in %.3f s: it no "
+            "longer counts against max_size and max_connecting (what it may still return is "
+            "closed); a connect function should honour its timeout",
+            event.connection_id,
+            event.address,
+            event.running_for,
+        )
     elif type(event) is ev.ConnectRecoveredEvent:
         _POOL_LOGGER.info(
             "poolkit: connects to %s succeed again, after %d failures in %.3f s",

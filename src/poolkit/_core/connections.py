@@ -22,7 +22,11 @@ Rules of this module
   timeout) is *abandoned*: its record is closed, but it still counts against ``max_size`` and
   ``max_connecting`` (``_abandoned``) until its function returns (``connected`` or
   ``connect_failed`` with ``returned``), so that a slow server never sees more connects than the
-  limits allow.
+  limits allow. Not for ever: a connect whose function has not returned ``lost_after()`` after
+  it started (10 times ``connect_timeout``, at least a minute) is *lost* (``_connect_lost``): it
+  counts no more (a ``ConnectLostEvent``, logged as a warning), and what it may still return is
+  closed. A slow server still sees no more connects than the limits allow; a function that never
+  returns no longer holds a slot of the pool for good.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from ..events import (
     CLOSE_STALE,
     ConnectionClosedEvent,
     ConnectionCreatedEvent,
+    ConnectLostEvent,
 )
 from .actions import CloseConnection, StartConnect
 from .fields import CoreFields
@@ -54,6 +59,18 @@ from .records import (
     InvalidTransition,
 )
 from .timers import TimerKind
+
+#: an abandoned connect is lost (counts against the limits no more) this long after it started,
+#: at the least, and at least this many times ``connect_timeout``
+LOST_AFTER_MIN = 60.0
+LOST_AFTER_TIMEOUTS = 10
+
+
+def lost_after(connect_timeout: float | None) -> float:
+    """How long after its start an abandoned connect that has not returned is given up for good."""
+    if connect_timeout is None:
+        return LOST_AFTER_MIN
+    return max(LOST_AFTER_MIN, LOST_AFTER_TIMEOUTS * connect_timeout)
 
 
 class ConnectionLife(CoreFields):
@@ -198,6 +215,9 @@ class ConnectionLife(CoreFields):
         if pending:
             conn.abandoned = True
             self._abandoned += 1
+            if self.state is not _CLOSED:
+                when = conn.created_at + lost_after(self.options.connect_timeout)
+                self.timers.push(when, TimerKind.CONNECT_LOST, conn)
         if self._lb and not pending:  # (established: counted in its service since `connected`)
             entry = self.service_generations.get(conn.service_id)
             if entry is not None:
@@ -223,6 +243,20 @@ class ConnectionLife(CoreFields):
             conn.abandoned = False
             self._abandoned -= 1
             self._maybe_connect(now, fill_min=True)
+
+    def _connect_lost(self, conn: Conn, now: float) -> None:
+        """``conn``'s connect, abandoned, has not returned in ``lost_after``: it counts against the
+        limits no more (its result, if it ever comes, is closed all the same)."""
+        if not conn.abandoned or self.state is _CLOSED:
+            return
+        conn.abandoned = False
+        self._abandoned -= 1
+        self.events.append(  # (observed or not: the front end logs it as a warning)
+            ConnectLostEvent(
+                address=self.address, connection_id=conn.id, running_for=now - conn.created_at
+            )
+        )
+        self._maybe_connect(now, fill_min=True)
 
     def _perished(self, conn: Conn, now: float, *, check_idle: bool = True) -> str | None:
         """Why ``conn`` must not be used any more, or ``None`` (CMAP "perished")."""

@@ -457,3 +457,37 @@ def test_each_waiter_gets_a_check_of_its_own_and_no_connect_is_needed(front_kind
         second.lease.release()
 
     drive(front_kind, scenario, min_size=2, max_size=4, hooks=checked())
+
+
+def test_a_probe_returning_the_last_stream_resets_what_a_lease_used_meanwhile(
+    front_kind: str,
+) -> None:
+    # Issue 24, defect 21: on a multiplexed connection a user lease given back while the
+    # keep-alive probe held the other stream was never reset: the probe's stream came back last,
+    # and a probe's return skips the reset (a probe is no use).
+    async def scenario(f: Front) -> None:
+        f.probe_delay = 3
+        (await f.lease()).release()  # connection 1, reset once
+        await f.settle()
+        assert [name for _, name, _ in f.hook_runs] == ["reset"]
+        await f.advance(5.5)  # idle 5 s: its probe starts and holds one stream for 3 s
+        assert len(f.probes) == 1
+        lease = await f.lease()  # the other stream
+        assert lease.connection_id == 1
+        lease.release()  # not the last stream back: the probe still holds one
+        await f.settle()
+        assert [name for _, name, _ in f.hook_runs] == ["reset"]
+        await f.advance(3)  # the probe returns the last stream: the session is reset now
+        assert [name for _, name, _ in f.hook_runs] == ["reset", "reset"]
+        await f.advance(20)  # a probe alone (nothing used meanwhile) resets nothing
+        assert len(f.probes) >= 2
+        assert [name for _, name, _ in f.hook_runs] == ["reset", "reset"]
+
+    drive(
+        front_kind,
+        scenario,
+        2,
+        max_size=1,
+        hooks=resetting(),
+        keep_alive=poolkit.KeepAlive(5.0, _replaced),
+    )

@@ -42,6 +42,7 @@ from ..events import (
 )
 from .actions import CloseConnection, StartConnect
 from .fields import CoreFields
+from .idle import idle_expired
 from .records import (
     _CHECKING,
     _CLOSED,
@@ -273,6 +274,6 @@ class ConnectionLife(CoreFields):
             return CLOSE_LIFETIME
         if check_idle and conn.role is not _KEPT:
             max_idle = self._max_idle
-            if max_idle is not None and now - conn.idle_since >= max_idle:
+            if max_idle is not None and idle_expired(conn.idle_since, max_idle, now):
                 return CLOSE_IDLE
         return None

@@ -326,6 +326,7 @@ class Lifecycle(Health):
         error = WaitQueueTimeoutError(address=self.address, waited=now - req.started, stats=None)
         self._fail(req, error, CHECKOUT_TIMEOUT, now)
         error.stats = self.stats()
+        error.explain(self.options.max_size)
 
     def _fail_all_waiters(self, now: float, make_error: Any, reason: str) -> None:
         queue = self.wait_queue

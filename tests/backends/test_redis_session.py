@@ -253,29 +253,36 @@ def test_a_pipeline_left_watching_does_not_fail_the_next_caller(
     run(front, redis_server.url, scenario, client_name=redis_server.name)
 
 
+@pytest.mark.parametrize(
+    ("raw", "why"), [(("PING",), "unread"), (("CLIENT", "REPLY", "OFF"), "REPLY")]
+)
 @pytest.mark.parametrize("front", FRONTS)
 def test_a_reply_left_unread_is_not_read_by_the_next_caller(
-    front: str, redis_server: RedisServer
+    front: str, raw: tuple[str, ...], why: str, redis_server: RedisServer
 ) -> None:
+    """A command sent on the connection itself and never read (its reply would answer the next
+    caller's command), or ``CLIENT REPLY OFF`` (the next caller's command would get none)."""
+
     async def scenario(f: Front) -> None:
         async with f.lease() as r:
             connection = await do(r.connection_pool.get_connection())
-            await do(connection.send_command("PING"))  # and never read
+            await do(connection.send_command(*raw))  # and never read
             await do(r.connection_pool.release(connection))
         async with f.lease() as r:
-            assert await do(r.get(f"{redis_server.name}:none")) is None  # not the PONG
+            assert await do(r.get(f"{redis_server.name}:none")) is None  # (not PONG, not hung)
         assert f.closed() == {"error": 1}
-        assert "unread" in str(f.reset_errors()[0])
+        assert why in str(f.reset_errors()[0])
 
-    run(front, redis_server.url, scenario, client_name=redis_server.name)
+    run(front, redis_server.url, scenario, client_name=redis_server.name, socket_timeout=5)
 
 
 @pytest.mark.parametrize("front", FRONTS)
 def test_client_tracking_and_a_users_reset_are_put_back(
     front: str, redis_server: RedisServer
 ) -> None:
-    """CLIENT TRACKING is turned off; a RESET of the caller's own (db 0, no name, RESP2) is
-    followed by the handshake again: the pool's db, name and protocol (redis-py's RESP3)."""
+    """CLIENT TRACKING is turned off; HELLO 2 is undone; a RESET of the caller's own (db 0, no
+    name, RESP2) is followed by the handshake again: the pool's db, name and protocol (redis-py's
+    RESP3)."""
 
     async def scenario(f: Front) -> None:
         async with f.lease() as r:
@@ -284,6 +291,9 @@ def test_client_tracking_and_a_users_reset_are_put_back(
             assert "t" in (await do(r.client_info()))["flags"]
         async with f.lease() as r:
             assert "t" not in (await do(r.client_info()))["flags"]
+            await do(r.execute_command("HELLO", 2))
+        async with f.lease() as r:
+            assert (await do(r.client_info()))["resp"] == "3"
             assert await do(r.execute_command("RESET")) in (b"RESET", "RESET")
         async with f.lease() as r:
             found = await do(r.client_info())

@@ -1,6 +1,7 @@
 """poolkit.backends.redis against a real Redis server: connect functions, hooks, ready pools.
 
-Tests that need the pools to run ``Hooks`` are in ``test_redis_hooks.py``; the drop-in
+Tests that need the pools to run ``Hooks`` are in ``test_redis_hooks.py``, the lease contract
+(the ``reset`` hook) and the builders' defaults in ``test_redis_session.py``; the drop-in
 ``ConnectionPool`` is in ``test_redis_dropin.py``. Every test names its connections uniquely
 (``redis_server.name``) and finds them on the server with ``CLIENT LIST``.
 """

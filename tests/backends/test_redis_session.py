@@ -209,7 +209,7 @@ def test_a_pubsub_left_subscribed_does_not_fail_the_next_caller(
         with pytest.raises(redis.ConnectionError, match="closed by its poolkit pool"):
             await do(pubsub.subscribe(f"{redis_server.name}:other"))
         await do(pubsub.aclose() if hasattr(pubsub, "aclose") else pubsub.close())
-        assert len(redis_server.clients()) == 1
+        assert len(redis_server.wait_clients(1)) == 1
 
     run(front, redis_server.url, scenario, client_name=redis_server.name)
 
@@ -248,7 +248,7 @@ def test_a_pipeline_left_watching_does_not_fail_the_next_caller(
             await do(r.delete(key))
         assert f.closed() == {"error": 1}
         await do(pipe.reset())  # (its UNWATCH finds the connection closed for good)
-        assert len(redis_server.clients()) == 1
+        assert len(redis_server.wait_clients(1)) == 1
 
     run(front, redis_server.url, scenario, client_name=redis_server.name)
 

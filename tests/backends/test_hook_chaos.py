@@ -191,19 +191,26 @@ class Watch:
         assert all(n == 1 for n in counted), counted
 
 
-def _pool_threads() -> list[str]:
-    return [t.name for t in threading.enumerate() if t.name.startswith("poolkit-")]
+def _pool_threads(before: set[int]) -> list[str]:
+    """The pool threads started since ``before`` (the idents alive then: an earlier test's
+    lingering threads are not this pool's)."""
+    return [
+        t.name
+        for t in threading.enumerate()
+        if t.name.startswith("poolkit-") and t.ident not in before
+    ]
 
 
-def _left_over(flavor: Flavor) -> str | None:
+def _left_over(flavor: Flavor, before: set[int]) -> str | None:
     if flavor.sessions():
         return f"{flavor.sessions()} server sessions"
-    if not flavor.is_async and _pool_threads():
-        return f"pool threads {_pool_threads()}"
+    if not flavor.is_async and _pool_threads(before):
+        return f"pool threads {_pool_threads(before)}"
     return None
 
 
 def run_threads(flavor: Flavor, seed: int) -> None:
+    before = {t.ident for t in threading.enumerate() if t.ident is not None}
     chaos = Chaos(seed)
     watch = Watch()
     pool = flavor.build(chaos, [watch.events.append])
@@ -258,7 +265,7 @@ def run_threads(flavor: Flavor, seed: int) -> None:
     for t in racers:
         t.join(10)
     assert not any(t.is_alive() for t in racers), "a worker is stuck after close()"
-    PgServer.wait(lambda: _left_over(flavor) is None, f"nothing left ({_left_over(flavor)})", 10)
+    PgServer.wait(lambda: _left_over(flavor, before) is None, "nothing left", 10)
     watch.check(flavor)
     assert chaos.seen["kill"] and chaos.seen["hang"], chaos.seen
 
@@ -309,7 +316,7 @@ def run_tasks(flavor: Flavor, seed: int) -> None:
         await asyncio.wait_for(pool.close(), 10)
         stop.set()
         await asyncio.wait_for(asyncio.gather(*racers), 10)
-        await wait_until(lambda: _left_over(flavor) is None, "nothing left", 10)
+        await wait_until(lambda: _left_over(flavor, set()) is None, "nothing left", 10)
         watch.check(flavor)
         assert chaos.seen["kill"] and chaos.seen["hang"], chaos.seen
         left = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]

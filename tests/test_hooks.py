@@ -426,3 +426,51 @@ def test_each_waiter_gets_a_check_of_its_own_and_no_connect_is_needed(front_kind
         second.lease.release()
 
     drive(front_kind, scenario, min_size=2, max_size=4, hooks=checked())
+
+
+
+def test_a_reset_running_covers_a_waiter_as_a_connect_in_flight_does(front_kind: str) -> None:
+    """Issue 24, point 5: a caller back for more while its connection is reset waits for that
+    reset; no second connection is made for it (the pool is far from full). A second waiter is
+    not covered by the one reset: a connect starts for it. A reset that fails leaves its waiter
+    uncovered: a connect starts then."""
+
+    async def scenario(f: Front) -> None:
+        lease = await f.lease()
+        f.hook_delay["reset"] = 1
+        release_apart(f, lease)
+        await f.settle()
+        first = f.start(timeout=10)
+        await f.settle()
+        stats = f.pool.stats()
+        assert (stats.resetting, stats.waiting, stats.pending, f.created()) == (1, 1, 0, 1)
+        await f.advance(1)
+        assert first.lease is not None and first.lease.connection_id == 1
+        assert f.created() == 1  # served by the connection that was reset: no connect at all
+
+        release_apart(f, first.lease)
+        await f.settle()
+        second, third = f.start(timeout=10), f.start(timeout=10)
+        await f.settle()
+        # the reset covers one waiter, a connect (made at once here) serves the other
+        assert (f.created(), f.pool.stats().waiting) == (2, 1)
+        await f.advance(1)
+        assert second.lease is not None and third.lease is not None
+        assert {second.lease.connection_id, third.lease.connection_id} == {1, 2}
+        assert f.created() == 2
+
+        leases = {second.lease.connection_id: second.lease, third.lease.connection_id: third.lease}
+        f.hook_errors["reset"].append(RuntimeError("ROLLBACK failed"))
+        release_apart(f, leases[1])
+        await f.settle()
+        fourth = f.start(timeout=10)
+        await f.settle()
+        assert (f.created(), f.pool.stats().waiting) == (2, 1)  # covered by the reset
+        await f.advance(1)  # ... which fails: connection 1 is closed, a connect serves the waiter
+        assert fourth.lease is not None and fourth.lease.connection_id == 3
+        assert f.close_reasons() == {1: "error"}
+        f.hook_delay["reset"] = 0
+        fourth.lease.release()
+        leases[2].release()
+
+    drive(front_kind, scenario, max_size=10, hooks=resetting())

@@ -35,6 +35,7 @@ The hooks (:func:`hooks`), what asyncpg's ``Pool`` does with its connections, as
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -92,7 +93,9 @@ def connect(
     ``close_timeout``: the pool closes a connection with ``conn.close()``, which says goodbye
     and waits for the server to hang up: a server that no longer answers would hold the pool's
     ``close()`` forever. After this many seconds the connection is aborted instead (see
-    :func:`close`); ``None``: asyncpg's own ``close()``.
+    :func:`close`); ``None``: asyncpg's own ``close()``. A connect the pool gives up on (its
+    ``close()``, a ``clear``, ``connect_timeout``) is not cancelled halfway either: it may end its
+    handshake for as long, and what it made is closed (``None``: asyncpg's connect ``timeout``).
 
     Both work as asyncpg documents it, through the connection class (``connection_class``, a
     subclass of yours if you give one)."""
@@ -104,9 +107,40 @@ def connect(
     kwargs["connection_class"] = _connection_class(base, reset_query, close_timeout)
 
     async def connect_one(ctx: ConnectContext) -> Connection:
-        return await asyncpg.connect(dsn, server_settings=settings, **kwargs)
+        attempt = asyncio.ensure_future(asyncpg.connect(dsn, server_settings=settings, **kwargs))
+        try:
+            return await asyncio.shield(attempt)
+        except asyncio.CancelledError:  # the pool gave up on it (close, clear, connect_timeout)
+            await _let_go(attempt, close_timeout)
+            raise
 
     return connect_one
+
+
+async def _let_go(attempt: asyncio.Future[Any], grace: float | None) -> None:
+    """A connect the pool abandoned: let asyncpg end its handshake (``grace`` seconds at most;
+    ``None``: its own ``timeout``) and close what it made, rather than cancel it halfway. Cancelled
+    while its socket opens, asyncpg 0.32 leaves a future whose error nobody retrieves (asyncio
+    then reports "Future exception was never retrieved ... unexpected connection_lost() call").
+    The pool counts the connect against its limits until this returns (it is *abandoned*), and
+    ``close()`` waits for it."""
+    try:
+        await asyncio.wait({attempt}, timeout=grace)
+        if attempt.done() and not attempt.cancelled() and attempt.exception() is None:
+            await close(attempt.result(), grace)
+    finally:
+        if not attempt.done():
+            attempt.cancel()  # (the handshake outlived its grace, or this was cancelled again)
+        attempt.add_done_callback(_discard)
+
+
+def _discard(attempt: asyncio.Future[Any]) -> None:
+    """The end of a connect nobody awaits: its error retrieved, its connection closed."""
+    if attempt.cancelled() or attempt.exception() is not None:
+        return
+    conn = attempt.result()
+    if not conn.is_closed():
+        conn.terminate()
 
 
 def _connection_class(base: type[Any], query: str | None, close_timeout: float | None) -> Any:

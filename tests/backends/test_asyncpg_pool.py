@@ -68,9 +68,9 @@ def test_a_caller_back_for_more_waits_for_its_reset_not_for_a_new_connection(
 
             await asyncio.gather(*(task() for _ in range(50)))
             stats = pool.stats()
-            assert stats.connections_closed == {}  # none closed: the count now is the peak
-            opened = len(pg.pids())
-            assert opened == stats.connections_created <= 52, stats
+            # none closed: the total now (pending ones included) is the most there ever were
+            assert stats.connections_closed == {}
+            assert len(pg.pids()) <= stats.total <= 52, stats
 
     assert messages(run(main)) == []
 

@@ -36,10 +36,18 @@ The hooks (:func:`hooks`), what asyncpg's ``Pool`` does with its connections, as
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Literal
 
 from .. import AsyncPool, ConnectContext, Hooks, PoolOptions
+from ..events import Listener
+from ._asyncpg_args import (
+    MAX_INACTIVE_CONNECTION_LIFETIME,
+    MAX_SIZE,
+    MIN_SIZE,
+    pool_options,
+    refuse_elsewhere,
+)
 from ._common import PoolStarter, ready_async, shown_address, uri_params, with_hooks
 from ._extras import require
 
@@ -50,8 +58,14 @@ else:
     asyncpg = require("asyncpg", "asyncpg", "asyncpg")
     Connection = asyncpg.Connection
 
+from ._asyncpg_proxy import PooledConnection, invalidate_resources, lend  # (needs asyncpg)
+
 __all__ = [
+    "MAX_INACTIVE_CONNECTION_LIFETIME",
+    "MAX_SIZE",
+    "MIN_SIZE",
     "PoolStarter",
+    "PooledConnection",
     "check_closed",
     "check_ping",
     "close",
@@ -59,6 +73,7 @@ __all__ = [
     "create_pool",
     "hooks",
     "is_broken",
+    "lend",
     "probe",
     "reset",
 ]
@@ -82,11 +97,17 @@ def connect(
     application_name: str = "poolkit",
     reset_query: str | None = None,
     close_timeout: float | None = 10.0,
+    driver_connect: Callable[..., Awaitable[Connection]] | None = None,
     **connect_kwargs: Any,
 ) -> Callable[[ConnectContext], Awaitable[Connection]]:
     """A connect function for :class:`~poolkit.AsyncPool`: ``asyncpg.connect(dsn,
     **connect_kwargs)`` with ``application_name`` set (in ``server_settings``; one given there
-    wins), so the pool's sessions can be told apart in ``pg_stat_activity``.
+    wins), so the pool's sessions can be told apart in ``pg_stat_activity``. A keyword that
+    ``asyncpg.connect`` does not take is refused here (``TypeError``), not at the first connect.
+
+    ``driver_connect``: an async function called in place of ``asyncpg.connect``, as
+    ``asyncpg.create_pool(connect=...)`` calls it: ``(dsn, loop=, connection_class=,
+    record_class=, server_settings=, **connect_kwargs)``; it takes what it will.
 
     ``reset_query``: the query :func:`reset` sends after the rollback, in place of asyncpg's
     ``get_reset_query()`` (``""``: only roll back and drop listeners).
@@ -99,15 +120,21 @@ def connect(
 
     Both work as asyncpg documents it, through the connection class (``connection_class``, a
     subclass of yours if you give one)."""
+    if driver_connect is None:
+        refuse_elsewhere("connect", connect_kwargs, asyncpg.connect, "asyncpg.connect")
     kwargs = dict(connect_kwargs)
     settings = {"application_name": application_name, **(kwargs.pop("server_settings", None) or {})}
     if reset_query is not None and not isinstance(reset_query, str):
         raise TypeError(f"reset_query must be a str or None, not {type(reset_query).__name__}")
     base = kwargs.get("connection_class", asyncpg.Connection)
     kwargs["connection_class"] = _connection_class(base, reset_query, close_timeout)
+    if driver_connect is not None:  # (called as asyncpg's pool calls it)
+        kwargs.setdefault("record_class", asyncpg.Record)
+    make: Callable[..., Awaitable[Connection]] = driver_connect or asyncpg.connect
 
     async def connect_one(ctx: ConnectContext) -> Connection:
-        attempt = asyncio.ensure_future(asyncpg.connect(dsn, server_settings=settings, **kwargs))
+        loop = {} if driver_connect is None else {"loop": asyncio.get_running_loop()}
+        attempt = asyncio.ensure_future(make(dsn, server_settings=settings, **kwargs, **loop))
         try:
             return await asyncio.shield(attempt)
         except asyncio.CancelledError:  # the pool gave up on it (close, clear, connect_timeout)
@@ -164,6 +191,9 @@ def _connection_class(base: type[Any], query: str | None, close_timeout: float |
     return type(f"Poolkit{base.__name__}", (base,), methods)
 
 
+_connect = connect  # (create_pool's ``connect`` argument, asyncpg's, hides the name)
+
+
 async def close(
     conn: Connection, timeout: float | None = 10.0, *, _close: Callable[..., Any] | None = None
 ) -> None:
@@ -178,7 +208,9 @@ async def close(
 
 async def reset(conn: Connection) -> None:
     """The ``reset`` hook: ``conn.reset()`` (see the module's docstring); raises on a closed
-    connection, so the pool discards it."""
+    connection, so the pool discards it. First the prepared statements, cursors and transactions
+    the lease made are invalidated, as asyncpg's pool does on release."""
+    invalidate_resources(conn)
     await conn.reset()
 
 
@@ -214,15 +246,18 @@ def is_broken(conn: Connection, error: BaseException) -> bool:
 
 def hooks(
     *,
-    reset: bool = True,
+    reset: bool | Callable[[Connection], Awaitable[Any]] = True,
     check: Check = "closed",
     check_after: float = 0.0,
     configure: Callable[[Connection], Awaitable[Any]] | None = None,
     timeout: float | None = 30.0,
 ) -> Hooks:
-    """The :class:`~poolkit.Hooks` for asyncpg connections: ``reset`` (False: none), ``check``
-    (``"closed"``, ``"ping"`` or ``None``) when idle ``check_after`` seconds, ``is_broken``, and
-    your own ``configure`` (run once after each connect)."""
+    """The :class:`~poolkit.Hooks` for asyncpg connections: ``reset`` (False: none; an async
+    function: run after :func:`reset`, as ``asyncpg.create_pool(reset=...)`` runs one: pair it
+    with ``connect(reset_query="")`` to replace asyncpg's reset query), ``check`` (``"closed"``,
+    ``"ping"`` or ``None``) when idle ``check_after`` seconds, ``is_broken``, your own
+    ``configure`` (run once after each connect), and :func:`lend`: each caller gets a
+    :class:`PooledConnection` that refuses use once its lease is given back."""
     checks = {"closed": check_closed, "ping": check_ping, None: None}
     if check not in checks:
         raise ValueError(f"check must be 'closed', 'ping' or None, got {check!r}")
@@ -230,20 +265,38 @@ def hooks(
         configure=configure,
         check=checks[check],
         check_after=check_after,
-        reset=_reset_hook if reset else None,
+        reset=_reset_with(reset) if callable(reset) else _reset_hook if reset else None,
         is_broken=is_broken,
         timeout=timeout,
+        lend=lend,
     )
+
+
+def _reset_with(then: Callable[[Connection], Awaitable[Any]]) -> Callable[[Connection], Any]:
+    """The reset hook that runs :func:`reset`, then ``then`` (asyncpg's ``reset=``)."""
+
+    async def reset_then(conn: Connection) -> None:
+        await _reset_hook(conn)
+        await then(conn)
+
+    return reset_then
 
 
 def create_pool(
     dsn: str | None = None,
     *,
+    min_size: int | None = None,
+    max_size: int | None = None,
+    max_inactive_connection_lifetime: float | None = None,
     options: PoolOptions | None = None,
-    reset: bool | str = True,
+    listeners: Iterable[Listener] = (),
+    reset: bool | str | Callable[[Connection], Awaitable[Any]] = True,
     check: Check = "closed",
     check_after: float = 0.0,
     configure: Callable[[Connection], Awaitable[Any]] | None = None,
+    init: Callable[[Connection], Awaitable[Any]] | None = None,
+    connect: Callable[..., Awaitable[Connection]] | None = None,
+    loop: asyncio.AbstractEventLoop | None = None,
     hooks_timeout: float | None = 30.0,
     application_name: str = "poolkit",
     close_timeout: float | None = 10.0,
@@ -251,28 +304,54 @@ def create_pool(
     **connect_kwargs: Any,
 ) -> PoolStarter[Connection]:
     """An :class:`~poolkit.AsyncPool` of asyncpg connections with the :func:`hooks` set, ready:
-    ``pool = await create_pool(dsn, options=...)``.
+    ``pool = await create_pool(dsn, ...)``, or ``async with create_pool(dsn, ...) as pool:``.
+
+    It takes ``asyncpg.create_pool``'s keywords where they mean the same, so a move from it is a
+    one-line swap: ``min_size`` (10), ``max_size`` (10), ``max_inactive_connection_lifetime``
+    (300 seconds; ``PoolOptions.max_idle_time``, ``0``: none), ``init`` (``configure``),
+    ``reset`` (below), ``connect``, ``connection_class``, ``record_class``, ``loop`` (the running
+    loop, or ``None``); the defaults are asyncpg's pool's (``min_size`` lower when ``max_size``
+    is below 10). ``max_queries``, ``setup`` and ``init_size``, which poolkit has no use for, are
+    refused with a ``TypeError`` saying what to do instead; so are pool options given as
+    keywords, and keywords ``asyncpg.connect`` does not take.
+
+    ``options``: a :class:`~poolkit.PoolOptions`, the pool's whole configuration (its own
+    defaults, CMAP's, for what it leaves out), for what the keywords above do not say; given,
+    ``min_size``, ``max_size`` and ``max_inactive_connection_lifetime`` are refused (say them in
+    it). ``options.hooks`` must be unset (these arguments set it). ``listeners``: the pool's.
 
     ``reset``: ``True`` asyncpg's full reset, ``False`` none, a string: your reset query (run
-    after the rollback). ``check``/``check_after``/``configure``: see :func:`hooks`;
-    ``hooks_timeout``: the seconds a check or reset may take (``Hooks.timeout``).
-    ``application_name``/``close_timeout``: see :func:`connect`.
-    ``options.hooks`` must be unset (these arguments set it). ``connect_kwargs`` go to
-    ``asyncpg.connect``. One connection is made before the pool is returned, so a wrong DSN or
-    password fails here (the pool is closed again)."""
-    chosen = hooks(
-        reset=reset is not False,
-        check=check,
-        check_after=check_after,
-        configure=configure,
-        timeout=hooks_timeout,
+    after the rollback), an async function: run after the rollback in place of the query (as
+    asyncpg's pool runs its ``reset=``). ``check``/``check_after``/``configure``: see
+    :func:`hooks`; ``hooks_timeout``: the seconds a check or reset may take (``Hooks.timeout``).
+    ``application_name``/``close_timeout``: see :func:`connect`; ``connect_kwargs`` go to
+    ``asyncpg.connect`` (or to ``connect``). One connection is made before the pool is returned,
+    so a wrong DSN or password fails here (the pool is closed again)."""
+    if init is not None:
+        if configure is not None:
+            raise TypeError("create_pool(): init= is asyncpg's name for configure=: give one")
+        configure = init
+    make: Callable[..., Any] = connect or asyncpg.connect
+    refuse_elsewhere(
+        "create_pool", connect_kwargs, make, "your connect" if connect else "asyncpg.connect"
     )
-    options = with_hooks(options, chosen, "create_pool")
-    connect_one = connect(
+    options = with_hooks(
+        pool_options("create_pool", options, min_size, max_size, max_inactive_connection_lifetime),
+        hooks(
+            reset=reset if callable(reset) else reset is not False,
+            check=check,
+            check_after=check_after,
+            configure=configure,
+            timeout=hooks_timeout,
+        ),
+        "create_pool",
+    )
+    connect_one = _connect(
         dsn,
         application_name=application_name,
-        reset_query=reset if isinstance(reset, str) else None,
+        reset_query=reset if isinstance(reset, str) else "" if callable(reset) else None,
         close_timeout=close_timeout,
+        driver_connect=connect,
         **connect_kwargs,
     )
     given = {k: connect_kwargs[k] for k in ("host", "port", "database") if k in connect_kwargs}
@@ -280,7 +359,12 @@ def create_pool(
     shown = address or shown_address(params)
 
     async def start() -> AsyncPool[Connection]:
-        pool = AsyncPool(connect_one, address=shown, options=options)
+        if loop is not None and loop is not asyncio.get_running_loop():
+            raise ValueError(
+                "create_pool(loop=...): the pool runs on the event loop that awaits "
+                "create_pool(), and this is another one (leave loop= out)"
+            )
+        pool = AsyncPool(connect_one, address=shown, options=options, listeners=listeners)
         await ready_async(pool)
         return pool
 

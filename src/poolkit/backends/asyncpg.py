@@ -1,12 +1,14 @@
 """PostgreSQL with asyncpg: a connect function, the hooks asyncpg's own pool runs, one-call pool.
 
-    pool = await poolkit.backends.asyncpg.create_pool(
-        "postgresql://app@db/app", options=poolkit.PoolOptions(max_size=10))
-    async with pool.connection() as conn:        # conn: an asyncpg.Connection
+    pool = await poolkit.backends.asyncpg.create_pool("postgresql://app@db/app", max_size=10)
+    async with pool.connection() as conn:        # conn: an asyncpg.Connection (a proxy)
         print(await conn.fetchval("SELECT 1"))
     await pool.close()
 
 (or ``async with poolkit.backends.asyncpg.create_pool(...) as pool:``, as with asyncpg's pool).
+:func:`create_pool` takes ``asyncpg.create_pool``'s keywords and defaults (``min_size=10``,
+``max_size=10``...): a one-line swap. Each caller gets a :class:`PooledConnection`, a proxy of
+the connection that refuses use once its block is over, as asyncpg's pool's (the ``lend`` hook).
 
 The hooks (:func:`hooks`), what asyncpg's ``Pool`` does with its connections, as poolkit
 :class:`~poolkit.Hooks`:
@@ -17,8 +19,10 @@ The hooks (:func:`hooks`), what asyncpg's ``Pool`` does with its connections, as
   ``get_reset_query()``: ``pg_advisory_unlock_all()``, ``CLOSE ALL``, ``UNLISTEN *``,
   ``RESET ALL`` (as the server supports). Your own query replaces that one through
   ``get_reset_query`` (asyncpg's documented way: :func:`connect` subclasses the connection class);
-  ``reset=False`` runs no reset at all, for sessions known to be clean. Prepared statements,
-  temporary tables and the statement cache stay (``DISCARD ALL`` would break asyncpg's cache).
+  ``reset=False`` runs no reset at all, for sessions known to be clean; an async function runs
+  after the rollback in place of the query (``asyncpg.create_pool(reset=...)``). Prepared
+  statements, temporary tables and the statement cache stay (``DISCARD ALL`` would break
+  asyncpg's cache).
 * ``check`` before a hand-out: ``is_closed()``. It costs nothing and is enough on asyncio: the
   event loop reads an idle connection's socket, so a backend terminated by the server shows as
   closed once the loop has run. ``check="ping"`` also sends ``SELECT 1`` (a round trip: a firewall
@@ -31,6 +35,8 @@ The hooks (:func:`hooks`), what asyncpg's ``Pool`` does with its connections, as
   to hang up; :func:`connect` bounds it by ``close_timeout`` (10 s) and then aborts the
   connection, so a server gone silent cannot hold ``pool.close()`` (:func:`close` does the same
   for any asyncpg connection).
+* ``lend`` at a hand-out: the caller's :class:`PooledConnection` (see ``_asyncpg_proxy``); the
+  other hooks and the close get the connection itself.
 """
 
 from __future__ import annotations

@@ -42,6 +42,7 @@ The hooks (:func:`hooks`), what asyncpg's ``Pool`` does with its connections, as
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -160,7 +161,8 @@ async def _let_go(attempt: asyncio.Future[Any], grace: float | None) -> None:
     try:
         await asyncio.wait({attempt}, timeout=grace)
         if attempt.done() and not attempt.cancelled() and attempt.exception() is None:
-            await close(attempt.result(), grace)
+            with contextlib.suppress(Exception):  # (nobody to tell: the pool gave it up)
+                await close(attempt.result(), grace)
     finally:
         if not attempt.done():
             attempt.cancel()  # (the handshake outlived its grace, or this was cancelled again)

@@ -49,6 +49,7 @@ from poolkit._core import (
     StartKeepAlive,
     StartReset,
 )
+from poolkit._core.connections import lost_after
 from poolkit.errors import (
     CircuitOpenError,
     ConnectTimeoutError,
@@ -66,6 +67,7 @@ from poolkit.events import (
     ConnectionClosedEvent,
     ConnectionCreatedEvent,
     ConnectionReadyEvent,
+    ConnectLostEvent,
     ConnectRecoveredEvent,
     LeaseLeakedEvent,
     PoolClearedEvent,
@@ -245,8 +247,8 @@ class PoolCoreMachine(RuleBasedStateMachine):
         self._apply(actions)
         if self.c.observed:
             self._check_events(actions, events)
-        else:  # only a leak, and connects failing unseen, are told when nobody observes
-            told = (LeaseLeakedEvent, ConnectFailingEvent, ConnectRecoveredEvent)
+        else:  # only a leak, connects failing unseen and a connect lost are told unobserved
+            told = (LeaseLeakedEvent, ConnectFailingEvent, ConnectRecoveredEvent, ConnectLostEvent)
             assert all(isinstance(e, told) for e in events), events
         return result, actions, events
 
@@ -880,8 +882,14 @@ class PoolCoreMachine(RuleBasedStateMachine):
         by_state = {s: sum(1 for c in conns if c.state is s) for s in ConnState}
         stats = core.stats()
         # a connect given up on whose function has not returned yet (still owed a result) is
-        # abandoned, and counts against both limits
-        abandoned = sum(1 for c in self.owed if c.state is ConnState.CLOSED)
+        # abandoned, and counts against both limits, until it is lost: lost_after() after it
+        # started (issue 24, defect 3: a connect that never returns held its slot for good)
+        abandoned = sum(1 for c in self.owed if c.state is ConnState.CLOSED and c.abandoned)
+        lost_at = lost_after(opts.connect_timeout)
+        for c in self.owed:
+            lost = c.state is ConnState.CLOSED and not c.abandoned
+            if lost and core.state is not PoolState.CLOSED:
+                assert self.now >= c.created_at + lost_at, c
         assert core._abandoned == stats.abandoned == abandoned
         if opts.max_size:
             assert len(conns) + abandoned <= opts.max_size

@@ -495,15 +495,20 @@ def test_wait_queue_deadline() -> None:
     assert core.waiting == 0
 
 
-def test_expired_deadline_fails_at_once_without_queueing() -> None:
+def test_expired_deadline_fails_at_once_without_queueing_but_connects() -> None:
     core = make()
     req = Request(started=1.0, deadline=1.0)
     core.request(req, 1.0)
     actions, events = core.take()
     assert req.state is RequestState.FAILED and not req.queued
     assert isinstance(req.error, WaitQueueTimeoutError)
-    assert actions == []
+    # The connect it would have waited for starts anyway (issue 24, defect 4: a pool tried
+    # only with timeout=0 never connected); a second such checkout is covered by it.
+    assert kinds(actions) == ["StartConnect"]
     assert cast(ConnectionCheckOutFailedEvent, events[-1]).reason == "timeout"
+    again = Request(started=1.0, deadline=1.0)
+    core.request(again, 1.0)
+    assert core.take()[0] == [] and again.state is RequestState.FAILED
 
 
 def test_cancel_a_waiter() -> None:

@@ -403,6 +403,37 @@ def test_a_reset_that_times_out_closes_and_its_late_end_is_ignored(front_kind: s
     drive(front_kind, scenario, max_size=1, hooks=resetting(timeout=3))
 
 
+@pytest.mark.parametrize("hook", ["check", "reset"])
+def test_a_hook_that_times_out_on_threads_closes_its_connection_only_when_it_returns(
+    front_kind: str, hook: str
+) -> None:
+    # Issue 24, defect 3: Pool closed a psycopg connection from the timer thread while its reset
+    # still ran on it in another thread; the freed descriptor went to the next connect, which
+    # then hung for good. The pool gives up on the hook at its timeout (the connection is closed
+    # in its view, waiters are freed), but the connection itself is closed when the hook's
+    # thread is done with it, once. On asyncio the hook's task is cancelled first, so the
+    # connection is closed at the timeout.
+    async def scenario(f: Front) -> None:
+        lease = await f.lease()
+        if hook == "reset":
+            f.hook_delay["reset"] = 5
+            release_apart(f, lease)
+        else:
+            lease.release()
+            await f.advance(1)
+            f.hook_delay["check"] = 5
+            f.start(timeout=30)
+        await f.advance(3)
+        assert f.close_reasons() == {1: "error"}
+        assert f.made[0].closed == (0 if isinstance(f, ThreadFront) else 1)
+        assert f.pool.stats().total in (0, 1)  # (a check's checkout connects anew meanwhile)
+        await f.advance(3)  # the hook returns, late
+        assert f.made[0].closed == 1
+
+    hooks = resetting(timeout=3) if hook == "reset" else checked(after=0.5, timeout=3)
+    drive(front_kind, scenario, max_size=2, hooks=hooks)
+
+
 def test_closing_the_pool_during_a_reset_closes_the_connection(front_kind: str) -> None:
     async def scenario(f: Front) -> None:
         lease = await f.lease()
@@ -547,3 +578,37 @@ def test_a_reset_running_covers_a_waiter_as_a_connect_in_flight_does(front_kind:
         leases[2].release()
 
     drive(front_kind, scenario, max_size=10, hooks=resetting())
+
+
+def test_a_probe_returning_the_last_stream_resets_what_a_lease_used_meanwhile(
+    front_kind: str,
+) -> None:
+    # Issue 24, defect 21: on a multiplexed connection a user lease given back while the
+    # keep-alive probe held the other stream was never reset: the probe's stream came back last,
+    # and a probe's return skips the reset (a probe is no use).
+    async def scenario(f: Front) -> None:
+        f.probe_delay = 3
+        (await f.lease()).release()  # connection 1, reset once
+        await f.settle()
+        assert [name for _, name, _ in f.hook_runs] == ["reset"]
+        await f.advance(5.5)  # idle 5 s: its probe starts and holds one stream for 3 s
+        assert len(f.probes) == 1
+        lease = await f.lease()  # the other stream
+        assert lease.connection_id == 1
+        lease.release()  # not the last stream back: the probe still holds one
+        await f.settle()
+        assert [name for _, name, _ in f.hook_runs] == ["reset"]
+        await f.advance(3)  # the probe returns the last stream: the session is reset now
+        assert [name for _, name, _ in f.hook_runs] == ["reset", "reset"]
+        await f.advance(20)  # a probe alone (nothing used meanwhile) resets nothing
+        assert len(f.probes) >= 2
+        assert [name for _, name, _ in f.hook_runs] == ["reset", "reset"]
+
+    drive(
+        front_kind,
+        scenario,
+        2,
+        max_size=1,
+        hooks=resetting(),
+        keep_alive=poolkit.KeepAlive(5.0, _replaced),
+    )

@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import poolkit
+from frontends import Front, drive
 from poolkit import events as ev
 from poolkit.log import build, split_address
 
@@ -62,7 +63,7 @@ def test_timedelta_and_cmap_names() -> None:
             "max_idle_time must be a number of seconds, not NaN",
         ),
         ({"max_idle_time": "10"}, TypeError, "max_idle_time must be seconds"),
-        ({"wait_queue_timeout": -0.5}, ValueError, "wait_queue_timeout must be >= 0 seconds"),
+        ({"wait_queue_timeout": -0.5}, ValueError, "wait_queue_timeout must be > 0 seconds"),
         ({"wait_queue_timeout": math.inf}, ValueError, "wait_queue_timeout must be finite"),
         ({"background_interval": 0}, ValueError, "background_interval must be > 0 seconds"),
         (
@@ -97,9 +98,21 @@ def test_options_are_frozen() -> None:
     ("address", "host", "port"),
     [
         ("db.example:27018", "db.example", 27018),
-        ("db.example", "db.example", 27017),
         ("[::1]:27019", "::1", 27019),
         ("/tmp/mongodb-27017.sock", "/tmp/mongodb-27017.sock", None),
+        # Issue 24, defect 11: no port is no port (it was MongoDB's 27017 for every pool), and
+        # a URL's scheme, user and path are not the host or the port
+        ("db.example", "db.example", None),
+        ("pool-3", "pool-3", None),
+        ("redis://127.0.0.1:6379/0", "127.0.0.1", 6379),
+        ("redis://bob:***@cache.example:6380/2?x=1", "cache.example", 6380),
+        ("postgresql://app:***@db.example:5433/app", "db.example", 5433),
+        ("postgresql://db.example/app", "db.example", None),
+        ("tcp://[::1]:7000", "::1", 7000),
+        ("127.0.0.1/test", "127.0.0.1", None),
+        ("db.example:5433/test", "db.example", 5433),
+        ("user:***@db.example:5433", "db.example", 5433),
+        ("::1", "::1", None),
     ],
 )
 def test_split_address(address: str, host: str, port: int | None) -> None:
@@ -285,7 +298,7 @@ def test_a_leak_is_a_warning_even_with_debug_off(caplog: pytest.LogCaptureFixtur
         (
             {"wait_queue_timeout": timedelta(seconds=-1)},
             ValueError,
-            "PoolOptions.wait_queue_timeout must be >= 0 seconds",
+            "PoolOptions.wait_queue_timeout must be > 0 seconds",
         ),
     ],
 )
@@ -426,3 +439,35 @@ def test_any_values_make_a_keep_alive_or_an_error_naming_one_of_them(
         assert message.startswith(("KeepAlive.interval ", "KeepAlive.probe ", "KeepAlive.timeout "))
         return
     assert 0 < keep_alive.interval < math.inf
+
+
+def test_a_pool_without_an_address_is_named_not_localhost() -> None:
+    # Issue 24, defect 11: a pool built without address= reported "localhost" (and logged it as
+    # localhost:27017); it is pool-N now, as psycopg_pool names its pools.
+    first = poolkit.Pool(lambda ctx: object())
+    second = poolkit.Pool(lambda ctx: object())
+    n = int(first.address.removeprefix("pool-"))
+    assert second.address == f"pool-{n + 1}"
+    assert split_address(first.address) == (first.address, None)
+    first.close()
+    second.close()
+
+
+@pytest.mark.parametrize("front", ["asyncio", "threads"])
+def test_a_wait_queue_timeout_says_where_how_long_and_how_full(front: str) -> None:
+    # Issue 24, defect 12: the error named no pool, wait or size. The CMAP sentence stays the
+    # message (the spec tests compare it); the rest is a note under the traceback.
+    async def scenario(f: Front) -> None:
+        held = await f.lease()
+        waiter = f.start(timeout=0.25)
+        await f.advance(0.3)
+        error = waiter.error
+        assert isinstance(error, poolkit.WaitQueueTimeoutError)
+        assert str(error) == "Timed out while checking out a connection from connection pool"
+        (note,) = error.__notes__
+        assert note.startswith("poolkit: no connection to db:1 after waiting 0.250 s: max_size=1")
+        assert "1 in use, 0 available, 0 being made" in note
+        assert "at its limit" in note
+        held.release()
+
+    drive(front, scenario, max_size=1)

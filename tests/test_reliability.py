@@ -663,3 +663,53 @@ def test_huge_durations_work_on_the_asyncio_pool_too() -> None:
             (await far).release()
 
     asyncio.run(main())
+
+
+def test_a_connect_that_never_returns_holds_its_slot_for_a_while_not_for_good(
+    front_kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Issue 24, defect 3: a psycopg connect stuck for good (on a descriptor another thread had
+    # closed under it) was abandoned at connect_timeout but counted against max_size until its
+    # function returned, which was never: the pool was dead for good. Now an abandoned connect is
+    # lost lost_after() after it started (a minute here): it counts no more, with a warning.
+    async def scenario(f: Front) -> None:
+        connect = f.pool._connect
+        stuck = [True]
+        if isinstance(f, ThreadFront):
+
+            def hanging(ctx: poolkit.ConnectContext) -> Any:
+                if stuck[0]:
+                    stuck[0] = False
+                    f.clock.sleep(10_000)
+                return connect(ctx)
+        else:
+
+            async def hanging(ctx: poolkit.ConnectContext) -> Any:  # type: ignore[misc]
+                if stuck[0]:
+                    stuck[0] = False
+                    with contextlib.suppress(asyncio.CancelledError):  # (it ignores its cancel)
+                        await asyncio.sleep(10_000)
+                    await asyncio.sleep(10_000)
+                return await connect(ctx)
+
+        f.pool._connect = hanging
+        first = f.start(timeout=5)
+        await f.advance(2.5)
+        assert isinstance(first.error, poolkit.ConnectTimeoutError)
+        assert f.pool.stats().abandoned == 1
+        second = f.start(timeout=5)
+        await f.advance(5)
+        assert isinstance(second.error, poolkit.WaitQueueTimeoutError)  # its slot is held
+        assert f.pool.stats().connect_attempts == 1
+        await f.advance(60 - 7.5)
+        stats = f.pool.stats()
+        assert stats.abandoned == 0
+        (lost,) = f.of(poolkit.events.ConnectLostEvent)
+        assert lost.connection_id == 1 and lost.running_for == pytest.approx(60.0)
+        assert "has not returned in 60.000 s" in caplog.text
+        lease = await f.lease(timeout=5)  # the pool connects again
+        assert lease.connection_id == 2
+        lease.release()
+
+    with caplog.at_level(logging.WARNING, logger="poolkit.pool"):
+        drive(front_kind, scenario, max_size=1, connect_timeout=2.0)

@@ -19,6 +19,7 @@ Rules of this module
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import time
 from collections import deque
@@ -63,6 +64,8 @@ from .stats import PoolState, PoolStats
 C = TypeVar("C")
 T = TypeVar("T")
 _log = logging.getLogger("poolkit.pool")
+#: the numbers of pools made without ``address=`` (their address is ``pool-N``)
+_POOL_NUMBERS = itertools.count(1)
 #: ``checkout(timeout=...)`` not given: ``options.wait_queue_timeout``
 DEFAULT: Any = object()
 _SERVED = RequestState.SERVED
@@ -100,7 +103,7 @@ class PoolBase(Generic[C]):
         connect: Callable[..., Any],
         lock: contextlib.AbstractContextManager[Any],
         *,
-        address: str = "localhost",
+        address: str | None = None,
         options: PoolOptions | None = None,
         listeners: Iterable[Listener] = (),
         clock: Clock | None = None,
@@ -116,6 +119,8 @@ class PoolBase(Generic[C]):
                 f"{name}(options=...) must be a PoolOptions, got {type(options).__name__}"
             )
         self._check_options(options)
+        if address is None:  # (named as psycopg_pool names its pools: pool-1, pool-2...)
+            address = f"pool-{next(_POOL_NUMBERS)}"
         if not isinstance(address, str) or not address:
             raise ValueError(f"{name}(address=...) must be a non-empty string, got {address!r}")
         self._connect = connect

@@ -8,6 +8,11 @@ Rules of this module
 * Each connect and probe runs on a thread of its own. The core keeps the connects in flight
   within ``max_connecting``; a connect it abandoned (its timeout, a clear, close) keeps its
   thread until the connect function returns, and counts against the limits until then.
+* A connection is never closed while a check, reset or probe runs on it in another thread (the
+  hook's timeout, ``close()``, a clear): the close is put off until the hook returns, then done
+  once (``_in_hooks``, ``_doomed``, under ``_hook_guard``). Closing a driver's connection under a
+  thread still using it frees its file descriptor for the next socket while the hook's thread
+  still reads it: the next connect then hangs on a descriptor another thread owns.
 * One timer thread per pool, started on first need, sleeps until the core's earliest deadline.
   A clock with ``call_at`` (the test clock) replaces it, and a clock with ``start_thread`` and
   ``new_signal`` also runs the worker threads and the blocking waits.
@@ -80,6 +85,14 @@ class ThreadIO(PoolBase[C]):
         )
         self._timer_cv = threading.Condition(self._lock)
         self._timer_thread = False
+        self._init_hook_guard()
+
+    def _init_hook_guard(self) -> None:
+        self._hook_guard = threading.Lock()
+        #: connection id -> checks, resets and probes running on it now
+        self._in_hooks: dict[int, int] = {}
+        #: connection id -> the connection to close when its last hook returns
+        self._doomed: dict[int, Any] = {}
 
     def _clock_signal(self) -> tuple[Callable[[], Any], Callable[[], Any]]:
         signal = self._clock.new_signal()  # type: ignore[union-attr]
@@ -158,14 +171,33 @@ class ThreadIO(PoolBase[C]):
         self, action: StartCheck | StartReset | StartKeepAlive
     ) -> tuple[BaseException | None]:
         function, name = self._hook_of(action)
+        conn = action.conn
+        with self._hook_guard:
+            self._in_hooks[conn.id] = self._in_hooks.get(conn.id, 0) + 1
         try:
             _not_awaitable(
-                function(action.conn.connection),
+                function(conn.connection),
                 f"the {name} function returned an awaitable ({{!r}}): Pool needs plain functions",
             )
         except BaseException as exc:
             return (exc,)
+        finally:
+            self._hook_returned(conn)
         return (None,)
+
+    def _hook_returned(self, conn: Conn) -> None:
+        """A hook on ``conn`` returned: if the pool closed the connection meanwhile, close it
+        now that no other hook uses it."""
+        with self._hook_guard:
+            running = self._in_hooks[conn.id] - 1
+            if running:
+                self._in_hooks[conn.id] = running
+                return
+            del self._in_hooks[conn.id]
+            if conn.id not in self._doomed:
+                return
+            connection = self._doomed.pop(conn.id)
+        self._close_now(conn, connection)
 
     def _run_probe(self, action: StartKeepAlive) -> None:
         (error,) = self._run_inline(action)
@@ -179,6 +211,13 @@ class ThreadIO(PoolBase[C]):
             if ctx is not None:
                 ctx._cancelled = True  # the connect function may poll it; its thread runs on
             return
+        with self._hook_guard:
+            if conn.id in self._in_hooks:  # (a hook's thread still uses it: closed on return)
+                self._doomed[conn.id] = connection
+                return
+        self._close_now(conn, connection)
+
+    def _close_now(self, conn: Conn, connection: Any) -> None:
         try:
             call_close(connection)
         except Exception:
@@ -245,3 +284,4 @@ class ThreadIO(PoolBase[C]):
         self._lock = threading.Lock()
         self._timer_cv = threading.Condition(self._lock)
         self._timer_thread = False
+        self._init_hook_guard()  # (the parent's hooks run on in the parent, not here)

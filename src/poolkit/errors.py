@@ -93,7 +93,9 @@ class WaitQueueTimeoutError(PoolError):
     """A checkout waited longer than its timeout (CMAP ``WaitQueueTimeoutError``).
 
     ``waited`` is how long it waited, in seconds; ``stats`` the pool's snapshot when it timed out,
-    so a pool too small can be told from a server too slow.
+    so a pool too small can be told from a server too slow. ``str(error)`` is the CMAP message;
+    the pool, the wait and its size are a note (:pep:`678`, shown under the traceback), as
+    :meth:`explain` words them.
     """
 
     def __init__(self, *, address: str, waited: float, stats: PoolStats | None = None) -> None:
@@ -102,6 +104,26 @@ class WaitQueueTimeoutError(PoolError):
         )
         self.waited = waited
         self.stats = stats
+
+    def explain(self, max_size: int) -> None:
+        """Add the note a user needs: where, how long, and how full the pool was."""
+        stats = self.stats
+        size = f"max_size={max_size}" if max_size else "max_size=0 (no limit)"
+        note = f"poolkit: no connection to {self.address} after waiting {self.waited:.3f} s"
+        if stats is None:
+            self.add_note(f"{note} ({size})")
+            return
+        if max_size and stats.total >= max_size:
+            why = (
+                "the pool is at its limit: give connections back sooner, raise max_size, or "
+                "wait longer"
+            )
+        else:
+            why = "the pool is below its limit: it waited for connects to its server"
+        self.add_note(
+            f"{note}: {size}, {stats.in_use} in use, {stats.available} available, "
+            f"{stats.pending} being made, {stats.waiting} other checkouts waiting; {why}"
+        )
 
 
 class RequestCancelledError(PoolError):

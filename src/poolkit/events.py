@@ -36,6 +36,7 @@ __all__ = [
     "CLOSE_STALE",
     "CircuitClosedEvent",
     "ConnectFailingEvent",
+    "ConnectLostEvent",
     "ConnectRecoveredEvent",
     "CircuitOpenedEvent",
     "ConnectAttemptFailedEvent",
@@ -217,6 +218,19 @@ class ConnectRecoveredEvent(PoolEvent):
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ConnectLostEvent(PoolEvent):
+    """A connect the pool gave up on (its ``connect_timeout``, a clear) has still not returned,
+    ``running_for`` seconds after it started (10 times ``connect_timeout``, at least a minute):
+    it no longer counts
+    against ``max_size`` and ``max_connecting``, so that a connect function that never returns
+    cannot hold the pool's slots for good. Its thread (``Pool``) may linger; whatever it returns
+    is closed. Logged as a warning on ``poolkit.pool``, whether or not anyone listens."""
+
+    connection_id: int
+    running_for: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class KeepAliveStartedEvent(PoolEvent):
     """An idle connection's keep-alive probe started."""
 
@@ -331,6 +345,7 @@ class PoolListener:
     def connect_attempt_failed(self, event: ConnectAttemptFailedEvent) -> None: ...
     def connect_failing(self, event: ConnectFailingEvent) -> None: ...
     def connect_recovered(self, event: ConnectRecoveredEvent) -> None: ...
+    def connect_lost(self, event: ConnectLostEvent) -> None: ...
     def keep_alive_started(self, event: KeepAliveStartedEvent) -> None: ...
     def keep_alive_succeeded(self, event: KeepAliveSucceededEvent) -> None: ...
     def keep_alive_failed(self, event: KeepAliveFailedEvent) -> None: ...
@@ -361,6 +376,7 @@ _METHODS: Final[dict[type[PoolEvent], str]] = {
     ConnectAttemptFailedEvent: "connect_attempt_failed",
     ConnectFailingEvent: "connect_failing",
     ConnectRecoveredEvent: "connect_recovered",
+    ConnectLostEvent: "connect_lost",
     KeepAliveStartedEvent: "keep_alive_started",
     KeepAliveSucceededEvent: "keep_alive_succeeded",
     KeepAliveFailedEvent: "keep_alive_failed",

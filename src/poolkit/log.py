@@ -67,17 +67,30 @@ cached_level: Final = LEVELS.get
 
 
 def split_address(address: str) -> tuple[str, int | None]:
-    """``"host:port"`` -> (host, port); IPv6 in brackets; a path (Unix socket) has no port."""
+    """A pool's address as the log's (serverHost, serverPort): ``"host:port"``, IPv6 in brackets,
+    or a URL (``redis://user:***@host:6379/0``: its scheme, user, path and query left out; a
+    path after ``host:port`` too). No
+    port given, none is made up (a pool is not always MongoDB's: its addresses always carry
+    one); a path (Unix socket) or a name (``pool-1``) is the host, with no port."""
     if address.startswith("/") or address.endswith(".sock"):
         return address, None
+    scheme, sep, rest = address.partition("://")
+    if not (sep and scheme.replace("+", "").isidentifier()):
+        rest = address
+    rest = rest.rpartition("@")[2]  # (user info, its password masked already)
+    for end in "/?#":  # (a database, a path, a query: ``host:5433/app``)
+        rest = rest.partition(end)[0]
+    if not rest:
+        return address, None
+    address = rest
     if address.startswith("["):
-        host, _, rest = address[1:].partition("]")
-        port = rest[1:] if rest.startswith(":") else ""
+        host, _, tail = address[1:].partition("]")
+        port = tail[1:] if tail.startswith(":") else ""
     else:
         host, sep, port = address.rpartition(":")
-        if not sep or ":" in host:
-            return address, 27017 if ":" not in address else None
-    return host, int(port) if port.isdigit() else 27017
+        if not sep or ":" in host:  # (no port; or a bare IPv6 address)
+            return address, None
+    return host, int(port) if port.isdigit() else None
 
 
 class LogMessage:
@@ -214,6 +227,15 @@ def log_event(event: ev.PoolEvent) -> None:
             event.address,
             event.failures,
             event.error,
+        )
+    elif type(event) is ev.ConnectLostEvent:
+        _POOL_LOGGER.warning(
+            "poolkit: connect %d to %s was given up on and has not returned in %.3f s: it no "
+            "longer counts against max_size and max_connecting (what it may still return is "
+            "closed); a connect function should honour its timeout",
+            event.connection_id,
+            event.address,
+            event.running_for,
         )
     elif type(event) is ev.ConnectRecoveredEvent:
         _POOL_LOGGER.info(

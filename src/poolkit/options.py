@@ -284,8 +284,11 @@ class PoolOptions:
     * ``max_idle_time`` (``maxIdleTimeMS``): seconds a connection may sit available before it is
       closed as idle; ``None`` for no limit.
     * ``max_connecting`` (``maxConnecting``): connections being established at once, >= 1.
-    * ``wait_queue_timeout`` (``waitQueueTimeoutMS``): default seconds a checkout may wait;
-      ``None`` waits without limit, ``0`` never waits.
+    * ``wait_queue_timeout`` (``waitQueueTimeoutMS``): default seconds a checkout may wait,
+      > 0; ``None`` waits without limit. ``0`` is refused: CMAP's ``waitQueueTimeoutMS=0`` means
+      no limit (``None`` here) while ``0`` seconds reads as "never wait", and a pool that never
+      lets a checkout wait serves only what is already idle. ``checkout(timeout=0)`` tries
+      without waiting (it still starts a connect the pool has room for).
     * ``background_interval``: seconds between background runs (closing perished connections,
       refilling ``min_size``); ``math.inf`` for never on a timer. ``ready()`` still starts
       populating at once and ``clear()`` still schedules a run at once.
@@ -367,6 +370,12 @@ class PoolOptions:
             setattr_(self, name, _count(name, getattr(self, name), minimum))
         if self.soft_max_size is not None:
             setattr_(self, "soft_max_size", _count("soft_max_size", self.soft_max_size, 0))
+        if self.wait_queue_timeout == 0 and not isinstance(self.wait_queue_timeout, bool):
+            raise ValueError(
+                "PoolOptions.wait_queue_timeout must be > 0 seconds or None (no limit), got "
+                f"{self.wait_queue_timeout!r}: CMAP's waitQueueTimeoutMS=0 means no limit, so "
+                "pass None for that; checkout(timeout=0) tries a checkout without waiting"
+            )
         for name, (none, zero, inf) in _DURATIONS.items():
             value = getattr(self, name)
             setattr_(
@@ -440,7 +449,7 @@ _COUNTS: Final[dict[str, int]] = {
 #: the duration options: (None allowed, 0 allowed, inf allowed)
 _DURATIONS: Final[dict[str, tuple[bool, bool, bool]]] = {
     "max_idle_time": (True, False, False),
-    "wait_queue_timeout": (True, True, False),
+    "wait_queue_timeout": (True, False, False),
     "background_interval": (False, False, True),
     "connect_timeout": (True, False, False),
     "max_lifetime": (True, False, False),

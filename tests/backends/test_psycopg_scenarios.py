@@ -5,8 +5,10 @@ each going wrong without them)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import threading
+import time
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
@@ -248,3 +250,61 @@ def test_logging_is_quiet_for_blocks_that_use_connection(
 def fail(pool: poolkit.Pool[Any]) -> None:
     with pk.connection(pool) as conn:
         conn.execute("SELECT 1/0")
+
+
+def test_a_reset_past_its_timeout_is_not_closed_under_its_thread(pg: PgServer) -> None:
+    # Issue 24, defect 3: reset="SELECT pg_sleep(3)", hooks_timeout=0.5, max_size=1, one thread
+    # releasing while another waits: the timer thread closed the connection while the reset still
+    # ran on it, and about half the runs the next connect hung for good (on the descriptor the
+    # close freed). Now the timeout frees the waiter at once and the connection is closed when
+    # the reset returns, once; nothing is left.
+    running: set[int] = set()
+    closed_while_running: list[int] = []
+    closes: list[int] = []
+    base = pk.hooks(reset="SELECT pg_sleep(1)")
+    assert base.reset is not None
+    reset = base.reset
+
+    def watched_reset(conn: Any) -> None:
+        running.add(id(conn))
+        try:
+            reset(conn)
+        finally:
+            running.discard(id(conn))
+
+    connect = pk.connect(pg.dsn, application_name=pg.app)
+
+    def watched_connect(ctx: poolkit.ConnectContext) -> Any:
+        conn = connect(ctx)
+        close = conn.close
+
+        def counted_close() -> None:
+            closes.append(id(conn))
+            if id(conn) in running:
+                closed_while_running.append(id(conn))
+            close()
+
+        conn.close = counted_close  # type: ignore[method-assign]
+        return conn
+
+    hooks = dataclasses.replace(base, reset=watched_reset, timeout=0.3)
+    options = poolkit.PoolOptions(max_size=1, connect_timeout=5, hooks=hooks)
+    for _ in range(3):
+        with poolkit.Pool(watched_connect, address="reset-timeout", options=options) as pool:
+            lease = pool.checkout()
+            served: list[Any] = []
+
+            def waiter(pool: poolkit.Pool[Any], served: list[Any]) -> None:
+                with pool.connection(timeout=10) as conn:
+                    served.append(conn.execute("SELECT 1").fetchone())
+
+            thread = threading.Thread(target=waiter, args=(pool, served))
+            thread.start()
+            time.sleep(0.05)
+            lease.release()  # the reset runs here, for 1 s; its timeout is 0.3 s
+            thread.join(10)
+            assert served == [(1,)]  # the waiter got a new connection after the timeout
+        pg.wait_sessions(0)
+        assert closed_while_running == []
+        assert len(closes) == len(set(closes)) == 2  # both connections, each closed once
+        closes.clear()

@@ -1,6 +1,7 @@
 """poolkit.backends.redis against a real Redis server: connect functions, hooks, ready pools.
 
-Tests that need the pools to run ``Hooks`` are in ``test_redis_hooks.py``; the drop-in
+Tests that need the pools to run ``Hooks`` are in ``test_redis_hooks.py``, the lease contract
+(the ``reset`` hook) and the builders' defaults in ``test_redis_session.py``; the drop-in
 ``ConnectionPool`` is in ``test_redis_dropin.py``. Every test names its connections uniquely
 (``redis_server.name``) and finds them on the server with ``CLIENT LIST``.
 """
@@ -13,6 +14,7 @@ import sys
 import threading
 import time
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 import redis
@@ -128,11 +130,15 @@ def test_is_broken_by_error_kind(redis_server: RedisServer) -> None:
 
 def test_hooks_builders() -> None:
     hooks = pk_redis.hooks(check_after=0)
-    assert (hooks.check, hooks.is_broken, hooks.check_after) == (
+    assert (hooks.check, hooks.reset, hooks.is_broken, hooks.check_after) == (
         pk_redis.ping,
+        pk_redis.reset,
         pk_redis.is_broken,
         0.0,
     )
+    assert pk_redis.hooks(reset=False).reset is None
+    assert pk_redis.async_hooks(reset=False).reset is None
+    assert pk_redis.async_hooks().reset is pk_redis.async_reset
     assert pk_redis.async_hooks().check is pk_redis.async_ping
     assert pk_redis.async_hooks().check_after == pk_redis.CHECK_AFTER
     assert pk_redis.keep_alive(30).probe is pk_redis.ping
@@ -308,12 +314,17 @@ def test_create_pool_from_keywords(redis_server: RedisServer) -> None:
             assert r.client_getname() == redis_server.name
 
 
-def test_pool_address_masks_a_url_password() -> None:
-    pool = pk_redis.create_pool("redis://user:secret@127.0.0.1:1/0")
-    try:
-        assert "secret" not in repr(pool) and pool.address == "redis://user:***@127.0.0.1:1/0"
-    finally:
-        pool.close()
+def test_pool_address_masks_a_url_password(redis_server: RedisServer) -> None:
+    """(A server without a password takes any password for its ``default`` user.)"""
+    parts = urlsplit(redis_server.url)
+    if parts.password is None:
+        netloc = f"default:s3cretPW@{parts.hostname}:{parts.port or 6379}"
+        parts = parts._replace(netloc=netloc)
+    password = parts.password
+    assert password is not None
+    with pk_redis.create_pool(urlunsplit(parts), client_name=redis_server.name) as pool:
+        assert password not in repr(pool) and password not in pool.address
+        assert pool.address.startswith("redis://default:***@")
 
 
 def test_async_client_is_closed_with_aclose(redis_server: RedisServer) -> None:

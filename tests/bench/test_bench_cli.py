@@ -153,6 +153,7 @@ def test_the_figures_agree_with_theory() -> None:
     ("args", "code", "words"),
     [
         (["--max-size", "0"], 2, ["--max-size"]),
+        (["--wait-timeout", "0"], 2, ["--wait-timeout", "'none'"]),  # issue 24, defect 4
         (["--min-size", "5", "--max-size", "2"], 2, ["--min-size"]),
         (["--duration", "soon"], 2, ["--duration", "soon"]),
         (["--concurrency", "many"], 2, ["--concurrency"]),

@@ -22,7 +22,11 @@ Rules of this module
   timeout) is *abandoned*: its record is closed, but it still counts against ``max_size`` and
   ``max_connecting`` (``_abandoned``) until its function returns (``connected`` or
   ``connect_failed`` with ``returned``), so that a slow server never sees more connects than the
-  limits allow.
+  limits allow. Not for ever: a connect whose function has not returned ``lost_after()`` after
+  it started (10 times ``connect_timeout``, at least a minute) is *lost* (``_connect_lost``): it
+  counts no more (a ``ConnectLostEvent``, logged as a warning), and what it may still return is
+  closed. A slow server still sees no more connects than the limits allow; a function that never
+  returns no longer holds a slot of the pool for good.
 """
 
 from __future__ import annotations
@@ -34,9 +38,11 @@ from ..events import (
     CLOSE_STALE,
     ConnectionClosedEvent,
     ConnectionCreatedEvent,
+    ConnectLostEvent,
 )
 from .actions import CloseConnection, StartConnect
 from .fields import CoreFields
+from .idle import idle_expired
 from .records import (
     _CHECKING,
     _CLOSED,
@@ -55,6 +61,18 @@ from .records import (
     InvalidTransition,
 )
 from .timers import TimerKind
+
+#: an abandoned connect is lost (counts against the limits no more) this long after it started,
+#: at the least, and at least this many times ``connect_timeout``
+LOST_AFTER_MIN = 60.0
+LOST_AFTER_TIMEOUTS = 10
+
+
+def lost_after(connect_timeout: float | None) -> float:
+    """How long after its start an abandoned connect that has not returned is given up for good."""
+    if connect_timeout is None:
+        return LOST_AFTER_MIN
+    return max(LOST_AFTER_MIN, LOST_AFTER_TIMEOUTS * connect_timeout)
 
 
 class ConnectionLife(CoreFields):
@@ -116,6 +134,26 @@ class ConnectionLife(CoreFields):
             if missing <= 0 and len(self.wait_queue) <= covered:
                 return
             self._start_connect(now)
+
+    def _connect_for_one(self, now: float) -> None:
+        """A checkout that may not wait (its deadline is now) found nothing to take: start the
+        connect it would have waited for, counted as one waiter more than the queue holds, if
+        the limits allow and the circuit is closed. Its result becomes available to the next
+        checkout: a pool tried only with ``timeout=0`` still connects."""
+        if self.state is not _READY:
+            return
+        counts = self._counts
+        if (
+            counts[_CONNECTING] + self._abandoned >= self.options.max_connecting
+            or len(self.conns) + self._abandoned >= self._max_size
+            or len(self.wait_queue) + 1 <= counts[_CONNECTING] + counts[_CHECKING]
+        ):
+            return
+        failing = self.failures.failing
+        if failing is None:
+            self._start_connect(now)
+        elif failing.pending is None and not failing.open:
+            self.failures.attempt(self._start_connect(now))
 
     def _start_connect(self, now: float) -> Conn:
         conn = self._new_record(now, _CONNECTING)
@@ -180,6 +218,9 @@ class ConnectionLife(CoreFields):
         if pending:
             conn.abandoned = True
             self._abandoned += 1
+            if self.state is not _CLOSED:
+                when = conn.created_at + lost_after(self.options.connect_timeout)
+                self.timers.push(when, TimerKind.CONNECT_LOST, conn)
         if self._lb and not pending:  # (established: counted in its service since `connected`)
             entry = self.service_generations.get(conn.service_id)
             if entry is not None:
@@ -206,6 +247,20 @@ class ConnectionLife(CoreFields):
             self._abandoned -= 1
             self._maybe_connect(now, fill_min=True)
 
+    def _connect_lost(self, conn: Conn, now: float) -> None:
+        """``conn``'s connect, abandoned, has not returned in ``lost_after``: it counts against the
+        limits no more (its result, if it ever comes, is closed all the same)."""
+        if not conn.abandoned or self.state is _CLOSED:
+            return
+        conn.abandoned = False
+        self._abandoned -= 1
+        self.events.append(  # (observed or not: the front end logs it as a warning)
+            ConnectLostEvent(
+                address=self.address, connection_id=conn.id, running_for=now - conn.created_at
+            )
+        )
+        self._maybe_connect(now, fill_min=True)
+
     def _perished(self, conn: Conn, now: float, *, check_idle: bool = True) -> str | None:
         """Why ``conn`` must not be used any more, or ``None`` (CMAP "perished")."""
         if self.state is _CLOSED:
@@ -221,6 +276,6 @@ class ConnectionLife(CoreFields):
             return CLOSE_LIFETIME
         if check_idle and conn.role is not _KEPT:
             max_idle = self._max_idle
-            if max_idle is not None and now - conn.idle_since >= max_idle:
+            if max_idle is not None and idle_expired(conn.idle_since, max_idle, now):
                 return CLOSE_IDLE
         return None

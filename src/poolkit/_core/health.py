@@ -49,6 +49,7 @@ from ..events import (
 from .actions import CloseConnection, StartCheck, StartKeepAlive, StartReset
 from .connections import ConnectionLife
 from .failures import Failing
+from .idle import idle_expired
 from .records import (
     _BACKING_OFF,
     _CHECKING,
@@ -258,7 +259,7 @@ class Health(ConnectionLife):
                 and conn.state is _LEASED
                 and conn.role is not _KEPT
                 and not self.wait_queue
-                and now - conn.idle_since >= max_idle
+                and idle_expired(conn.idle_since, max_idle, now)
             ):
                 # Its idle time ran out during the probe: closed now rather than parked.
                 conn.streams = 0

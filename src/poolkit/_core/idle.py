@@ -26,6 +26,15 @@ from .records import _KEPT, Conn
 from .timers import TimerEntry, TimerHeap, TimerKind
 
 
+def idle_expired(idle_since: float, max_idle: float, now: float) -> bool:
+    """The one definition of "idle for ``max_idle_time``", used by the sweep, by a checkout
+    meeting the connection (``_perished``) and by a probe's end: the time the sweep is due,
+    ``idle_since + max_idle`` (the sum, as every timer is computed), has come. (``now -
+    idle_since >= max_idle`` differs from it in floats: at the sweep's own time, a checkout
+    could hand out what the sweep closes.)"""
+    return idle_since + max_idle <= now
+
+
 @final
 class IdleSet:
     """Available connections (a LIFO stack), multiplexed ones with room, and the idle sweep."""
@@ -79,14 +88,10 @@ class IdleSet:
         max_idle = self.max_idle
         assert max_idle is not None
         stack = self.stack
-        # Expired by either sum: the sweep is due at ``idle_since + max_idle``, and in floats that
-        # may be <= now while ``now - idle_since`` is still < max_idle; a connection left here
-        # then re-armed the sweep at ``now`` and ``fire_timers`` never ended.
+        # (idle_expired is the sum the sweep's timer is due at: a connection left here would
+        # re-arm the sweep at ``now`` and ``fire_timers`` would never end)
         expired = [
-            c
-            for c in stack
-            if c.role is not _KEPT
-            and (now - c.idle_since >= max_idle or c.idle_since + max_idle <= now)
+            c for c in stack if c.role is not _KEPT and idle_expired(c.idle_since, max_idle, now)
         ]
         if expired:
             gone = set(expired)

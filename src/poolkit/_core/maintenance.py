@@ -229,6 +229,8 @@ class Lifecycle(Health):
                 self.leaks.report(entry.target, now, self.events, collected=False)  # once
             elif kind is TimerKind.HOOK_TIMEOUT:
                 self._hook_timed_out(entry.target, now)
+            elif kind is TimerKind.CONNECT_LOST:
+                self._connect_lost(entry.target, now)
             else:  # CONNECT_TIMEOUT
                 conn: Conn = entry.target
                 timeout = self.options.connect_timeout
@@ -254,6 +256,9 @@ class Lifecycle(Health):
             return ConnectFailures.timer_is_live(entry)
         if kind is TimerKind.HOOK_TIMEOUT:
             return HookRuns.timer_is_live(entry)
+        if kind is TimerKind.CONNECT_LOST:
+            lost: Conn = entry.target
+            return lost.abandoned
         return Probes.timer_is_live(entry)  # KEEP_ALIVE, PROBE_TIMEOUT
 
     def _schedule_background(self, when: float) -> None:
@@ -321,6 +326,7 @@ class Lifecycle(Health):
         error = WaitQueueTimeoutError(address=self.address, waited=now - req.started, stats=None)
         self._fail(req, error, CHECKOUT_TIMEOUT, now)
         error.stats = self.stats()
+        error.explain(self.options.max_size)
 
     def _fail_all_waiters(self, now: float, make_error: Any, reason: str) -> None:
         queue = self.wait_queue

@@ -342,13 +342,14 @@ class PoolCore(Lifecycle):
             if conn is not None:
                 self._serve(req, conn, now)
                 return
-        deadline = req.deadline
-        if deadline is not None and deadline <= now:
-            self._fail_timeout(req, now)
-            return
         failing = self.failures.failing  # (ConnectFailures.circuit_open inlined)
         if failing is not None and failing.open:
             self._fail(req, self.failures.circuit_error(now), CHECKOUT_CIRCUIT_OPEN, now)
+            return
+        deadline = req.deadline
+        if deadline is not None and deadline <= now:
+            self._connect_for_one(now)  # (it may not wait, but the pool still grows for it)
+            self._fail_timeout(req, now)
             return
         max_waiting = self._max_waiting
         if max_waiting and len(waiters) >= max_waiting:
@@ -441,9 +442,9 @@ class PoolCore(Lifecycle):
 
     def _give_back(self, conn: Conn, now: float, idle_since: float, *, used: bool = True) -> bool:
         """One stream of ``conn`` came back (a lease's, or, not ``used``, a keep-alive probe's);
-        if it was the last, the connection has been idle since ``idle_since`` (and, ``used``, is
-        reset first if ``Hooks.reset`` is set). Returns whether there may be output (actions, a
-        new earliest timer) besides events."""
+        if it was the last, the connection has been idle since ``idle_since`` (and is reset first
+        if ``Hooks.reset`` is set and a lease used it: this one, or one back meanwhile, ``dirty``).
+        Returns whether there may be output (actions, a new earliest timer) besides events."""
         conn.streams -= 1
         if conn.state is not _LEASED:
             if conn.state is _DRAINING:
@@ -456,6 +457,7 @@ class PoolCore(Lifecycle):
             self._fire(conn, _RELEASE if conn.streams else _RELEASE_LAST)
             return False  # draining, or closed while it was out
         if conn.streams:
+            conn.dirty = conn.dirty or used
             return self._release_stream(conn, now)
         # _fire(conn, RELEASE_LAST) inlined: LEASED -> IDLE changes no counter (see _LEASED_IDLE).
         conn.state = _LEASED_IDLE
@@ -472,7 +474,8 @@ class PoolCore(Lifecycle):
                 self._close(conn, reason)
                 self._dispatch(now)
                 return True
-            if used and self.hooks.resets:
+            if (used or conn.dirty) and self.hooks.resets:
+                conn.dirty = False
                 self._start_reset(conn, now)
                 return True
         conn.idle_since = idle_since

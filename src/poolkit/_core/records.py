@@ -166,6 +166,7 @@ class Conn:
         "close_reason",
         "connection",
         "created_at",
+        "dirty",
         "expires",
         "gate",
         "generation",
@@ -210,6 +211,10 @@ class Conn:
         #: Kept by ``ConnectionLife._regate`` whenever generation, role, streams or state change.
         self.gate = generation
         self.close_reason: str | None = None
+        #: a lease's stream came back while others were out (a multiplexed connection): the
+        #: session may have changed, so the last stream back resets it even if a keep-alive
+        #: probe's (which alone is no use)
+        self.dirty = False
         #: closed while its connect function runs: counted against the limits until it returns
         self.abandoned = False
         #: keep-alive: while idle, the timer of its next probe; while probed, the probe's timeout

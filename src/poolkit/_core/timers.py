@@ -30,6 +30,7 @@ class TimerKind(enum.IntEnum):
     BACKOFF = 7  #: a backing-off slot's wait before its connect retry is over
     LEAK = 8  #: a watched lease has been out for leak_timeout
     HOOK_TIMEOUT = 9  #: a connection's check or reset (``Hooks``) ran out of time
+    CONNECT_LOST = 10  #: an abandoned connect has not returned long after (``lost_after``)
 
 
 @final

@@ -6,7 +6,8 @@ drop-in ``ConnectionPool`` / ``AsyncConnectionPool`` for ``redis.Redis(connectio
 * ``pool = create_pool(url)`` (``await create_async_pool(url)``): a poolkit pool whose
   connections are redis-py clients, each leased whole: ``with pool.connection() as r:
   r.set("k", "v")``. Right for anything that needs one session: ``WATCH``/``MULTI``, blocking
-  commands (``BLPOP``), pub/sub, ``SELECT``.
+  commands (``BLPOP``), pub/sub, ``SELECT``; what a lease did to the session does not reach the
+  next caller (the lease contract below).
 * ``redis.Redis(connection_pool=ConnectionPool.from_url(url))``: one client shared by every
   thread (task), each command taking a connection for its own length, as with redis-py's
   ``BlockingConnectionPool`` but served in arrival order (see ``_redis_dropin``).
@@ -20,6 +21,28 @@ API, and its commands, pipelines and pub/sub all go over that one socket, so ``W
 ``send_command``/``read_response`` and parse replies themselves; the drop-in pool below is the
 place where poolkit holds bare connections (redis-py's clients ask their pool for those).
 
+The lease contract
+------------------
+A caller always gets a client on the pool's db, outside ``MULTI``, with nothing watched or
+subscribed, its configured name and protocol, authenticated, and every reply read; a clean
+connection costs no command for it. The ``reset`` hook (:func:`reset`, :func:`async_reset`)
+keeps it at check-in, knowing without a round trip what the last caller did: the client's
+connection notes every command sent and reply read (``_redis_session``). It
+
+* sends nothing when the session is clean (plain commands, pipelines, a finished ``MULTI``/
+  ``EXEC``, ``WATCH`` ended by ``EXEC``, ``DISCARD`` or ``UNWATCH``), nor when redis-py closed
+  the connection (``PubSub.close()``; the next command reconnects with redis-py's handshake);
+* sends ``RESET`` (Redis 6.2 or later) and redis-py's handshake again (``AUTH``/``HELLO``,
+  ``CLIENT SETNAME``, ``SELECT``) when a command changed the session (``SELECT``, ``CLIENT
+  SETNAME``, ``CLIENT TRACKING``, ``AUTH``, ``HELLO``, ``READONLY``, ``RESET``...) or left a
+  ``MULTI`` or a ``WATCH`` open;
+* raises :class:`SessionDiscarded`, and the pool closes the connection, when replies are out of
+  step (a reply left unread, ``SUBSCRIBE`` and its kin, ``MONITOR``, ``CLIENT REPLY``,
+  ``QUIT``), when something kept from the lease still holds the connection (a PubSub not
+  closed, a pipeline left ``WATCH``ing, a ``Monitor``), or when ``RESET`` fails (a server before
+  6.2). A connection so discarded never reconnects: the PubSub or pipeline kept gets a
+  ``redis.ConnectionError``.
+
 The client's connection is made (and named with ``CLIENT SETNAME``) inside the connect
 function, so that connect errors, timeouts and retries are the pool's, and redis-py retries no
 command unless you pass ``retry=``. So a connection the server dropped shows as what it is:
@@ -28,16 +51,23 @@ command unless you pass ``retry=``. So a connection the server dropped shows as 
 itself closed (``PubSub.close()`` does; so does a failed command whose error the caller caught)
 is reconnected at the client's next command, as redis-py's own pools do.
 
+``create_pool`` / ``create_async_pool`` make one connection before they return, so a server
+that cannot be reached or refuses the credentials fails there, as the PostgreSQL builders do.
+Given no ``options``, they use :data:`DEFAULT_OPTIONS`: redis-py's ``BlockingConnectionPool``'s
+defaults (50 connections, 20 s wait), the redis-py pool that waits as a poolkit pool does.
+
 Rules of this module
 --------------------
 * Nothing here decides anything about pooling: these are the functions the pool calls.
-* The hooks read the connection's state and send ``PING``; they never reconnect.
+* The hooks read the connection's state and send ``PING`` (``check``) or ``RESET`` and the
+  handshake (``reset``, only on a session that changed); they never reconnect.
 * A client's pool (``_Dedicated``) holds its one connection; only a command reconnects it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
+import inspect
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any
 
 from ._extras import require
@@ -54,17 +84,21 @@ from ..asyncio import AsyncPool  # noqa: E402
 from ..events import Listener  # noqa: E402
 from ..options import Hooks, KeepAlive, PoolOptions  # noqa: E402
 from ..threaded import Pool  # noqa: E402
-from ._common import default_hooks  # noqa: E402
+from ._common import default_hooks, ready_async, ready_sync  # noqa: E402
 from ._redis_dropin import ConnectionPool  # noqa: E402
 from ._redis_dropin_async import AsyncConnectionPool, connected  # noqa: E402
+from ._redis_session import Verdict, session_of, tracked, tracked_async  # noqa: E402
 
 __all__ = [
+    "DEFAULT_OPTIONS",
     "AsyncConnectionPool",
     "ConnectionPool",
+    "SessionDiscarded",
     "async_connect",
     "async_hooks",
     "async_keep_alive",
     "async_ping",
+    "async_reset",
     "connect",
     "connection_kwargs",
     "create_async_pool",
@@ -73,6 +107,7 @@ __all__ = [
     "is_broken",
     "keep_alive",
     "ping",
+    "reset",
 ]
 
 #: redis-py's untyped URL parsers, called through ``Any`` (mypy --strict refuses untyped calls)
@@ -89,6 +124,16 @@ BROKEN_ERRORS: tuple[type[BaseException], ...] = (
     redis.TimeoutError,
     TimeoutError,
 )
+#: the options :func:`create_pool` and :func:`create_async_pool` use when given none: redis-py's
+#: ``BlockingConnectionPool``'s defaults (``max_connections=50``, ``timeout=20`` seconds), the
+#: redis-py pool that waits for a connection as a poolkit pool does. Build your own from it to
+#: keep them: ``dataclasses.replace(DEFAULT_OPTIONS, min_size=2)``.
+DEFAULT_OPTIONS = PoolOptions(max_size=50, wait_queue_timeout=20.0)
+
+
+class SessionDiscarded(Exception):
+    """Why :func:`reset` closed a leased client's connection instead of passing it on (the
+    ``error`` of the pool's ``ConnectionResetFailedEvent``): its session cannot be put back."""
 
 
 def connection_kwargs(url: str | None = None, **kwargs: Any) -> dict[str, Any]:
@@ -123,11 +168,17 @@ class _Dedicated(redis.ConnectionPool):
     lent to the client's commands one at a time (and reconnected if redis-py closed it)."""
 
     def __init__(self, **kwargs: Any) -> None:
+        kwargs["connection_class"] = tracked(kwargs.get("connection_class", redis.Connection))
         super().__init__(max_connections=1, **kwargs)
         connection: Any = self.make_connection()
         connection.connect()
         self.connection = connection
         self._available_connections.append(connection)
+
+    def held(self) -> bool:
+        """Whether the connection is out (to a command, a pipeline, a PubSub, a Monitor)."""
+        with self._lock:
+            return not self._available_connections
 
     def get_connection(self, *args: Any, **kwargs: Any) -> Any:
         connection: Any = self.connection
@@ -148,10 +199,19 @@ class _Dedicated(redis.ConnectionPool):
 class _AsyncDedicated(redis.asyncio.ConnectionPool):
     """``_Dedicated`` for ``redis.asyncio``: connected by :meth:`open`."""
 
+    def __init__(self, **kwargs: Any) -> None:
+        connection_class = kwargs.get("connection_class", redis.asyncio.Connection)
+        kwargs["connection_class"] = tracked_async(connection_class)
+        super().__init__(**kwargs)
+
     async def open(self) -> None:
         connection = await connected(self.make_connection)
         self.connection = connection
         self._available_connections.append(connection)
+
+    def held(self) -> bool:
+        """Whether the connection is out (to a command, a pipeline, a PubSub, a Monitor)."""
+        return not self._available_connections
 
     async def get_connection(self, *args: Any, **kwargs: Any) -> Any:
         connection: Any = self.connection
@@ -220,15 +280,141 @@ def is_broken(client: redis.Redis | redis.asyncio.Redis, error: BaseException) -
     return connection is not None and not connection.is_connected
 
 
-def hooks(*, check_after: float = CHECK_AFTER, timeout: float | None = 5.0) -> Hooks:
+_HELD = (
+    "the client's connection is still held by a PubSub, a pipeline left WATCHing or a Monitor "
+    "that was not closed (or by a command still running in another thread)"
+)
+
+
+def _to_reset(connection: Any, held: bool) -> Any | None:
+    """``connection`` if its session needs ``RESET``; ``None`` if nothing needs doing (a clean
+    session, or no session: disconnected, the next command reconnects). Raises
+    :class:`SessionDiscarded` if it cannot be passed on (``held``: something still has it)."""
+    if held:
+        raise SessionDiscarded(_HELD)
+    inner = getattr(connection, "_conn", connection)  # (redis-py's client-side cache wraps it)
+    session = session_of(inner)
+    if session is None:
+        raise SessionDiscarded(f"{type(inner).__name__} is not a connection poolkit tracks")
+    if not connection.is_connected:
+        session.clear()
+        return None
+    verdict, why = session.verdict()
+    if verdict is Verdict.CLEAN:
+        return None
+    if verdict is Verdict.DISCARD:
+        raise SessionDiscarded(why)
+    if inner is not connection:
+        raise SessionDiscarded(f"{why}; a client-side cached connection is not reset in place")
+    return connection
+
+
+def _retire(connection: Any, error: BaseException) -> None:
+    """The pool closes ``connection`` after ``error`` in its reset: no object kept from the
+    lease may reconnect it (a stale PubSub or pipeline would open a socket nobody closes)."""
+    inner = getattr(connection, "_conn", connection)
+    if session_of(inner) is not None:
+        inner.poolkit_retired = f"discarded at check-in: {error}"
+
+
+def _reset_failed(error: redis.ResponseError) -> SessionDiscarded:
+    return SessionDiscarded(f"RESET failed ({error}); Redis before 6.2 has no RESET")
+
+
+def _check_reset_reply(reply: object) -> None:
+    if reply not in (b"RESET", "RESET"):
+        raise SessionDiscarded(f"RESET answered {reply!r}")
+
+
+def reset(client: redis.Redis) -> None:
+    """The ``reset`` hook for :class:`poolkit.Pool`: the lease contract (see the module's
+    documentation). Sends nothing on a clean connection; ``RESET`` and redis-py's handshake again
+    (``AUTH``/``HELLO``, ``CLIENT SETNAME``, ``SELECT``) on one whose session changed; raises
+    :class:`SessionDiscarded`, and the pool closes the connection, where replies are out of step
+    or the connection is still held."""
+    pool: Any = client.connection_pool
+    connection = pool.connection
+    try:
+        if _to_reset(connection, pool.held()) is None:
+            return
+        try:
+            connection.send_command("RESET", check_health=False)
+            _check_reset_reply(connection.read_response())
+        except redis.ResponseError as exc:
+            raise _reset_failed(exc) from exc
+        if connection.redis_connect_func is None:
+            connection.on_connect()
+        else:
+            connection.redis_connect_func(connection)
+    except BaseException as exc:
+        _retire(connection, exc)
+        raise
+    connection.poolkit_session.clear()
+
+
+def async_reset(client: redis.asyncio.Redis) -> Coroutine[Any, Any, None] | None:
+    """:func:`reset` for :class:`poolkit.AsyncPool`. A plain function: ``None`` on a clean
+    connection, so the pool passes it on at once; the coroutine that resets it otherwise."""
+    pool: Any = client.connection_pool
+    connection = pool.connection
+    try:
+        to_reset = _to_reset(connection, pool.held())
+    except BaseException as exc:
+        _retire(connection, exc)
+        raise
+    return None if to_reset is None else _async_reset(connection)
+
+
+async def _async_reset(connection: Any) -> None:
+    try:
+        try:
+            await connection.send_command("RESET", check_health=False)
+            _check_reset_reply(await connection.read_response())
+        except redis.ResponseError as exc:
+            raise _reset_failed(exc) from exc
+        handshake = connection.redis_connect_func
+        if handshake is None:
+            await connection.on_connect()
+        else:
+            result = handshake(connection)
+            if inspect.isawaitable(result):
+                await result
+    except BaseException as exc:
+        _retire(connection, exc)
+        raise
+    connection.poolkit_session.clear()
+
+
+def hooks(
+    *, check_after: float = CHECK_AFTER, timeout: float | None = 5.0, reset: bool = True
+) -> Hooks:
     """The hooks for :class:`poolkit.Pool`: ``check`` (a ``PING`` on connections idle at least
-    ``check_after`` seconds) and ``is_broken``; ``timeout`` bounds a check."""
-    return Hooks(check=ping, check_after=check_after, is_broken=is_broken, timeout=timeout)
+    ``check_after`` seconds), ``reset`` (:func:`reset`; ``reset=False`` for none) and
+    ``is_broken``; ``timeout`` bounds a check or a reset."""
+    return Hooks(
+        check=ping,
+        check_after=check_after,
+        reset=_reset_sync if reset else None,
+        is_broken=is_broken,
+        timeout=timeout,
+    )
 
 
-def async_hooks(*, check_after: float = CHECK_AFTER, timeout: float | None = 5.0) -> Hooks:
-    """The hooks for :class:`poolkit.AsyncPool` (``check`` is :func:`async_ping`)."""
-    return Hooks(check=async_ping, check_after=check_after, is_broken=is_broken, timeout=timeout)
+def async_hooks(
+    *, check_after: float = CHECK_AFTER, timeout: float | None = 5.0, reset: bool = True
+) -> Hooks:
+    """The hooks for :class:`poolkit.AsyncPool` (``check`` is :func:`async_ping`, ``reset``
+    :func:`async_reset`)."""
+    return Hooks(
+        check=async_ping,
+        check_after=check_after,
+        reset=async_reset if reset else None,
+        is_broken=is_broken,
+        timeout=timeout,
+    )
+
+
+_reset_sync = reset  # (hooks() has an argument named reset)
 
 
 def keep_alive(interval: float, timeout: float | None = 5.0) -> KeepAlive:
@@ -242,6 +428,9 @@ def async_keep_alive(interval: float, timeout: float | None = 5.0) -> KeepAlive:
     return KeepAlive(interval, async_ping, timeout)
 
 
+def _options(options: PoolOptions | None, default: Hooks, builder: str) -> PoolOptions:
+    return default_hooks(DEFAULT_OPTIONS if options is None else options, default, builder)
+
 
 def create_pool(
     url: str | None = None,
@@ -252,14 +441,19 @@ def create_pool(
 ) -> Pool[redis.Redis]:
     """A ready :class:`poolkit.Pool` of ``redis.Redis`` clients for ``url`` (or redis-py's
     ``host=``, ``port=``... in ``kwargs``), with :func:`hooks` unless ``options`` has hooks.
-    Use it with ``with``; ``close()`` closes every connection."""
+    ``options=None``: :data:`DEFAULT_OPTIONS` (redis-py's ``BlockingConnectionPool``'s 50
+    connections and 20 s wait); ``options`` given are taken as they are.
+
+    One connection is made before it returns, so that a server that cannot be reached or refuses
+    the credentials fails here (the pool closed, the connect's error raised), as the PostgreSQL
+    builders do. Use it with ``with``; ``close()`` closes every connection."""
     pool = Pool(
         connect(url, **kwargs),
         address=_address(url, kwargs),
-        options=default_hooks(options, hooks(), "create_pool"),
+        options=_options(options, hooks(), "create_pool"),
         listeners=listeners,
     )
-    pool.ready()
+    ready_sync(pool)
     return pool
 
 
@@ -271,13 +465,14 @@ async def create_async_pool(
     **kwargs: Any,
 ) -> AsyncPool[redis.asyncio.Redis]:
     """A ready :class:`poolkit.AsyncPool` of ``redis.asyncio.Redis`` clients, on the running
-    event loop, with :func:`async_hooks` unless ``options`` has hooks. Use it with
-    ``async with``; ``await pool.close()`` closes every connection (with ``aclose()``)."""
+    event loop, with :func:`async_hooks` unless ``options`` has hooks; options and the first
+    connection as :func:`create_pool`. Use it with ``async with``; ``await pool.close()``
+    closes every connection (with ``aclose()``)."""
     pool = AsyncPool(
         async_connect(url, **kwargs),
         address=_address(url, kwargs),
-        options=default_hooks(options, async_hooks(), "create_async_pool"),
+        options=_options(options, async_hooks(), "create_async_pool"),
         listeners=listeners,
     )
-    pool.ready()
+    await ready_async(pool)
     return pool

@@ -284,6 +284,11 @@ class RunConfig:
             (self.warmup >= 0, "--warmup must be >= 0"),
             (self.think >= 0, "--think must be >= 0"),
             (self.payload >= 1, "--payload must be >= 1"),
+            (
+                self.wait_queue_timeout is None or self.wait_queue_timeout > 0,
+                "--wait-timeout must be > 0, or 'none' to wait without limit (with 0 no checkout "
+                "could wait: only idle connections would be served)",
+            ),
             (self.connect_timeout > 0, "--connect-timeout must be > 0"),
             (self.op_timeout > 0, "--op-timeout must be > 0"),
             (self.duration is None or self.duration > 0, "--duration must be > 0"),

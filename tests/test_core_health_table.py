@@ -8,7 +8,7 @@ from typing import Any, cast
 
 import pytest
 
-from poolkit import Backoff, KeepAlive, PoolOptions
+from poolkit import Backoff, Hooks, KeepAlive, PoolOptions
 from poolkit._core import (
     Conn,
     ConnState,
@@ -18,6 +18,7 @@ from poolkit._core import (
     RequestState,
     StartConnect,
     StartKeepAlive,
+    StartReset,
 )
 from poolkit.errors import CircuitOpenError, KeepAliveTimeoutError
 from poolkit.events import (
@@ -453,3 +454,44 @@ def test_an_unwatched_collected_lease_is_reported_without_time_or_stack() -> Non
     assert kinds(events)[0] == "LeaseLeakedEvent" and leak.collected
     assert (leak.held, leak.stack) == (None, "")
     assert waiter.state is RequestState.WAITING and core.total == 1
+
+
+# ---------------------------------------------------------------------- resets
+
+
+@pytest.mark.parametrize("retry", [None, Backoff()])
+def test_a_reset_running_covers_a_waiter_as_a_connect_in_flight_does(retry: Any) -> None:
+    """Issue 24, point 5: a waiter that arrives while a connection is being reset is covered by
+    that reset (no connect); the next one is not; a failed reset uncovers its waiter."""
+    core = make(max_size=4, hooks=Hooks(reset=_probe), connect_retry=retry)
+    lease = Request(started=1.0, deadline=None)
+    core.request(lease, 1.0)
+    (conn,) = started(core.take()[0])
+    core.connected(conn, 1.0, object())
+    core.take()
+    assert lease.conn is conn
+    core.release(conn, 2.0)
+    actions, _ = core.take()
+    assert kinds(actions) == ["StartReset"] and cast(StartReset, actions[0]).conn is conn
+    first = Request(started=3.0, deadline=None)
+    core.request(first, 3.0)
+    assert first.queued and kinds(core.take()[0]) == []  # covered: no connect
+    second = Request(started=3.0, deadline=None)
+    core.request(second, 3.0)
+    (made,) = started(core.take()[0])  # not covered: one connect
+    core.reset_done(conn, 4.0)
+    actions, _ = core.take()
+    assert kinds(actions) == ["CompleteRequest"] and first.conn is conn
+    core.connected(made, 5.0, object())
+    core.take()
+    assert second.conn is made
+
+    core.release(conn, 6.0)
+    core.take()
+    third = Request(started=6.0, deadline=None)
+    core.request(third, 6.0)
+    assert kinds(core.take()[0]) == []
+    core.reset_done(conn, 7.0, RuntimeError("ROLLBACK failed"))  # the cover is gone
+    actions, _ = core.take()
+    assert kinds(actions) == ["CloseConnection", "StartConnect"]
+    assert third.state is RequestState.WAITING

@@ -1112,16 +1112,18 @@ class PoolCoreMachine(RuleBasedStateMachine):
             # connect_retry: one attempt at a time, backing off or connecting
             # (a connect started before the failures covers it: if it fails, it is the retry)
             planned = failing.pending is not None or core.pending > 0
-            planned = planned or core.count(ConnState.CHECKING) > 0  # (a check covers a waiter)
+            hooked = core.count(ConnState.CHECKING) + core.count(ConnState.RESETTING)
+            planned = planned or hooked > 0  # (a check or a reset running covers a waiter)
             # (or planned once a connect given up on returns and frees max_connecting)
             assert planned or not room or abandoned, "failing with no retry planned"
             assert core.available == 0 or core.waiting <= core.count(ConnState.CHECKING), (
                 "a connection is available while a request waits that no check covers"
             )
             return
-        # (a check running, Hooks.check, covers a waiter as a connect in flight does)
+        # (a check or a reset running, Hooks.check or Hooks.reset, covers a waiter as a connect in
+        # flight does)
         checking = core.count(ConnState.CHECKING)
-        covered = core.pending + checking
+        covered = core.pending + checking + core.count(ConnState.RESETTING)
         assert covered > 0 or not room or abandoned, "a waiter is stuck with no connect"
         # stronger: every waiter not covered by a connect in flight gets one while there is room
         if room and core.pending + abandoned < opts.max_connecting:

@@ -165,6 +165,80 @@ def test_an_is_broken_that_raises_discards(front_kind: str) -> None:
     assert [c.closed for c in made] == [1]
 
 
+class Lent:
+    """What a test's ``lend`` hands out: the connection and the lease it was lent for."""
+
+    def __init__(self, conn: Session, lease: poolkit.Lease[Any]) -> None:
+        self.conn, self.lease = conn, lease
+
+
+def test_lend_hands_out_one_object_a_lease_and_the_other_hooks_get_the_connection(
+    front_kind: str,
+) -> None:
+    """``Hooks.lend`` (issue 24, point 2: what the asyncpg backend hands out its proxy with)."""
+    lent: list[Lent] = []
+    broken: list[Any] = []
+    ended: list[Any] = []
+
+    def lend(conn: Session, lease: poolkit.Lease[Any]) -> Lent:
+        lent.append(Lent(conn, lease))
+        return lent[-1]
+
+    def is_broken(conn: Any, error: BaseException) -> bool:
+        broken.append(conn)
+        return False
+
+    def end(conn: Any, error: BaseException | None) -> None:
+        ended.append(conn)
+
+    async def aend(conn: Any, error: BaseException | None) -> None:
+        end(conn, error)
+
+    hooks = poolkit.Hooks(
+        lend=lend, is_broken=is_broken, end=aend if front_kind == "asyncio" else end
+    )
+    options = poolkit.PoolOptions(max_size=1, hooks=hooks)
+
+    def check_lease(lease: poolkit.Lease[Any]) -> None:
+        assert lent == []  # not before its connection is read
+        first = lease.connection
+        assert isinstance(first, Lent) and lease.connection is first and len(lent) == 1
+        assert first.lease is lease and isinstance(first.conn, Session)
+        lease.release()
+        with pytest.raises(poolkit.InvalidLeaseError):
+            lease.connection  # noqa: B018  (given back: refused as without lend)
+
+    handed: list[Any] = []  # what each block got
+
+    async def ablock(pool: poolkit.AsyncPool[Session]) -> None:
+        async with pool.connection() as conn:
+            handed.append(conn)
+            raise KeyError("x")
+
+    async def abody(pool: poolkit.AsyncPool[Session]) -> None:
+        check_lease(await pool.checkout())
+        with pytest.raises(KeyError):
+            await ablock(pool)
+
+    def block(pool: poolkit.Pool[Session]) -> None:
+        with pool.connection() as conn:
+            handed.append(conn)
+            raise KeyError("x")
+
+    def body(pool: poolkit.Pool[Session]) -> None:
+        check_lease(pool.checkout())
+        with pytest.raises(KeyError):
+            block(pool)
+
+    made = run_both(front_kind, options, abody if front_kind == "asyncio" else body)
+    assert handed == [lent[1]]
+    assert [x.conn for x in lent] == [made[0], made[0]]
+    assert broken == [made[0]]  # the connection itself
+    assert ended == [lent[1]]  # what the block got
+    with pytest.raises(TypeError, match=r"Hooks\.lend must be a plain function"):
+        poolkit.Hooks(lend=aend)
+
+
 def test_pool_refuses_async_hooks() -> None:
     async def reset(conn: Any) -> None:
         pass
@@ -457,6 +531,53 @@ def test_each_waiter_gets_a_check_of_its_own_and_no_connect_is_needed(front_kind
         second.lease.release()
 
     drive(front_kind, scenario, min_size=2, max_size=4, hooks=checked())
+
+
+def test_a_reset_running_covers_a_waiter_as_a_connect_in_flight_does(front_kind: str) -> None:
+    """Issue 24, point 5: a caller back for more while its connection is reset waits for that
+    reset; no second connection is made for it (the pool is far from full). A second waiter is
+    not covered by the one reset: a connect starts for it. A reset that fails leaves its waiter
+    uncovered: a connect starts then."""
+
+    async def scenario(f: Front) -> None:
+        lease = await f.lease()
+        f.hook_delay["reset"] = 1
+        release_apart(f, lease)
+        await f.settle()
+        first = f.start(timeout=10)
+        await f.settle()
+        stats = f.pool.stats()
+        assert (stats.resetting, stats.waiting, stats.pending, f.created()) == (1, 1, 0, 1)
+        await f.advance(1)
+        assert first.lease is not None and first.lease.connection_id == 1
+        assert f.created() == 1  # served by the connection that was reset: no connect at all
+
+        release_apart(f, first.lease)
+        await f.settle()
+        second, third = f.start(timeout=10), f.start(timeout=10)
+        await f.settle()
+        # the reset covers one waiter, a connect (made at once here) serves the other
+        assert (f.created(), f.pool.stats().waiting) == (2, 1)
+        await f.advance(1)
+        assert second.lease is not None and third.lease is not None
+        assert {second.lease.connection_id, third.lease.connection_id} == {1, 2}
+        assert f.created() == 2
+
+        leases = {second.lease.connection_id: second.lease, third.lease.connection_id: third.lease}
+        f.hook_errors["reset"].append(RuntimeError("ROLLBACK failed"))
+        release_apart(f, leases[1])
+        await f.settle()
+        fourth = f.start(timeout=10)
+        await f.settle()
+        assert (f.created(), f.pool.stats().waiting) == (2, 1)  # covered by the reset
+        await f.advance(1)  # ... which fails: connection 1 is closed, a connect serves the waiter
+        assert fourth.lease is not None and fourth.lease.connection_id == 3
+        assert f.close_reasons() == {1: "error"}
+        f.hook_delay["reset"] = 0
+        fourth.lease.release()
+        leases[2].release()
+
+    drive(front_kind, scenario, max_size=10, hooks=resetting())
 
 
 def test_a_probe_returning_the_last_stream_resets_what_a_lease_used_meanwhile(

@@ -154,6 +154,8 @@ class PoolBase(Generic[C]):
         self._configure = None if options.hooks is None else options.hooks.configure
         #: ``hooks.end``, run by ``connection()`` when its block ends
         self._end = None if options.hooks is None else options.hooks.end
+        #: ``hooks.lend``, what a lease hands out in place of its connection (``Lease.connection``)
+        self._lend = None if options.hooks is None else options.hooks.lend
         register_for_fork(self)
 
     def _check_connect(self, connect: Callable[..., Any]) -> None:

@@ -120,6 +120,8 @@ class ConnectContext:
 
 class _LeaseOwner(Protocol):
     address: str
+    #: ``hooks.lend``: what a lease hands out in place of its connection (``None``: the connection)
+    _lend: Callable[[Any, Lease[Any]], Any] | None
 
     def _release(self, lease: Lease[Any]) -> None: ...
     def _discard(self, lease: Lease[Any], error: BaseException | None) -> None: ...
@@ -149,25 +151,36 @@ class Lease(Generic[C]):
     Each front end hands out a private subclass whose ``release`` is its check-in fast path
     inlined (one call less on the hottest path); do not subclass it yourself."""
 
-    __slots__ = ("_conn", "_pool")
+    __slots__ = ("__weakref__", "_conn", "_lent", "_pool")
 
     def __init__(self, conn: Conn, pool: _LeaseOwner) -> None:
         self._conn = conn
         #: the pool while the lease is out; the pool's ``Returned`` marker once given back
         self._pool: _LeaseOwner | Returned = pool
+        #: what ``hooks.lend`` made of the connection for this lease, once asked (``connection``)
+        self._lent: Any = None
 
     @property
     def connection(self) -> C:
-        """The object the connect function returned; :class:`~poolkit.InvalidLeaseError` once
-        the lease was given back (another caller may hold the connection now)."""
-        if type(self._pool) is Returned:
+        """The object the connect function returned (or what ``hooks.lend`` made of it for this
+        lease); :class:`~poolkit.InvalidLeaseError` once the lease was given back (another caller
+        may hold the connection now)."""
+        pool = self._pool
+        if type(pool) is Returned:
             raise InvalidLeaseError(
                 f"lease.connection: {self!r} was given back; check out again",
-                address=self._pool.address,
+                address=pool.address,
                 reason="already returned",
                 lease=self,
             )
-        return self._conn.connection  # type: ignore[no-any-return]  # (the core keeps Any)
+        lent = self._lent
+        if lent is not None:
+            return lent  # type: ignore[no-any-return]
+        lend = pool._lend
+        if lend is None:
+            return self._conn.connection  # type: ignore[no-any-return]  # (the core keeps Any)
+        lent = self._lent = lend(self._conn.connection, self)
+        return lent  # type: ignore[no-any-return]
 
     @property
     def connection_id(self) -> int:

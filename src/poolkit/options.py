@@ -8,6 +8,7 @@ option and the rule it breaks.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 from collections.abc import Callable
 from datetime import timedelta
@@ -178,6 +179,9 @@ class Backoff:
         return min(raw, self.max_delay) * (1.0 + self.jitter * (2.0 * rand - 1.0))
 
 
+_HOOK_NAMES: Final = ("configure", "check", "reset", "end", "is_broken", "lend")
+
+
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class Hooks:
     """What the pool runs on a connection on its way in and out: ``PoolOptions(hooks=Hooks(...))``.
@@ -205,6 +209,13 @@ class Hooks:
       ``pool.connection()`` raised ``error``; true: the connection is discarded instead of
       released.
     * ``timeout``: seconds a ``check`` or ``reset`` may take; ``None`` for no limit.
+    * ``lend(conn, lease)``: what the caller is handed in place of ``conn`` (a plain function, for
+      both pools): called once per lease, in the caller, the first time its ``connection`` is
+      read (``pool.connection()`` reads it at once); ``lease.connection`` returns its result from
+      then on. For a proxy that refuses use once the lease is given back (``lease.active``
+      false), as asyncpg's pool hands out: keep ``lease`` in a weak reference (the lease keeps
+      what ``lend`` returned). The other hooks and the pool's close get ``conn`` itself (``end``
+      gets what the block got).
     """
 
     configure: Callable[[Any], Any] | None = None
@@ -214,6 +225,7 @@ class Hooks:
     end: Callable[[Any, BaseException | None], Any] | None = None
     is_broken: Callable[[Any, BaseException], Any] | None = None
     timeout: float | None = 30.0
+    lend: Callable[[Any, Any], Any] | None = None
 
     if TYPE_CHECKING:  # what the constructor takes (durations also as timedelta; read as float)
 
@@ -227,23 +239,29 @@ class Hooks:
             end: Callable[[Any, BaseException | None], Any] | None = None,
             is_broken: Callable[[Any, BaseException], Any] | None = None,
             timeout: Seconds | None = 30.0,
+            lend: Callable[[Any, Any], Any] | None = None,
         ) -> None: ...
 
     def __post_init__(self) -> None:
         seconds = _finite_seconds("Hooks", self)
         object.__setattr__(self, "check_after", seconds("check_after", none=False, zero=True))
         object.__setattr__(self, "timeout", seconds("timeout", none=True, zero=False))
-        for name in ("configure", "check", "reset", "end", "is_broken"):
+        for name in _HOOK_NAMES:
             hook = getattr(self, name)
             if hook is not None and not callable(hook):
                 raise TypeError(
                     f"Hooks.{name} must be a function of the connection or None, not "
                     f"{type(hook).__name__}"
                 )
+        if inspect.iscoroutinefunction(self.lend):
+            raise TypeError(
+                f"Hooks.lend must be a plain function (it runs when lease.connection is read), "
+                f"not the async function {self.lend!r}"
+            )
 
     def functions(self) -> dict[str, Callable[..., Any]]:
         """The hooks that are set, by name."""
-        names = ("configure", "check", "reset", "end", "is_broken")
+        names = _HOOK_NAMES
         return {name: getattr(self, name) for name in names if getattr(self, name) is not None}
 
 

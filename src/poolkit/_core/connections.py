@@ -16,8 +16,8 @@ Rules of this module
 * After a record's birth ``Conn.gate`` changes only in ``_regate`` (what a gate is: "Gates" in
   ``pool``).
 * A connect starts only while the pool is ready, under ``max_size`` and ``max_connecting``, for a
-  waiter not covered by the connects in flight or to reach ``min_size``; while connects fail with
-  ``connect_retry`` only the one retried attempt may run.
+  waiter not covered by the connects, checks and resets in flight (``_maybe_connect``) or to reach
+  ``min_size``; while connects fail with ``connect_retry`` only the one retried attempt may run.
 * A connect the pool gave up on while its function runs (a clear's interrupt, close, the connect
   timeout) is *abandoned*: its record is closed, but it still counts against ``max_size`` and
   ``max_connecting`` (``_abandoned``) until its function returns (``connected`` or
@@ -52,6 +52,7 @@ from .records import (
     _NO_GATE,
     _OVERFLOW,
     _READY,
+    _RESETTING,
     _S_CLOSED,
     STEPS,
     Conn,
@@ -113,13 +114,13 @@ class ConnectionLife(CoreFields):
         failing = self.failures.failing
         if failing is not None:
             # connect_retry: no connect but the one retried (or, none planned, the next needed)
+            covered = counts[_CONNECTING] + counts[_CHECKING] + counts[_RESETTING]
             if (
                 failing.pending is None
                 and counts[_CONNECTING] + self._abandoned < opts.max_connecting
                 and len(self.conns) + self._abandoned < self._max_size
                 and (
-                    (fill_min and len(self.conns) < opts.min_size)
-                    or len(self.wait_queue) > counts[_CONNECTING] + counts[_CHECKING]
+                    (fill_min and len(self.conns) < opts.min_size) or len(self.wait_queue) > covered
                 )
             ):
                 self.failures.attempt(self._start_connect(now))
@@ -129,7 +130,8 @@ class ConnectionLife(CoreFields):
             and len(self.conns) + self._abandoned < self._max_size
         ):
             missing = opts.min_size - len(self.conns) if fill_min else 0
-            if missing <= 0 and len(self.wait_queue) <= counts[_CONNECTING] + counts[_CHECKING]:
+            covered = counts[_CONNECTING] + counts[_CHECKING] + counts[_RESETTING]
+            if missing <= 0 and len(self.wait_queue) <= covered:
                 return
             self._start_connect(now)
 

@@ -14,11 +14,13 @@ Rules of this module
   counts as available for will-close and draining (the probe is dropped, not waited for).
 * Only idle connections are probed: the probe timer of a connection (``ka_timer``) is armed when
   it is parked and goes stale when it is leased or closed.
-* A check runs on an available connection the pool popped for a waiter (``_pop_idle``) and
-  covers a waiter as a connect in flight does; a reset runs on a connection whose last lease came
-  back. While either runs the connection is neither available nor in use, and only its result,
-  its timeout, will-close or the pool's close ends it. Passed, it serves the oldest waiter or is
-  parked, alive as of then; failed, it is closed and the waiters go on.
+* A check runs on an available connection the pool popped for a waiter (``_pop_idle``); a reset
+  runs on a connection whose last lease came back. Either covers a waiter as a connect in flight
+  does: no connect starts for it (a caller back for more while its connection is reset waits for
+  that reset, not for a second connection). While either runs the connection is neither
+  available nor in use, and only its result, its timeout, will-close or the pool's close ends it.
+  Passed, it serves the oldest waiter or is parked, alive as of then; failed, it is closed and the
+  waiters go on (``_dispatch`` starts the connect it no longer covers).
 * Without ``connect_retry`` a failed connect fails the oldest waiter if the waiters outnumber the
   connects still in flight (CMAP); with it, no waiter is told and the retry is planned here.
 """

@@ -25,9 +25,9 @@ Rules of this module
   the fast paths compare with (below).
 * A request that was served, failed, timed out or cancelled is out of the wait queue and is
   never handed a connection. A connection that becomes free goes to the oldest waiter first.
-* Connections are made by the pool, not by a waiter: a connect covers "a waiter", not "this
-  waiter". A new connect starts only for a waiter not covered by the connects in flight, or to
-  reach ``min_size``, and only while the pool is ready, under ``max_size`` and ``max_connecting``.
+* Connections are made by the pool: a connect, check or reset in flight covers "a waiter", not
+  "this waiter". A new connect starts only for a waiter not covered by those, or to reach
+  ``min_size``, and only while the pool is ready, under ``max_size`` and ``max_connecting``.
 * Events are built only when ``observed`` is true. ``lease_idle`` and ``release_idle`` (the fast
   paths, used only when nobody observes the pool) build no event and push no timer. When the gate
   matches (below) they allocate nothing, and the one thing either does to the timer heap is
@@ -364,10 +364,10 @@ class PoolCore(Lifecycle):
         if checking and self._idle and len(waiters) > checking:
             self._dispatch(now)  # (available ones wait beside waiters only for checks: start one)
             return
-        # (room first: a pool with waiters is most often full)
+        # (room first: a pool with waiters is most often full; a check or reset running covers one)
         if (
             len(self.conns) + self._abandoned < self._max_size
-            and len(waiters) > self._counts[_CONNECTING] + checking
+            and len(waiters) > self._counts[_CONNECTING] + checking + self._counts[_RESETTING]
         ):
             self._maybe_connect(now, fill_min=False)
 

@@ -1,12 +1,14 @@
 """PostgreSQL with asyncpg: a connect function, the hooks asyncpg's own pool runs, one-call pool.
 
-    pool = await poolkit.backends.asyncpg.create_pool(
-        "postgresql://app@db/app", options=poolkit.PoolOptions(max_size=10))
-    async with pool.connection() as conn:        # conn: an asyncpg.Connection
+    pool = await poolkit.backends.asyncpg.create_pool("postgresql://app@db/app", max_size=10)
+    async with pool.connection() as conn:        # conn: an asyncpg.Connection (a proxy)
         print(await conn.fetchval("SELECT 1"))
     await pool.close()
 
 (or ``async with poolkit.backends.asyncpg.create_pool(...) as pool:``, as with asyncpg's pool).
+:func:`create_pool` takes ``asyncpg.create_pool``'s keywords and defaults (``min_size=10``,
+``max_size=10``...): a one-line swap. Each caller gets a :class:`PooledConnection`, a proxy of
+the connection that refuses use once its block is over, as asyncpg's pool's (the ``lend`` hook).
 
 The hooks (:func:`hooks`), what asyncpg's ``Pool`` does with its connections, as poolkit
 :class:`~poolkit.Hooks`:
@@ -17,8 +19,10 @@ The hooks (:func:`hooks`), what asyncpg's ``Pool`` does with its connections, as
   ``get_reset_query()``: ``pg_advisory_unlock_all()``, ``CLOSE ALL``, ``UNLISTEN *``,
   ``RESET ALL`` (as the server supports). Your own query replaces that one through
   ``get_reset_query`` (asyncpg's documented way: :func:`connect` subclasses the connection class);
-  ``reset=False`` runs no reset at all, for sessions known to be clean. Prepared statements,
-  temporary tables and the statement cache stay (``DISCARD ALL`` would break asyncpg's cache).
+  ``reset=False`` runs no reset at all, for sessions known to be clean; an async function runs
+  after the rollback in place of the query (``asyncpg.create_pool(reset=...)``). Prepared
+  statements, temporary tables and the statement cache stay (``DISCARD ALL`` would break
+  asyncpg's cache).
 * ``check`` before a hand-out: ``is_closed()``. It costs nothing and is enough on asyncio: the
   event loop reads an idle connection's socket, so a backend terminated by the server shows as
   closed once the loop has run. ``check="ping"`` also sends ``SELECT 1`` (a round trip: a firewall
@@ -31,14 +35,26 @@ The hooks (:func:`hooks`), what asyncpg's ``Pool`` does with its connections, as
   to hang up; :func:`connect` bounds it by ``close_timeout`` (10 s) and then aborts the
   connection, so a server gone silent cannot hold ``pool.close()`` (:func:`close` does the same
   for any asyncpg connection).
+* ``lend`` at a hand-out: the caller's :class:`PooledConnection` (see ``_asyncpg_proxy``); the
+  other hooks and the close get the connection itself.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Literal
 
 from .. import AsyncPool, ConnectContext, Hooks, PoolOptions
+from ..events import Listener
+from ._asyncpg_args import (
+    MAX_INACTIVE_CONNECTION_LIFETIME,
+    MAX_SIZE,
+    MIN_SIZE,
+    pool_options,
+    refuse_elsewhere,
+)
 from ._common import PoolStarter, ready_async, shown_address, uri_params, with_hooks
 from ._extras import require
 
@@ -49,8 +65,14 @@ else:
     asyncpg = require("asyncpg", "asyncpg", "asyncpg")
     Connection = asyncpg.Connection
 
+from ._asyncpg_proxy import PooledConnection, invalidate_resources, lend  # (needs asyncpg)
+
 __all__ = [
+    "MAX_INACTIVE_CONNECTION_LIFETIME",
+    "MAX_SIZE",
+    "MIN_SIZE",
     "PoolStarter",
+    "PooledConnection",
     "check_closed",
     "check_ping",
     "close",
@@ -58,6 +80,7 @@ __all__ = [
     "create_pool",
     "hooks",
     "is_broken",
+    "lend",
     "probe",
     "reset",
 ]
@@ -81,32 +104,78 @@ def connect(
     application_name: str = "poolkit",
     reset_query: str | None = None,
     close_timeout: float | None = 10.0,
+    driver_connect: Callable[..., Awaitable[Connection]] | None = None,
     **connect_kwargs: Any,
 ) -> Callable[[ConnectContext], Awaitable[Connection]]:
     """A connect function for :class:`~poolkit.AsyncPool`: ``asyncpg.connect(dsn,
     **connect_kwargs)`` with ``application_name`` set (in ``server_settings``; one given there
-    wins), so the pool's sessions can be told apart in ``pg_stat_activity``.
+    wins), so the pool's sessions can be told apart in ``pg_stat_activity``. A keyword that
+    ``asyncpg.connect`` does not take is refused here (``TypeError``), not at the first connect.
+
+    ``driver_connect``: an async function called in place of ``asyncpg.connect``, as
+    ``asyncpg.create_pool(connect=...)`` calls it: ``(dsn, loop=, connection_class=,
+    record_class=, server_settings=, **connect_kwargs)``; it takes what it will.
 
     ``reset_query``: the query :func:`reset` sends after the rollback, in place of asyncpg's
     ``get_reset_query()`` (``""``: only roll back and drop listeners).
     ``close_timeout``: the pool closes a connection with ``conn.close()``, which says goodbye
     and waits for the server to hang up: a server that no longer answers would hold the pool's
     ``close()`` forever. After this many seconds the connection is aborted instead (see
-    :func:`close`); ``None``: asyncpg's own ``close()``.
+    :func:`close`); ``None``: asyncpg's own ``close()``. A connect the pool gives up on (its
+    ``close()``, a ``clear``, ``connect_timeout``) is not cancelled halfway either: it may end its
+    handshake for as long, and what it made is closed (``None``: asyncpg's connect ``timeout``).
 
     Both work as asyncpg documents it, through the connection class (``connection_class``, a
     subclass of yours if you give one)."""
+    if driver_connect is None:
+        refuse_elsewhere("connect", connect_kwargs, asyncpg.connect, "asyncpg.connect")
     kwargs = dict(connect_kwargs)
     settings = {"application_name": application_name, **(kwargs.pop("server_settings", None) or {})}
     if reset_query is not None and not isinstance(reset_query, str):
         raise TypeError(f"reset_query must be a str or None, not {type(reset_query).__name__}")
     base = kwargs.get("connection_class", asyncpg.Connection)
     kwargs["connection_class"] = _connection_class(base, reset_query, close_timeout)
+    if driver_connect is not None:  # (called as asyncpg's pool calls it)
+        kwargs.setdefault("record_class", asyncpg.Record)
+    make: Callable[..., Awaitable[Connection]] = driver_connect or asyncpg.connect
 
     async def connect_one(ctx: ConnectContext) -> Connection:
-        return await asyncpg.connect(dsn, server_settings=settings, **kwargs)
+        loop = {} if driver_connect is None else {"loop": asyncio.get_running_loop()}
+        attempt = asyncio.ensure_future(make(dsn, server_settings=settings, **kwargs, **loop))
+        try:
+            return await asyncio.shield(attempt)
+        except asyncio.CancelledError:  # the pool gave up on it (close, clear, connect_timeout)
+            await _let_go(attempt, close_timeout)
+            raise
 
     return connect_one
+
+
+async def _let_go(attempt: asyncio.Future[Any], grace: float | None) -> None:
+    """A connect the pool abandoned: let asyncpg end its handshake (``grace`` seconds at most;
+    ``None``: its own ``timeout``) and close what it made, rather than cancel it halfway. Cancelled
+    while its socket opens, asyncpg 0.32 leaves a future whose error nobody retrieves (asyncio
+    then reports "Future exception was never retrieved ... unexpected connection_lost() call").
+    The pool counts the connect against its limits until this returns (it is *abandoned*), and
+    ``close()`` waits for it."""
+    try:
+        await asyncio.wait({attempt}, timeout=grace)
+        if attempt.done() and not attempt.cancelled() and attempt.exception() is None:
+            with contextlib.suppress(Exception):  # (nobody to tell: the pool gave it up)
+                await close(attempt.result(), grace)
+    finally:
+        if not attempt.done():
+            attempt.cancel()  # (the handshake outlived its grace, or this was cancelled again)
+        attempt.add_done_callback(_discard)
+
+
+def _discard(attempt: asyncio.Future[Any]) -> None:
+    """The end of a connect nobody awaits: its error retrieved, its connection closed."""
+    if attempt.cancelled() or attempt.exception() is not None:
+        return
+    conn = attempt.result()
+    if not conn.is_closed():
+        conn.terminate()
 
 
 def _connection_class(base: type[Any], query: str | None, close_timeout: float | None) -> Any:
@@ -130,6 +199,9 @@ def _connection_class(base: type[Any], query: str | None, close_timeout: float |
     return type(f"Poolkit{base.__name__}", (base,), methods)
 
 
+_connect = connect  # (create_pool's ``connect`` argument, asyncpg's, hides the name)
+
+
 async def close(
     conn: Connection, timeout: float | None = 10.0, *, _close: Callable[..., Any] | None = None
 ) -> None:
@@ -144,7 +216,9 @@ async def close(
 
 async def reset(conn: Connection) -> None:
     """The ``reset`` hook: ``conn.reset()`` (see the module's docstring); raises on a closed
-    connection, so the pool discards it."""
+    connection, so the pool discards it. First the prepared statements, cursors and transactions
+    the lease made are invalidated, as asyncpg's pool does on release."""
+    invalidate_resources(conn)
     await conn.reset()
 
 
@@ -180,15 +254,18 @@ def is_broken(conn: Connection, error: BaseException) -> bool:
 
 def hooks(
     *,
-    reset: bool = True,
+    reset: bool | Callable[[Connection], Awaitable[Any]] = True,
     check: Check = "closed",
     check_after: float = 0.0,
     configure: Callable[[Connection], Awaitable[Any]] | None = None,
     timeout: float | None = 30.0,
 ) -> Hooks:
-    """The :class:`~poolkit.Hooks` for asyncpg connections: ``reset`` (False: none), ``check``
-    (``"closed"``, ``"ping"`` or ``None``) when idle ``check_after`` seconds, ``is_broken``, and
-    your own ``configure`` (run once after each connect)."""
+    """The :class:`~poolkit.Hooks` for asyncpg connections: ``reset`` (False: none; an async
+    function: run after :func:`reset`, as ``asyncpg.create_pool(reset=...)`` runs one: pair it
+    with ``connect(reset_query="")`` to replace asyncpg's reset query), ``check`` (``"closed"``,
+    ``"ping"`` or ``None``) when idle ``check_after`` seconds, ``is_broken``, your own
+    ``configure`` (run once after each connect), and :func:`lend`: each caller gets a
+    :class:`PooledConnection` that refuses use once its lease is given back."""
     checks = {"closed": check_closed, "ping": check_ping, None: None}
     if check not in checks:
         raise ValueError(f"check must be 'closed', 'ping' or None, got {check!r}")
@@ -196,20 +273,38 @@ def hooks(
         configure=configure,
         check=checks[check],
         check_after=check_after,
-        reset=_reset_hook if reset else None,
+        reset=_reset_with(reset) if callable(reset) else _reset_hook if reset else None,
         is_broken=is_broken,
         timeout=timeout,
+        lend=lend,
     )
+
+
+def _reset_with(then: Callable[[Connection], Awaitable[Any]]) -> Callable[[Connection], Any]:
+    """The reset hook that runs :func:`reset`, then ``then`` (asyncpg's ``reset=``)."""
+
+    async def reset_then(conn: Connection) -> None:
+        await _reset_hook(conn)
+        await then(conn)
+
+    return reset_then
 
 
 def create_pool(
     dsn: str | None = None,
     *,
+    min_size: int | None = None,
+    max_size: int | None = None,
+    max_inactive_connection_lifetime: float | None = None,
     options: PoolOptions | None = None,
-    reset: bool | str = True,
+    listeners: Iterable[Listener] = (),
+    reset: bool | str | Callable[[Connection], Awaitable[Any]] = True,
     check: Check = "closed",
     check_after: float = 0.0,
     configure: Callable[[Connection], Awaitable[Any]] | None = None,
+    init: Callable[[Connection], Awaitable[Any]] | None = None,
+    connect: Callable[..., Awaitable[Connection]] | None = None,
+    loop: asyncio.AbstractEventLoop | None = None,
     hooks_timeout: float | None = 30.0,
     application_name: str = "poolkit",
     close_timeout: float | None = 10.0,
@@ -217,28 +312,54 @@ def create_pool(
     **connect_kwargs: Any,
 ) -> PoolStarter[Connection]:
     """An :class:`~poolkit.AsyncPool` of asyncpg connections with the :func:`hooks` set, ready:
-    ``pool = await create_pool(dsn, options=...)``.
+    ``pool = await create_pool(dsn, ...)``, or ``async with create_pool(dsn, ...) as pool:``.
+
+    It takes ``asyncpg.create_pool``'s keywords where they mean the same, so a move from it is a
+    one-line swap: ``min_size`` (10), ``max_size`` (10), ``max_inactive_connection_lifetime``
+    (300 seconds; ``PoolOptions.max_idle_time``, ``0``: none), ``init`` (``configure``),
+    ``reset`` (below), ``connect``, ``connection_class``, ``record_class``, ``loop`` (the running
+    loop, or ``None``); the defaults are asyncpg's pool's (``min_size`` lower when ``max_size``
+    is below 10). ``max_queries``, ``setup`` and ``init_size``, which poolkit has no use for, are
+    refused with a ``TypeError`` saying what to do instead; so are pool options given as
+    keywords, and keywords ``asyncpg.connect`` does not take.
+
+    ``options``: a :class:`~poolkit.PoolOptions`, the pool's whole configuration (its own
+    defaults, CMAP's, for what it leaves out), for what the keywords above do not say; given,
+    ``min_size``, ``max_size`` and ``max_inactive_connection_lifetime`` are refused (say them in
+    it). ``options.hooks`` must be unset (these arguments set it). ``listeners``: the pool's.
 
     ``reset``: ``True`` asyncpg's full reset, ``False`` none, a string: your reset query (run
-    after the rollback). ``check``/``check_after``/``configure``: see :func:`hooks`;
-    ``hooks_timeout``: the seconds a check or reset may take (``Hooks.timeout``).
-    ``application_name``/``close_timeout``: see :func:`connect`.
-    ``options.hooks`` must be unset (these arguments set it). ``connect_kwargs`` go to
-    ``asyncpg.connect``. One connection is made before the pool is returned, so a wrong DSN or
-    password fails here (the pool is closed again)."""
-    chosen = hooks(
-        reset=reset is not False,
-        check=check,
-        check_after=check_after,
-        configure=configure,
-        timeout=hooks_timeout,
+    after the rollback), an async function: run after the rollback in place of the query (as
+    asyncpg's pool runs its ``reset=``). ``check``/``check_after``/``configure``: see
+    :func:`hooks`; ``hooks_timeout``: the seconds a check or reset may take (``Hooks.timeout``).
+    ``application_name``/``close_timeout``: see :func:`connect`; ``connect_kwargs`` go to
+    ``asyncpg.connect`` (or to ``connect``). One connection is made before the pool is returned,
+    so a wrong DSN or password fails here (the pool is closed again)."""
+    if init is not None:
+        if configure is not None:
+            raise TypeError("create_pool(): init= is asyncpg's name for configure=: give one")
+        configure = init
+    make: Callable[..., Any] = connect or asyncpg.connect
+    refuse_elsewhere(
+        "create_pool", connect_kwargs, make, "your connect" if connect else "asyncpg.connect"
     )
-    options = with_hooks(options, chosen, "create_pool")
-    connect_one = connect(
+    options = with_hooks(
+        pool_options("create_pool", options, min_size, max_size, max_inactive_connection_lifetime),
+        hooks(
+            reset=reset if callable(reset) else reset is not False,
+            check=check,
+            check_after=check_after,
+            configure=configure,
+            timeout=hooks_timeout,
+        ),
+        "create_pool",
+    )
+    connect_one = _connect(
         dsn,
         application_name=application_name,
-        reset_query=reset if isinstance(reset, str) else None,
+        reset_query=reset if isinstance(reset, str) else "" if callable(reset) else None,
         close_timeout=close_timeout,
+        driver_connect=connect,
         **connect_kwargs,
     )
     given = {k: connect_kwargs[k] for k in ("host", "port", "database") if k in connect_kwargs}
@@ -246,7 +367,12 @@ def create_pool(
     shown = address or shown_address(params)
 
     async def start() -> AsyncPool[Connection]:
-        pool = AsyncPool(connect_one, address=shown, options=options)
+        if loop is not None and loop is not asyncio.get_running_loop():
+            raise ValueError(
+                "create_pool(loop=...): the pool runs on the event loop that awaits "
+                "create_pool(), and this is another one (leave loop= out)"
+            )
+        pool = AsyncPool(connect_one, address=shown, options=options, listeners=listeners)
         await ready_async(pool)
         return pool
 

@@ -1,0 +1,102 @@
+"""``asyncpg.create_pool``'s keywords in the asyncpg backend's builder: what they mean in poolkit,
+and where the others go.
+
+Rules of this module
+--------------------
+* A keyword of ``asyncpg.create_pool`` that means the same in poolkit is taken under its own name
+  (a move from asyncpg's pool is a one-line swap); the builder's defaults are asyncpg's pool's.
+* Any other keyword is refused at the call, with a ``TypeError`` that says where it goes: a pool
+  option into ``options=``, what poolkit has no equivalent for to the nearest thing it has, and
+  what ``asyncpg.connect`` does not take is named as such. Nothing is left to fail at the first
+  connect.
+* ``options=`` is the pool's whole configuration: with it, the pool keywords are refused rather
+  than merged (one place says each setting).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Callable
+from typing import Any, Final
+
+from .. import PoolOptions
+
+#: ``asyncpg.create_pool``'s defaults, the builder's when neither the keywords nor ``options=``
+#: say otherwise: ``min_size``, ``max_size``, ``max_inactive_connection_lifetime`` (seconds)
+MIN_SIZE: Final = 10
+MAX_SIZE: Final = 10
+MAX_INACTIVE_CONNECTION_LIFETIME: Final = 300.0
+
+#: asyncpg.create_pool's keywords that poolkit does not take, and where to go instead
+_ELSEWHERE: Final = {
+    "max_queries": "poolkit does not count a connection's queries: retire connections by age "
+    "with options=poolkit.PoolOptions(max_lifetime=seconds)",
+    "setup": "poolkit runs nothing at each hand-out: run it at the top of your "
+    "`async with pool.connection() as conn:` block (configure=/init= run once per connection)",
+    "init_size": "create_pool() makes one connection before it returns (a wrong DSN fails "
+    "there) and opens min_size in the background",
+    "hooks": "create_pool() sets the hooks from reset=, check=, check_after=, configure=, "
+    "hooks_timeout=; for hooks of your own, build the pool from connect() and hooks()",
+}
+
+
+def pool_options(
+    builder: str,
+    options: PoolOptions | None,
+    min_size: int | None,
+    max_size: int | None,
+    max_inactive_connection_lifetime: float | None,
+) -> PoolOptions:
+    """The pool's options: ``options`` as given, or asyncpg's pool's defaults with the keywords
+    given (``max_inactive_connection_lifetime`` is ``max_idle_time``, ``0``: none)."""
+    given = {
+        name: value
+        for name, value in (
+            ("min_size", min_size),
+            ("max_size", max_size),
+            ("max_inactive_connection_lifetime", max_inactive_connection_lifetime),
+        )
+        if value is not None
+    }
+    if options is not None:
+        if given:
+            name = next(iter(given))
+            field = "max_idle_time" if name.startswith("max_inactive") else name
+            raise TypeError(
+                f"{builder}({name}=...) with options=: give it once, in "
+                f"options=poolkit.PoolOptions({field}=...) (options= is the whole pool's "
+                "configuration; the keywords stand for it, as asyncpg.create_pool's)"
+            )
+        return options
+    if max_size is None:
+        max_size = MAX_SIZE
+    if min_size is None:  # (asyncpg's 10, or less to fit a smaller max_size: 0 is no limit)
+        min_size = max_size if 0 < max_size < MIN_SIZE else MIN_SIZE
+    idle = max_inactive_connection_lifetime
+    if idle is None:
+        idle = MAX_INACTIVE_CONNECTION_LIFETIME
+    return PoolOptions(min_size=min_size, max_size=max_size, max_idle_time=idle or None)
+
+
+def refuse_elsewhere(
+    builder: str, kwargs: dict[str, Any], connect: Callable[..., Any], shown: str
+) -> None:
+    """Refuse the keywords in ``kwargs`` (bound for ``connect``, named ``shown``) that are not
+    ``connect``'s, saying where each goes."""
+    for name in kwargs:
+        if name in _ELSEWHERE:
+            raise TypeError(f"{builder}({name}=...): {_ELSEWHERE[name]}")
+        if name in {f.name for f in dataclasses.fields(PoolOptions)}:
+            raise TypeError(
+                f"{builder}({name}=...) is a pool option: options=poolkit.PoolOptions({name}=...)"
+            )
+    parameters = inspect.signature(connect).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return  # (a connect function of yours that takes anything)
+    unknown = sorted(set(kwargs) - set(parameters))
+    if unknown:
+        raise TypeError(
+            f"{builder}() got {', '.join(f'{n}=' for n in unknown)}: not a keyword of "
+            f"{builder}() nor of {shown}()"
+        )

@@ -146,7 +146,8 @@ class ConnectionLife(CoreFields):
         if (
             counts[_CONNECTING] + self._abandoned >= self.options.max_connecting
             or len(self.conns) + self._abandoned >= self._max_size
-            or len(self.wait_queue) + 1 <= counts[_CONNECTING] + counts[_CHECKING]
+            or len(self.wait_queue) + 1
+            <= counts[_CONNECTING] + counts[_CHECKING] + counts[_RESETTING]
         ):
             return
         failing = self.failures.failing

@@ -55,11 +55,15 @@ from ..events import Listener  # noqa: E402
 from ..options import Hooks, KeepAlive, PoolOptions  # noqa: E402
 from ..threaded import Pool  # noqa: E402
 from ._common import default_hooks  # noqa: E402
-from ._redis_dropin import ConnectionPool  # noqa: E402
-from ._redis_dropin_async import AsyncConnectionPool, connected  # noqa: E402
+from ._redis_dropin import BlockingConnectionPool, ConnectionPool  # noqa: E402
+from ._redis_dropin_async import BlockingConnectionPool as AsyncBlockingConnectionPool  # noqa: E402
+from ._redis_dropin_async import ConnectionPool as AsyncConnectionPool  # noqa: E402
+from ._redis_dropin_async import connected  # noqa: E402
 
 __all__ = [
+    "AsyncBlockingConnectionPool",
     "AsyncConnectionPool",
+    "BlockingConnectionPool",
     "ConnectionPool",
     "async_connect",
     "async_hooks",

@@ -57,7 +57,6 @@ require("redis", "redis", "redis")  # no redis-py: an ImportError naming poolkit
 import redis  # noqa: E402
 import redis.connection  # noqa: E402
 import redis.event  # noqa: E402
-import redis.observability.attributes  # noqa: E402
 
 from .._frontend import ConnectContext, Lease  # noqa: E402
 from ..errors import PoolClosedError, WaitQueueTimeoutError  # noqa: E402
@@ -72,20 +71,46 @@ __all__ = ["BlockingConnectionPool", "ConnectionPool"]
 _events: Any = redis.event
 _connection_module: Any = redis.connection
 _CacheProxyConnection: Any = getattr(redis.connection, "CacheProxyConnection", None)
-IDLE: Any = redis.observability.attributes.ConnectionState.IDLE
-USED: Any = redis.observability.attributes.ConnectionState.USED
+try:  # (redis-py 7.1 and later record metrics)
+    from redis.observability.attributes import ConnectionState
+except ImportError:  # pragma: no cover - an older redis-py: nothing to record
+    IDLE: Any = None
+    USED: Any = None
+else:
+    IDLE = ConnectionState.IDLE
+    USED = ConnectionState.USED
 
 #: redis-py's BlockingConnectionPool's message when no connection came in time
 NO_CONNECTION = "No connection available."
 #: redis-py's ConnectionPool's message when every connection is out
 TOO_MANY = "Too many connections"
+#: what redis-py's ConnectionPool raises then (its ConnectionError before redis-py 6)
+MaxConnectionsError: type[redis.ConnectionError] = getattr(
+    redis, "MaxConnectionsError", redis.ConnectionError
+)
+
+
+def record(module: Any, name: str, **kwargs: Any) -> Any:
+    """``module.name(**kwargs)``: one of redis-py's recorders, if this redis-py has it."""
+    recorder = getattr(module, name, None)
+    return None if recorder is None else recorder(**kwargs)
 
 
 def record_count(pool_name: str, state: Any, counter: int) -> None:
     """redis-py's connection count by state (an up-down counter), as its pools keep it."""
-    _connection_module.record_connection_count(
-        pool_name=pool_name, connection_state=state, counter=counter
+    record(
+        _connection_module,
+        "record_connection_count",
+        pool_name=pool_name,
+        connection_state=state,
+        counter=counter,
     )
+
+
+def metrics_name(module: Any, pool: Any) -> str:
+    """redis-py's name of ``pool`` in its metrics."""
+    name = record(module, "get_pool_name", pool=pool)
+    return "" if name is None else str(name)
 
 
 class _Slot:
@@ -289,13 +314,16 @@ class ConnectionPool(_Served, redis.ConnectionPool):
             connection.disconnect()
             raise
         slot = _Slot(connection, self._open_connections, self._pool_name())
-        _connection_module.record_connection_create_time(
-            connection_pool=self, duration_seconds=time.monotonic() - started
+        record(
+            _connection_module,
+            "record_connection_create_time",
+            connection_pool=self,
+            duration_seconds=time.monotonic() - started,
         )
         return slot
 
     def _pool_name(self) -> str:
-        return str(_connection_module.get_pool_name(self))
+        return metrics_name(_connection_module, self)
 
     def reset(self) -> None:
         """Close the poolkit pool, if any (the next ``get_connection`` opens a new one)."""
@@ -334,7 +362,7 @@ class ConnectionPool(_Served, redis.ConnectionPool):
         back: only for one being made)."""
         with self._book_lock:
             if len(self._leases) + self._in_flight >= self.max_connections:
-                raise redis.MaxConnectionsError(TOO_MANY)
+                raise MaxConnectionsError(TOO_MANY)
             self._in_flight += 1
         try:
             return self._checkout(None)
@@ -460,11 +488,14 @@ class BlockingConnectionPool(ConnectionPool, redis.BlockingConnectionPool):
         if self.timeout == 0:  # (redis-py: no wait for a connection to come back)
             try:
                 return super()._lease()
-            except redis.MaxConnectionsError:
+            except MaxConnectionsError:
                 raise redis.ConnectionError(NO_CONNECTION) from None
         return self._checkout(self.timeout)
 
     def _waited(self, pool_name: str, started: float) -> None:
-        _connection_module.record_connection_wait_time(
-            pool_name=pool_name, duration_seconds=time.monotonic() - started
+        record(
+            _connection_module,
+            "record_connection_wait_time",
+            pool_name=pool_name,
+            duration_seconds=time.monotonic() - started,
         )

@@ -37,11 +37,14 @@ from ._redis_dropin import (  # noqa: E402
     NO_CONNECTION,
     TOO_MANY,
     USED,
+    MaxConnectionsError,
     _address,
     _events,
     _healthy,
     _Served,
     _Slot,
+    metrics_name,
+    record,
     record_count,
     refuse_timeout,
 )
@@ -172,13 +175,18 @@ class ConnectionPool(_Served, redis.asyncio.ConnectionPool):
             await connection.disconnect()
             raise
         slot = _Slot(connection, self._open_connections, self._pool_name())
-        await _aio.record_connection_create_time(
-            connection_pool=self, duration_seconds=time.monotonic() - started
+        recorded = record(
+            _aio,
+            "record_connection_create_time",
+            connection_pool=self,
+            duration_seconds=time.monotonic() - started,
         )
+        if recorded is not None:
+            await recorded
         return slot
 
     def _pool_name(self) -> str:
-        return str(_aio.get_pool_name(self))
+        return metrics_name(_aio, self)
 
     def reset(self) -> None:
         """Forget the poolkit pool (closed in a task of the running loop); the next
@@ -215,7 +223,7 @@ class ConnectionPool(_Served, redis.asyncio.ConnectionPool):
 
     async def _lease(self) -> Lease[_Slot]:
         if not self.can_get_connection():
-            raise redis.MaxConnectionsError(TOO_MANY)
+            raise MaxConnectionsError(TOO_MANY)
         self._in_flight += 1
         try:
             return await self._checkout(None)
@@ -334,7 +342,7 @@ class BlockingConnectionPool(ConnectionPool, redis.asyncio.BlockingConnectionPoo
         if self.timeout == 0:  # (no wait for a connection to come back)
             try:
                 return await super()._lease()
-            except redis.MaxConnectionsError:
+            except MaxConnectionsError:
                 raise redis.ConnectionError(NO_CONNECTION) from None
         return await self._checkout(self.timeout)
 
@@ -342,6 +350,11 @@ class BlockingConnectionPool(ConnectionPool, redis.asyncio.BlockingConnectionPoo
         return len(self._leases) < self.max_connections
 
     async def _waited(self, pool_name: str, started: float) -> None:
-        await _aio.record_connection_wait_time(
-            pool_name=pool_name, duration_seconds=time.monotonic() - started
+        recorded = record(
+            _aio,
+            "record_connection_wait_time",
+            pool_name=pool_name,
+            duration_seconds=time.monotonic() - started,
         )
+        if recorded is not None:
+            await recorded

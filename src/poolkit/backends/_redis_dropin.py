@@ -84,7 +84,7 @@ else:
 NO_CONNECTION = "No connection available."
 #: redis-py's ConnectionPool's message when every connection is out
 TOO_MANY = "Too many connections"
-#: what redis-py's ConnectionPool raises then (its ConnectionError before redis-py 6)
+#: what redis-py's ConnectionPool raises then (a plain ConnectionError in older redis-py)
 MaxConnectionsError: type[redis.ConnectionError] = getattr(
     redis, "MaxConnectionsError", redis.ConnectionError
 )

@@ -1,5 +1,5 @@
-"""Fairness of the drop-in ``ConnectionPool`` against redis-py's ``BlockingConnectionPool``: many
-threads on few connections, each running short commands through ``redis.Redis``.
+"""Fairness of the drop-in ``BlockingConnectionPool`` against redis-py's own: many threads on few
+connections, each running short commands through ``redis.Redis``.
 
 ``python tests/backends/test_redis_fairness.py [--threads 64] [--connections 4] [--seconds 5]``
 prints the figures for both pools; the test runs the drop-in only and asserts generous bounds
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from poolkit.backends.redis import ConnectionPool
+from poolkit.backends.redis import BlockingConnectionPool
 
 if TYPE_CHECKING:
     from conftest import RedisServer
@@ -89,8 +89,8 @@ def measure(
 def test_drop_in_serves_every_thread(redis_server: RedisServer) -> None:
     """64 threads on 4 connections for 3 s: every thread completes commands, none waits long."""
     result = measure(
-        "poolkit ConnectionPool",
-        lambda: ConnectionPool.from_url(
+        "poolkit BlockingConnectionPool",
+        lambda: BlockingConnectionPool.from_url(
             redis_server.url, max_connections=4, client_name=redis_server.name
         ),
         threads=64,
@@ -117,7 +117,7 @@ def main() -> None:
         "redis BlockingConnectionPool": lambda: redis.BlockingConnectionPool.from_url(
             args.url, max_connections=args.connections, timeout=None
         ),
-        "poolkit ConnectionPool": lambda: ConnectionPool.from_url(
+        "poolkit BlockingConnectionPool": lambda: BlockingConnectionPool.from_url(
             args.url, max_connections=args.connections, timeout=None
         ),
     }

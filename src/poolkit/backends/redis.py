@@ -1,5 +1,6 @@
 """Redis with redis-py: connect functions, hooks and ready pools (threads and asyncio), and the
-drop-in ``ConnectionPool`` / ``AsyncConnectionPool`` for ``redis.Redis(connection_pool=...)``.
+drop-ins ``ConnectionPool`` / ``BlockingConnectionPool`` (``AsyncConnectionPool`` /
+``AsyncBlockingConnectionPool``) for ``redis.Redis(connection_pool=...)``.
 
 ``pip install 'poolkit[redis]'``. Two ways to use it:
 
@@ -8,9 +9,10 @@ drop-in ``ConnectionPool`` / ``AsyncConnectionPool`` for ``redis.Redis(connectio
   r.set("k", "v")``. Right for anything that needs one session: ``WATCH``/``MULTI``, blocking
   commands (``BLPOP``), pub/sub, ``SELECT``; what a lease did to the session does not reach the
   next caller (the lease contract below).
-* ``redis.Redis(connection_pool=ConnectionPool.from_url(url))``: one client shared by every
-  thread (task), each command taking a connection for its own length, as with redis-py's
-  ``BlockingConnectionPool`` but served in arrival order (see ``_redis_dropin``).
+* ``redis.Redis(connection_pool=BlockingConnectionPool.from_url(url))``: one client shared by
+  every thread (task), each command taking a connection for its own length, as with redis-py's
+  pool of the same name but served in arrival order; ``ConnectionPool`` raises at once when
+  exhausted, as redis-py's does (see ``_redis_dropin``).
 
 What the pool holds
 -------------------
@@ -85,13 +87,17 @@ from ..events import Listener  # noqa: E402
 from ..options import Hooks, KeepAlive, PoolOptions  # noqa: E402
 from ..threaded import Pool  # noqa: E402
 from ._common import default_hooks, ready_async, ready_sync  # noqa: E402
-from ._redis_dropin import ConnectionPool  # noqa: E402
-from ._redis_dropin_async import AsyncConnectionPool, connected  # noqa: E402
+from ._redis_dropin import BlockingConnectionPool, ConnectionPool  # noqa: E402
+from ._redis_dropin_async import BlockingConnectionPool as AsyncBlockingConnectionPool  # noqa: E402
+from ._redis_dropin_async import ConnectionPool as AsyncConnectionPool  # noqa: E402
+from ._redis_dropin_async import connected  # noqa: E402
 from ._redis_session import Verdict, session_of, tracked, tracked_async  # noqa: E402
 
 __all__ = [
     "DEFAULT_OPTIONS",
+    "AsyncBlockingConnectionPool",
     "AsyncConnectionPool",
+    "BlockingConnectionPool",
     "ConnectionPool",
     "SessionDiscarded",
     "async_connect",

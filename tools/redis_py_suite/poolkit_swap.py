@@ -1,0 +1,93 @@
+"""A pytest plugin for redis-py's own test suite (``-p poolkit_swap``, loaded by run.py).
+
+With ``POOLKIT_REDIS_SUITE_POOLS=poolkit`` it replaces redis-py's pool classes by poolkit's
+drop-ins before any test module is imported: ``redis.ConnectionPool`` and
+``redis.BlockingConnectionPool``, their ``redis.asyncio`` twins, in every module that binds those
+names for the tests or for redis-py's clients (``redis.client`` builds each client's pool by
+``ConnectionPool``). With ``redis`` (or unset) it changes nothing.
+
+Either way, with ``POOLKIT_REDIS_SUITE_RESULTS=FILE`` it writes each test's outcome to FILE as
+JSON lines ``{"nodeid": ..., "outcome": "passed" | "failed" | "skipped"}``: failed if any phase
+(setup, call, teardown) failed; skipped for skips and expected failures.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import pytest
+
+POOLS = os.environ.get("POOLKIT_REDIS_SUITE_POOLS", "redis")
+
+
+def _swap() -> dict[str, str]:
+    """Put poolkit's classes in redis-py's place; what now stands where."""
+    import redis
+    import redis.asyncio
+    import redis.asyncio.client
+    import redis.asyncio.connection
+    import redis.client
+    import redis.connection
+
+    from poolkit.backends import redis as pk
+
+    swaps: dict[str, tuple[list[Any], Any]] = {
+        "ConnectionPool": ([redis, redis.client, redis.connection], pk.ConnectionPool),
+        "BlockingConnectionPool": ([redis, redis.connection], pk.BlockingConnectionPool),
+    }
+    async_swaps: dict[str, tuple[list[Any], Any]] = {
+        "ConnectionPool": (
+            [redis.asyncio, redis.asyncio.client, redis.asyncio.connection],
+            pk.AsyncConnectionPool,
+        ),
+        "BlockingConnectionPool": (
+            [redis.asyncio, redis.asyncio.connection],
+            pk.AsyncBlockingConnectionPool,
+        ),
+    }
+    done: dict[str, str] = {}
+    for table in (swaps, async_swaps):
+        for name, (modules, cls) in table.items():
+            for module in modules:
+                setattr(module, name, cls)
+                done[f"{module.__name__}.{name}"] = f"{cls.__module__}.{cls.__qualname__}"
+    return done
+
+
+if POOLS == "poolkit":
+    SWAPPED = _swap()
+elif POOLS == "redis":
+    SWAPPED = {}
+else:
+    raise RuntimeError(f"POOLKIT_REDIS_SUITE_POOLS must be 'redis' or 'poolkit', not {POOLS!r}")
+
+_outcomes: dict[str, str] = {}
+
+
+def pytest_report_header() -> list[str]:
+    if not SWAPPED:
+        return ["pools: redis-py's own"]
+    return ["pools: poolkit's drop-ins"] + [f"  {k} = {v}" for k, v in SWAPPED.items()]
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    outcome = _outcomes.get(report.nodeid)
+    if report.failed:
+        _outcomes[report.nodeid] = "failed"
+    elif outcome == "failed":
+        return
+    elif report.when == "call":
+        _outcomes[report.nodeid] = "skipped" if report.skipped else "passed"
+    elif report.skipped:  # (skipped in setup)
+        _outcomes[report.nodeid] = "skipped"
+
+
+def pytest_sessionfinish() -> None:
+    path = os.environ.get("POOLKIT_REDIS_SUITE_RESULTS")
+    if not path:
+        return
+    with open(path, "w", encoding="utf-8") as out:
+        for nodeid, outcome in _outcomes.items():
+            out.write(json.dumps({"nodeid": nodeid, "outcome": outcome}) + "\n")

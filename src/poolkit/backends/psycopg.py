@@ -25,9 +25,11 @@ Everything else is made safe by the hooks, whatever way a connection comes back:
 
 * ``reset`` on check-in rolls back a transaction left open or failed (with a warning on logger
   ``poolkit.backends.psycopg``, as psycopg_pool does: ``pool.connection()`` and ``checkout()``
-  never commit), discards a connection given back mid-query, closed or broken, gives
-  ``autocommit`` back its configured value and ``isolation_level``, ``read_only`` and
-  ``deferrable`` their defaults, then (``reset=True``, the default) sends asyncpg's reset:
+  never commit), discards a connection given back mid-query, closed or broken, gives back
+  what a caller can change on the connection object as it was once configured (``row_factory``,
+  the cursor factories, ``prepare_threshold``, ``prepared_max``, notice and notify handlers,
+  ``autocommit``, ``isolation_level``, ``read_only``, ``deferrable``), then (``reset=True``,
+  the default) sends asyncpg's reset:
   ``pg_advisory_unlock_all()``, ``CLOSE ALL``, ``UNLISTEN *``, ``RESET ALL``, in one round trip
   outside a transaction. ``reset="..."``: your query instead; ``reset=False``: no query, only
   the rollback (psycopg_pool's behaviour), which costs no round trip on a clean connection.
@@ -66,6 +68,7 @@ from ._psycopg_hooks import (
     async_check_ping,
     async_end,
     async_ping,
+    async_remembering,
     check_closed,
     check_ping,
     end,
@@ -73,6 +76,7 @@ from ._psycopg_hooks import (
     make_async_reset,
     make_reset,
     ping,
+    remembering,
 )
 
 __all__ = [
@@ -140,9 +144,15 @@ def _reset_query(reset: bool | str) -> str | None:
 
 
 #: what a ``Pool`` and an ``AsyncPool`` of psycopg connections run: (the "closed" check, the
-#: "ping" check, the reset maker, the end hook)
-_SYNC_KIT: Final = (check_closed, check_ping, make_reset, end)
-_ASYNC_KIT: Final = (async_check_closed, async_check_ping, make_async_reset, async_end)
+#: "ping" check, the reset maker, the end hook, the configure wrapper)
+_SYNC_KIT: Final = (check_closed, check_ping, make_reset, end, remembering)
+_ASYNC_KIT: Final = (
+    async_check_closed,
+    async_check_ping,
+    make_async_reset,
+    async_end,
+    async_remembering,
+)
 
 
 def _hooks(
@@ -155,12 +165,12 @@ def _hooks(
     timeout: float | None,
 ) -> Hooks:
     """The hooks of ``kit`` (``_SYNC_KIT`` or ``_ASYNC_KIT``) with these settings."""
-    check_closed_, check_ping_, make_reset_, end_ = kit
+    check_closed_, check_ping_, make_reset_, end_, remembering_ = kit
     checks = {"closed": check_closed_, "ping": check_ping_, None: None}
     if check not in checks:
         raise ValueError(f"check must be 'closed', 'ping' or None, got {check!r}")
     return Hooks(
-        configure=configure,
+        configure=remembering_(configure),
         check=checks[check],
         check_after=check_after,
         reset=make_reset_(_reset_query(reset), autocommit=autocommit),
@@ -180,7 +190,9 @@ def hooks(
     timeout: float | None = 30.0,
 ) -> Hooks:
     """The :class:`~poolkit.Hooks` for a :class:`~poolkit.Pool` of psycopg connections (see the
-    module's docstring); ``autocommit``: the value the reset gives back."""
+    module's docstring); ``configure``: yours, after which the connection's settings are
+    remembered for the reset to give back; ``autocommit``: the value the connections are made
+    with."""
     return _hooks(_SYNC_KIT, reset, check, check_after, configure, autocommit, timeout)
 
 

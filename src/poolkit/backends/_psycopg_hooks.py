@@ -116,14 +116,17 @@ def is_broken(conn: Conn | AsyncConn, error: BaseException) -> bool:
 # ---------------------------------------------------------------------- plain (Pool)
 
 
-def make_reset(query: str | None, *, autocommit: bool = False) -> Callable[[Conn], None]:
+def make_reset(
+    query: str | None, *, autocommit: bool = False, then: Callable[[Conn], Any] | None = None
+) -> Callable[[Conn], None]:
     """A ``reset`` hook: roll back what was left open or failed; give back the settings the
     connection had once configured (``row_factory``, ``cursor_factory``,
     ``server_cursor_factory``, ``prepare_threshold``, ``prepared_max``, notice and notify
     handlers, ``autocommit``, ``isolation_level``, ``read_only``, ``deferrable``: remembered by
     the ``configure`` hook of :func:`hooks`; a connection it did not see gets ``autocommit``
     back and the isolation level, read-only and deferrable attributes their defaults, None);
-    then run ``query`` (if any) outside a transaction."""
+    then run ``query`` (if any) outside a transaction, then ``then(conn)`` (if any: a
+    function of yours, as psycopg_pool's ``reset``), which must leave no transaction open."""
 
     def reset(conn: Conn) -> None:
         status = _usable(conn)
@@ -143,6 +146,8 @@ def make_reset(query: str | None, *, autocommit: bool = False) -> Callable[[Conn
             conn.deferrable = deferrable
         if query:
             _outside_a_transaction(conn, query)
+        if then is not None:
+            then(conn)
         if conn.info.transaction_status != _IDLE:
             raise psycopg.ProgrammingError("the reset left the connection in a transaction")
 
@@ -185,7 +190,10 @@ def check_ping(conn: Conn) -> None:
 
 
 def make_async_reset(
-    query: str | None, *, autocommit: bool = False
+    query: str | None,
+    *,
+    autocommit: bool = False,
+    then: Callable[[AsyncConn], Awaitable[Any]] | None = None,
 ) -> Callable[[AsyncConn], Awaitable[None]]:
     """:func:`make_reset` for ``psycopg.AsyncConnection``."""
 
@@ -207,6 +215,8 @@ def make_async_reset(
             await conn.set_deferrable(deferrable)
         if query:
             await _async_outside_a_transaction(conn, query)
+        if then is not None:
+            await then(conn)
         if conn.info.transaction_status != _IDLE:
             raise psycopg.ProgrammingError("the reset left the connection in a transaction")
 

@@ -226,6 +226,12 @@ def _config(args: argparse.Namespace) -> tuple[RunConfig, Sweep | None]:
     sweep = parse_sweep(args.sweep) if args.sweep is not None else None
     if sweep is not None and sweep.param == "min_size" and max(sweep.values) > config.max_size:
         raise BenchUsageError("--sweep min_size: every value must be <= --max-size")
+    if sweep is not None:
+        for value in sweep.values:
+            try:
+                config.with_value(sweep.param, value).check()  # (its options' own bounds)
+            except BenchUsageError as exc:
+                raise BenchUsageError(f"--sweep {sweep.param}={value}: {exc}") from None
     if args.plot is not None and sweep is None:
         raise BenchUsageError("--plot draws a sweep: add --sweep NAME=VALUES")
     return config, sweep

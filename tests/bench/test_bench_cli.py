@@ -102,7 +102,9 @@ def test_a_sweep_recommends_a_size_and_plots_it(tmp_path: Path) -> None:
     assert rec["best_throughput"] == pytest.approx(best, abs=0.1)
     assert rec["throughput"] >= 0.95 * best - 0.1
     smaller = [r for r in document["results"] if r["max_size"] < rec["value"]]
-    assert all(r["throughput"] < 0.95 * best for r in smaller)  # the smallest within 5 %
+    for r in smaller:  # slower, or its callers waited longer for a connection than they held it
+        slower = r["throughput"] < 0.95 * best
+        assert slower or r["wait_ms"]["p50"] > max(r["latency_ms"]["p50"], 0.1), r
     assert "within 5%" in rec["reason"]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
 

@@ -180,10 +180,18 @@ def test_histograms_merge_as_if_recorded_together(a: list[float], b: list[float]
     assert one.quantile(0.99) == both.quantile(0.99)
 
 
-def point(size: int, throughput: float, errors: int = 0) -> PointResult:
+def point(
+    size: int, throughput: float, errors: int = 0, wait_ms: float = 0.0, held_ms: float = 0.0
+) -> PointResult:
+    """A run of ``size`` with this throughput; every operation waited ``wait_ms`` for its
+    connection and held it ``held_ms`` (none recorded when both are 0)."""
     tally = Tally(ops=int(throughput))
     if errors:
         tally.errors["WaitQueueTimeoutError"] = errors
+    if wait_ms or held_ms:
+        for _ in range(100):
+            tally.wait.record(wait_ms / 1e3)
+            tally.latency.record(held_ms / 1e3)
     return PointResult(
         max_size=size,
         min_size=0,
@@ -226,3 +234,38 @@ def test_a_task_backs_off_after_failures_in_a_row() -> None:
     assert delays[:3] == [0.001, 0.002, 0.004]
     assert delays == sorted(delays)
     assert backoff_delay(10**9) == MAX_BACKOFF == 0.25  # (no overflow after many)
+
+
+def test_a_size_whose_callers_queue_in_the_pool_is_not_recommended() -> None:
+    """The issue's Redis sweep: every size within 5 % of the best throughput (the client is the
+    limit), but at 1 connection each caller waits 2.7 ms for 0.09 ms of use."""
+    points = [
+        point(1, 10_000, wait_ms=2.7, held_ms=0.09),
+        point(2, 10_100, wait_ms=1.3, held_ms=0.18),
+        point(4, 9_900, wait_ms=0.6, held_ms=0.35),
+        point(8, 10_050, wait_ms=0.3, held_ms=0.7),
+        point(16, 10_200, wait_ms=0.08, held_ms=1.4),
+        point(32, 10_000, wait_ms=0.01, held_ms=2.7),
+    ]
+    rec = recommend("max_size", points)
+    assert rec is not None and rec.value == 8
+    assert "wait no longer for a connection than they hold one" in rec.reason
+    assert "max_size=1 reaches that throughput too, but its callers queue" in rec.reason
+    assert "adds no throughput" in rec.reason
+
+
+def test_when_every_fast_size_queues_the_least_waiting_is_recommended() -> None:
+    points = [
+        point(1, 3_000, wait_ms=9.0, held_ms=1.0),
+        point(2, 3_050, wait_ms=4.0, held_ms=1.0),
+        point(4, 3_020, wait_ms=2.0, held_ms=1.0),
+    ]
+    rec = recommend("max_size", points)
+    assert rec is not None and rec.value == 4 and "try larger values" in rec.reason
+
+
+def test_a_wait_under_the_floor_never_counts() -> None:
+    """(A pool's own hand-off costs some microseconds: 50 us of wait for 10 us of use is fine.)"""
+    points = [point(1, 5_000, wait_ms=0.05, held_ms=0.01), point(2, 5_100)]
+    rec = recommend("max_size", points)
+    assert rec is not None and rec.value == 1

@@ -18,6 +18,7 @@ import sys
 from collections.abc import Callable
 from typing import NoReturn
 
+from .._install import pip_install
 from .config import BenchUsageError, RunConfig, Sweep, parse_duration, parse_sweep, parse_target
 
 __all__ = ["main"]
@@ -245,9 +246,9 @@ def bench(argv: list[str]) -> int:
     except BenchUsageError as exc:
         return _fail(str(exc), 2)
     if args.plot is not None and importlib.util.find_spec("matplotlib") is None:
-        return _fail("--plot needs matplotlib: pip install 'poolkit[plot]'", 2)
+        return _fail(f"--plot needs matplotlib: {pip_install('plot')}", 2)
     if not args.json and importlib.util.find_spec("rich") is None:
-        return _fail("the display needs rich: pip install 'poolkit[bench]' (or use --json)", 2)
+        return _fail(f"the display needs rich: {pip_install('bench')} (or use --json)", 2)
 
     from .runner import BenchError, Interrupt, QuietSink, Sink, run_bench
 

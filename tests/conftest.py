@@ -13,6 +13,18 @@ from certs import Cert, self_signed
 REQUIRE = os.environ.get("POOLKIT_REQUIRE_SERVICES") == "1"
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """pytest-asyncio's ``asyncio_default_fixture_loop_scope``, which pyproject.toml sets (unset,
+    pytest-asyncio >= 0.24 warns at start-up, and warnings are errors here), is declared here
+    too: without the plugin (or with one older than the option) pytest knows the key instead of
+    calling it unknown, another error. Declared the way pytest-asyncio declares it (a string,
+    no default), so that with the plugin nothing changes."""
+    parser.addini(
+        "asyncio_default_fixture_loop_scope",
+        "pytest-asyncio's default event loop scope of async fixtures (the suite has none)",
+    )
+
+
 @pytest.fixture(params=["asyncio", "threads"])
 def front_kind(request: pytest.FixtureRequest) -> str:
     """Which front end a scenario of ``frontends.drive`` runs on: each test runs on both."""

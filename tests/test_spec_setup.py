@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from cmap_runner import find_cmap_dir
+from spec_dirs import find_spec_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -53,6 +54,34 @@ def test_either_folder_level_finds_the_cmap_files(tmp_path: Path) -> None:
     spec_tests = _spec_tests(tmp_path)
     assert find_cmap_dir(str(spec_tests)) == spec_tests / "cmap-format"
     assert find_cmap_dir(str(spec_tests / "cmap-format")) == spec_tests / "cmap-format"
+
+
+def test_a_folder_named_for_one_suite_leads_to_its_siblings(tmp_path: Path) -> None:
+    spec_tests = _spec_tests(tmp_path)
+    (spec_tests / "sdam-load-balanced").mkdir()
+    cmap = spec_tests / "cmap-format"
+    assert find_spec_dir("sdam-load-balanced", str(cmap)) == spec_tests / "sdam-load-balanced"
+    assert find_spec_dir("cmap-format", str(spec_tests / "sdam-load-balanced")) == cmap
+    # a sibling that is missing is said missing, never read from the folder named
+    assert find_spec_dir("uri-options", str(cmap)) == spec_tests / "uri-options"
+    assert find_spec_dir("cmap-format", str(tmp_path / "my-copy")) == tmp_path / "my-copy"
+
+
+def test_the_sdam_runner_given_the_cmap_folder_reads_no_cmap_file(tmp_path: Path) -> None:
+    """The issue's run: ``POOLKIT_SPEC_TESTS`` set to the ``cmap-format`` folder, as the README
+    allows, and the SDAM files beside it."""
+    spec_tests = _spec_tests(tmp_path)
+    sdam = spec_tests / "sdam-load-balanced"
+    sdam.mkdir()
+    (sdam / "discover_load_balancer.json").write_text("{}")
+    run = _pytest(
+        "-q",
+        "tests/mongodb/test_topology.py::test_sdam_load_balanced_spec_files_present",
+        POOLKIT_SPEC_TESTS=str(spec_tests / "cmap-format"),
+        POOLKIT_REQUIRE_SERVICES="1",
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "1 passed" in run.stdout
 
 
 @pytest.mark.parametrize("level", ["spec-tests", "cmap-format"])

@@ -31,6 +31,7 @@ import concurrent.futures
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
+from ._install import pip_install
 from .asyncio import AsyncPool
 from .stats import PoolStats
 from .threaded import Pool
@@ -166,7 +167,7 @@ def prometheus_collector(
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ImportError(
             "poolkit.metrics.prometheus_collector needs prometheus_client: "
-            "pip install 'poolkit[prometheus]'"
+            + pip_install("prometheus")
         ) from exc
     const = {"address": pool.address, **(labels or {})}
     names = sorted(const)
@@ -220,8 +221,7 @@ def bind_opentelemetry(
         from opentelemetry import metrics as otel
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ImportError(
-            "poolkit.metrics.bind_opentelemetry needs opentelemetry-api: "
-            "pip install 'poolkit[otel]'"
+            "poolkit.metrics.bind_opentelemetry needs opentelemetry-api: " + pip_install("otel")
         ) from exc
     if meter is None:
         meter = otel.get_meter("poolkit")

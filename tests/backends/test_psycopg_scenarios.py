@@ -131,6 +131,103 @@ def test_client_side_settings_are_given_back_their_defaults(pg: PgServer) -> Non
             assert not conn.autocommit and conn.read_only is None
 
 
+def leave_settings_changed(conn: Any, seen: list[str]) -> None:
+    """What one caller can change on its connection without a query, all of it."""
+    conn.row_factory = psycopg.rows.dict_row
+    conn.cursor_factory = psycopg.ClientCursor
+    conn.server_cursor_factory = LeftServerCursor
+    conn.prepare_threshold = None
+    conn.prepared_max = 3
+    conn.isolation_level = psycopg.IsolationLevel.SERIALIZABLE
+    conn.deferrable = True
+    conn.add_notice_handler(lambda diag: seen.append(f"notice {diag.message_primary}"))
+    conn.add_notify_handler(lambda notify: seen.append(f"notify {notify.payload}"))
+
+
+class LeftServerCursor(psycopg.ServerCursor[Any]):
+    """A server cursor class one caller chose."""
+
+
+def raise_a_notice_and_a_notification(conn: Any) -> None:
+    conn.execute("LISTEN poolkit_settings")
+    conn.execute("DO $$ BEGIN RAISE NOTICE 'for the next caller'; END $$")
+    conn.execute("NOTIFY poolkit_settings, 'for the next caller'")
+    conn.commit()
+    conn.execute("SELECT 1")  # (a query after the commit: psycopg reads the notification)
+    conn.execute("UNLISTEN *")
+    conn.commit()
+
+
+def test_row_factory_and_the_other_client_settings_do_not_reach_the_next_caller(
+    pg: PgServer,
+) -> None:
+    seen: list[str] = []
+    with one_connection(pg) as pool:
+        with pool.connection() as conn:
+            assert conn.execute("SELECT 1 AS one").fetchone() == (1,)
+            conn.commit()  # (the isolation level is set outside a transaction)
+            leave_settings_changed(conn, seen)
+            assert conn.execute("SELECT 1 AS one").fetchone() == {"one": 1}
+        with pool.connection() as conn:
+            assert conn.execute("SELECT 1 AS one").fetchone() == (1,)
+            assert conn.row_factory is psycopg.rows.tuple_row
+            assert conn.cursor_factory is psycopg.Cursor
+            assert conn.server_cursor_factory is psycopg.ServerCursor
+            assert (conn.prepare_threshold, conn.prepared_max) == (5, 100)
+            assert (conn.isolation_level, conn.deferrable) == (None, None)
+            raise_a_notice_and_a_notification(conn)
+    assert seen == []
+
+
+def test_the_settings_configure_chose_are_the_ones_given_back(pg: PgServer) -> None:
+    noticed: list[str] = []
+
+    def configure(conn: Any) -> None:
+        conn.row_factory = psycopg.rows.dict_row
+        conn.prepare_threshold = 0
+        conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        conn.add_notice_handler(lambda diag: noticed.append(diag.message_primary))
+
+    with one_connection(pg, configure=configure) as pool:
+        with pool.connection() as conn:
+            conn.row_factory = psycopg.rows.tuple_row
+            conn.prepare_threshold = None
+            conn.isolation_level = None
+            conn.add_notice_handler(lambda diag: noticed.append("a caller's handler"))
+        with pool.connection() as conn:
+            assert conn.execute("SELECT 1 AS one").fetchone() == {"one": 1}
+            assert conn.prepare_threshold == 0
+            assert conn.isolation_level == psycopg.IsolationLevel.REPEATABLE_READ
+            conn.execute("DO $$ BEGIN RAISE NOTICE 'seen once'; END $$")
+    assert noticed == ["seen once"]
+
+
+def test_async_row_factory_and_the_other_client_settings_do_not_reach_the_next_caller(
+    pg: PgServer,
+) -> None:
+    seen: list[str] = []
+
+    async def main() -> None:
+        options = poolkit.PoolOptions(max_size=1)
+        app = pg.app
+        async with pk.create_async_pool(pg.dsn, options=options, application_name=app) as pool:
+            async with pool.connection() as conn:
+                conn.row_factory = psycopg.rows.dict_row
+                conn.prepare_threshold = None
+                await conn.set_read_only(True)
+                conn.add_notice_handler(lambda diag: seen.append(str(diag.message_primary)))
+                cur = await conn.execute("SELECT 1 AS one")
+                assert await cur.fetchone() == {"one": 1}
+            async with pool.connection() as conn:
+                cur = await conn.execute("SELECT 1 AS one")
+                assert await cur.fetchone() == (1,)
+                assert conn.prepare_threshold == 5 and conn.read_only is None
+                await conn.execute("DO $$ BEGIN RAISE NOTICE 'for the next caller'; END $$")
+
+    run(main)
+    assert seen == []
+
+
 def test_server_settings_survive_the_reset_and_configure_runs_once(pg: PgServer) -> None:
     configured: list[int] = []
 

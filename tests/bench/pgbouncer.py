@@ -7,10 +7,9 @@ tests/conftest.py, which mypy refuses). It gives each test a PgBouncer of its ow
 in transaction pooling with :data:`DEFAULT_POOL_SIZE` server connections, in front of
 ``POOLKIT_TEST_PG_DSN`` (default ``postgresql://postgres@127.0.0.1:5432/test``).
 
-The ``pgbouncer`` program is taken from PATH or /usr/sbin; missing, it is installed with
-``apt-get install pgbouncer`` (Debian's package) when this runs as root where apt-get is.
-Without it, or without the PostgreSQL server, the tests skip saying why, and fail under
-``POOLKIT_REQUIRE_SERVICES=1``.
+The ``pgbouncer`` program is taken from PATH or /usr/sbin (Debian's package: ``.ci/run``
+installs it; the tests install nothing). Without it, or without the PostgreSQL server, the
+tests skip saying why, and fail under ``POOLKIT_REQUIRE_SERVICES=1``.
 """
 
 from __future__ import annotations
@@ -115,7 +114,7 @@ def _find() -> str | None:
 
 @functools.cache
 def _program() -> tuple[str | None, str]:
-    """The ``pgbouncer`` program, installed if need be (once per run), or why it is missing."""
+    """The ``pgbouncer`` program, or why it is missing (asked once per run)."""
     return program_or_reason("pgbouncer", _find)
 
 

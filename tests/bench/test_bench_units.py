@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import math
 import pickle
+import re
+from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from poolkit.bench.cli import parser
 from poolkit.bench.config import (
+    SIM_NAMES,
     BenchUsageError,
     RunConfig,
     parse_duration,
@@ -20,6 +24,7 @@ from poolkit.bench.config import (
 from poolkit.bench.histogram import Histogram
 from poolkit.bench.measure import Tally
 from poolkit.bench.report import PointResult, recommend
+from poolkit.bench.worker import MAX_BACKOFF, backoff_delay
 
 
 @pytest.mark.parametrize(
@@ -79,6 +84,43 @@ def test_targets_mask_passwords() -> None:
     assert (tcp.kind, tcp.host, tcp.port) == ("tcp", "127.0.0.1", 7000)
 
 
+def test_a_tcp_targets_password_is_masked_too() -> None:
+    tcp = parse_target("tcp://u:S3cretPW@127.0.0.1:1")
+    assert tcp.shown == "tcp://u:***@127.0.0.1:1" and (tcp.host, tcp.port) == ("127.0.0.1", 1)
+    with pytest.raises(BenchUsageError, match="HOST:PORT") as caught:
+        parse_target("tcp://u:S3cretPW@127.0.0.1")
+    assert "S3cretPW" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "port"),
+    [
+        ("postgresql://u:pw@db:notaport/app", "notaport"),
+        ("redis://127.0.0.1:99999/0", "99999"),
+        ("tcp://127.0.0.1:-1", "-1"),
+        ("mongodb://127.0.0.1:x/", "x"),
+    ],
+)
+def test_a_bad_port_is_the_targets_error(text: str, port: str) -> None:
+    with pytest.raises(BenchUsageError, match=f"the port '{port}' is not a number") as caught:
+        parse_target(text)
+    assert "pw@" not in str(caught.value)
+
+
+def test_an_unknown_sim_setting_lists_the_documented_names() -> None:
+    with pytest.raises(BenchUsageError) as caught:
+        parse_target("sim://", {"bogus": "1"})
+    listed = str(caught.value).split("known: ", 1)[1].rstrip(")").split(", ")
+    assert listed == list(SIM_NAMES)
+    assert "goaway_after" in listed and "goaway_after_requests" not in listed
+    docs = (Path(__file__).parents[2] / "docs" / "bench.md").read_text()
+    table = docs[docs.index("| key | default | meaning |") :].split("\n\n", 1)[0]
+    documented = re.findall(r"^\| `(\w+)`(?:, `(\w+)`)?(?: \(`\w+`\))? \|", table, re.M)
+    assert sorted(n for pair in documented for n in pair if n) == sorted(SIM_NAMES)
+    for name in SIM_NAMES:  # (an alias documented here is accepted too)
+        assert name in parser().format_help()
+
+
 def test_sim_settings_from_the_query_and_from_options() -> None:
     target = parse_target("sim://?service_time=2ms&concurrency=4", {"streams": "8"})
     assert target.sim is not None
@@ -96,6 +138,9 @@ def test_run_config_rules() -> None:
     base.check()
     for change, option in [
         ({"concurrency": 0}, "--concurrency"),
+        ({"concurrency": 99999999999}, "--concurrency must be <= 10000"),
+        ({"concurrency": 1001, "threads": True}, "--concurrency must be <= 1000 with --threads"),
+        ({"payload": 999999999999}, "--payload must be <= 16777216"),
         ({"max_size": 0}, "--max-size"),
         ({"min_size": 11}, "--min-size"),
         ({"ops": 1, "processes": 2}, "--ops"),
@@ -135,10 +180,18 @@ def test_histograms_merge_as_if_recorded_together(a: list[float], b: list[float]
     assert one.quantile(0.99) == both.quantile(0.99)
 
 
-def point(size: int, throughput: float, errors: int = 0) -> PointResult:
+def point(
+    size: int, throughput: float, errors: int = 0, wait_ms: float = 0.0, held_ms: float = 0.0
+) -> PointResult:
+    """A run of ``size`` with this throughput; every operation waited ``wait_ms`` for its
+    connection and held it ``held_ms`` (none recorded when both are 0)."""
     tally = Tally(ops=int(throughput))
     if errors:
         tally.errors["WaitQueueTimeoutError"] = errors
+    if wait_ms or held_ms:
+        for _ in range(100):
+            tally.wait.record(wait_ms / 1e3)
+            tally.latency.record(held_ms / 1e3)
     return PointResult(
         max_size=size,
         min_size=0,
@@ -173,3 +226,46 @@ def test_runs_with_errors_are_not_recommended() -> None:
 def test_no_recommendation_without_a_finished_run() -> None:
     assert recommend("max_size", []) is None
     assert recommend("max_size", [point(1, 0)]) is None
+
+
+def test_a_task_backs_off_after_failures_in_a_row() -> None:
+    assert backoff_delay(0) == backoff_delay(1) == 0  # one operation's error: no pause
+    delays = [backoff_delay(n) for n in range(2, 12)]
+    assert delays[:3] == [0.001, 0.002, 0.004]
+    assert delays == sorted(delays)
+    assert backoff_delay(10**9) == MAX_BACKOFF == 0.25  # (no overflow after many)
+
+
+def test_a_size_whose_callers_queue_in_the_pool_is_not_recommended() -> None:
+    """The issue's Redis sweep: every size within 5 % of the best throughput (the client is the
+    limit), but at 1 connection each caller waits 2.7 ms for 0.09 ms of use."""
+    points = [
+        point(1, 10_000, wait_ms=2.7, held_ms=0.09),
+        point(2, 10_100, wait_ms=1.3, held_ms=0.18),
+        point(4, 9_900, wait_ms=0.6, held_ms=0.35),
+        point(8, 10_050, wait_ms=0.3, held_ms=0.7),
+        point(16, 10_200, wait_ms=0.08, held_ms=1.4),
+        point(32, 10_000, wait_ms=0.01, held_ms=2.7),
+    ]
+    rec = recommend("max_size", points)
+    assert rec is not None and rec.value == 8
+    assert "wait no longer for a connection than they hold one" in rec.reason
+    assert "max_size=1 reaches that throughput too, but its callers queue" in rec.reason
+    assert "adds no throughput" in rec.reason
+
+
+def test_when_every_fast_size_queues_the_least_waiting_is_recommended() -> None:
+    points = [
+        point(1, 3_000, wait_ms=9.0, held_ms=1.0),
+        point(2, 3_050, wait_ms=4.0, held_ms=1.0),
+        point(4, 3_020, wait_ms=2.0, held_ms=1.0),
+    ]
+    rec = recommend("max_size", points)
+    assert rec is not None and rec.value == 4 and "try larger values" in rec.reason
+
+
+def test_a_wait_under_the_floor_never_counts() -> None:
+    """(A pool's own hand-off costs some microseconds: 50 us of wait for 10 us of use is fine.)"""
+    points = [point(1, 5_000, wait_ms=0.05, held_ms=0.01), point(2, 5_100)]
+    rec = recommend("max_size", points)
+    assert rec is not None and rec.value == 1

@@ -12,10 +12,9 @@ Tests take the fixtures (import them: ``from mongo_services import sim_mongo``; 
   service each, over one shared store, with the PROXY protocol (v2) between them, as real
   deployments put a load balancer in front of mongos processes.
 
-The ``haproxy`` program is taken from PATH or /usr/sbin; missing, it is installed with
-``apt-get install haproxy`` (Debian's package) when this runs as root where apt-get is
-(.ci/run installs it too). Without it the HAProxy tests skip saying why, and fail under
-``POOLKIT_REQUIRE_SERVICES=1``.
+The ``haproxy`` program is taken from PATH or /usr/sbin (Debian's package: ``.ci/run``
+installs it; the tests install nothing). Without it the HAProxy tests skip saying why, and fail
+under ``POOLKIT_REQUIRE_SERVICES=1``.
 """
 
 from __future__ import annotations
@@ -109,7 +108,7 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> bool:
 
 @functools.cache
 def _program() -> tuple[str | None, str]:
-    """The ``haproxy`` program, installed if need be (once per run), or why it is missing."""
+    """The ``haproxy`` program, or why it is missing (asked once per run)."""
     return program_or_reason("haproxy", find_haproxy)
 
 

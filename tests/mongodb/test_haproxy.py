@@ -17,13 +17,9 @@ import pytest
 from mongo_services import SELECTION_MS, Cluster, haproxy_cluster, wait_until
 from pymongo.errors import ConnectionFailure, NotPrimaryError
 
-from debian_packages import INSTALL_TIMEOUT
 from poolkit.testing.mongo import HAProxy, WireClient, WireCommandError
 
 __all__ = ["haproxy_cluster"]  # (the fixture: imported for pytest)
-
-# (the fixture may install HAProxy first: apt-get's time on top of the tests')
-pytestmark = pytest.mark.timeout(INSTALL_TIMEOUT + 60)
 
 Client = pymongo.MongoClient[dict[str, Any]]
 

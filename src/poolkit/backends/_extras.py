@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
+from .._install import pip_install
+
 
 def require(module: str, extra: str, backend: str) -> ModuleType:
     """``module`` imported, or an ``ImportError`` naming the ``pip install`` that provides it."""
@@ -12,6 +14,5 @@ def require(module: str, extra: str, backend: str) -> ModuleType:
         return importlib.import_module(module)
     except ImportError as exc:
         raise ImportError(
-            f"poolkit.backends.{backend} needs {module.split('.')[0]}: "
-            f"pip install 'poolkit[{extra}]'"
+            f"poolkit.backends.{backend} needs {module.split('.')[0]}: {pip_install(extra)}"
         ) from exc

@@ -7,6 +7,10 @@ Rules of this module
 * What a connection's transaction status can tell without a round trip is read locally
   (``conn.info.transaction_status``): a clean connection costs its reset no I/O unless a reset
   query is asked for.
+* The reset gives back what a caller can change without a query (``row_factory``, the cursor
+  factories, prepared-statement settings, notice and notify handlers, ``autocommit`` and the
+  transaction characteristics) as they were once the connection was configured
+  (``_psycopg_settings``), before it sends its query.
 * The plain and async versions say the same thing in the same order; only the awaits differ.
 """
 
@@ -19,6 +23,8 @@ from typing import Any
 
 import psycopg
 from psycopg.pq import TransactionStatus
+
+from ._psycopg_settings import Settings, remember, remembered, restore_plain_attributes
 
 #: what :func:`make_reset` sends by default after the rollback: the statements asyncpg's pool
 #: resets a session with (``DISCARD ALL`` would also drop psycopg's prepared statements)
@@ -63,6 +69,44 @@ def _readable(fd: int) -> bool:
     return bool(select.select([fd], [], [], 0)[0])  # pragma: no cover - no poll(): Windows
 
 
+def _transaction_settings(
+    conn: Conn | AsyncConn, autocommit: bool
+) -> tuple[bool, psycopg.IsolationLevel | None, bool | None, bool | None]:
+    """What ``autocommit``, ``isolation_level``, ``read_only`` and ``deferrable`` go back to: as
+    the connection was configured, or (not remembered) ``autocommit`` and the defaults; the other
+    remembered settings are given back on the way."""
+    wanted: Settings | None = remembered(conn)
+    if wanted is None:
+        return autocommit, None, None, None
+    restore_plain_attributes(conn, wanted)
+    return wanted.autocommit, wanted.isolation_level, wanted.read_only, wanted.deferrable
+
+
+def remembering(configure: Callable[[Conn], Any] | None) -> Callable[[Conn], None]:
+    """The ``configure`` hook of :func:`hooks`: the user's ``configure`` (if any), then the
+    connection's settings remembered for the reset to give back."""
+
+    def configure_then_remember(conn: Conn) -> None:
+        if configure is not None:
+            configure(conn)
+        remember(conn)
+
+    return configure_then_remember
+
+
+def async_remembering(
+    configure: Callable[[AsyncConn], Awaitable[Any]] | None,
+) -> Callable[[AsyncConn], Awaitable[None]]:
+    """:func:`remembering` for ``psycopg.AsyncConnection``."""
+
+    async def configure_then_remember(conn: AsyncConn) -> None:
+        if configure is not None:
+            await configure(conn)
+        remember(conn)
+
+    return configure_then_remember
+
+
 def is_broken(conn: Conn | AsyncConn, error: BaseException) -> bool:
     """The ``is_broken`` hook (plain for both pools): the connection is closed or broken (an SQL
     error such as a division by zero leaves it usable: its transaction is rolled back)."""
@@ -72,26 +116,38 @@ def is_broken(conn: Conn | AsyncConn, error: BaseException) -> bool:
 # ---------------------------------------------------------------------- plain (Pool)
 
 
-def make_reset(query: str | None, *, autocommit: bool = False) -> Callable[[Conn], None]:
-    """A ``reset`` hook: roll back what was left open or failed, give ``autocommit`` back its
-    value and the isolation level, read-only and deferrable attributes their defaults (None),
-    then run ``query`` (if any) outside a transaction."""
+def make_reset(
+    query: str | None, *, autocommit: bool = False, then: Callable[[Conn], Any] | None = None
+) -> Callable[[Conn], None]:
+    """A ``reset`` hook: roll back what was left open or failed; give back the settings the
+    connection had once configured (``row_factory``, ``cursor_factory``,
+    ``server_cursor_factory``, ``prepare_threshold``, ``prepared_max``, notice and notify
+    handlers, ``autocommit``, ``isolation_level``, ``read_only``, ``deferrable``: remembered by
+    the ``configure`` hook of :func:`hooks`; a connection it did not see gets ``autocommit``
+    back and the isolation level, read-only and deferrable attributes their defaults, None);
+    then run ``query`` (if any) outside a transaction, then ``then(conn)`` (if any: a
+    function of yours, as psycopg_pool's ``reset``), which must leave no transaction open."""
 
     def reset(conn: Conn) -> None:
         status = _usable(conn)
         if status in _LEFT_OPEN:
             _left_open(conn, status)
             conn.rollback()
-        if conn.autocommit != autocommit:
-            conn.autocommit = autocommit
-        if conn.isolation_level is not None:
-            conn.isolation_level = None
-        if conn.read_only is not None:
-            conn.read_only = None
-        if conn.deferrable is not None:
-            conn.deferrable = None
+        autocommit_, isolation_level, read_only, deferrable = _transaction_settings(
+            conn, autocommit
+        )
+        if conn.autocommit != autocommit_:
+            conn.autocommit = autocommit_
+        if conn.isolation_level != isolation_level:
+            conn.isolation_level = isolation_level
+        if conn.read_only != read_only:
+            conn.read_only = read_only
+        if conn.deferrable != deferrable:
+            conn.deferrable = deferrable
         if query:
             _outside_a_transaction(conn, query)
+        if then is not None:
+            then(conn)
         if conn.info.transaction_status != _IDLE:
             raise psycopg.ProgrammingError("the reset left the connection in a transaction")
 
@@ -134,7 +190,10 @@ def check_ping(conn: Conn) -> None:
 
 
 def make_async_reset(
-    query: str | None, *, autocommit: bool = False
+    query: str | None,
+    *,
+    autocommit: bool = False,
+    then: Callable[[AsyncConn], Awaitable[Any]] | None = None,
 ) -> Callable[[AsyncConn], Awaitable[None]]:
     """:func:`make_reset` for ``psycopg.AsyncConnection``."""
 
@@ -143,16 +202,21 @@ def make_async_reset(
         if status in _LEFT_OPEN:
             _left_open(conn, status)
             await conn.rollback()
-        if conn.autocommit != autocommit:
-            await conn.set_autocommit(autocommit)
-        if conn.isolation_level is not None:
-            await conn.set_isolation_level(None)
-        if conn.read_only is not None:
-            await conn.set_read_only(None)
-        if conn.deferrable is not None:
-            await conn.set_deferrable(None)
+        autocommit_, isolation_level, read_only, deferrable = _transaction_settings(
+            conn, autocommit
+        )
+        if conn.autocommit != autocommit_:
+            await conn.set_autocommit(autocommit_)
+        if conn.isolation_level != isolation_level:
+            await conn.set_isolation_level(isolation_level)
+        if conn.read_only != read_only:
+            await conn.set_read_only(read_only)
+        if conn.deferrable != deferrable:
+            await conn.set_deferrable(deferrable)
         if query:
             await _async_outside_a_transaction(conn, query)
+        if then is not None:
+            await then(conn)
         if conn.info.transaction_status != _IDLE:
             raise psycopg.ProgrammingError("the reset left the connection in a transaction")
 

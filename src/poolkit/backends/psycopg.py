@@ -25,9 +25,11 @@ Everything else is made safe by the hooks, whatever way a connection comes back:
 
 * ``reset`` on check-in rolls back a transaction left open or failed (with a warning on logger
   ``poolkit.backends.psycopg``, as psycopg_pool does: ``pool.connection()`` and ``checkout()``
-  never commit), discards a connection given back mid-query, closed or broken, gives
-  ``autocommit`` back its configured value and ``isolation_level``, ``read_only`` and
-  ``deferrable`` their defaults, then (``reset=True``, the default) sends asyncpg's reset:
+  never commit), discards a connection given back mid-query, closed or broken, gives back
+  what a caller can change on the connection object as it was once configured (``row_factory``,
+  the cursor factories, ``prepare_threshold``, ``prepared_max``, notice and notify handlers,
+  ``autocommit``, ``isolation_level``, ``read_only``, ``deferrable``), then (``reset=True``,
+  the default) sends asyncpg's reset:
   ``pg_advisory_unlock_all()``, ``CLOSE ALL``, ``UNLISTEN *``, ``RESET ALL``, in one round trip
   outside a transaction. ``reset="..."``: your query instead; ``reset=False``: no query, only
   the rollback (psycopg_pool's behaviour), which costs no round trip on a clean connection.
@@ -43,14 +45,16 @@ Everything else is made safe by the hooks, whatever way a connection comes back:
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
-from typing import TYPE_CHECKING, Any, Final, Literal, overload
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar, overload
 
 from .. import AsyncPool, ConnectContext, Hooks, Pool, PoolOptions
 from .._base import DEFAULT
+from ..events import Listener
 from ._common import PoolStarter, ready_async, ready_sync, shown_address, with_hooks
 from ._extras import require
+from ._psycopg_pool_args import pool_options, refuse_elsewhere
 
 if TYPE_CHECKING:
     import psycopg
@@ -66,6 +70,7 @@ from ._psycopg_hooks import (
     async_check_ping,
     async_end,
     async_ping,
+    async_remembering,
     check_closed,
     check_ping,
     end,
@@ -73,6 +78,7 @@ from ._psycopg_hooks import (
     make_async_reset,
     make_reset,
     ping,
+    remembering,
 )
 
 __all__ = [
@@ -100,33 +106,56 @@ __all__ = [
 Conn = psycopg.Connection[Any]
 AsyncConn = psycopg.AsyncConnection[Any]
 Check = Literal["closed", "ping"] | None
+_C = TypeVar("_C")
 
 
 def connect(
-    dsn: str = "", *, autocommit: bool = False, application_name: str = "poolkit", **kwargs: Any
+    dsn: str = "",
+    *,
+    autocommit: bool = False,
+    application_name: str = "poolkit",
+    connection_class: type[Conn] | None = None,
+    **kwargs: Any,
 ) -> Callable[[ConnectContext], Conn]:
     """A connect function for :class:`~poolkit.Pool`: ``psycopg.connect(dsn, **kwargs)`` with
-    ``application_name`` set (so the pool's sessions can be found in ``pg_stat_activity``)."""
+    ``application_name`` set (so the pool's sessions can be found in ``pg_stat_activity``);
+    ``connection_class``: a subclass of ``psycopg.Connection`` to connect with instead."""
+    cls = _connection_class(connection_class, psycopg.Connection, "connect")
 
     def connect_one(ctx: ConnectContext) -> Conn:
-        return psycopg.Connection.connect(
-            dsn, autocommit=autocommit, application_name=application_name, **kwargs
-        )
+        return cls.connect(dsn, autocommit=autocommit, application_name=application_name, **kwargs)
 
     return connect_one
 
 
 def async_connect(
-    dsn: str = "", *, autocommit: bool = False, application_name: str = "poolkit", **kwargs: Any
+    dsn: str = "",
+    *,
+    autocommit: bool = False,
+    application_name: str = "poolkit",
+    connection_class: type[AsyncConn] | None = None,
+    **kwargs: Any,
 ) -> Callable[[ConnectContext], Awaitable[AsyncConn]]:
     """:func:`connect` for :class:`~poolkit.AsyncPool`: ``psycopg.AsyncConnection.connect``."""
+    cls = _connection_class(connection_class, psycopg.AsyncConnection, "async_connect")
 
     async def connect_one(ctx: ConnectContext) -> AsyncConn:
-        return await psycopg.AsyncConnection.connect(
+        return await cls.connect(
             dsn, autocommit=autocommit, application_name=application_name, **kwargs
         )
 
     return connect_one
+
+
+def _connection_class(given: type[_C] | None, base: type[_C], builder: str) -> type[_C]:
+    if given is None:
+        return base
+    if not (isinstance(given, type) and issubclass(given, base)):
+        raise TypeError(
+            f"{builder}(connection_class=...) must be psycopg.{base.__name__} or a subclass, "
+            f"got {given!r}"
+        )
+    return given
 
 
 def _reset_query(reset: bool | str) -> str | None:
@@ -135,35 +164,54 @@ def _reset_query(reset: bool | str) -> str | None:
     if reset is False:
         return None
     if not isinstance(reset, str):
-        raise TypeError(f"reset must be True, False or a query, not {type(reset).__name__}")
+        raise TypeError(
+            "reset must be True, False, a query or a function of the connection, not "
+            f"{type(reset).__name__}"
+        )
     return reset
 
 
 #: what a ``Pool`` and an ``AsyncPool`` of psycopg connections run: (the "closed" check, the
-#: "ping" check, the reset maker, the end hook)
-_SYNC_KIT: Final = (check_closed, check_ping, make_reset, end)
-_ASYNC_KIT: Final = (async_check_closed, async_check_ping, make_async_reset, async_end)
+#: "ping" check, the reset maker, the end hook, the configure wrapper)
+_SYNC_KIT: Final = (check_closed, check_ping, make_reset, end, remembering)
+_ASYNC_KIT: Final = (
+    async_check_closed,
+    async_check_ping,
+    make_async_reset,
+    async_end,
+    async_remembering,
+)
 
 
 def _hooks(
     kit: tuple[Any, ...],
-    reset: bool | str,
-    check: Check,
+    reset: bool | str | Callable[[Any], Any],
+    check: Check | Callable[[Any], Any],
     check_after: float,
     configure: Callable[[Any], Any] | None,
     autocommit: bool,
     timeout: float | None,
 ) -> Hooks:
     """The hooks of ``kit`` (``_SYNC_KIT`` or ``_ASYNC_KIT``) with these settings."""
-    check_closed_, check_ping_, make_reset_, end_ = kit
+    check_closed_, check_ping_, make_reset_, end_, remembering_ = kit
     checks = {"closed": check_closed_, "ping": check_ping_, None: None}
-    if check not in checks:
-        raise ValueError(f"check must be 'closed', 'ping' or None, got {check!r}")
+    if callable(check):
+        chosen_check = check
+    elif isinstance(check, str | None) and check in checks:
+        chosen_check = checks[check]
+    else:
+        raise ValueError(
+            f"check must be 'closed', 'ping', None or a function of the connection, got {check!r}"
+        )
+    if callable(reset):  # psycopg_pool's reset callback: after the rollback, instead of a query
+        chosen_reset = make_reset_(None, autocommit=autocommit, then=reset)
+    else:
+        chosen_reset = make_reset_(_reset_query(reset), autocommit=autocommit)
     return Hooks(
-        configure=configure,
-        check=checks[check],
+        configure=remembering_(configure),
+        check=chosen_check,
         check_after=check_after,
-        reset=make_reset_(_reset_query(reset), autocommit=autocommit),
+        reset=chosen_reset,
         end=end_,
         is_broken=is_broken,
         timeout=timeout,
@@ -172,22 +220,28 @@ def _hooks(
 
 def hooks(
     *,
-    reset: bool | str = True,
-    check: Check = "closed",
+    reset: bool | str | Callable[[Conn], Any] = True,
+    check: Check | Callable[[Conn], Any] = "closed",
     check_after: float = 0.0,
     configure: Callable[[Conn], Any] | None = None,
     autocommit: bool = False,
     timeout: float | None = 30.0,
 ) -> Hooks:
     """The :class:`~poolkit.Hooks` for a :class:`~poolkit.Pool` of psycopg connections (see the
-    module's docstring); ``autocommit``: the value the reset gives back."""
+    module's docstring). ``reset``: ``True`` (the default query), ``False`` (roll back only), a
+    query, or a function of the connection run after the rollback (psycopg_pool's ``reset``);
+    ``check``: ``"closed"``, ``"ping"``, ``None`` or a function of the connection that raises
+    when it is unusable (psycopg_pool's ``check``, such as
+    ``psycopg_pool.ConnectionPool.check_connection``); ``configure``: yours, after which the
+    connection's settings are remembered for the reset to give back; ``autocommit``: the value
+    the connections are made with."""
     return _hooks(_SYNC_KIT, reset, check, check_after, configure, autocommit, timeout)
 
 
 def async_hooks(
     *,
-    reset: bool | str = True,
-    check: Check = "closed",
+    reset: bool | str | Callable[[AsyncConn], Awaitable[Any]] = True,
+    check: Check | Callable[[AsyncConn], Awaitable[Any]] = "closed",
     check_after: float = 0.0,
     configure: Callable[[AsyncConn], Awaitable[Any]] | None = None,
     autocommit: bool = False,
@@ -197,27 +251,97 @@ def async_hooks(
     return _hooks(_ASYNC_KIT, reset, check, check_after, configure, autocommit, timeout)
 
 
+def _connect_kwargs(
+    builder: str,
+    dsn: str,
+    conninfo: str | None,
+    kwargs: dict[str, Any] | None,
+    more: dict[str, Any],
+) -> tuple[str, dict[str, Any]]:
+    """The DSN and ``psycopg.connect``'s keywords: ``connect_kwargs`` and psycopg_pool's
+    ``kwargs=`` dict together (a name in both is refused), ``conninfo=`` as psycopg_pool's name
+    of the DSN; psycopg_pool keywords that mean nothing here refused. (``autocommit`` and
+    ``application_name`` in ``kwargs=`` are the builder's own arguments: it takes them out.)"""
+    refuse_elsewhere(builder, more)
+    if conninfo is not None:
+        if dsn:
+            raise TypeError(f"{builder}() got the DSN twice: as dsn and as conninfo=")
+        dsn = conninfo
+    if kwargs is None:
+        return dsn, more
+    if not isinstance(kwargs, dict):
+        raise TypeError(f"{builder}(kwargs=...) must be a dict of connect keywords, got {kwargs!r}")
+    refuse_elsewhere(builder, kwargs)
+    twice = sorted(set(kwargs) & set(more))
+    if twice:
+        raise TypeError(f"{builder}() got {', '.join(twice)} both in kwargs= and as keywords")
+    return dsn, {**kwargs, **more}
+
+
 def create_pool(
     dsn: str = "",
     *,
     options: PoolOptions | None = None,
-    reset: bool | str = True,
-    check: Check = "closed",
+    listeners: Iterable[Listener] = (),
+    reset: bool | str | Callable[[Conn], Any] = True,
+    check: Check | Callable[[Conn], Any] = "closed",
     check_after: float = 0.0,
     configure: Callable[[Conn], Any] | None = None,
     hooks_timeout: float | None = 30.0,
     autocommit: bool = False,
     application_name: str = "poolkit",
     address: str | None = None,
+    # psycopg_pool.ConnectionPool's own keywords (see _psycopg_pool_args)
+    conninfo: str | None = None,
+    kwargs: dict[str, Any] | None = None,
+    connection_class: type[Conn] | None = None,
+    min_size: int = DEFAULT,
+    max_size: int | None = DEFAULT,
+    timeout: float | None = DEFAULT,
+    max_waiting: int = DEFAULT,
+    max_lifetime: float | None = DEFAULT,
+    max_idle: float | None = DEFAULT,
+    num_workers: int = DEFAULT,
+    open: bool | None = None,  # (psycopg_pool's name)
     **connect_kwargs: Any,
 ) -> Pool[Conn]:
     """A ready :class:`~poolkit.Pool` of psycopg connections with the :func:`hooks` set.
 
-    ``options``: the pool's :class:`~poolkit.PoolOptions`, ``hooks`` unset (the other arguments
-    set it: see :func:`hooks`; ``hooks_timeout`` is ``Hooks.timeout``). ``connect_kwargs`` go to
-    ``psycopg.connect`` (libpq's own ``options`` parameter goes in the DSN:
-    ``...?options=-csearch_path%3Dapp``). One connection is made before the pool is returned, so
-    a wrong DSN or password fails here (and the pool is closed)."""
+    It takes psycopg_pool's ``ConnectionPool`` arguments, so that ``ConnectionPool(conninfo,
+    ...)`` -> ``create_pool(conninfo, ...)`` is the whole move, with psycopg_pool's defaults: a
+    pool of ``min_size=4`` connections kept open, ``max_size`` None (= ``min_size``), ``timeout``
+    30 s to wait for a connection (``PoolOptions.wait_queue_timeout``), ``max_waiting`` 0 (no
+    limit), ``max_lifetime`` 3600 s, ``max_idle`` 600 s (``max_idle_time``, for connections above
+    ``min_size``), ``num_workers`` 3 (``max_connecting``: connects at once); ``kwargs=``: more
+    ``psycopg.connect`` keywords; ``connection_class``: a ``psycopg.Connection`` subclass;
+    ``configure``, ``check`` and ``reset`` as functions of the connection (see :func:`hooks`);
+    ``open=False``: the pool is returned paused with no connection made (``pool.ready()``, or
+    ``with pool:``, opens it). ``name``, ``close_returns``, ``reconnect_timeout`` and
+    ``reconnect_failed`` raise a ``TypeError`` saying what to use instead.
+
+    ``options``: a :class:`~poolkit.PoolOptions` instead of those defaults (poolkit's own: see
+    it), which the psycopg_pool keywords given override; its ``hooks`` unset (the other
+    arguments set them: see :func:`hooks`; ``hooks_timeout`` is ``Hooks.timeout``).
+    ``listeners``: the pool's event listeners. ``connect_kwargs`` go to ``psycopg.connect``
+    (libpq's own ``options`` parameter goes in the DSN: ``...?options=-csearch_path%3Dapp``).
+    One connection is made before the pool is returned, so a wrong DSN or password fails here
+    (and the pool is closed)."""
+    dsn, connect_kwargs = _connect_kwargs("create_pool", dsn, conninfo, kwargs, connect_kwargs)
+    autocommit = connect_kwargs.pop("autocommit", autocommit)
+    application_name = connect_kwargs.pop("application_name", application_name)
+    sizes = pool_options(
+        "create_pool",
+        options,
+        {
+            "min_size": min_size,
+            "max_size": max_size,
+            "timeout": timeout,
+            "max_waiting": max_waiting,
+            "max_lifetime": max_lifetime,
+            "max_idle": max_idle,
+            "num_workers": num_workers,
+        },
+    )
     chosen = hooks(
         reset=reset,
         check=check,
@@ -226,12 +350,21 @@ def create_pool(
         autocommit=autocommit,
         timeout=hooks_timeout,
     )
-    pool = Pool(
-        connect(dsn, autocommit=autocommit, application_name=application_name, **connect_kwargs),
-        address=address or shown_address(conninfo_to_dict(dsn, **connect_kwargs)),
-        options=with_hooks(options, chosen, "create_pool"),
+    connect_one = connect(
+        dsn,
+        autocommit=autocommit,
+        application_name=application_name,
+        connection_class=connection_class,
+        **connect_kwargs,
     )
-    ready_sync(pool)
+    pool = Pool(
+        connect_one,
+        address=address or shown_address(conninfo_to_dict(dsn, **connect_kwargs)),
+        options=with_hooks(sizes, chosen, "create_pool"),
+        listeners=listeners,
+    )
+    if open is not False:
+        ready_sync(pool)
     return pool
 
 
@@ -239,19 +372,51 @@ def create_async_pool(
     dsn: str = "",
     *,
     options: PoolOptions | None = None,
-    reset: bool | str = True,
-    check: Check = "closed",
+    listeners: Iterable[Listener] = (),
+    reset: bool | str | Callable[[AsyncConn], Awaitable[Any]] = True,
+    check: Check | Callable[[AsyncConn], Awaitable[Any]] = "closed",
     check_after: float = 0.0,
     configure: Callable[[AsyncConn], Awaitable[Any]] | None = None,
     hooks_timeout: float | None = 30.0,
     autocommit: bool = False,
     application_name: str = "poolkit",
     address: str | None = None,
+    # psycopg_pool.AsyncConnectionPool's own keywords (see _psycopg_pool_args)
+    conninfo: str | None = None,
+    kwargs: dict[str, Any] | None = None,
+    connection_class: type[AsyncConn] | None = None,
+    min_size: int = DEFAULT,
+    max_size: int | None = DEFAULT,
+    timeout: float | None = DEFAULT,
+    max_waiting: int = DEFAULT,
+    max_lifetime: float | None = DEFAULT,
+    max_idle: float | None = DEFAULT,
+    num_workers: int = DEFAULT,
+    open: bool | None = None,  # (psycopg_pool's name)
     **connect_kwargs: Any,
 ) -> PoolStarter[AsyncConn]:
-    """:func:`create_pool` for asyncio: ``await create_async_pool(dsn)`` is a ready
-    :class:`~poolkit.AsyncPool` of ``psycopg.AsyncConnection`` (``async with`` it closes the pool
-    at the end of the block)."""
+    """:func:`create_pool` for asyncio, with psycopg_pool's ``AsyncConnectionPool`` arguments
+    and defaults: ``await create_async_pool(dsn)`` is a ready :class:`~poolkit.AsyncPool` of
+    ``psycopg.AsyncConnection`` (``async with`` it closes the pool at the end of the block;
+    ``open=False``: paused, ``pool.ready()`` opens it)."""
+    dsn, connect_kwargs = _connect_kwargs(
+        "create_async_pool", dsn, conninfo, kwargs, connect_kwargs
+    )
+    autocommit = connect_kwargs.pop("autocommit", autocommit)
+    application_name = connect_kwargs.pop("application_name", application_name)
+    sizes = pool_options(
+        "create_async_pool",
+        options,
+        {
+            "min_size": min_size,
+            "max_size": max_size,
+            "timeout": timeout,
+            "max_waiting": max_waiting,
+            "max_lifetime": max_lifetime,
+            "max_idle": max_idle,
+            "num_workers": num_workers,
+        },
+    )
     chosen = async_hooks(
         reset=reset,
         check=check,
@@ -260,15 +425,21 @@ def create_async_pool(
         autocommit=autocommit,
         timeout=hooks_timeout,
     )
-    options = with_hooks(options, chosen, "create_async_pool")
+    pool_options_ = with_hooks(sizes, chosen, "create_async_pool")
     connect_one = async_connect(
-        dsn, autocommit=autocommit, application_name=application_name, **connect_kwargs
+        dsn,
+        autocommit=autocommit,
+        application_name=application_name,
+        connection_class=connection_class,
+        **connect_kwargs,
     )
     shown = address or shown_address(conninfo_to_dict(dsn, **connect_kwargs))
+    listener_list = list(listeners)
 
     async def start() -> AsyncPool[AsyncConn]:
-        pool = AsyncPool(connect_one, address=shown, options=options)
-        await ready_async(pool)
+        pool = AsyncPool(connect_one, address=shown, options=pool_options_, listeners=listener_list)
+        if open is not False:
+            await ready_async(pool)
         return pool
 
     return PoolStarter(start)

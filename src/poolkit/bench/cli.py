@@ -18,6 +18,7 @@ import sys
 from collections.abc import Callable
 from typing import NoReturn
 
+from .._install import pip_install
 from .config import BenchUsageError, RunConfig, Sweep, parse_duration, parse_sweep, parse_target
 
 __all__ = ["main"]
@@ -178,7 +179,8 @@ def parser() -> argparse.ArgumentParser:
         default=None,
         metavar="NAME=VALUES",
         help="one run per value: max_size=1,2,4,8 or 1..8 or 1..64:x2 (also "
-        "min_size, max_connecting, concurrency)",
+        "min_size, max_connecting, concurrency); recommends the smallest value within 5%% of "
+        "the best throughput whose callers wait no longer for a connection than they hold one",
     )
     r.add_argument(
         "--plot",
@@ -226,6 +228,12 @@ def _config(args: argparse.Namespace) -> tuple[RunConfig, Sweep | None]:
     sweep = parse_sweep(args.sweep) if args.sweep is not None else None
     if sweep is not None and sweep.param == "min_size" and max(sweep.values) > config.max_size:
         raise BenchUsageError("--sweep min_size: every value must be <= --max-size")
+    if sweep is not None:
+        for value in sweep.values:
+            try:
+                config.with_value(sweep.param, value).check()  # (its options' own bounds)
+            except BenchUsageError as exc:
+                raise BenchUsageError(f"--sweep {sweep.param}={value}: {exc}") from None
     if args.plot is not None and sweep is None:
         raise BenchUsageError("--plot draws a sweep: add --sweep NAME=VALUES")
     return config, sweep
@@ -238,9 +246,9 @@ def bench(argv: list[str]) -> int:
     except BenchUsageError as exc:
         return _fail(str(exc), 2)
     if args.plot is not None and importlib.util.find_spec("matplotlib") is None:
-        return _fail("--plot needs matplotlib: pip install 'poolkit[plot]'", 2)
+        return _fail(f"--plot needs matplotlib: {pip_install('plot')}", 2)
     if not args.json and importlib.util.find_spec("rich") is None:
-        return _fail("the display needs rich: pip install 'poolkit[bench]' (or use --json)", 2)
+        return _fail(f"the display needs rich: {pip_install('bench')} (or use --json)", 2)
 
     from .runner import BenchError, Interrupt, QuietSink, Sink, run_bench
 

@@ -15,6 +15,7 @@ import re
 import urllib.parse
 from typing import Literal
 
+from ..testing.sim.protocol import MAX_PAYLOAD
 from ..testing.sim.settings import ServiceTime, SimSettings
 
 __all__ = [
@@ -28,6 +29,10 @@ __all__ = [
 ]
 
 TargetKind = Literal["sim", "postgresql", "redis", "tcp", "mongodb"]
+#: the most tasks (asyncio) and threads (``--threads``) one worker process runs: ``--concurrency``
+#: is per process, and ``--processes`` (at most 64) multiplies it
+MAX_TASKS = 10_000
+MAX_THREADS = 1_000
 SWEEPABLE = ("max_size", "min_size", "max_connecting", "concurrency")
 
 
@@ -59,6 +64,20 @@ class Target:
     host: str = ""
     port: int = 0
 
+
+#: the ``--sim`` / ``sim://?`` names the help and docs/bench.md document (the others in
+#: ``_SIM_KEYS`` are accepted aliases: SimSettings' own field names)
+SIM_NAMES = (
+    "service_time",
+    "handshake",
+    "concurrency",
+    "max_connections",
+    "streams",
+    "drop_requests",
+    "drop_connections",
+    "goaway_after",
+    "seed",
+)
 
 _SIM_KEYS: dict[str, str] = {
     "service_time": "service_time",
@@ -107,7 +126,7 @@ def sim_settings(pairs: dict[str, str]) -> SimSettings:
     for key, text in {**SIM_DEFAULTS, **pairs}.items():
         name = _SIM_KEYS.get(key)
         if name is None:
-            known = ", ".join(sorted(k for k in _SIM_KEYS if k in _SIM_KEYS.values()))
+            known = ", ".join(SIM_NAMES)
             raise BenchUsageError(f"sim setting {key!r} is unknown (known: {known})")
         try:
             if name == "service_time":
@@ -138,11 +157,25 @@ def _mask(parts: urllib.parse.SplitResult) -> str:
     return parts._replace(netloc=f"{user}:***@{netloc}").geturl()
 
 
+def _check_port(parts: urllib.parse.SplitResult) -> None:
+    """A port that is not a number 0-65535 is the target's error, said now (on one line, the
+    password masked), not the driver's ``ValueError`` later."""
+    try:
+        _ = parts.port
+    except ValueError:
+        port = parts.netloc.rsplit("@", 1)[-1].rsplit("]", 1)[-1].rpartition(":")[2]
+        raise BenchUsageError(
+            f"target {_mask(parts)!r}: the port {port!r} is not a number from 0 to 65535"
+        ) from None
+
+
 def parse_target(text: str, sim_pairs: dict[str, str] | None = None) -> Target:
     """``sim://[?key=value&...]``, ``postgresql://...`` (or ``postgres://``), ``redis://...``
     (or ``rediss://``), ``tcp://host:port``."""
     parts = urllib.parse.urlsplit(text)
     scheme = parts.scheme.lower()
+    if scheme != "sim":
+        _check_port(parts)
     if scheme == "sim":
         if parts.netloc:
             raise BenchUsageError(
@@ -174,8 +207,8 @@ def parse_target(text: str, sim_pairs: dict[str, str] | None = None) -> Target:
         except ValueError:
             port = None
         if not parts.hostname or port is None:
-            raise BenchUsageError(f"target {text!r}: tcp targets are tcp://HOST:PORT")
-        return Target("tcp", text, text, host=parts.hostname, port=port)
+            raise BenchUsageError(f"target {_mask(parts)!r}: tcp targets are tcp://HOST:PORT")
+        return Target("tcp", text, _mask(parts), host=parts.hostname, port=port)
     raise BenchUsageError(
         f"target {text!r}: unknown scheme (use sim://, postgresql://, redis://, mongodb:// or "
         "tcp://)"
@@ -275,6 +308,15 @@ class RunConfig:
         """Raise :class:`BenchUsageError` for values no run can use."""
         rules: list[tuple[bool, str]] = [
             (self.concurrency >= 1, "--concurrency must be >= 1"),
+            (
+                self.concurrency <= MAX_TASKS,
+                f"--concurrency must be <= {MAX_TASKS} (tasks per process; more: --processes)",
+            ),
+            (
+                not self.threads or self.concurrency <= MAX_THREADS,
+                f"--concurrency must be <= {MAX_THREADS} with --threads (threads per process; "
+                "more: --processes)",
+            ),
             (self.processes >= 1, "--processes must be >= 1"),
             (self.processes <= 64, "--processes must be <= 64"),
             (self.max_size >= 1, "--max-size must be >= 1"),
@@ -288,6 +330,11 @@ class RunConfig:
                 self.wait_queue_timeout is None or self.wait_queue_timeout > 0,
                 "--wait-timeout must be > 0, or 'none' to wait without limit (with 0 no checkout "
                 "could wait: only idle connections would be served)",
+            ),
+            (
+                self.payload <= MAX_PAYLOAD,
+                f"--payload must be <= {MAX_PAYLOAD} (16 MiB, the embedded server's largest "
+                "request)",
             ),
             (self.connect_timeout > 0, "--connect-timeout must be > 0"),
             (self.op_timeout > 0, "--op-timeout must be > 0"),

@@ -4,8 +4,16 @@ document (schema in ``docs/bench.md``; its version is :data:`SCHEMA`).
 Rules of this module
 --------------------
 * Times in results are milliseconds, rates operations per second.
-* The recommendation is the smallest value whose throughput is within :data:`WITHIN` of the
-  best, among the runs with at most :data:`ERROR_BUDGET` errors; it always says why.
+* The recommendation weighs throughput and checkout waits, as a person sizing a pool does:
+  among the runs with at most :data:`ERROR_BUDGET` errors whose throughput is within
+  :data:`WITHIN` of the best, the smallest value whose callers wait no longer for a connection
+  than they hold one (median checkout wait <= median operation time, or under
+  :data:`WAIT_FLOOR`); if none does, the one whose callers wait least. It always says why.
+* Why waits: with a fixed number of callers, a pool too small for them can reach the same
+  throughput (each operation is quicker when fewer run at once), but its callers queue in the
+  pool: every request pays the wait, one slow operation holds up all the callers behind it,
+  and a burst above the measured load meets ``wait_queue_timeout``. Past the size where the
+  wait falls below the operation time, more connections only move the queue to the server.
 """
 
 from __future__ import annotations
@@ -22,6 +30,9 @@ __all__ = ["SCHEMA", "BenchResult", "PointResult", "Recommendation", "recommend"
 SCHEMA = "poolkit.bench/1"
 WITHIN = 0.05
 ERROR_BUDGET = 0.01
+#: a median checkout wait this short (seconds) never counts against a run: the pool's own
+#: hand-off costs about that much
+WAIT_FLOOR = 1e-4
 
 
 def _ms(h: Histogram) -> dict[str, float]:
@@ -115,10 +126,22 @@ class Recommendation:
         }
 
 
+def _waits(p: PointResult) -> tuple[float, float]:
+    """Median checkout wait and median operation time, seconds."""
+    return p.tally.wait.quantile(0.5), p.tally.latency.quantile(0.5)
+
+
+def _calm(p: PointResult) -> bool:
+    """Its callers wait no longer for a connection than they hold one (see the module rules)."""
+    wait, held = _waits(p)
+    return wait <= max(held, WAIT_FLOOR)
+
+
 def recommend(
     param: str, points: list[PointResult], partial: bool = False
 ) -> Recommendation | None:
-    """The smallest ``param`` within 5 % of the best throughput (see the module rules)."""
+    """The smallest ``param`` within 5 % of the best throughput whose callers wait no longer
+    for a connection than they hold one (see the module rules)."""
     done = [p for p in points if not p.interrupted and p.seconds > 0]
     clean = [p for p in done if p.error_fraction <= ERROR_BUDGET] or done
     if not clean:
@@ -126,16 +149,39 @@ def recommend(
     best = max(clean, key=lambda p: p.throughput)
     if best.throughput <= 0:
         return None
-    chosen = min(
+    fast = sorted(
         (p for p in clean if p.throughput >= (1 - WITHIN) * best.throughput),
         key=lambda p: p.value(param),
     )
+    calm = [p for p in fast if _calm(p)]
+    chosen = calm[0] if calm else min(fast, key=lambda p: (_waits(p)[0], p.value(param)))
     share = chosen.throughput / best.throughput
-    reason = (
-        f"{param}={chosen.value(param)} is the smallest value within {WITHIN:.0%} of the best "
-        f"throughput: {chosen.throughput:,.0f} ops/s, {share:.0%} of {best.throughput:,.0f} ops/s "
-        f"at {param}={best.value(param)}"
+    wait, held = (t * 1e3 for t in _waits(chosen))
+    if calm:
+        reason = (
+            f"{param}={chosen.value(param)} is the smallest value within {WITHIN:.0%} of the "
+            f"best throughput whose callers wait no longer for a connection than they hold one: "
+        )
+    else:
+        reason = (
+            f"{param}={chosen.value(param)} is, within {WITHIN:.0%} of the best throughput, the "
+            f"value whose callers wait least for a connection (none waits less than it holds "
+            f"one: try larger values): "
+        )
+    reason += (
+        f"{chosen.throughput:,.0f} ops/s, {share:.0%} of {best.throughput:,.0f} ops/s at "
+        f"{param}={best.value(param)}; checkout wait p50 {wait:.2f} ms, operation p50 "
+        f"{held:.2f} ms"
     )
+    queued = [p for p in fast if p.value(param) < chosen.value(param) and not _calm(p)]
+    if queued:
+        first = queued[0]
+        q_wait, q_held = (t * 1e3 for t in _waits(first))
+        reason += (
+            f"; {param}={first.value(param)} reaches that throughput too, but its callers queue "
+            f"in the pool (wait p50 {q_wait:.2f} ms against {q_held:.2f} ms with the "
+            "connection): every request pays the wait and one slow operation holds up the rest"
+        )
     larger = [p for p in clean if p.value(param) > chosen.value(param)]
     if larger:
         top = max(larger, key=lambda p: p.value(param))
@@ -145,8 +191,10 @@ def recommend(
         p99_top, p99_chosen = (p.tally.latency.quantile(0.99) * 1e3 for p in (top, chosen))
         if p99_top > p99_chosen:
             costs.append(f"time per operation (p99 {p99_top:.2f} ms vs {p99_chosen:.2f} ms)")
-        reason += f"; more ({param}={top.value(param)}) adds no throughput" + (
-            f", only {' and '.join(costs)}" if costs else ""
+        gain = top.throughput / chosen.throughput - 1 if chosen.throughput else 0.0
+        adds = "adds no throughput" if gain < WITHIN else f"adds {gain:.0%} throughput"
+        reason += f"; more ({param}={top.value(param)}) {adds}" + (
+            f", and costs {' and '.join(costs)}" if costs else ""
         )
     if len(clean) < len(done):
         reason += f"; runs with more than {ERROR_BUDGET:.0%} errors were left out"

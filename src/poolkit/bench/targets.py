@@ -25,6 +25,7 @@ from typing import Any
 from ..options import Hooks
 from ..testing.sim import (
     SimConnection,
+    SimGoingAwayError,
     SimSocketConnection,
     sim_check,
     sim_connect,
@@ -70,6 +71,9 @@ class Workload:
     address = ""
     #: the pool's ``load_balanced`` (connections carry a service id)
     load_balanced = False
+    #: what ``*_op`` raises for a request the target refused before it was sent: the operation
+    #: is retried on another checkout (as an HTTP/2 client retries a request a GOAWAY refused)
+    retryable: tuple[type[BaseException], ...] = ()
 
     def async_connect(self) -> Connect:
         raise NotImplementedError
@@ -97,6 +101,8 @@ def _sim_async_check(conn: SimConnection) -> None:
 
 
 class SimWorkload(Workload):
+    retryable = (SimGoingAwayError,)
+
     def __init__(self, config: RunConfig) -> None:
         self.host, self.port = config.target.host, config.target.port
         self.address = f"{self.host}:{self.port}"

@@ -12,15 +12,24 @@ Rules of this module
   and sends its final report (Ctrl-C then closes every connection).
 * An operation is counted when it ends inside the measured phase; the wait (checkout) and the
   operation are timed separately.
-* The pool is used as an application uses it: ``pool.connection()``, nothing private.
+* The pool is used as an application uses it: ``pool.connection()`` (with ``--no-hooks``, where
+  no ``is_broken`` hook judges an error, ``checkout()`` and ``discard()`` after a failed
+  operation, as an application without one must: a broken connection is never reused), nothing
+  private.
+* A task that fails operations in a row pauses before the next (:func:`backoff_delay`): a dead
+  target is not hammered, and an error of one operation costs no pause.
+* An operation the target refused before it was sent (``Workload.retryable``: a ``GOAWAY`` seen
+  between the checkout and the request) is retried on another checkout, not counted as an error.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import threading
 import time
+from collections.abc import AsyncIterator, Iterator
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -31,9 +40,21 @@ from .config import RunConfig
 from .measure import Gauges, Tally, WorkerReport
 from .targets import Workload, workload
 
-__all__ = ["TICK", "pool_options", "worker_main"]
+__all__ = ["TICK", "backoff_delay", "pool_options", "worker_main"]
 
 TICK = 0.2
+#: the longest pause of a task after failures in a row (a target back up is used again within it)
+MAX_BACKOFF = 0.25
+#: attempts of one operation the target refused before it was sent (``Workload.retryable``)
+ATTEMPTS = 3
+
+
+def backoff_delay(failures: int) -> float:
+    """Seconds a task pauses after ``failures`` failed operations in a row: none after the first
+    (one operation's error), then 1 ms, doubling up to :data:`MAX_BACKOFF`."""
+    if failures < 2:
+        return 0.0
+    return min(0.001 * (1 << min(failures - 2, 16)), MAX_BACKOFF)
 
 
 def pool_options(config: RunConfig, target: Workload) -> PoolOptions:
@@ -179,20 +200,39 @@ async def _run_async(config: RunConfig, index: int, channel: Connection) -> None
         clock = _Clock(config, _share(config, index))
         op = target.async_op
         run_clock = clock
+        retryable = target.retryable
+        use = pool.connection if config.hooks else _discarding_async(pool)
+
+        async def attempt() -> float:
+            """One operation; when it had its connection."""
+            for tries_left in range(ATTEMPTS - 1, -1, -1):
+                async with use() as conn:
+                    t1 = time.perf_counter()
+                    try:
+                        await op(conn)
+                    except retryable:
+                        if not tries_left:
+                            raise
+                        continue
+                    return t1
+            raise AssertionError("not reached")
 
         async def repeat() -> None:
             perf = time.perf_counter
             think = config.think
+            failures = 0
             while (measured := run_clock.start()) is not None:
                 t0 = perf()
                 try:
-                    async with pool.connection() as conn:
-                        t1 = perf()
-                        await op(conn)
+                    t1 = await attempt()
                 except Exception as exc:
                     run_clock.failed(measured, exc)
+                    failures += 1
+                    if pause := backoff_delay(failures):
+                        await asyncio.sleep(pause)
                 else:
                     run_clock.ended(measured, t0, t1, perf())
+                    failures = 0
                 if think:
                     await asyncio.sleep(think)
 
@@ -242,10 +282,27 @@ def _run_threads(config: RunConfig, index: int, channel: Connection) -> None:
         lock = threading.Lock()  # guards the clock's tallies (threads record, the loop copies)
         op = target.sync_op
         run_clock = clock
+        retryable = target.retryable
+        use = pool.connection if config.hooks else _discarding(pool)
+
+        def attempt() -> float:
+            """One operation; when it had its connection."""
+            for tries_left in range(ATTEMPTS - 1, -1, -1):
+                with use() as conn:
+                    t1 = time.perf_counter()
+                    try:
+                        op(conn)
+                    except retryable:
+                        if not tries_left:
+                            raise
+                        continue
+                    return t1
+            raise AssertionError("not reached")
 
         def repeat() -> None:
             perf = time.perf_counter
             think = config.think
+            failures = 0
             while True:
                 with lock:
                     measured = run_clock.start()
@@ -253,16 +310,18 @@ def _run_threads(config: RunConfig, index: int, channel: Connection) -> None:
                     return
                 t0 = perf()
                 try:
-                    with pool.connection() as conn:
-                        t1 = perf()
-                        op(conn)
+                    t1 = attempt()
                 except Exception as exc:
                     with lock:
                         run_clock.failed(measured, exc)
+                    failures += 1
+                    if pause := backoff_delay(failures):
+                        time.sleep(pause)
                 else:
                     t2 = perf()
                     with lock:
                         run_clock.ended(measured, t0, t1, t2)
+                    failures = 0
                 if think:
                     time.sleep(think)
 
@@ -295,3 +354,36 @@ def _run_threads(config: RunConfig, index: int, channel: Connection) -> None:
             gauges = _gauges(pool.stats(), gauges)
             left = pool.stats().total
             channel.send(("report", _report(index, clock, gauges, final=True, left=left)))
+
+
+def _discarding_async(pool: AsyncPool[Any]) -> Any:
+    """``pool.connection()`` for a pool without hooks: a connection whose operation raised is
+    discarded, not given back (nothing else can tell whether it still works)."""
+
+    @contextlib.asynccontextmanager
+    async def use() -> AsyncIterator[Any]:
+        lease = await pool.checkout()
+        try:
+            yield lease.connection
+        except BaseException as exc:
+            lease.discard(exc)
+            raise
+        lease.release()
+
+    return use
+
+
+def _discarding(pool: Pool[Any]) -> Any:
+    """:func:`_discarding_async` for the threaded pool."""
+
+    @contextlib.contextmanager
+    def use() -> Iterator[Any]:
+        lease = pool.checkout()
+        try:
+            yield lease.connection
+        except BaseException as exc:
+            lease.discard(exc)
+            raise
+        lease.release()
+
+    return use

@@ -30,10 +30,9 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-import bson.errors  # (pymongo's: the extra; .wire names it when missing)
-
 from .._frontend import ConnectContext, Established, check_timeout
 from ..backends.tcp import check as check_socket
+from ._bson import bson
 from .auth import Credentials, Speculation, authenticate, authenticate_async
 from .errors import HandshakeError, LoadBalancerUnsupportedError, NetworkError, OperationFailure
 from .handshake import client_metadata, hello_command, opening_hello

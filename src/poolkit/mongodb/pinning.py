@@ -31,12 +31,11 @@ import uuid
 from collections.abc import Mapping
 from typing import Any, Generic, TypeVar
 
-import bson  # (pymongo's: the extra; .wire names it when missing)
-
 from .._base import PoolBase
 from .._frontend import Lease, check_timeout
 from ..errors import WaitQueueTimeoutError
 from ..stats import PoolStats
+from ._bson import bson
 from .checks import (
     PURPOSES,
     Purpose,

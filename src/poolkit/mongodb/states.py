@@ -31,8 +31,7 @@ import collections
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-import bson  # (pymongo's: the extra; .wire names it when missing)
-
+from ._bson import bson
 from .errors import InvalidOperationError, MongoError, NetworkError
 
 if TYPE_CHECKING:

@@ -19,12 +19,7 @@ import struct
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-try:
-    import bson
-except ImportError as exc:  # pragma: no cover - the extra is installed in the tests
-    raise ImportError(
-        "poolkit.mongodb's connections need pymongo's bson: pip install 'poolkit[mongodb]'"
-    ) from exc
+from ._bson import bson
 
 __all__ = [
     "MAX_MESSAGE_SIZE",

@@ -240,7 +240,9 @@ def sim_connect(
 
 def sim_is_broken(conn: object, error: BaseException) -> bool:
     """The pools' ``Hooks(is_broken=...)`` for sim connections: an error of the connection
-    (reset, closed, timeout mid-request, GOAWAY) breaks it; a refused stream does not."""
-    if isinstance(error, SimStreamRefusedError):
+    (reset, closed, timeout mid-request) breaks it; a refused stream does not, nor a request not
+    sent after ``GOAWAY`` (the connection drains: the pool, told by the connect function, closes
+    it at its last check-in, while the other leases' requests finish)."""
+    if isinstance(error, SimStreamRefusedError | SimGoingAwayError):
         return False
     return isinstance(error, OSError | EOFError | ProtocolError)

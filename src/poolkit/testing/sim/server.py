@@ -13,6 +13,11 @@ Rules of this module
   except :meth:`SimServer.stats`, which only reads counters.
 * The concurrency limit is FIFO across all connections: a request is served in arrival order.
 * A dropped request or connection is reset (``SO_LINGER`` 0, then closed), never answered.
+* ``GOAWAY`` drains: it goes out before the response that set it off (the client knows before
+  it can reuse the connection), requests that arrive after it (sent before the client read it)
+  are served, and the connection closes once it has had nothing in flight for
+  :data:`GOAWAY_GRACE` seconds (or when the client closes it), so that no request in transit
+  meets a closed socket.
 """
 
 from __future__ import annotations
@@ -33,6 +38,9 @@ from .settings import SimSettings, SimStats, draw_service_time
 __all__ = ["SimServer"]
 
 LOCALHOST = "127.0.0.1"
+#: seconds a connection that announced ``GOAWAY`` stays open with nothing in flight, for the
+#: requests its client sent before reading the ``GOAWAY``
+GOAWAY_GRACE = 0.05
 
 
 def check_host(host: str, what: str) -> None:
@@ -98,6 +106,8 @@ class _Session:
         self.served = 0
         self.going_away = False
         self.closed = False
+        #: the timer that closes a going-away connection left with nothing in flight
+        self.closer: asyncio.TimerHandle | None = None
         #: stream id -> the timer that answers it, and whether it still holds a core
         self.timers: dict[int, tuple[asyncio.TimerHandle, bool]] = {}
 
@@ -106,6 +116,9 @@ class _Session:
             self.writer.write(encode(kind, stream_id, payload))
 
     def close(self) -> None:
+        if self.closer is not None:
+            self.closer.cancel()
+            self.closer = None
         if not self.closed:
             self.closed = True
             self.writer.close()
@@ -283,9 +296,7 @@ class SimServer(LoopbackServer):
             reset(session.writer)
             return
         refusal = None
-        if session.going_away:
-            refusal = "the connection is going away"
-        elif stream_id in session.in_flight:
+        if stream_id in session.in_flight:
             refusal = f"stream {stream_id} is already in flight"
         elif len(session.in_flight) >= self._max_streams:
             refusal = f"over the stream limit of {self._max_streams}"
@@ -294,6 +305,9 @@ class SimServer(LoopbackServer):
             session.send(FrameType.STREAM_REFUSED, stream_id, refusal.encode())
             return
         session.in_flight.add(stream_id)
+        if session.closer is not None:  # (going away: sent before its client read the GOAWAY)
+            session.closer.cancel()
+            session.closer = None
         service = draw_service_time(self.settings.service_time, self._rng)
         loop = asyncio.get_running_loop()
         now = loop.time()
@@ -322,14 +336,13 @@ class SimServer(LoopbackServer):
         session.in_flight.discard(stream_id)
         if session.closed:
             return
-        session.send(FrameType.RESPONSE, stream_id, payload)
-        self._counts["served"] += 1
         session.served += 1
         after = self.settings.goaway_after_requests
-        if after is not None and session.served >= after:
+        if after is not None and session.served >= after:  # (announced before this answer)
             self._goaway(session, f"served {after} requests")
-        elif session.going_away and not session.in_flight:
-            session.close()
+        session.send(FrameType.RESPONSE, stream_id, payload)
+        self._counts["served"] += 1
+        self._close_when_drained(session)
 
     def _goaway(self, session: _Session, reason: str) -> None:
         if session.going_away or session.closed:
@@ -337,5 +350,17 @@ class SimServer(LoopbackServer):
         session.going_away = True
         self._counts["goaways"] += 1
         session.send(FrameType.GOAWAY, 0, reason.encode())
+        self._close_when_drained(session)
+
+    def _close_when_drained(self, session: _Session) -> None:
+        """A going-away connection with nothing in flight closes after :data:`GOAWAY_GRACE`
+        seconds, unless a request arrives meanwhile."""
+        if session.going_away and not session.in_flight and session.closer is None:
+            loop = asyncio.get_running_loop()
+            session.closer = loop.call_later(GOAWAY_GRACE, self._close_drained, session)
+
+    @staticmethod
+    def _close_drained(session: _Session) -> None:
+        session.closer = None
         if not session.in_flight:
             session.close()

@@ -111,6 +111,8 @@ def test_options_are_frozen() -> None:
         ("tcp://[::1]:7000", "::1", 7000),
         ("127.0.0.1/test", "127.0.0.1", None),
         ("db.example:5433/test", "db.example", 5433),
+        ("[::1]:5432/test", "::1", 5432),
+        ("a.example:5432,b.example:5433/test", "a.example", 5432),
         ("user:***@db.example:5433", "db.example", 5433),
         ("::1", "::1", None),
     ],

@@ -69,7 +69,7 @@ cached_level: Final = LEVELS.get
 def split_address(address: str) -> tuple[str, int | None]:
     """A pool's address as the log's (serverHost, serverPort): ``"host:port"``, IPv6 in brackets,
     or a URL (``redis://user:***@host:6379/0``: its scheme, user, path and query left out; a
-    path after ``host:port`` too). No
+    path after ``host:port`` too; of several hosts, ``a:5432,b:5433``, the first). No
     port given, none is made up (a pool is not always MongoDB's: its addresses always carry
     one); a path (Unix socket) or a name (``pool-1``) is the host, with no port."""
     if address.startswith("/") or address.endswith(".sock"):
@@ -80,6 +80,7 @@ def split_address(address: str) -> tuple[str, int | None]:
     rest = rest.rpartition("@")[2]  # (user info, its password masked already)
     for end in "/?#":  # (a database, a path, a query: ``host:5433/app``)
         rest = rest.partition(end)[0]
+    rest = rest.partition(",")[0]  # (several hosts, as libpq takes them: the first one)
     if not rest:
         return address, None
     address = rest

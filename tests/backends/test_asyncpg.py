@@ -219,7 +219,8 @@ def test_hooks_are_what_was_asked_for() -> None:
     assert full.is_broken is pk_asyncpg.is_broken
     assert full.check_after == 0
     bare = pk_asyncpg.hooks(reset=False, check=None)
-    assert bare.reset is None and bare.check is None and bare.is_broken is pk_asyncpg.is_broken
+    assert bare.reset is pk_asyncpg.rollback_only  # (reset=False: only a transaction left open)
+    assert bare.check is None and bare.is_broken is pk_asyncpg.is_broken
     assert pk_asyncpg.hooks(check="ping", check_after=5).check is pk_asyncpg.check_ping
     with pytest.raises(ValueError, match="check must be"):
         pk_asyncpg.hooks(check="often")  # type: ignore[arg-type]

@@ -232,3 +232,69 @@ def test_a_login_the_server_refuses_fails_up_front(pg: PgServer) -> None:
 
     run(main)
     assert pg.pids() == []
+
+
+@pytest.mark.parametrize("size", [0, -1])
+def test_a_max_size_asyncpg_refuses_is_refused(size: int) -> None:
+    # (an audit of issue 24: max_size=0 made a pool without a limit, PoolOptions' meaning of 0;
+    # asyncpg.create_pool raises "max_size is expected to be greater than zero")
+    with pytest.raises(ValueError, match="max_size is expected to be greater than zero"):
+        pk_asyncpg.create_pool("postgresql://x@127.0.0.1/test", max_size=size)
+
+
+def test_a_dsn_of_several_hosts_works_as_with_asyncpg(pg: PgServer) -> None:
+    # (an audit of issue 24: the address shown was built with urlsplit(...).port, which raised
+    # "Port could not be cast to integer value as '5432,127.0.0.1:5432'" for a DSN asyncpg takes)
+    host = pg.dsn.split("@", 1)[1].split("/", 1)[0]
+    dsn = pg.dsn.replace(host, f"{host},{host}", 1)
+
+    async def main() -> None:
+        async with pk_asyncpg.create_pool(
+            dsn, min_size=1, max_size=1, application_name=pg.app
+        ) as pool:
+            assert pool.address == f"{host},{host}/test"
+            async with pool.connection() as conn:
+                assert await conn.fetchval("SELECT 1") == 1
+
+    run(main)
+
+
+def test_reset_false_still_rolls_back_a_transaction_left_open(pg: PgServer) -> None:
+    # (an audit of issue 24: with reset=False the next caller's "transaction" was silently a
+    # savepoint inside the last caller's, and its rows never committed)
+    async def main() -> None:
+        async with pk_asyncpg.create_pool(
+            pg.dsn, min_size=1, max_size=1, reset=False, application_name=pg.app
+        ) as pool:
+            async with pool.connection() as conn:
+                await conn.execute("CREATE TABLE IF NOT EXISTS poolkit_rb (x int)")
+                await conn.execute("TRUNCATE poolkit_rb")
+            async with pool.connection() as conn:
+                await conn.transaction().start()  # and left open
+                await conn.execute("INSERT INTO poolkit_rb VALUES (1)")
+            async with pool.connection() as conn:
+                assert not conn.is_in_transaction()
+                async with conn.transaction():
+                    await conn.execute("INSERT INTO poolkit_rb VALUES (2)")
+            async with pool.connection() as conn:
+                assert [tuple(r) for r in await conn.fetch("SELECT x FROM poolkit_rb")] == [(2,)]
+                await conn.execute("DROP TABLE poolkit_rb")
+
+    run(main)
+
+
+def test_reset_false_costs_a_clean_connection_nothing(pg: PgServer) -> None:
+    async def main() -> None:
+        conn = await asyncpg.connect(pg.dsn, server_settings={"application_name": pg.app})
+        try:
+            await conn.execute("SELECT 1")
+            assert pk_asyncpg.rollback_only(conn) is None  # (no round trip, no task)
+            await conn.execute("BEGIN")
+            rollback = pk_asyncpg.rollback_only(conn)
+            assert rollback is not None
+            await rollback
+            assert not conn.is_in_transaction()
+        finally:
+            await conn.close()
+
+    run(main)

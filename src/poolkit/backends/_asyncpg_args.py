@@ -71,6 +71,12 @@ def pool_options(
         return options
     if max_size is None:
         max_size = MAX_SIZE
+    elif isinstance(max_size, int) and not isinstance(max_size, bool) and max_size <= 0:
+        raise ValueError(  # (PoolOptions' 0 means "no limit": asyncpg's pool refuses it)
+            f"{builder}(max_size={max_size}): max_size is expected to be greater than zero, as "
+            "asyncpg.create_pool says (for a pool without a limit: "
+            "options=poolkit.PoolOptions(max_size=0))"
+        )
     if min_size is None:  # (asyncpg's 10, or less to fit a smaller max_size: 0 is no limit)
         min_size = max_size if 0 < max_size < MIN_SIZE else MIN_SIZE
     idle = max_inactive_connection_lifetime

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Awaitable, Callable, Generator
 from typing import Any, Generic, TypeVar
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from .. import AsyncPool, Hooks, Pool, PoolOptions
 
@@ -86,17 +86,56 @@ class PoolStarter(Generic[C]):
 
 
 def shown_address(params: dict[str, Any], default: str = "postgresql") -> str:
-    """``host:port/dbname`` from connection parameters (never a password)."""
-    host = params.get("host") or "localhost"
-    port = f":{params['port']}" if params.get("port") else ""
+    """``host:port/dbname`` from connection parameters (never a password), as libpq reads them:
+    ``host`` and ``port`` may list several (``"a,b"``, one port for all or one each, or lists, as
+    asyncpg takes them); an IPv6 host is bracketed (``[::1]:5432``); a socket folder is shown as
+    it is. Several hosts are shown comma-separated, the first one as the logs' server."""
+    if not params:
+        return default
+    hosts = _listed(params.get("host")) or ["localhost"]
+    ports = _listed(params.get("port"))
+    if len(ports) == 1:
+        ports *= len(hosts)
+    shown = []
+    for i, host in enumerate(hosts):
+        if ":" in host and not host.startswith(("/", "[")):
+            host = f"[{host}]"
+        port = ports[i] if i < len(ports) and ports[i] else ""
+        shown.append(f"{host}:{port}" if port and not host.startswith("/") else host)
     dbname = params.get("dbname") or params.get("database")
-    db = f"/{dbname}" if dbname else ""
-    return f"{host}{port}{db}" if params else default
+    return ",".join(shown) + (f"/{dbname}" if dbname else "")
+
+
+def _listed(value: Any) -> list[str]:
+    """A libpq host or port setting as a list of strings (``"a,b"``, a list, one value)."""
+    if value is None or value == "":
+        return []
+    if isinstance(value, list | tuple):
+        return [str(v) for v in value]
+    return [part.strip() for part in str(value).split(",")]
 
 
 def uri_params(dsn: str | None) -> dict[str, Any]:
-    """host, port and dbname of a ``postgresql://`` URI (``{}`` if there is none)."""
-    if not dsn:
+    """host, port and dbname of a ``postgresql://`` URI (``{}`` if there is none), as libpq reads
+    one: several ``host:port`` in its authority (``a:5432,b:5433``, IPv6 in brackets), and
+    ``host``/``port``/``dbname`` in its query string winning over the authority's."""
+    if not dsn or "://" not in dsn:
         return {}
     parts = urlsplit(dsn)
-    return {"host": parts.hostname, "port": parts.port, "dbname": parts.path.lstrip("/")}
+    hosts: list[str] = []
+    ports: list[str] = []
+    for item in parts.netloc.rpartition("@")[2].split(","):
+        if item.startswith("["):
+            host, _, rest = item[1:].partition("]")
+            port = rest[1:] if rest.startswith(":") else ""
+        else:
+            host, _, port = item.partition(":")
+        hosts.append(unquote(host))
+        ports.append(port)
+    query = parse_qs(parts.query)
+    out: dict[str, Any] = {"dbname": unquote(parts.path.lstrip("/"))}
+    out["host"] = query["host"][-1] if "host" in query else ",".join(hosts)
+    out["port"] = query["port"][-1] if "port" in query else ",".join(ports) if any(ports) else ""
+    if "dbname" in query:
+        out["dbname"] = query["dbname"][-1]
+    return out

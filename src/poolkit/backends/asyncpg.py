@@ -19,7 +19,9 @@ The hooks (:func:`hooks`), what asyncpg's ``Pool`` does with its connections, as
   ``get_reset_query()``: ``pg_advisory_unlock_all()``, ``CLOSE ALL``, ``UNLISTEN *``,
   ``RESET ALL`` (as the server supports). Your own query replaces that one through
   ``get_reset_query`` (asyncpg's documented way: :func:`connect` subclasses the connection class);
-  ``reset=False`` runs no reset at all, for sessions known to be clean; an async function runs
+  ``reset=False`` only rolls back a transaction left open (no round trip when none is, as
+  asyncpg's ``is_in_transaction()`` tells: a caller never finds itself inside the last caller's
+  transaction), for sessions known to be otherwise clean; an async function runs
   after the rollback in place of the query (``asyncpg.create_pool(reset=...)``). Prepared
   statements, temporary tables and the statement cache stay (``DISCARD ALL`` would break
   asyncpg's cache).
@@ -83,6 +85,7 @@ __all__ = [
     "lend",
     "probe",
     "reset",
+    "rollback_only",
 ]
 
 #: errors after which a connection is not used again (an SQL error of the session is not one)
@@ -264,7 +267,8 @@ def hooks(
     function: run after :func:`reset`, as ``asyncpg.create_pool(reset=...)`` runs one: pair it
     with ``connect(reset_query="")`` to replace asyncpg's reset query), ``check`` (``"closed"``,
     ``"ping"`` or ``None``) when idle ``check_after`` seconds, ``is_broken``, your own
-    ``configure`` (run once after each connect), and :func:`lend`: each caller gets a
+    ``configure`` (run once after each connect), and :func:`lend` (``reset=False``:
+    :func:`rollback_only`): each caller gets a
     :class:`PooledConnection` that refuses use once its lease is given back."""
     checks = {"closed": check_closed, "ping": check_ping, None: None}
     if check not in checks:
@@ -273,11 +277,24 @@ def hooks(
         configure=configure,
         check=checks[check],
         check_after=check_after,
-        reset=_reset_with(reset) if callable(reset) else _reset_hook if reset else None,
+        reset=_reset_with(reset) if callable(reset) else _reset_hook if reset else rollback_only,
         is_broken=is_broken,
         timeout=timeout,
         lend=lend,
     )
+
+
+def rollback_only(conn: Connection) -> Awaitable[Any] | None:
+    """The ``reset=False`` hook: roll back a transaction left open, nothing else. A plain
+    function returning the rollback only when there is one to run: a clean connection costs no
+    round trip and no task (asyncpg's ``is_in_transaction()`` reads the protocol's state)."""
+    invalidate_resources(conn)
+    if conn.is_in_transaction() or getattr(conn, "_top_xact", None) is not None:
+        # (asyncpg's own reset forgets the Transaction object too, or the next caller's
+        # transaction() would be a savepoint of it)
+        conn._top_xact = None  # type: ignore[attr-defined]
+        return conn.execute("ROLLBACK")
+    return None
 
 
 def _reset_with(then: Callable[[Connection], Awaitable[Any]]) -> Callable[[Connection], Any]:

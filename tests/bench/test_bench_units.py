@@ -35,7 +35,7 @@ def test_durations(text: str, seconds: float) -> None:
     assert parse_duration(text, "--x") == pytest.approx(seconds)
 
 
-@pytest.mark.parametrize("text", ["", "soon", "1 fortnight", "-1s", "ms"])
+@pytest.mark.parametrize("text", ["", "soon", "1 fortnight", "-1s", "ms", "1e999s"])
 def test_bad_durations_name_the_option(text: str) -> None:
     with pytest.raises(BenchUsageError, match="--x"):
         parse_duration(text, "--x")
@@ -119,6 +119,39 @@ def test_an_unknown_sim_setting_lists_the_documented_names() -> None:
     assert sorted(n for pair in documented for n in pair if n) == sorted(SIM_NAMES)
     for name in SIM_NAMES:  # (an alias documented here is accepted too)
         assert name in parser().format_help()
+
+
+#: a bad value for each documented ``--sim`` key, and the rule its error states
+BAD_SIM_VALUES = {
+    "service_time": ("uniform:3ms:1ms", "a duration (2ms, 1.5), exp:MEAN or uniform:LO:HI"),
+    "handshake": ("1e999", "a duration"),
+    "concurrency": ("0", "an integer >= 1, or none (no limit)"),
+    "max_connections": ("many", "an integer >= 1, or none (no limit)"),
+    "streams": ("0", "an integer >= 1"),
+    "drop_requests": ("2", "a fraction from 0 to 1"),
+    "drop_connections": ("nan", "a fraction from 0 to 1"),
+    "goaway_after": ("0", "an integer >= 1, or none (never)"),
+    "seed": ("x", "an integer, or none"),
+}
+#: SimSettings' own field names, which a documented key's error must not show instead
+SIM_FIELDS = ("max_streams", "_fraction", "handshake_latency", "goaway_after_requests")
+
+
+@pytest.mark.parametrize("key", SIM_NAMES)
+def test_a_bad_sim_value_names_the_documented_key_and_the_rule(key: str) -> None:
+    value, rule = BAD_SIM_VALUES[key]
+    for source in ({key: value}, None):  # (--sim, then the sim:// query)
+        text = "sim://" if source else f"sim://?{key}={value}"
+        with pytest.raises(BenchUsageError) as caught:
+            parse_target(text, source)
+        message = str(caught.value)
+        assert message.startswith(f"sim setting {key}: {value!r} is not {rule}"), message
+        assert "\n" not in message and not any(field in message for field in SIM_FIELDS)
+
+
+def test_a_bad_sim_value_under_an_alias_names_both() -> None:
+    with pytest.raises(BenchUsageError, match=r"^sim setting max_streams \(streams\): 'none' "):
+        parse_target("sim://", {"max_streams": "none"})
 
 
 def test_sim_settings_from_the_query_and_from_options() -> None:

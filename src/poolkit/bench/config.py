@@ -11,6 +11,7 @@ Rules of this module
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import urllib.parse
 from typing import Literal
@@ -47,7 +48,11 @@ _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e-?[0-9]+)?)\s*([a-zµ]*)\s*$", 
 def parse_duration(text: str, what: str) -> float:
     """``"250ms"``, ``"2s"``, ``"1.5"`` (seconds), ``"1m"`` -> seconds."""
     match = _DURATION.match(text)
-    if match is None or match.group(2).lower() not in {*_UNITS, ""}:
+    if (
+        match is None
+        or match.group(2).lower() not in {*_UNITS, ""}
+        or not math.isfinite(float(match.group(1)))
+    ):
         prefix = f"{what}: " if what else ""
         raise BenchUsageError(f"{prefix}{text!r} is not a duration (e.g. 500ms, 2s, 1.5, 1m)")
     return float(match.group(1)) * _UNITS.get(match.group(2).lower(), 1.0)
@@ -108,20 +113,59 @@ SIM_DEFAULTS: dict[str, str] = {
 }
 
 
+#: what each setting takes, by SimSettings' field name (an error names the key and its rule)
+_SIM_RULES: dict[str, str] = {
+    "service_time": "a duration (2ms, 1.5), exp:MEAN or uniform:LO:HI with LO <= HI",
+    "handshake_latency": "a duration (5ms, 0.01)",
+    "concurrency": "an integer >= 1, or none (no limit)",
+    "max_connections": "an integer >= 1, or none (no limit)",
+    "max_streams": "an integer >= 1",
+    "drop_request_fraction": "a fraction from 0 to 1",
+    "drop_connection_fraction": "a fraction from 0 to 1",
+    "goaway_after_requests": "an integer >= 1, or none (never)",
+    "seed": "an integer, or none (unseeded)",
+}
+#: the documented key of each SimSettings field
+_SIM_DOCUMENTED = {_SIM_KEYS[name]: name for name in SIM_NAMES}
+
+
 def _service_time(text: str) -> ServiceTime:
     head, _, rest = text.partition(":")
     if head == "exp":
-        return ("exp", parse_duration(rest, "sim service_time (exp:MEAN)"))
+        return ("exp", parse_duration(rest, ""))
     if head == "uniform":
-        lo, _, hi = rest.partition(":")
-        what = "sim service_time (uniform:LO:HI)"
-        return ("uniform", parse_duration(lo, what), parse_duration(hi, what))
-    return parse_duration(text, "sim service_time")
+        lo_text, _, hi_text = rest.partition(":")
+        lo, hi = parse_duration(lo_text, ""), parse_duration(hi_text, "")
+        if lo > hi:
+            raise ValueError("LO is above HI")
+        return ("uniform", lo, hi)
+    return parse_duration(text, "")
+
+
+def _sim_value(name: str, text: str) -> object:
+    """The value of the SimSettings field ``name`` that ``text`` says; ``ValueError`` if it is
+    not what :data:`_SIM_RULES` says the field takes."""
+    if name == "service_time":
+        return _service_time(text)
+    if name == "handshake_latency":
+        return parse_duration(text, "")
+    if name.endswith("_fraction"):
+        fraction = float(text)
+        if not 0.0 <= fraction <= 1.0:  # (and not nan)
+            raise ValueError("out of range")
+        return fraction
+    if text.strip().lower() in {"", "none", "off"} and name != "max_streams":
+        return None
+    number = int(text)
+    if number < 1 and name != "seed":
+        raise ValueError("out of range")
+    return number
 
 
 def sim_settings(pairs: dict[str, str]) -> SimSettings:
     """The embedded server's settings from ``key=value`` pairs (the ``sim://`` query or
-    ``--sim``), over :data:`SIM_DEFAULTS`."""
+    ``--sim``), over :data:`SIM_DEFAULTS`. A bad key or value is a :class:`BenchUsageError`
+    naming the key as documented (``streams``, not SimSettings' ``max_streams``) and its rule."""
     values: dict[str, object] = {}
     for key, text in {**SIM_DEFAULTS, **pairs}.items():
         name = _SIM_KEYS.get(key)
@@ -129,24 +173,14 @@ def sim_settings(pairs: dict[str, str]) -> SimSettings:
             known = ", ".join(SIM_NAMES)
             raise BenchUsageError(f"sim setting {key!r} is unknown (known: {known})")
         try:
-            if name == "service_time":
-                values[name] = _service_time(text)
-            elif name == "handshake_latency":
-                values[name] = parse_duration(text, f"sim {key}")
-            elif name.endswith("fraction"):
-                values[name] = float(text)
-            elif text.lower() in {"", "none", "off"} and name != "max_streams":
-                values[name] = None
-            else:
-                values[name] = int(text)
-        except ValueError as exc:
-            if isinstance(exc, BenchUsageError):
-                raise
-            raise BenchUsageError(f"sim setting {key}={text!r}: not a number") from None
-    try:
-        return SimSettings(**values)  # type: ignore[arg-type]
-    except ValueError as exc:
-        raise BenchUsageError(str(exc).replace("SimSettings(", "sim setting (")) from None
+            values[name] = _sim_value(name, text)
+        except ValueError:
+            documented = _SIM_DOCUMENTED[name]
+            alias = f" ({documented})" if key != documented else ""
+            raise BenchUsageError(
+                f"sim setting {key}{alias}: {text!r} is not {_SIM_RULES[name]}"
+            ) from None
+    return SimSettings(**values)  # type: ignore[arg-type]
 
 
 def _mask(parts: urllib.parse.SplitResult) -> str:

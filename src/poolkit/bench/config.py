@@ -20,10 +20,13 @@ from ..testing.sim.protocol import MAX_PAYLOAD
 from ..testing.sim.settings import ServiceTime, SimSettings
 
 __all__ = [
+    "MAX_POOL_SIZE",
+    "MAX_SWEEP_RUNS",
     "BenchUsageError",
     "RunConfig",
     "Sweep",
     "Target",
+    "check_sweep",
     "parse_duration",
     "parse_sweep",
     "parse_target",
@@ -34,6 +37,11 @@ TargetKind = Literal["sim", "postgresql", "redis", "tcp", "mongodb"]
 #: is per process, and ``--processes`` (at most 64) multiplies it
 MAX_TASKS = 10_000
 MAX_THREADS = 1_000
+#: the largest ``--max-size`` and ``--max-connecting``: a pool serves one process's tasks, at
+#: most :data:`MAX_TASKS`, and could not use more connections than that
+MAX_POOL_SIZE = MAX_TASKS
+#: the most runs one ``--sweep`` makes
+MAX_SWEEP_RUNS = 64
 SWEEPABLE = ("max_size", "min_size", "max_connecting", "concurrency")
 
 
@@ -274,6 +282,7 @@ def parse_sweep(text: str) -> Sweep:
             f"--sweep {text!r}: expected NAME=VALUES with NAME one of {', '.join(SWEEPABLE)}"
         )
     what = f"--sweep {param}"
+    too_many = f"{what}: more than {MAX_SWEEP_RUNS} values (at most {MAX_SWEEP_RUNS} runs)"
     if ".." in spec:
         lo_text, _, rest = spec.partition("..")
         hi_text, _, step_text = rest.partition(":")
@@ -287,23 +296,41 @@ def parse_sweep(text: str) -> Sweep:
                 raise BenchUsageError(f"{what}: a geometric range needs LO >= 1 and xF with F >= 2")
             n = lo
             while n <= hi:
+                if len(values) == MAX_SWEEP_RUNS:
+                    raise BenchUsageError(too_many)
                 values.append(n)
                 n *= factor
         else:
             step = _int(step_text, what) if step_text else 1
             if step < 1:
                 raise BenchUsageError(f"{what}: the step must be >= 1")
-            values = list(range(lo, hi + 1, step))
+            span = range(lo, hi + 1, step)  # (counted before it is made: 1..10**12 is a range)
+            if len(span) > MAX_SWEEP_RUNS:
+                raise BenchUsageError(too_many)
+            values = list(span)
     else:
         values = [_int(v.strip(), what) for v in spec.split(",") if v.strip()]
     if not values:
         raise BenchUsageError(f"{what}: no values")
-    if len(values) > 64:
-        raise BenchUsageError(f"{what}: {len(values)} values; at most 64")
+    if len(values) > MAX_SWEEP_RUNS:
+        raise BenchUsageError(too_many)
     floor = 0 if param == "min_size" else 1
     if any(v < floor for v in values):
         raise BenchUsageError(f"{what}: every value must be >= {floor}")
     return Sweep(param, tuple(values))
+
+
+def check_sweep(base: RunConfig, sweep: Sweep) -> None:
+    """Raise :class:`BenchUsageError` unless every run of ``sweep`` over ``base`` is one
+    ``base.check()`` accepts (each value within its option's bounds), naming the first value
+    at fault."""
+    if sweep.param == "min_size" and max(sweep.values) > base.max_size:
+        raise BenchUsageError("--sweep min_size: every value must be <= --max-size")
+    for value in sweep.values:
+        try:
+            base.with_value(sweep.param, value).check()
+        except BenchUsageError as exc:
+            raise BenchUsageError(f"--sweep {sweep.param}={value}: {exc}") from None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -354,9 +381,18 @@ class RunConfig:
             (self.processes >= 1, "--processes must be >= 1"),
             (self.processes <= 64, "--processes must be <= 64"),
             (self.max_size >= 1, "--max-size must be >= 1"),
+            (
+                self.max_size <= MAX_POOL_SIZE,
+                f"--max-size must be <= {MAX_POOL_SIZE} (a pool serves at most {MAX_TASKS} "
+                "tasks: it could not use more connections)",
+            ),
             (self.min_size >= 0, "--min-size must be >= 0"),
             (self.min_size <= self.max_size, "--min-size must be <= --max-size"),
             (self.max_connecting >= 1, "--max-connecting must be >= 1"),
+            (
+                self.max_connecting <= MAX_POOL_SIZE,
+                f"--max-connecting must be <= {MAX_POOL_SIZE}",
+            ),
             (self.warmup >= 0, "--warmup must be >= 0"),
             (self.think >= 0, "--think must be >= 0"),
             (self.payload >= 1, "--payload must be >= 1"),

@@ -85,6 +85,7 @@ def test_ops_measures_exactly_that_many_over_processes_and_threads() -> None:
     assert ran.json()["mode"] == "threads"
     assert result["ops"] == 1001 and result["errors"] == {}
     assert result["connections"]["client_peak"] == 8  # two pools of 4 (4 threads each)
+    assert result["connections"]["pool_peak"] == 4
     assert result["connections"]["server_peak"] == 8
 
 
@@ -174,6 +175,8 @@ def test_the_figures_agree_with_theory() -> None:
         (["--payload", "999999999999"], 2, ["--payload must be <= 16777216"]),
         (["-c", "99999999999"], 2, ["--concurrency must be <= 10000"]),
         (["--sweep", "concurrency=1..20000:x2"], 2, ["--sweep concurrency=16384"]),
+        (["--sweep", "max_size=1..99999999:x2"], 2, ["--sweep max_size=16384", "<= 10000"]),
+        (["--sweep", "max_size=1..99999999999"], 2, ["--sweep max_size", "at most 64 runs"]),
         (["postgresql://postgres@127.0.0.1:notaport/test"], 2, ["port 'notaport'"]),
         (["--sim", "bogus=1"], 2, ["'bogus'", "goaway_after, seed)"]),
     ],

@@ -14,9 +14,11 @@ from hypothesis import strategies as st
 
 from poolkit.bench.cli import parser
 from poolkit.bench.config import (
+    MAX_SWEEP_RUNS,
     SIM_NAMES,
     BenchUsageError,
     RunConfig,
+    check_sweep,
     parse_duration,
     parse_sweep,
     parse_target,
@@ -35,7 +37,7 @@ def test_durations(text: str, seconds: float) -> None:
     assert parse_duration(text, "--x") == pytest.approx(seconds)
 
 
-@pytest.mark.parametrize("text", ["", "soon", "1 fortnight", "-1s", "ms"])
+@pytest.mark.parametrize("text", ["", "soon", "1 fortnight", "-1s", "ms", "1e999s"])
 def test_bad_durations_name_the_option(text: str) -> None:
     with pytest.raises(BenchUsageError, match="--x"):
         parse_duration(text, "--x")
@@ -72,6 +74,33 @@ def test_sweeps(text: str, values: tuple[int, ...]) -> None:
 def test_bad_sweeps(text: str) -> None:
     with pytest.raises(BenchUsageError, match="--sweep"):
         parse_sweep(text)
+
+
+@pytest.mark.parametrize(
+    "text", ["max_size=1..99999999999", "max_size=1..99999999999999999999999:x2", "max_size=1..65"]
+)
+def test_a_sweep_makes_at_most_64_runs(text: str) -> None:
+    """(Counted before the values are made: 1..99999999999 was a MemoryError.)"""
+    with pytest.raises(BenchUsageError, match=r"^--sweep max_size: .*\(at most 64 runs\)$"):
+        parse_sweep(text)
+    assert len(parse_sweep("max_size=1..64").values) == MAX_SWEEP_RUNS == 64
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("max_size=1..99999999:x2", "--sweep max_size=16384: --max-size must be <= 10000"),
+        ("max_connecting=1,10001", "--sweep max_connecting=10001: --max-connecting must be <="),
+        ("concurrency=1..20000:x2", "--sweep concurrency=16384: --concurrency must be <= 10000"),
+        ("min_size=1,11", "--sweep min_size: every value must be <= --max-size"),
+    ],
+)
+def test_every_swept_value_is_within_its_options_bounds(text: str, message: str) -> None:
+    """The audit's ``--sweep max_size=1..99999999:x2`` made 27 runs, up to 16,777,216."""
+    base = RunConfig(parse_target("sim://"))
+    with pytest.raises(BenchUsageError, match=re.escape(message)):
+        check_sweep(base, parse_sweep(text))
+    check_sweep(base, parse_sweep("max_size=1..8192:x2"))
 
 
 def test_targets_mask_passwords() -> None:
@@ -121,6 +150,39 @@ def test_an_unknown_sim_setting_lists_the_documented_names() -> None:
         assert name in parser().format_help()
 
 
+#: a bad value for each documented ``--sim`` key, and the rule its error states
+BAD_SIM_VALUES = {
+    "service_time": ("uniform:3ms:1ms", "a duration (2ms, 1.5), exp:MEAN or uniform:LO:HI"),
+    "handshake": ("1e999", "a duration"),
+    "concurrency": ("0", "an integer >= 1, or none (no limit)"),
+    "max_connections": ("many", "an integer >= 1, or none (no limit)"),
+    "streams": ("0", "an integer >= 1"),
+    "drop_requests": ("2", "a fraction from 0 to 1"),
+    "drop_connections": ("nan", "a fraction from 0 to 1"),
+    "goaway_after": ("0", "an integer >= 1, or none (never)"),
+    "seed": ("x", "an integer, or none"),
+}
+#: SimSettings' own field names, which a documented key's error must not show instead
+SIM_FIELDS = ("max_streams", "_fraction", "handshake_latency", "goaway_after_requests")
+
+
+@pytest.mark.parametrize("key", SIM_NAMES)
+def test_a_bad_sim_value_names_the_documented_key_and_the_rule(key: str) -> None:
+    value, rule = BAD_SIM_VALUES[key]
+    for source in ({key: value}, None):  # (--sim, then the sim:// query)
+        text = "sim://" if source else f"sim://?{key}={value}"
+        with pytest.raises(BenchUsageError) as caught:
+            parse_target(text, source)
+        message = str(caught.value)
+        assert message.startswith(f"sim setting {key}: {value!r} is not {rule}"), message
+        assert "\n" not in message and not any(field in message for field in SIM_FIELDS)
+
+
+def test_a_bad_sim_value_under_an_alias_names_both() -> None:
+    with pytest.raises(BenchUsageError, match=r"^sim setting max_streams \(streams\): 'none' "):
+        parse_target("sim://", {"max_streams": "none"})
+
+
 def test_sim_settings_from_the_query_and_from_options() -> None:
     target = parse_target("sim://?service_time=2ms&concurrency=4", {"streams": "8"})
     assert target.sim is not None
@@ -142,6 +204,8 @@ def test_run_config_rules() -> None:
         ({"concurrency": 1001, "threads": True}, "--concurrency must be <= 1000 with --threads"),
         ({"payload": 999999999999}, "--payload must be <= 16777216"),
         ({"max_size": 0}, "--max-size"),
+        ({"max_size": 10_001}, "--max-size must be <= 10000"),
+        ({"max_connecting": 10_001}, "--max-connecting must be <= 10000"),
         ({"min_size": 11}, "--min-size"),
         ({"ops": 1, "processes": 2}, "--ops"),
         ({"driver": "asyncpg"}, "--driver"),
@@ -181,10 +245,18 @@ def test_histograms_merge_as_if_recorded_together(a: list[float], b: list[float]
 
 
 def point(
-    size: int, throughput: float, errors: int = 0, wait_ms: float = 0.0, held_ms: float = 0.0
+    size: int,
+    throughput: float,
+    errors: int = 0,
+    wait_ms: float = 0.0,
+    held_ms: float = 0.0,
+    peak: int | None = None,
+    min_size: int = 0,
 ) -> PointResult:
-    """A run of ``size`` with this throughput; every operation waited ``wait_ms`` for its
-    connection and held it ``held_ms`` (none recorded when both are 0)."""
+    """A run of ``size`` (32 tasks) with this throughput; every operation waited ``wait_ms``
+    for its connection and held it ``held_ms`` (none recorded when both are 0); its pool
+    peaked at ``peak`` connections (default: it filled up, to at most its 32 tasks)."""
+    peak = min(size, 32) if peak is None else peak
     tally = Tally(ops=int(throughput))
     if errors:
         tally.errors["WaitQueueTimeoutError"] = errors
@@ -194,15 +266,16 @@ def point(
             tally.latency.record(held_ms / 1e3)
     return PointResult(
         max_size=size,
-        min_size=0,
+        min_size=min_size,
         max_connecting=2,
         concurrency=32,
         processes=1,
         seconds=1.0,
         tally=tally,
-        client_connections_peak=size,
-        server_connections_peak=size,
-        connections_created=size,
+        client_connections_peak=peak,
+        pool_peak=peak,
+        server_connections_peak=peak,
+        connections_created=peak,
         left_open=0,
         server_left_open=0,
         interrupted=False,
@@ -269,3 +342,51 @@ def test_a_wait_under_the_floor_never_counts() -> None:
     points = [point(1, 5_000, wait_ms=0.05, held_ms=0.01), point(2, 5_100)]
     rec = recommend("max_size", points)
     assert rec is not None and rec.value == 1
+
+
+def test_sizes_above_the_tasks_are_one_pool_and_never_recommended() -> None:
+    """The audit's sweep, max_size=1..16777216:x2 with 32 tasks: every size from 32 up peaked
+    at 32 connections, and one of them (noise) had the best throughput by more than 5 %."""
+    sizes = [2**k for k in range(25)]
+    points = [
+        point(
+            n,
+            10_000 if n == 16_777_216 else 9_000 if n >= 32 else 250 * n,
+            wait_ms=0.01 if n >= 32 else 4.0,
+            held_ms=1.0,
+        )
+        for n in sizes
+    ]
+    assert all(p.pool_peak == 32 for p in points if p.max_size >= 32)
+    rec = recommend("max_size", points)
+    assert rec is not None and (rec.value, rec.best_value) == (32, 32)
+    assert "a pool has no more connections in use than its 32 tasks (--concurrency)" in rec.reason
+    assert "the runs at max_size=64 to 16777216 (which peaked at 32 connections" in rec.reason
+    assert "no value above 32 is recommended" in rec.reason
+    alone = recommend("max_size", [point(8, 1_000, wait_ms=3.0, held_ms=1.0), points[-1]])
+    assert alone is not None and alone.value == 32  # (not a value swept: it is the same pool)
+
+
+def test_sizes_above_the_connections_a_pool_used_are_one_pool() -> None:
+    """Multiplexed connections: 32 tasks need only 8. The runs at 16 and 64 never filled their
+    pool (8 connections): 8 and up are the same pool."""
+    points = [
+        point(4, 5_000, wait_ms=2.0, held_ms=1.0),
+        point(8, 9_000, wait_ms=0.01, held_ms=1.0),
+        point(16, 9_100, wait_ms=0.01, held_ms=1.0, peak=8),
+        point(64, 9_900, wait_ms=0.01, held_ms=1.0, peak=8),
+    ]
+    rec = recommend("max_size", points)
+    assert rec is not None and (rec.value, rec.best_value) == (8, 8)
+    assert "than the 8 it had at most when its limit did not hold it back" in rec.reason
+    assert "the runs at max_size=16, 64 (which peaked at 8 connections" in rec.reason
+
+
+def test_at_the_ceiling_a_queue_is_not_cured_by_larger_values() -> None:
+    """(Every caller waits for its connection even when each has one: the pool cannot help.)"""
+    points = [point(n, 3_000, wait_ms=2.0 if n >= 32 else 4.0, held_ms=1.0) for n in (16, 32, 64)]
+    rec = recommend("max_size", points)
+    assert rec is not None and rec.value == 32 and "try larger values" not in rec.reason
+    kept = [point(n, 3_000, min_size=40) for n in (40, 64, 128)]
+    rec = recommend("max_size", kept)
+    assert rec is not None and rec.value == 40 and "its min_size, 40" in rec.reason

@@ -19,7 +19,15 @@ from collections.abc import Callable
 from typing import NoReturn
 
 from .._install import pip_install
-from .config import BenchUsageError, RunConfig, Sweep, parse_duration, parse_sweep, parse_target
+from .config import (
+    BenchUsageError,
+    RunConfig,
+    Sweep,
+    check_sweep,
+    parse_duration,
+    parse_sweep,
+    parse_target,
+)
 
 __all__ = ["main"]
 
@@ -179,8 +187,9 @@ def parser() -> argparse.ArgumentParser:
         default=None,
         metavar="NAME=VALUES",
         help="one run per value: max_size=1,2,4,8 or 1..8 or 1..64:x2 (also "
-        "min_size, max_connecting, concurrency); recommends the smallest value within 5%% of "
-        "the best throughput whose callers wait no longer for a connection than they hold one",
+        "min_size, max_connecting, concurrency; at most 64 runs); recommends the smallest value "
+        "within 5%% of the best throughput whose callers wait no longer for a connection than "
+        "they hold one (a max_size never above the connections a pool could use)",
     )
     r.add_argument(
         "--plot",
@@ -226,14 +235,8 @@ def _config(args: argparse.Namespace) -> tuple[RunConfig, Sweep | None]:
     )
     config.check()
     sweep = parse_sweep(args.sweep) if args.sweep is not None else None
-    if sweep is not None and sweep.param == "min_size" and max(sweep.values) > config.max_size:
-        raise BenchUsageError("--sweep min_size: every value must be <= --max-size")
     if sweep is not None:
-        for value in sweep.values:
-            try:
-                config.with_value(sweep.param, value).check()  # (its options' own bounds)
-            except BenchUsageError as exc:
-                raise BenchUsageError(f"--sweep {sweep.param}={value}: {exc}") from None
+        check_sweep(config, sweep)
     if args.plot is not None and sweep is None:
         raise BenchUsageError("--plot draws a sweep: add --sweep NAME=VALUES")
     return config, sweep

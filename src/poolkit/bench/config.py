@@ -11,6 +11,7 @@ Rules of this module
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import urllib.parse
 from typing import Literal
@@ -19,10 +20,13 @@ from ..testing.sim.protocol import MAX_PAYLOAD
 from ..testing.sim.settings import ServiceTime, SimSettings
 
 __all__ = [
+    "MAX_POOL_SIZE",
+    "MAX_SWEEP_RUNS",
     "BenchUsageError",
     "RunConfig",
     "Sweep",
     "Target",
+    "check_sweep",
     "parse_duration",
     "parse_sweep",
     "parse_target",
@@ -33,6 +37,11 @@ TargetKind = Literal["sim", "postgresql", "redis", "tcp", "mongodb"]
 #: is per process, and ``--processes`` (at most 64) multiplies it
 MAX_TASKS = 10_000
 MAX_THREADS = 1_000
+#: the largest ``--max-size`` and ``--max-connecting``: a pool serves one process's tasks, at
+#: most :data:`MAX_TASKS`, and could not use more connections than that
+MAX_POOL_SIZE = MAX_TASKS
+#: the most runs one ``--sweep`` makes
+MAX_SWEEP_RUNS = 64
 SWEEPABLE = ("max_size", "min_size", "max_connecting", "concurrency")
 
 
@@ -47,7 +56,11 @@ _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e-?[0-9]+)?)\s*([a-zµ]*)\s*$", 
 def parse_duration(text: str, what: str) -> float:
     """``"250ms"``, ``"2s"``, ``"1.5"`` (seconds), ``"1m"`` -> seconds."""
     match = _DURATION.match(text)
-    if match is None or match.group(2).lower() not in {*_UNITS, ""}:
+    if (
+        match is None
+        or match.group(2).lower() not in {*_UNITS, ""}
+        or not math.isfinite(float(match.group(1)))
+    ):
         prefix = f"{what}: " if what else ""
         raise BenchUsageError(f"{prefix}{text!r} is not a duration (e.g. 500ms, 2s, 1.5, 1m)")
     return float(match.group(1)) * _UNITS.get(match.group(2).lower(), 1.0)
@@ -108,20 +121,59 @@ SIM_DEFAULTS: dict[str, str] = {
 }
 
 
+#: what each setting takes, by SimSettings' field name (an error names the key and its rule)
+_SIM_RULES: dict[str, str] = {
+    "service_time": "a duration (2ms, 1.5), exp:MEAN or uniform:LO:HI with LO <= HI",
+    "handshake_latency": "a duration (5ms, 0.01)",
+    "concurrency": "an integer >= 1, or none (no limit)",
+    "max_connections": "an integer >= 1, or none (no limit)",
+    "max_streams": "an integer >= 1",
+    "drop_request_fraction": "a fraction from 0 to 1",
+    "drop_connection_fraction": "a fraction from 0 to 1",
+    "goaway_after_requests": "an integer >= 1, or none (never)",
+    "seed": "an integer, or none (unseeded)",
+}
+#: the documented key of each SimSettings field
+_SIM_DOCUMENTED = {_SIM_KEYS[name]: name for name in SIM_NAMES}
+
+
 def _service_time(text: str) -> ServiceTime:
     head, _, rest = text.partition(":")
     if head == "exp":
-        return ("exp", parse_duration(rest, "sim service_time (exp:MEAN)"))
+        return ("exp", parse_duration(rest, ""))
     if head == "uniform":
-        lo, _, hi = rest.partition(":")
-        what = "sim service_time (uniform:LO:HI)"
-        return ("uniform", parse_duration(lo, what), parse_duration(hi, what))
-    return parse_duration(text, "sim service_time")
+        lo_text, _, hi_text = rest.partition(":")
+        lo, hi = parse_duration(lo_text, ""), parse_duration(hi_text, "")
+        if lo > hi:
+            raise ValueError("LO is above HI")
+        return ("uniform", lo, hi)
+    return parse_duration(text, "")
+
+
+def _sim_value(name: str, text: str) -> object:
+    """The value of the SimSettings field ``name`` that ``text`` says; ``ValueError`` if it is
+    not what :data:`_SIM_RULES` says the field takes."""
+    if name == "service_time":
+        return _service_time(text)
+    if name == "handshake_latency":
+        return parse_duration(text, "")
+    if name.endswith("_fraction"):
+        fraction = float(text)
+        if not 0.0 <= fraction <= 1.0:  # (and not nan)
+            raise ValueError("out of range")
+        return fraction
+    if text.strip().lower() in {"", "none", "off"} and name != "max_streams":
+        return None
+    number = int(text)
+    if number < 1 and name != "seed":
+        raise ValueError("out of range")
+    return number
 
 
 def sim_settings(pairs: dict[str, str]) -> SimSettings:
     """The embedded server's settings from ``key=value`` pairs (the ``sim://`` query or
-    ``--sim``), over :data:`SIM_DEFAULTS`."""
+    ``--sim``), over :data:`SIM_DEFAULTS`. A bad key or value is a :class:`BenchUsageError`
+    naming the key as documented (``streams``, not SimSettings' ``max_streams``) and its rule."""
     values: dict[str, object] = {}
     for key, text in {**SIM_DEFAULTS, **pairs}.items():
         name = _SIM_KEYS.get(key)
@@ -129,24 +181,14 @@ def sim_settings(pairs: dict[str, str]) -> SimSettings:
             known = ", ".join(SIM_NAMES)
             raise BenchUsageError(f"sim setting {key!r} is unknown (known: {known})")
         try:
-            if name == "service_time":
-                values[name] = _service_time(text)
-            elif name == "handshake_latency":
-                values[name] = parse_duration(text, f"sim {key}")
-            elif name.endswith("fraction"):
-                values[name] = float(text)
-            elif text.lower() in {"", "none", "off"} and name != "max_streams":
-                values[name] = None
-            else:
-                values[name] = int(text)
-        except ValueError as exc:
-            if isinstance(exc, BenchUsageError):
-                raise
-            raise BenchUsageError(f"sim setting {key}={text!r}: not a number") from None
-    try:
-        return SimSettings(**values)  # type: ignore[arg-type]
-    except ValueError as exc:
-        raise BenchUsageError(str(exc).replace("SimSettings(", "sim setting (")) from None
+            values[name] = _sim_value(name, text)
+        except ValueError:
+            documented = _SIM_DOCUMENTED[name]
+            alias = f" ({documented})" if key != documented else ""
+            raise BenchUsageError(
+                f"sim setting {key}{alias}: {text!r} is not {_SIM_RULES[name]}"
+            ) from None
+    return SimSettings(**values)  # type: ignore[arg-type]
 
 
 def _mask(parts: urllib.parse.SplitResult) -> str:
@@ -240,6 +282,7 @@ def parse_sweep(text: str) -> Sweep:
             f"--sweep {text!r}: expected NAME=VALUES with NAME one of {', '.join(SWEEPABLE)}"
         )
     what = f"--sweep {param}"
+    too_many = f"{what}: more than {MAX_SWEEP_RUNS} values (at most {MAX_SWEEP_RUNS} runs)"
     if ".." in spec:
         lo_text, _, rest = spec.partition("..")
         hi_text, _, step_text = rest.partition(":")
@@ -253,23 +296,41 @@ def parse_sweep(text: str) -> Sweep:
                 raise BenchUsageError(f"{what}: a geometric range needs LO >= 1 and xF with F >= 2")
             n = lo
             while n <= hi:
+                if len(values) == MAX_SWEEP_RUNS:
+                    raise BenchUsageError(too_many)
                 values.append(n)
                 n *= factor
         else:
             step = _int(step_text, what) if step_text else 1
             if step < 1:
                 raise BenchUsageError(f"{what}: the step must be >= 1")
-            values = list(range(lo, hi + 1, step))
+            span = range(lo, hi + 1, step)  # (counted before it is made: 1..10**12 is a range)
+            if len(span) > MAX_SWEEP_RUNS:
+                raise BenchUsageError(too_many)
+            values = list(span)
     else:
         values = [_int(v.strip(), what) for v in spec.split(",") if v.strip()]
     if not values:
         raise BenchUsageError(f"{what}: no values")
-    if len(values) > 64:
-        raise BenchUsageError(f"{what}: {len(values)} values; at most 64")
+    if len(values) > MAX_SWEEP_RUNS:
+        raise BenchUsageError(too_many)
     floor = 0 if param == "min_size" else 1
     if any(v < floor for v in values):
         raise BenchUsageError(f"{what}: every value must be >= {floor}")
     return Sweep(param, tuple(values))
+
+
+def check_sweep(base: RunConfig, sweep: Sweep) -> None:
+    """Raise :class:`BenchUsageError` unless every run of ``sweep`` over ``base`` is one
+    ``base.check()`` accepts (each value within its option's bounds), naming the first value
+    at fault."""
+    if sweep.param == "min_size" and max(sweep.values) > base.max_size:
+        raise BenchUsageError("--sweep min_size: every value must be <= --max-size")
+    for value in sweep.values:
+        try:
+            base.with_value(sweep.param, value).check()
+        except BenchUsageError as exc:
+            raise BenchUsageError(f"--sweep {sweep.param}={value}: {exc}") from None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -320,9 +381,18 @@ class RunConfig:
             (self.processes >= 1, "--processes must be >= 1"),
             (self.processes <= 64, "--processes must be <= 64"),
             (self.max_size >= 1, "--max-size must be >= 1"),
+            (
+                self.max_size <= MAX_POOL_SIZE,
+                f"--max-size must be <= {MAX_POOL_SIZE} (a pool serves at most {MAX_TASKS} "
+                "tasks: it could not use more connections)",
+            ),
             (self.min_size >= 0, "--min-size must be >= 0"),
             (self.min_size <= self.max_size, "--min-size must be <= --max-size"),
             (self.max_connecting >= 1, "--max-connecting must be >= 1"),
+            (
+                self.max_connecting <= MAX_POOL_SIZE,
+                f"--max-connecting must be <= {MAX_POOL_SIZE}",
+            ),
             (self.warmup >= 0, "--warmup must be >= 0"),
             (self.think >= 0, "--think must be >= 0"),
             (self.payload >= 1, "--payload must be >= 1"),

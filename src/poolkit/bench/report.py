@@ -9,6 +9,9 @@ Rules of this module
   :data:`WITHIN` of the best, the smallest value whose callers wait no longer for a connection
   than they hold one (median checkout wait <= median operation time, or under
   :data:`WAIT_FLOOR`); if none does, the one whose callers wait least. It always says why.
+* A ``max_size`` sweep never recommends a size its pools could not use: every size from the
+  connections a pool could have in use (see :func:`_ceiling`) up is one pool, counted as that
+  size (their differences are noise).
 * Why waits: with a fixed number of callers, a pool too small for them can reach the same
   throughput (each operation is quicker when fewer run at once), but its callers queue in the
   pool: every request pays the wait, one slow operation holds up all the callers behind it,
@@ -56,6 +59,8 @@ class PointResult:
     seconds: float
     tally: Tally
     client_connections_peak: int
+    #: the most connections one pool had (the largest of the processes' pools)
+    pool_peak: int
     server_connections_peak: int | None
     connections_created: int
     left_open: int
@@ -97,6 +102,7 @@ class PointResult:
             "latency_ms": _ms(self.tally.latency),
             "connections": {
                 "client_peak": self.client_connections_peak,
+                "pool_peak": self.pool_peak,
                 "server_peak": self.server_connections_peak,
                 "created": self.connections_created,
                 "left_open": self.left_open,
@@ -137,6 +143,44 @@ def _calm(p: PointResult) -> bool:
     return wait <= max(held, WAIT_FLOOR)
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Ceiling:
+    """In a ``max_size`` sweep, the size from which every larger one is the same pool."""
+
+    size: int
+    why: str
+
+    def clamp(self, value: int) -> int:
+        return min(value, self.size)
+
+
+def _ceiling(param: str, points: list[PointResult]) -> _Ceiling | None:
+    """A pool has no more connections in use than its tasks (``--concurrency``, per process:
+    each has its own pool), nor more than it had in a run its ``max_size`` did not hold back
+    (the pool never filled, or its limit was at least its tasks): every ``max_size`` from the
+    smaller of the two up is the same pool. (A pool's connections stay open while it runs, so
+    its count sampled every 0.2 s reaches its peak.) Never below ``min_size``, which the pool
+    keeps open whatever its tasks do."""
+    if param != "max_size" or not points:
+        return None
+    tasks = max(p.concurrency for p in points)
+    free = [p for p in points if p.max_size >= tasks or p.pool_peak < p.max_size]
+    used = max((p.pool_peak for p in free), default=0)
+    if 0 < used < tasks:
+        size, why = used, f"the {used} it had at most when its limit did not hold it back"
+    else:
+        per = " per process, each with its own pool" if max(p.processes for p in points) > 1 else ""
+        size, why = tasks, f"its {tasks} tasks (--concurrency{per})"
+    floor = max(p.min_size for p in points)
+    if floor > size:
+        size, why = floor, f"its min_size, {floor} (its tasks use no more)"
+    return _Ceiling(size, why)
+
+
+def _values(values: list[int]) -> str:
+    return ", ".join(map(str, values)) if len(values) <= 3 else f"{values[0]} to {values[-1]}"
+
+
 def recommend(
     param: str, points: list[PointResult], partial: bool = False
 ) -> Recommendation | None:
@@ -146,34 +190,46 @@ def recommend(
     clean = [p for p in done if p.error_fraction <= ERROR_BUDGET] or done
     if not clean:
         return None
+    ceiling = _ceiling(param, clean)
+
+    def value(p: PointResult) -> int:
+        return p.value(param) if ceiling is None else ceiling.clamp(p.value(param))
+
+    def label(p: PointResult) -> str:
+        ran = "" if value(p) == p.value(param) else f" (the run at {p.value(param)})"
+        return f"{param}={value(p)}{ran}"
+
     best = max(clean, key=lambda p: p.throughput)
     if best.throughput <= 0:
         return None
     fast = sorted(
         (p for p in clean if p.throughput >= (1 - WITHIN) * best.throughput),
-        key=lambda p: p.value(param),
+        key=lambda p: (value(p), p.value(param)),
     )
     calm = [p for p in fast if _calm(p)]
-    chosen = calm[0] if calm else min(fast, key=lambda p: (_waits(p)[0], p.value(param)))
+    chosen = calm[0] if calm else min(fast, key=lambda p: (_waits(p)[0], value(p)))
     share = chosen.throughput / best.throughput
     wait, held = (t * 1e3 for t in _waits(chosen))
     if calm:
         reason = (
-            f"{param}={chosen.value(param)} is the smallest value within {WITHIN:.0%} of the "
+            f"{param}={value(chosen)} is the smallest value within {WITHIN:.0%} of the "
             f"best throughput whose callers wait no longer for a connection than they hold one: "
         )
     else:
+        larger_helps = ceiling is None or value(chosen) < ceiling.size
         reason = (
-            f"{param}={chosen.value(param)} is, within {WITHIN:.0%} of the best throughput, the "
+            f"{param}={value(chosen)} is, within {WITHIN:.0%} of the best throughput, the "
             f"value whose callers wait least for a connection (none waits less than it holds "
-            f"one: try larger values): "
+            f"one{': try larger values' if larger_helps else ''}): "
         )
-    reason += (
-        f"{chosen.throughput:,.0f} ops/s, {share:.0%} of {best.throughput:,.0f} ops/s at "
-        f"{param}={best.value(param)}; checkout wait p50 {wait:.2f} ms, operation p50 "
-        f"{held:.2f} ms"
+    measured = (
+        f" (the run at {chosen.value(param)})" if value(chosen) != chosen.value(param) else ""
     )
-    queued = [p for p in fast if p.value(param) < chosen.value(param) and not _calm(p)]
+    reason += (
+        f"{chosen.throughput:,.0f} ops/s{measured}, {share:.0%} of {best.throughput:,.0f} ops/s "
+        f"at {label(best)}; checkout wait p50 {wait:.2f} ms, operation p50 {held:.2f} ms"
+    )
+    queued = [p for p in fast if value(p) < value(chosen) and not _calm(p)]
     if queued:
         first = queued[0]
         q_wait, q_held = (t * 1e3 for t in _waits(first))
@@ -182,9 +238,9 @@ def recommend(
             f"in the pool (wait p50 {q_wait:.2f} ms against {q_held:.2f} ms with the "
             "connection): every request pays the wait and one slow operation holds up the rest"
         )
-    larger = [p for p in clean if p.value(param) > chosen.value(param)]
+    larger = [p for p in clean if value(p) > value(chosen)]
     if larger:
-        top = max(larger, key=lambda p: p.value(param))
+        top = max(larger, key=lambda p: (value(p), p.value(param)))
         costs = []
         if _peak(top) != _peak(chosen):
             costs.append(f"connections (server peak {_peak(top)} vs {_peak(chosen)})")
@@ -193,15 +249,26 @@ def recommend(
             costs.append(f"time per operation (p99 {p99_top:.2f} ms vs {p99_chosen:.2f} ms)")
         gain = top.throughput / chosen.throughput - 1 if chosen.throughput else 0.0
         adds = "adds no throughput" if gain < WITHIN else f"adds {gain:.0%} throughput"
-        reason += f"; more ({param}={top.value(param)}) {adds}" + (
+        reason += f"; more ({label(top)}) {adds}" + (
             f", and costs {' and '.join(costs)}" if costs else ""
         )
+    if ceiling is not None:
+        above = sorted({p.value(param) for p in clean if p.value(param) > ceiling.size})
+        if above:
+            peaks = sorted({p.pool_peak for p in clean if p.value(param) > ceiling.size})
+            reason += (
+                f"; a pool has no more connections in use than {ceiling.why}, so every "
+                f"{param} from {ceiling.size} up is the same pool: the runs at {param}="
+                f"{_values(above)} (which peaked at {_values(peaks)} connections a pool) count "
+                f"as {param}={ceiling.size}, their differences are noise, and no value above "
+                f"{ceiling.size} is recommended"
+            )
     if len(clean) < len(done):
         reason += f"; runs with more than {ERROR_BUDGET:.0%} errors were left out"
     if partial:
         reason += "; from the runs finished before the interruption only"
     return Recommendation(
-        param, chosen.value(param), chosen.throughput, best.value(param), best.throughput, reason
+        param, value(chosen), chosen.throughput, value(best), best.throughput, reason
     )
 
 

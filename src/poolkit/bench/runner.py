@@ -317,6 +317,7 @@ def _run_point(
         client_connections_peak=max(
             client_peak, max((r.gauges.peak_total for r in reports.values()), default=0)
         ),
+        pool_peak=max((r.gauges.peak_total for r in reports.values()), default=0),
         server_connections_peak=server_peak,
         connections_created=gauges.created,
         left_open=sum(r.left_open for r in reports.values()),

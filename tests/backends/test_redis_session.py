@@ -304,6 +304,33 @@ def test_client_tracking_and_a_users_reset_are_put_back(
     run(front, with_db(redis_server.url, 5), scenario, client_name=redis_server.name)
 
 
+@pytest.mark.parametrize(("subcommand", "flag"), [("NO-EVICT", "e"), ("NO-TOUCH", "T")])
+@pytest.mark.parametrize("front", FRONTS)
+def test_client_no_evict_and_no_touch_do_not_reach_the_next_caller(
+    front: str, subcommand: str, flag: str, redis_server: RedisServer
+) -> None:
+    """``CLIENT NO-EVICT ON`` (Redis 7.0+) and ``CLIENT NO-TOUCH ON`` (7.2+): RESET turns them
+    off only from Redis 7.2, so the connection is discarded whatever the server (on a server
+    without the subcommand its error is the lease's; the connection goes all the same)."""
+
+    async def scenario(f: Front) -> None:
+        async with f.lease() as r:
+            first = await do(r.client_id())
+            try:
+                await do(r.execute_command("CLIENT", subcommand, "ON"))
+            except redis.ResponseError:
+                pass  # (a server before the subcommand's)
+        async with f.lease() as r:
+            found = await do(r.client_info())
+            assert flag not in found["flags"] and found["id"] != first
+        assert f.closed() == {"error": 1}
+        (error,) = f.reset_errors()
+        assert isinstance(error, pk_redis.SessionDiscarded)
+        assert f"CLIENT {subcommand}" in str(error) and "7.2" in str(error)
+
+    run(front, redis_server.url, scenario, client_name=redis_server.name)
+
+
 # ------------------------------------------------------------------ a clean lease costs nothing
 
 
@@ -496,6 +523,12 @@ def test_session_verdicts() -> None:
     assert session.verdict() == (Verdict.RESET, "CLIENT SETNAME changed the session")
     session.sent([("CLIENT", "REPLY", "OFF")])
     assert session.verdict()[0] is Verdict.DISCARD
+    for sub in ("NO-EVICT", "no-touch"):  # (RESET turns them off only from Redis 7.2)
+        session.clear()
+        session.sent([("CLIENT", sub, "ON")])
+        session.replied()
+        verdict, why = session.verdict()
+        assert verdict is Verdict.DISCARD and why.startswith(f"CLIENT {sub.upper()} was sent")
     session.clear()
     session.sent_unknown()
     assert session.verdict()[0] is Verdict.DISCARD

@@ -40,10 +40,11 @@ connection notes every command sent and reply read (``_redis_session``). It
   ``MULTI`` or a ``WATCH`` open;
 * raises :class:`SessionDiscarded`, and the pool closes the connection, when replies are out of
   step (a reply left unread, ``SUBSCRIBE`` and its kin, ``MONITOR``, ``CLIENT REPLY``,
-  ``QUIT``), when something kept from the lease still holds the connection (a PubSub not
-  closed, a pipeline left ``WATCH``ing, a ``Monitor``), or when ``RESET`` fails (a server before
-  6.2). A connection so discarded never reconnects: the PubSub or pipeline kept gets a
-  ``redis.ConnectionError``.
+  ``QUIT``), after ``CLIENT NO-EVICT`` or ``CLIENT NO-TOUCH`` (``RESET`` turns them off only
+  from Redis 7.2: closing is right on every server, see ``_redis_session``), when something kept
+  from the lease still holds the connection (a PubSub not closed, a pipeline left ``WATCH``ing,
+  a ``Monitor``), or when ``RESET`` fails (a server before 6.2). A connection so discarded never
+  reconnects: the PubSub or pipeline kept gets a ``redis.ConnectionError``.
 
 The client's connection is made (and named with ``CLIENT SETNAME``) inside the connect
 function, so that connect errors, timeouts and retries are the pool's, and redis-py retries no

@@ -137,6 +137,7 @@ def test_hooks_builders() -> None:
         0.0,
     )
     assert pk_redis.hooks(reset=False).reset is None
+    assert (hooks.lend, pk_redis.async_hooks().lend) == (pk_redis.lend, pk_redis.async_lend)
     assert pk_redis.async_hooks(reset=False).reset is None
     assert pk_redis.async_hooks().reset is pk_redis.async_reset
     assert pk_redis.async_hooks().check is pk_redis.async_ping

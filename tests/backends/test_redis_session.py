@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import inspect
+import re
 import shutil
 import subprocess
 import tempfile
@@ -25,6 +27,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 import redis
+import redis.asyncio
 
 import poolkit
 from conftest import RedisServer, skip_or_fail
@@ -304,6 +307,195 @@ def test_client_tracking_and_a_users_reset_are_put_back(
     run(front, with_db(redis_server.url, 5), scenario, client_name=redis_server.name)
 
 
+@pytest.mark.parametrize(("subcommand", "flag"), [("NO-EVICT", "e"), ("NO-TOUCH", "T")])
+@pytest.mark.parametrize("front", FRONTS)
+def test_client_no_evict_and_no_touch_do_not_reach_the_next_caller(
+    front: str, subcommand: str, flag: str, redis_server: RedisServer
+) -> None:
+    """``CLIENT NO-EVICT ON`` (Redis 7.0+) and ``CLIENT NO-TOUCH ON`` (7.2+): RESET turns them
+    off only from Redis 7.2, so the connection is discarded whatever the server (on a server
+    without the subcommand its error is the lease's; the connection goes all the same)."""
+
+    async def scenario(f: Front) -> None:
+        async with f.lease() as r:
+            first = await do(r.client_id())
+            try:
+                await do(r.execute_command("CLIENT", subcommand, "ON"))
+            except redis.ResponseError:
+                pass  # (a server before the subcommand's)
+        async with f.lease() as r:
+            found = await do(r.client_info())
+            assert flag not in found["flags"] and found["id"] != first
+        assert f.closed() == {"error": 1}
+        (error,) = f.reset_errors()
+        assert isinstance(error, pk_redis.SessionDiscarded)
+        assert f"CLIENT {subcommand}" in str(error) and "7.2" in str(error)
+
+    run(front, redis_server.url, scenario, client_name=redis_server.name)
+
+
+# ------------------------------------------------------------------ a client kept after its lease
+
+
+def released(f: Front) -> Any:
+    """``pytest.raises`` for a client (or what was made from it) used after its lease."""
+    return pytest.raises(
+        pk_redis.ClientReleasedError, match=rf"poolkit pool for {re.escape(f.pool.address)} "
+    )
+
+
+@pytest.mark.parametrize("front", FRONTS)
+def test_a_client_kept_after_its_lease_cannot_undo_the_next_owners_watch(
+    front: str, redis_server: RedisServer
+) -> None:
+    """The audit's lost update: the next owner WATCHes a key, a reference kept from the lease
+    before runs UNWATCH on the same session, another client changes the key, and the owner's
+    transaction overwrites that change instead of failing with ``WatchError``. The reference
+    kept is refused instead, before it sends anything."""
+    key = f"{redis_server.name}:k"
+    refused: list[BaseException] = []
+
+    async def scenario(f: Front) -> None:
+        async with f.lease() as r:
+            stale = r
+            await do(r.set(key, "0"))
+        async with f.lease() as r:
+            assert await do(r.execute_command("WATCH", key)) is True
+            try:
+                await do(stale.execute_command("UNWATCH"))
+            except pk_redis.ClientReleasedError as exc:
+                refused.append(exc)
+            with redis_server.admin() as admin:
+                assert admin.set(key, "other")  # (the write the owner's WATCH is there to see)
+            pipe = r.pipeline()
+            pipe.set(key, "mine")
+            with pytest.raises(redis.WatchError):  # (before the fix: [True], "other" lost)
+                await do(pipe.execute())
+            await do(pipe.reset())
+            assert await do(r.get(key)) == b"other"
+            await do(r.delete(key))
+        assert f.closed() == {}
+
+    run(front, redis_server.url, scenario, client_name=redis_server.name)
+    (error,) = refused
+    assert isinstance(error, redis.ConnectionError) and "released back to the pool" in str(error)
+
+
+@pytest.mark.parametrize("front", FRONTS)
+def test_everything_made_from_a_kept_client_refuses_use_after_the_lease(
+    front: str, redis_server: RedisServer
+) -> None:
+    """Commands, pipelines and transactions, pub/sub, MONITOR, ``client()``, scripts and locks of
+    a client kept from a lease raise :class:`ClientReleasedError` once the lease is given back,
+    whether made in the block (and left unused or given back there) or after it; nothing is sent
+    for them, the next owner's session is untouched, and closing or dropping the kept client
+    closes nothing. Such an error raised in another lease's block does not discard that
+    block's connection."""
+    key, channel = f"{redis_server.name}:k", f"{redis_server.name}:ch"
+    asyncio_front = front == "asyncio"
+
+    def last_command() -> str:
+        with redis_server.admin() as admin:
+            return str(info(admin, redis_server.name)["cmd"])
+
+    async def scenario(f: Front) -> None:
+        async with f.lease() as r:
+            stale = r
+            queued = r.pipeline()
+            queued.set(key, "from a pipeline made in the block")
+            unused_pubsub = r.pubsub()
+            closed_pubsub = r.pubsub()
+            await do(closed_pubsub.subscribe(channel))
+            await do(closed_pubsub.aclose() if asyncio_front else closed_pubsub.close())
+            script = r.register_script("return redis.call('SET', KEYS[1], 'from a script')")
+            assert await do(r.set(key, "mine")) is True
+            first = await do(r.client_id())  # (after PubSub.close(), which disconnects)
+        async with f.lease() as r:
+            assert await do(r.execute_command("WATCH", key)) is True
+            before = last_command()
+            with released(f):
+                await do(stale.set(key, "stale"))
+            with released(f):
+                await do(stale.get(key))
+            with released(f):
+                await do(queued.execute())
+            pipe = stale.pipeline()
+            pipe.set(key, "stale")
+            with released(f):
+                await do(pipe.execute())
+            with released(f):
+                await do(stale.pipeline().watch(key))
+            with released(f):
+                await do(unused_pubsub.subscribe(channel))
+            with released(f):
+                await do(closed_pubsub.subscribe(channel))
+            with released(f):
+                await do(stale.pubsub().psubscribe(f"{channel}*"))
+            with released(f):
+                await do(script(keys=[key]))
+            with released(f):
+                await do(stale.lock(f"{key}:lock").acquire(blocking=False))
+            with released(f):
+                if asyncio_front:
+                    async with stale.monitor():
+                        pass
+                else:
+                    stale.monitor()
+            with released(f):
+                await do(stale.client().ping())
+            # closing the kept client, or dropping it, leaves the owner's connection alone
+            await do(stale.aclose(close_connection_pool=True) if asyncio_front else stale.close())
+            del stale, queued, pipe, unused_pubsub, closed_pubsub, script
+            gc.collect()
+            assert last_command() == before  # (nothing was sent for them)
+            assert await do(r.client_id()) == first  # (the same connection, still connected)
+            owner = r.pipeline()
+            owner.set(key, "owner")
+            assert await do(owner.execute()) == [True]  # (the owner's WATCH held throughout)
+            await do(owner.reset())
+        async with f.lease() as r:
+            kept = r
+
+        async def use_the_kept_client_in_a_block() -> None:
+            async with f.lease():
+                await do(kept.ping())  # (raised out of this block: is its connection broken? no)
+
+        with pytest.raises(pk_redis.ClientReleasedError):
+            await use_the_kept_client_in_a_block()
+        async with f.lease() as r:
+            assert await do(r.client_id()) == first
+            await do(r.delete(key))
+        assert f.closed() == {}
+
+    run(front, redis_server.url, scenario, client_name=redis_server.name)
+
+
+@pytest.mark.parametrize("front", FRONTS)
+def test_closing_the_leased_client_leaves_its_connection_to_the_pool(
+    front: str, redis_server: RedisServer
+) -> None:
+    """``close()``, ``with r:`` (``async with r:``) on the client of a lease are no-ops: the pool
+    owns the connection (the same one serves the next lease, nothing reconnects)."""
+
+    async def scenario(f: Front) -> None:
+        async with f.lease() as r:
+            first = await do(r.client_id())
+            if isinstance(f.pool, poolkit.AsyncPool):
+                async with r:
+                    await do(r.ping())
+                await r.aclose()
+            else:
+                with r:
+                    r.ping()
+                r.close()
+            assert await do(r.client_id()) == first
+        async with f.lease() as r:
+            assert await do(r.client_id()) == first
+        assert f.closed() == {}
+
+    run(front, redis_server.url, scenario, client_name=redis_server.name)
+
+
 # ------------------------------------------------------------------ a clean lease costs nothing
 
 
@@ -311,7 +503,8 @@ def test_client_tracking_and_a_users_reset_are_put_back(
 def test_a_clean_lease_sends_no_command(front: str, redis_server: RedisServer) -> None:
     """After a lease of plain commands, a pipeline, or a WATCHed transaction (run or failed),
     the last command the server saw on the connection is the caller's own: nothing was sent at
-    check-in. A session that changed costs RESET and the handshake, on the same connection."""
+    hand-out (``lend``) or check-in. A session that changed costs RESET and the handshake, on
+    the same connection."""
     key = f"{redis_server.name}:k"
 
     def last_command() -> str:
@@ -341,6 +534,9 @@ def test_a_clean_lease_sends_no_command(front: str, redis_server: RedisServer) -
     async def scenario(f: Front) -> None:
         async with f.lease() as r:
             await do(r.set(key, "1"))
+        assert last_command() == "set"
+        async with f.lease() as r:  # (the hand-out, its lease's client, sends nothing either)
+            assert isinstance(r, redis.Redis | redis.asyncio.Redis)
         assert last_command() == "set"
         async with f.lease() as r:
             pipe = r.pipeline(transaction=False)
@@ -496,6 +692,12 @@ def test_session_verdicts() -> None:
     assert session.verdict() == (Verdict.RESET, "CLIENT SETNAME changed the session")
     session.sent([("CLIENT", "REPLY", "OFF")])
     assert session.verdict()[0] is Verdict.DISCARD
+    for sub in ("NO-EVICT", "no-touch"):  # (RESET turns them off only from Redis 7.2)
+        session.clear()
+        session.sent([("CLIENT", sub, "ON")])
+        session.replied()
+        verdict, why = session.verdict()
+        assert verdict is Verdict.DISCARD and why.startswith(f"CLIENT {sub.upper()} was sent")
     session.clear()
     session.sent_unknown()
     assert session.verdict()[0] is Verdict.DISCARD

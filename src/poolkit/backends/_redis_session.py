@@ -20,7 +20,15 @@ server session set up by redis-py's handshake (``AUTH``/``HELLO``, ``CLIENT SETN
   own reply: a reply left unread (a command sent and never read, as a caller interrupted between
   the two), pub/sub (``SUBSCRIBE`` and its kin: messages arrive unasked), ``MONITOR``,
   ``CLIENT REPLY``, ``QUIT``, replication commands, or bytes sent with ``send_packed_command``
-  that were not packed here. The connection is closed.
+  that were not packed here. Or a command was sent whose effect ``RESET`` does not undo on every
+  server: ``CLIENT NO-EVICT`` and ``CLIENT NO-TOUCH``, which ``RESET`` turns off only from Redis
+  7.2 (``NO-EVICT`` stays on through it on 7.0 and 7.1). The connection is closed.
+
+  Why not ``RESET`` and then ``CLIENT NO-EVICT OFF`` (and ``NO-TOUCH OFF``)? That is right only
+  on servers that have the subcommand (``NO-TOUCH`` came in 7.2, ``NO-EVICT`` in 7.0) and needs
+  the server's version, or a reply to fail, to know which to send; closing the connection is
+  right on every version and on servers that speak Redis's protocol with another ``RESET``, and
+  it costs a reconnect only after an admin command hardly ever sent on a pooled connection.
 
 ``MULTI``/``EXEC`` and ``WATCH``/``UNWATCH`` are followed, not just noted, so that a finished
 transaction (a ``pipeline()``, ``WATCH``ed or not) leaves a clean session: ``EXEC`` and
@@ -67,9 +75,10 @@ SESSION_COMMANDS = frozenset(
     {"SELECT", "AUTH", "HELLO", "RESET", "READONLY", "READWRITE", "ASKING"}
 )
 #: ``CLIENT`` subcommands that do the same
-SESSION_CLIENT_COMMANDS = frozenset(
-    {"SETNAME", "SETINFO", "TRACKING", "CACHING", "NO-EVICT", "NO-TOUCH"}
-)
+SESSION_CLIENT_COMMANDS = frozenset({"SETNAME", "SETINFO", "TRACKING", "CACHING"})
+#: ``CLIENT`` subcommands whose effect ``RESET`` does not undo on every server: it turns
+#: ``NO-EVICT`` and ``NO-TOUCH`` off only from Redis 7.2 (on 7.0 and 7.1 ``NO-EVICT`` stays on)
+UNRESETTABLE_CLIENT_COMMANDS = frozenset({"NO-EVICT", "NO-TOUCH"})
 #: commands after which replies no longer answer commands one for one
 OUT_OF_STEP_COMMANDS = frozenset(
     {
@@ -115,7 +124,7 @@ def command_words(args: Sequence[Any]) -> tuple[str, str]:
 class Session:
     """What one connection's server session holds since its last (re)connect or reset."""
 
-    __slots__ = ("changed", "in_multi", "lost", "pending", "watching")
+    __slots__ = ("changed", "in_multi", "kept", "lost", "pending", "watching")
 
     def __init__(self) -> None:
         self.clear()
@@ -130,6 +139,8 @@ class Session:
         self.changed: str | None = None
         #: why replies are out of step (``None``: they are not)
         self.lost: str | None = None
+        #: the last command sent whose effect ``RESET`` may not undo (``None``: none)
+        self.kept: str | None = None
 
     def sent(self, commands: Iterable[Sequence[Any]]) -> None:
         """``commands`` (each redis-py's arguments: name first) went to the server."""
@@ -149,6 +160,8 @@ class Session:
                 name == "CLIENT" and sub in OUT_OF_STEP_CLIENT_COMMANDS
             ):
                 self.lost = f"{name} {sub}".strip()
+            elif name == "CLIENT" and sub in UNRESETTABLE_CLIENT_COMMANDS:
+                self.kept = f"{name} {sub}"
             elif name in SESSION_COMMANDS or (name == "CLIENT" and sub in SESSION_CLIENT_COMMANDS):
                 self.changed = f"{name} {sub}".strip()
 
@@ -168,6 +181,8 @@ class Session:
             return Verdict.DISCARD, f"{self.pending} reply(ies) left unread"
         if self.pending < 0:
             return Verdict.DISCARD, "replies were read that no command asked for"
+        if self.kept is not None:
+            return Verdict.DISCARD, f"{self.kept} was sent: RESET turns it off only from Redis 7.2"
         if self.changed is not None:
             return Verdict.RESET, f"{self.changed} changed the session"
         if self.in_multi:

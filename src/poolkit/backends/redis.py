@@ -23,6 +23,13 @@ API, and its commands, pipelines and pub/sub all go over that one socket, so ``W
 ``send_command``/``read_response`` and parse replies themselves; the drop-in pool below is the
 place where poolkit holds bare connections (redis-py's clients ask their pool for those).
 
+The caller is handed not the pooled client but its lease's copy (the ``lend`` hook,
+:func:`lend`; see ``_redis_lend``), a client of the same class that refuses use once the lease is
+given back: a reference kept after the block, and every pipeline, pub/sub or ``Monitor`` made
+from it, raises :class:`ClientReleasedError` (a ``redis.ConnectionError``), as asyncpg's pool's
+connections raise ``InterfaceError``, instead of running commands in the next owner's session.
+The hooks get the pooled client itself.
+
 The lease contract
 ------------------
 A caller always gets a client on the pool's db, outside ``MULTI``, with nothing watched or
@@ -40,10 +47,11 @@ connection notes every command sent and reply read (``_redis_session``). It
   ``MULTI`` or a ``WATCH`` open;
 * raises :class:`SessionDiscarded`, and the pool closes the connection, when replies are out of
   step (a reply left unread, ``SUBSCRIBE`` and its kin, ``MONITOR``, ``CLIENT REPLY``,
-  ``QUIT``), when something kept from the lease still holds the connection (a PubSub not
-  closed, a pipeline left ``WATCH``ing, a ``Monitor``), or when ``RESET`` fails (a server before
-  6.2). A connection so discarded never reconnects: the PubSub or pipeline kept gets a
-  ``redis.ConnectionError``.
+  ``QUIT``), after ``CLIENT NO-EVICT`` or ``CLIENT NO-TOUCH`` (``RESET`` turns them off only
+  from Redis 7.2: closing is right on every server, see ``_redis_session``), when something kept
+  from the lease still holds the connection (a PubSub not closed, a pipeline left ``WATCH``ing,
+  a ``Monitor``), or when ``RESET`` fails (a server before 6.2). A connection so discarded never
+  reconnects: the PubSub or pipeline kept gets a ``redis.ConnectionError``.
 
 The client's connection is made (and named with ``CLIENT SETNAME``) inside the connect
 function, so that connect errors, timeouts and retries are the pool's, and redis-py retries no
@@ -61,6 +69,7 @@ defaults (50 connections, 20 s wait), the redis-py pool that waits as a poolkit 
 Rules of this module
 --------------------
 * Nothing here decides anything about pooling: these are the functions the pool calls.
+* The caller never holds the pooled client, only its lease's copy (``_redis_lend``).
 * The hooks read the connection's state and send ``PING`` (``check``) or ``RESET`` and the
   handshake (``reset``, only on a session that changed); they never reconnect.
 * A client's pool (``_Dedicated``) holds its one connection; only a command reconnects it.
@@ -91,6 +100,7 @@ from ._redis_dropin import BlockingConnectionPool, ConnectionPool  # noqa: E402
 from ._redis_dropin_async import BlockingConnectionPool as AsyncBlockingConnectionPool  # noqa: E402
 from ._redis_dropin_async import ConnectionPool as AsyncConnectionPool  # noqa: E402
 from ._redis_dropin_async import connected  # noqa: E402
+from ._redis_lend import ClientReleasedError, async_lend, lend  # noqa: E402
 from ._redis_session import Verdict, session_of, tracked, tracked_async  # noqa: E402
 
 __all__ = [
@@ -98,11 +108,13 @@ __all__ = [
     "AsyncBlockingConnectionPool",
     "AsyncConnectionPool",
     "BlockingConnectionPool",
+    "ClientReleasedError",
     "ConnectionPool",
     "SessionDiscarded",
     "async_connect",
     "async_hooks",
     "async_keep_alive",
+    "async_lend",
     "async_ping",
     "async_reset",
     "connect",
@@ -112,6 +124,7 @@ __all__ = [
     "hooks",
     "is_broken",
     "keep_alive",
+    "lend",
     "ping",
     "reset",
 ]
@@ -279,8 +292,9 @@ async def async_ping(client: redis.asyncio.Redis) -> None:
 
 def is_broken(client: redis.Redis | redis.asyncio.Redis, error: BaseException) -> bool:
     """The ``is_broken`` hook (both pools): ``error`` is a connection error or a timeout, or the
-    client's connection is no longer connected."""
-    if isinstance(error, BROKEN_ERRORS):
+    client's connection is no longer connected. A :class:`ClientReleasedError` (a client kept
+    from an earlier lease, used in this block) says nothing about this block's connection."""
+    if isinstance(error, BROKEN_ERRORS) and not isinstance(error, ClientReleasedError):
         return True
     connection = getattr(client.connection_pool, "connection", None)
     return connection is not None and not connection.is_connected
@@ -395,14 +409,16 @@ def hooks(
     *, check_after: float = CHECK_AFTER, timeout: float | None = 5.0, reset: bool = True
 ) -> Hooks:
     """The hooks for :class:`poolkit.Pool`: ``check`` (a ``PING`` on connections idle at least
-    ``check_after`` seconds), ``reset`` (:func:`reset`; ``reset=False`` for none) and
-    ``is_broken``; ``timeout`` bounds a check or a reset."""
+    ``check_after`` seconds), ``reset`` (:func:`reset`; ``reset=False`` for none),
+    ``is_broken`` and ``lend`` (:func:`lend`: each lease's client refuses use once the lease is
+    given back); ``timeout`` bounds a check or a reset."""
     return Hooks(
         check=ping,
         check_after=check_after,
         reset=_reset_sync if reset else None,
         is_broken=is_broken,
         timeout=timeout,
+        lend=lend,
     )
 
 
@@ -410,13 +426,14 @@ def async_hooks(
     *, check_after: float = CHECK_AFTER, timeout: float | None = 5.0, reset: bool = True
 ) -> Hooks:
     """The hooks for :class:`poolkit.AsyncPool` (``check`` is :func:`async_ping`, ``reset``
-    :func:`async_reset`)."""
+    :func:`async_reset`, ``lend`` :func:`async_lend`)."""
     return Hooks(
         check=async_ping,
         check_after=check_after,
         reset=async_reset if reset else None,
         is_broken=is_broken,
         timeout=timeout,
+        lend=async_lend,
     )
 
 

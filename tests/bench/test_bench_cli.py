@@ -408,9 +408,11 @@ def test_no_hooks_replaces_a_terminated_postgresql_connection(mode: list[str]) -
             terminated: list[Any] = []
             while not terminated and time.monotonic() < deadline and process.poll() is None:
                 time.sleep(0.1)
+                # (a session of some age: the run's, not the probe's, which makes one
+                # connection under the same name for one operation before the run starts)
                 terminated = admin.execute(
                     "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                    "WHERE application_name = %s",
+                    "WHERE application_name = %s AND now() - backend_start > interval '0.7 s'",
                     [app],
                 ).fetchall()
         out, err = process.communicate(timeout=60)

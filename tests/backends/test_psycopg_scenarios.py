@@ -405,3 +405,78 @@ def test_a_reset_past_its_timeout_is_not_closed_under_its_thread(pg: PgServer) -
         assert closed_while_running == []
         assert len(closes) == len(set(closes)) == 2  # both connections, each closed once
         closes.clear()
+
+
+def _counting(sent: list[str]) -> Callable[[Any], None]:
+    """A ``configure`` hook: every query a connection sends through ``execute`` goes to
+    ``sent``."""
+
+    def configure(conn: Any) -> None:
+        execute = conn.execute
+
+        def recorded(query: Any, *args: Any, **kwargs: Any) -> Any:
+            sent.append(query.decode() if isinstance(query, bytes) else str(query))
+            return execute(query, *args, **kwargs)
+
+        conn.execute = recorded
+
+    return configure
+
+
+def _in_a_block(pool: poolkit.Pool[Any], *queries: str) -> None:
+    with pool.connection() as conn:
+        for query in queries:
+            conn.execute(query.encode())
+
+
+def test_a_block_ends_with_its_commit_and_the_reset_in_one_round_trip(pg: PgServer) -> None:
+    # Issue 25: the commit at the end of pool.connection() and the reset at check-in were two
+    # round trips where psycopg_pool's commit is one. Now the COMMIT goes out with the reset
+    # query in one message, and the reset sends nothing more for that connection.
+    sent: list[str] = []
+    with one_connection(pg, configure=_counting(sent)) as pool:
+        sent.clear()  # (create_pool's first connection, made and given back)
+        with pool.connection() as conn:
+            conn.execute("SET search_path = nowhere")
+            conn.execute("CREATE TEMP TABLE kept (x int)")
+            conn.execute("INSERT INTO kept VALUES (1)")
+        assert sent[3:] == [f"COMMIT; {pk.DEFAULT_RESET_QUERY}"]
+        sent.clear()
+        with pool.connection() as conn:
+            assert conn.execute("SHOW search_path").fetchone() == ('"$user", public',)
+            assert conn.execute("SELECT x FROM kept").fetchone() == (1,)  # committed
+        assert sent == [
+            "SHOW search_path",
+            "SELECT x FROM kept",
+            f"COMMIT; {pk.DEFAULT_RESET_QUERY}",
+        ]
+
+
+def test_a_block_that_raises_ends_with_rollback_and_reset_in_one_round_trip(
+    pg: PgServer,
+) -> None:
+    sent: list[str] = []
+    with one_connection(pg, configure=_counting(sent)) as pool:
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            _in_a_block(pool, "SET search_path = nowhere", "SELECT 1 / 0")
+        assert sent[-1] == f"ROLLBACK; {pk.DEFAULT_RESET_QUERY}"
+        with pool.connection() as conn:
+            assert conn.info.transaction_status == IDLE
+            assert conn.execute("SHOW search_path").fetchone() == ('"$user", public',)
+
+
+def test_a_failing_commit_reaches_the_caller_and_the_reset_still_runs(pg: PgServer) -> None:
+    sent: list[str] = []
+    with one_connection(pg, configure=_counting(sent)) as pool:
+        _in_a_block(
+            pool,
+            "CREATE TEMP TABLE d (x int UNIQUE DEFERRABLE INITIALLY DEFERRED) "
+            "ON COMMIT PRESERVE ROWS",
+        )
+        with pytest.raises(psycopg.errors.UniqueViolation):  # (at the COMMIT)
+            _in_a_block(pool, "SET search_path = nowhere", "INSERT INTO d VALUES (1), (1)")
+        # (the message stopped at the COMMIT: the reset at check-in sent its query alone)
+        assert sent[-1] == pk.DEFAULT_RESET_QUERY
+        with pool.connection() as conn:
+            assert conn.execute("SHOW search_path").fetchone() == ('"$user", public',)
+            assert conn.execute("SELECT count(*) FROM d").fetchone() == (0,)

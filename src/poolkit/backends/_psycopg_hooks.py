@@ -11,6 +11,10 @@ Rules of this module
   factories, prepared-statement settings, notice and notify handlers, ``autocommit`` and the
   transaction characteristics) as they were once the connection was configured
   (``_psycopg_settings``), before it sends its query.
+* The end of ``pool.connection()``'s block sends its COMMIT (or ROLLBACK) and the reset query
+  in one message (:func:`make_end`): one round trip where a commit and a reset took two, as many
+  as psycopg_pool's commit alone. The reset at check-in then sends no query for that connection
+  (``_RESET_SENT``), unless something ran on it since.
 * The plain and async versions say the same thing in the same order; only the awaits differ.
 """
 
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import select
+import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -32,6 +37,9 @@ DEFAULT_RESET_QUERY = "SELECT pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *; R
 
 _IDLE = TransactionStatus.IDLE
 _LEFT_OPEN = (TransactionStatus.INTRANS, TransactionStatus.INERROR)
+#: connections whose reset query went out with the COMMIT or ROLLBACK that ended the block
+#: (``make_end``): the reset at check-in sends none for them
+_RESET_SENT: weakref.WeakSet[Any] = weakref.WeakSet()
 
 logger = logging.getLogger("poolkit.backends.psycopg")
 
@@ -129,6 +137,7 @@ def make_reset(
     function of yours, as psycopg_pool's ``reset``), which must leave no transaction open."""
 
     def reset(conn: Conn) -> None:
+        sent = _took_reset_sent(conn)
         status = _usable(conn)
         if status in _LEFT_OPEN:
             _left_open(conn, status)
@@ -144,7 +153,7 @@ def make_reset(
             conn.read_only = read_only
         if conn.deferrable != deferrable:
             conn.deferrable = deferrable
-        if query:
+        if query and not (sent and status == _IDLE):
             _outside_a_transaction(conn, query)
         if then is not None:
             then(conn)
@@ -198,6 +207,7 @@ def make_async_reset(
     """:func:`make_reset` for ``psycopg.AsyncConnection``."""
 
     async def reset(conn: AsyncConn) -> None:
+        sent = _took_reset_sent(conn)
         status = _usable(conn)
         if status in _LEFT_OPEN:
             _left_open(conn, status)
@@ -213,7 +223,7 @@ def make_async_reset(
             await conn.set_read_only(read_only)
         if conn.deferrable != deferrable:
             await conn.set_deferrable(deferrable)
-        if query:
+        if query and not (sent and status == _IDLE):
             await _async_outside_a_transaction(conn, query)
         if then is not None:
             await then(conn)
@@ -268,3 +278,58 @@ async def async_end(conn: AsyncConn, error: BaseException | None) -> None:
         await conn.commit()
     elif not (conn.closed or conn.broken):
         await conn.rollback()
+
+
+def _took_reset_sent(conn: Conn | AsyncConn) -> bool:
+    """Whether the block's end sent the reset query already (and forget it: once)."""
+    if conn in _RESET_SENT:
+        _RESET_SENT.discard(conn)
+        return True
+    return False
+
+
+def _ending(conn: Conn | AsyncConn, error: BaseException | None, query: str | None) -> str | None:
+    """What to send at the end of the block in one message, or None (then: ``end``): COMMIT (or
+    ROLLBACK after an error) and the reset query, when a transaction is open or failed, not in
+    autocommit, and the connection usable."""
+    if not query or conn.closed or conn.broken or conn.autocommit:
+        return None
+    status = conn.info.transaction_status
+    if status == TransactionStatus.INTRANS:
+        return f"{'COMMIT' if error is None else 'ROLLBACK'}; {query}"
+    if status == TransactionStatus.INERROR and error is not None:
+        return f"ROLLBACK; {query}"
+    return None
+
+
+def make_end(query: str | None) -> Callable[[Conn, BaseException | None], None]:
+    """The ``end`` hook of :func:`~poolkit.backends.psycopg.hooks`: :func:`end` (commit on
+    success, roll back on error), with the reset ``query`` sent in the same message (simple query
+    protocol: one round trip), so that the reset at check-in needs none. A failing COMMIT still
+    reaches the caller (and the reset then runs its query as usual)."""
+
+    def end_and_reset(conn: Conn, error: BaseException | None) -> None:
+        message = _ending(conn, error, query)
+        if message is None:
+            end(conn, error)
+            return
+        conn.execute(message.encode(), prepare=False)  # (several statements: never prepared)
+        _RESET_SENT.add(conn)
+
+    return end_and_reset
+
+
+def make_async_end(
+    query: str | None,
+) -> Callable[[AsyncConn, BaseException | None], Awaitable[None]]:
+    """:func:`make_end` for ``psycopg.AsyncConnection``."""
+
+    async def end_and_reset(conn: AsyncConn, error: BaseException | None) -> None:
+        message = _ending(conn, error, query)
+        if message is None:
+            await async_end(conn, error)
+            return
+        await conn.execute(message.encode(), prepare=False)
+        _RESET_SENT.add(conn)
+
+    return end_and_reset

@@ -18,8 +18,10 @@ psycopg_pool's ``pool.connection()`` commits when its block succeeds and rolls b
 raises; so does ``pool.connection()`` of the pools built here, through ``Hooks.end`` (:func:`end`,
 :func:`async_end`), which the pool runs in the caller when the block ends, before the connection
 goes back: a COMMIT that fails (a deferred constraint, a serialization failure) reaches the
-caller, and after an error the block's error is the one raised. :func:`connection` does the same
-for a pool built without these hooks.
+caller, and after an error the block's error is the one raised. The COMMIT (or ROLLBACK) goes
+out with the reset query in one message (:func:`make_end`): a block that ends costs one round
+trip, as psycopg_pool's commit does, and the reset at check-in then sends nothing.
+:func:`connection` does the same for a pool built without these hooks.
 
 Everything else is made safe by the hooks, whatever way a connection comes back:
 
@@ -75,7 +77,9 @@ from ._psycopg_hooks import (
     check_ping,
     end,
     is_broken,
+    make_async_end,
     make_async_reset,
+    make_end,
     make_reset,
     ping,
     remembering,
@@ -98,6 +102,8 @@ __all__ = [
     "end",
     "hooks",
     "is_broken",
+    "make_async_end",
+    "make_end",
     "make_async_reset",
     "make_reset",
     "ping",
@@ -172,13 +178,13 @@ def _reset_query(reset: bool | str) -> str | None:
 
 
 #: what a ``Pool`` and an ``AsyncPool`` of psycopg connections run: (the "closed" check, the
-#: "ping" check, the reset maker, the end hook, the configure wrapper)
-_SYNC_KIT: Final = (check_closed, check_ping, make_reset, end, remembering)
+#: "ping" check, the reset maker, the end hook maker, the configure wrapper)
+_SYNC_KIT: Final = (check_closed, check_ping, make_reset, make_end, remembering)
 _ASYNC_KIT: Final = (
     async_check_closed,
     async_check_ping,
     make_async_reset,
-    async_end,
+    make_async_end,
     async_remembering,
 )
 
@@ -193,7 +199,7 @@ def _hooks(
     timeout: float | None,
 ) -> Hooks:
     """The hooks of ``kit`` (``_SYNC_KIT`` or ``_ASYNC_KIT``) with these settings."""
-    check_closed_, check_ping_, make_reset_, end_, remembering_ = kit
+    check_closed_, check_ping_, make_reset_, make_end_, remembering_ = kit
     checks = {"closed": check_closed_, "ping": check_ping_, None: None}
     if callable(check):
         chosen_check = check
@@ -203,16 +209,17 @@ def _hooks(
         raise ValueError(
             f"check must be 'closed', 'ping', None or a function of the connection, got {check!r}"
         )
+    query = None if callable(reset) else _reset_query(reset)
     if callable(reset):  # psycopg_pool's reset callback: after the rollback, instead of a query
         chosen_reset = make_reset_(None, autocommit=autocommit, then=reset)
     else:
-        chosen_reset = make_reset_(_reset_query(reset), autocommit=autocommit)
+        chosen_reset = make_reset_(query, autocommit=autocommit)
     return Hooks(
         configure=remembering_(configure),
         check=chosen_check,
         check_after=check_after,
         reset=chosen_reset,
-        end=end_,
+        end=make_end_(query),  # (COMMIT and the reset query in one round trip)
         is_broken=is_broken,
         timeout=timeout,
     )

@@ -36,7 +36,7 @@ from typing import Any
 import poolkit
 
 sys.path.insert(0, str(Path(__file__).parent))  # (run as a script from anywhere)
-from floors import NAN, AsyncFloor, NullConn, ThreadFloor, pctl
+from floors import NAN, AsyncFloor, NullConn, ThreadFloor, null_async_pool, null_thread_pool, pctl
 
 POOL_SIZE = 10
 ASYNC_TASKS = 1000
@@ -61,15 +61,7 @@ def wait_figures(waits: list[float], elapsed: float, total: int, counts: list[in
     }
 
 
-def options() -> poolkit.PoolOptions:
-    return poolkit.PoolOptions(max_size=POOL_SIZE, min_size=POOL_SIZE, max_connecting=POOL_SIZE)
-
-
 # ---------------------------------------------------------------------- asyncio
-
-
-async def async_connect(ctx: poolkit.ConnectContext) -> NullConn:
-    return NullConn()
 
 
 AsyncPair = tuple[Callable[[], Awaitable[Any]], Callable[[Any], None]]
@@ -84,15 +76,7 @@ async def async_make(impl: str) -> tuple[AsyncPair, Callable[[], Awaitable[None]
             pass
 
         return (floor.acquire, floor.release), noop
-    pool: poolkit.AsyncPool[NullConn] = poolkit.AsyncPool(
-        async_connect, address="bench", options=options()
-    )
-    pool.ready()
-    deadline = time.monotonic() + 10
-    while pool.stats().available < POOL_SIZE:
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"poolkit did not pre-warm: {pool!r}")
-        await asyncio.sleep(0.001)
+    pool = await null_async_pool(POOL_SIZE)
 
     # The lease's release called as a plain function: one call, as the floor's bound release is.
     probe = await pool.checkout()
@@ -153,10 +137,6 @@ async def async_w2(impl: str, cycles: int) -> Figures:
 # ---------------------------------------------------------------------- threads
 
 
-def thread_connect(ctx: poolkit.ConnectContext) -> NullConn:
-    return NullConn()
-
-
 ThreadPair = tuple[Callable[[], Any], Callable[[Any], None], Callable[[], None]]
 
 
@@ -164,13 +144,7 @@ def thread_make(impl: str) -> ThreadPair:
     if impl == "floor":
         floor = ThreadFloor(NullConn() for _ in range(POOL_SIZE))
         return floor.acquire, floor.release, lambda: None
-    pool: poolkit.Pool[NullConn] = poolkit.Pool(thread_connect, address="bench", options=options())
-    pool.ready()
-    deadline = time.monotonic() + 10
-    while pool.stats().available < POOL_SIZE:
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"poolkit did not pre-warm: {pool!r}")
-        time.sleep(0.001)
+    pool = null_thread_pool(POOL_SIZE)
 
     probe = pool.checkout()
     release = type(probe).release

@@ -6,6 +6,8 @@
   drivers' real ones (``peers.py``). No check, no reset, no limit, no statistics: the least a
   pool can do.
 * :class:`NullConn`: a connection that is nothing (``close()`` does nothing).
+* :func:`null_async_pool` / :func:`null_thread_pool`: poolkit's pools over null connections,
+  every connection made before they are returned (what the floors are compared with).
 * :func:`pctl`: a percentile of sorted values.
 
 Used by ``bench_pool.py``, ``bytecodes.py`` (through it) and ``peers.py``.
@@ -15,11 +17,23 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections import deque
 from collections.abc import Iterable
 from typing import Generic, TypeVar
 
-__all__ = ["NAN", "AsyncFloor", "NullConn", "ThreadFloor", "pctl"]
+import poolkit
+
+__all__ = [
+    "NAN",
+    "AsyncFloor",
+    "NullConn",
+    "ThreadFloor",
+    "null_async_pool",
+    "null_options",
+    "null_thread_pool",
+    "pctl",
+]
 
 NAN = float("nan")
 C = TypeVar("C")
@@ -123,3 +137,50 @@ def pctl(sorted_values: list[float], q: float) -> float:
     if not sorted_values:
         return NAN
     return sorted_values[min(len(sorted_values) - 1, int(q * (len(sorted_values) - 1) + 0.5))]
+
+
+# ---------------------------------------------------------------------- poolkit, null connections
+
+WARM_TIMEOUT = 60.0  # seconds a pool may take to make its connections
+
+
+def null_options(size: int) -> poolkit.PoolOptions:
+    """``size`` connections, all kept, all made at once (the rest: poolkit's defaults)."""
+    return poolkit.PoolOptions(max_size=size, min_size=size, max_connecting=size)
+
+
+async def _null_connect(ctx: poolkit.ConnectContext) -> NullConn:
+    return NullConn()
+
+
+def _null_connect_sync(ctx: poolkit.ConnectContext) -> NullConn:
+    return NullConn()
+
+
+async def null_async_pool(
+    size: int, options: poolkit.PoolOptions | None = None
+) -> poolkit.AsyncPool[NullConn]:
+    """A ready ``AsyncPool`` of ``size`` null connections, all made (``options``: instead of
+    :func:`null_options`)."""
+    pool = poolkit.AsyncPool(_null_connect, address="bench", options=options or null_options(size))
+    pool.ready()
+    deadline = time.monotonic() + WARM_TIMEOUT
+    while pool.stats().available < size:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"poolkit did not pre-warm: {pool!r}")
+        await asyncio.sleep(0.001)
+    return pool
+
+
+def null_thread_pool(
+    size: int, options: poolkit.PoolOptions | None = None
+) -> poolkit.Pool[NullConn]:
+    """A ready ``Pool`` of ``size`` null connections, all made."""
+    pool = poolkit.Pool(_null_connect_sync, address="bench", options=options or null_options(size))
+    pool.ready()
+    deadline = time.monotonic() + WARM_TIMEOUT
+    while pool.stats().available < size:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"poolkit did not pre-warm: {pool!r}")
+        time.sleep(0.001)
+    return pool

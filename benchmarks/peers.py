@@ -41,6 +41,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))  # (run as a script from anywhere)
 from peerbench import machine, report, servers
 from peerbench.core import Env, Sizes, Workload
+from peerbench.null_rows import (
+    w1_async,
+    w1_threads,
+    w2_async,
+    w2_threads,
+    w5_idle_async,
+    w5_idle_threads,
+    w5_waiting,
+)
 from peerbench.pg_rows import asyncpg_workload, psycopg_async_workload, psycopg_threads_workload
 from peerbench.redis_rows import redis_async_workload, redis_threads_workload
 from peerbench.runner import Outcome, run_workload
@@ -56,6 +65,13 @@ def workloads(sizes: Sizes) -> list[Workload]:
         psycopg_threads_workload(),
         redis_threads_workload(),
         redis_async_workload(),
+        w1_async(),
+        w1_threads(),
+        w2_async(sizes.w2_tasks),
+        w2_threads(sizes.w2_threads),
+        w5_idle_async(*sizes.w5_idle),
+        w5_idle_threads(*sizes.w5_idle),
+        w5_waiting(*sizes.w5_waiting),
     ]
 
 
@@ -161,8 +177,8 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.json).write_text(json.dumps({"meta": meta, "workloads": summaries}, indent=1))
     markdown_path = None
     if args.markdown:
-        markdown_path = RESULTS / f"peers-{today}.md" if args.markdown == "auto" else Path(
-            args.markdown
+        markdown_path = (
+            RESULTS / f"peers-{today}.md" if args.markdown == "auto" else Path(args.markdown)
         )
         markdown_path.parent.mkdir(parents=True, exist_ok=True)
         markdown_path.write_text(report.markdown(summaries, meta))

@@ -21,7 +21,9 @@ def plot(summaries: list[Summary], path: str, title: str) -> None:
     if not shown:
         raise ValueError("--plot: no headline workload ran (select one of H1..H5)")
     fig, axes = plt.subplots(
-        len(shown), 1, figsize=(10, 1.0 + 0.42 * sum(len(s["contenders"]) for s in shown)),
+        len(shown),
+        1,
+        figsize=(10, 1.0 + 0.42 * sum(len(s["contenders"]) for s in shown)),
         squeeze=False,
     )
     for ax, s in zip((row[0] for row in axes), shown, strict=True):

@@ -252,9 +252,7 @@ async def redis_async_floor(env: Env, record: Record, shape: Shape) -> AsyncIter
 
 
 @asynccontextmanager
-async def redis_async_dedicated(
-    env: Env, record: Record, shape: Shape
-) -> AsyncIterator[AsyncOne]:
+async def redis_async_dedicated(env: Env, record: Record, shape: Shape) -> AsyncIterator[AsyncOne]:
     _put_key(env)
     clients = await _async_clients(env, shape.workers)
     key = _key(env)

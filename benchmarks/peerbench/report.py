@@ -65,9 +65,9 @@ def summarize(outcome: Outcome) -> Summary:
                 default=NAN,
             )
         floor, versus = w.floor_of(contender), w.versus_of(contender)
-        if floor and floor != label and floor in outcome.runs:
+        if rounds and floor and floor != label and floor in outcome.runs:
             entry["vs_floor"] = Spread.of(ratios(rounds, outcome.runs[floor], w.metric)).as_dict()
-        if versus and versus != label and versus in outcome.runs:
+        if rounds and versus and versus != label and versus in outcome.runs:
             entry["vs_reference"] = Spread.of(
                 ratios(rounds, outcome.runs[versus], w.metric)
             ).as_dict()

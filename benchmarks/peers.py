@@ -39,7 +39,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))  # (run as a script from anywhere)
-from peerbench import machine, report, servers
+from peerbench import logs, machine, report, servers
 from peerbench.core import Env, Sizes, Workload
 from peerbench.null_rows import (
     w1_async,
@@ -50,9 +50,11 @@ from peerbench.null_rows import (
     w5_idle_threads,
     w5_waiting,
 )
+from peerbench.outage import w8_workloads
 from peerbench.pg_rows import asyncpg_workload, psycopg_async_workload, psycopg_threads_workload
 from peerbench.redis_rows import redis_async_workload, redis_threads_workload
 from peerbench.runner import Outcome, run_workload
+from peerbench.storm import w7_pg, w7_redis
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -72,6 +74,9 @@ def workloads(sizes: Sizes) -> list[Workload]:
         w5_idle_async(*sizes.w5_idle),
         w5_idle_threads(*sizes.w5_idle),
         w5_waiting(*sizes.w5_waiting),
+        w7_pg(sizes.w7_tasks),
+        w7_redis(sizes.w7_tasks),
+        *w8_workloads(sizes),
     ]
 
 
@@ -115,6 +120,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                     help="write a PNG of the headline ratios ('auto': beside --markdown's, "
                          "or benchmarks/results/peers-YYYY-MM-DD.png)")  # fmt: skip
     ap.add_argument("--list", action="store_true", help="list the workloads and pools, and exit")
+    ap.add_argument("--verbose", action="store_true", help="print the pools' log warnings too")
     ap.add_argument("--strict", action="store_true",
                     help="exit 1 when a workload or pool was skipped, too")  # fmt: skip
     args = ap.parse_args(argv)
@@ -165,10 +171,11 @@ def main(argv: list[str] | None = None) -> int:
         print(line, file=sys.stderr, flush=True)
 
     base = Env(dsn=args.dsn, redis_url=args.redis_url, app="", sizes=sizes)
+    records = logs.install(args.verbose)
     outcomes: list[Outcome] = []
     for w in chosen:
         why = unavailable.get(w.server) if w.server else None
-        outcomes.append(run_workload(w, base, rounds, log, why))
+        outcomes.append(run_workload(w, base, rounds, log, records, why))
     meta["machine"]["load average (1, 5, 15 min) at end"] = machine.load()
 
     summaries = [report.summarize(o) for o in outcomes]

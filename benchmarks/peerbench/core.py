@@ -133,6 +133,7 @@ class Workload:
     server: Literal["pg", "redis"] | None = None
     headline: bool = False
     note: str = ""
+    sample_every: float = 0.1  # seconds between the server's counts of a run's connections
 
     def floor_of(self, contender: Contender) -> str | None:
         return contender.floor or self.floor

@@ -53,7 +53,7 @@ SyncBuild = Callable[[Env, Record, Shape], AbstractContextManager[SyncOne]]
 @dataclasses.dataclass
 class Tally:
     """What the workers of one drive did: operations per worker (finished in time), and with
-    ``timeline`` on, every operation's end (seconds since the start) and whether it succeeded."""
+    ``timeline`` on, every operation's end (``time.perf_counter()``) and whether it succeeded."""
 
     counts: list[int]
     elapsed: float = 0.0
@@ -106,13 +106,13 @@ async def drive_async(
                 tally.errors += 1
                 tally.first_error = tally.first_error or f"{type(exc).__name__}: {exc}"
                 if tally.timeline is not None:
-                    tally.timeline.append((pc() - start, False))
+                    tally.timeline.append((pc(), False))
                 await asyncio.sleep(ERROR_PAUSE)
                 continue
             if not stopped:
                 counts[i] += 1
                 if tally.timeline is not None:
-                    tally.timeline.append((pc() - start, True))
+                    tally.timeline.append((pc(), True))
 
     def stop() -> None:
         nonlocal stopped
@@ -176,13 +176,13 @@ def drive_threads(
                         tally.errors += 1
                         tally.first_error = tally.first_error or f"{type(exc).__name__}: {exc}"
                         if tally.timeline is not None:
-                            tally.timeline.append((pc() - start[0], False))
+                            tally.timeline.append((pc(), False))
                     time.sleep(ERROR_PAUSE)
                     continue
                 if not stopped[0]:
                     counts[i] += 1
                     if tally.timeline is not None:
-                        tally.timeline.append((pc() - start[0], True))
+                        tally.timeline.append((pc(), True))
         except BaseException as exc:
             failures.append(exc)
             stopped[0] = True

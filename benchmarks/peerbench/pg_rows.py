@@ -16,9 +16,10 @@ used as its documentation shows, with the workload's pool size and its own defau
   connection per worker; their operation is the user's (``SELECT 1``, and psycopg's COMMIT
   that ends its transaction), with no reset.
 
-SQLAlchemy's pools are used through ``engine.connect()``, the query sent on the driver's own
-connection (``get_raw_connection().driver_connection``): its pool and its ``Connection`` are
-measured, not the compilation of a statement.
+SQLAlchemy's pools are used as its documentation shows for a plain string: ``engine.connect()``
+and ``conn.exec_driver_sql("SELECT 1")`` (no statement compiled; its ``Connection`` begins a
+transaction, and the pool rolls it back at check-in). So what SQLAlchemy costs is measured with
+the pool, and so is what it does when the server drops a connection (it invalidates it).
 """
 
 from __future__ import annotations
@@ -126,30 +127,19 @@ def sqlalchemy_async(dialect: str, like_for_like: bool) -> AsyncBuild:
             connect_args={"server_settings": app} if dialect == "asyncpg" else app,
         )
         if like_for_like:
-            reset = _asyncpg_reset if dialect == "asyncpg" else _psycopg_async_reset_after_rollback
+            reset = _asyncpg_reset if dialect == "asyncpg" else _psycopg_async_reset
 
             @event.listens_for(engine.sync_engine, "reset")
             def on_reset(dbapi_connection: Any, record: Any, state: Any) -> None:
+                dbapi_connection.rollback()  # (the event comes before SQLAlchemy's own rollback)
                 dbapi_connection.run_async(reset)
 
-        if dialect == "asyncpg":
-
-            async def one(i: int) -> None:
-                t = pc()
-                async with engine.connect() as conn:
-                    record(pc() - t)
-                    raw: Any = await conn.get_raw_connection()
-                    await raw.driver_connection.fetchval(SELECT)
-
-        else:
-
-            async def one(i: int) -> None:
-                t = pc()
-                async with engine.connect() as conn:
-                    record(pc() - t)
-                    raw: Any = await conn.get_raw_connection()
-                    cur = await raw.driver_connection.execute(SELECT)
-                    await cur.fetchone()
+        async def one(i: int) -> None:
+            t = pc()
+            async with engine.connect() as conn:
+                record(pc() - t)
+                result = await conn.exec_driver_sql(SELECT)
+                result.scalar()
 
         try:
             yield one
@@ -248,11 +238,6 @@ async def _psycopg_async_reset(conn: Any) -> None:
         await conn.execute(DEFAULT_RESET_QUERY)
     finally:
         await conn.set_autocommit(False)
-
-
-async def _psycopg_async_reset_after_rollback(conn: Any) -> None:
-    await conn.rollback()  # (SQLAlchemy's reset event comes before its rollback)
-    await _psycopg_async_reset(conn)
 
 
 def psycopg_pool_async(like_for_like: bool) -> AsyncBuild:
@@ -375,11 +360,6 @@ def _psycopg_reset(conn: Any) -> None:
         conn.autocommit = False
 
 
-def _psycopg_reset_after_rollback(conn: Any) -> None:
-    conn.rollback()
-    _psycopg_reset(conn)
-
-
 def psycopg_pool_threads(like_for_like: bool) -> SyncBuild:
     @contextmanager
     def build(env: Env, record: Record, shape: Shape) -> Iterator[SyncOne]:
@@ -426,14 +406,14 @@ def sqlalchemy_threads(like_for_like: bool) -> SyncBuild:
 
             @event.listens_for(engine, "reset")
             def on_reset(dbapi_connection: Any, record: Any, state: Any) -> None:
-                _psycopg_reset_after_rollback(dbapi_connection)
+                dbapi_connection.rollback()  # (the event comes before SQLAlchemy's own rollback)
+                _psycopg_reset(dbapi_connection)
 
         def one(i: int) -> None:
             t = pc()
             with engine.connect() as conn:
                 record(pc() - t)
-                driver: Any = conn.connection.driver_connection
-                driver.execute(SELECT).fetchone()
+                conn.exec_driver_sql(SELECT).scalar()
 
         try:
             yield one

@@ -50,6 +50,7 @@ def summarize(outcome: Outcome) -> Summary:
             "note": contender.note,
             "skipped": outcome.skipped.get(label, ""),
             "errors": outcome.errors.get(label, []),
+            "log_records": outcome.logs.get(label, {}),
             "rounds": rounds,
             "figures": {},
             "vs_floor": None,
@@ -125,7 +126,9 @@ def _rows(summary: Summary) -> tuple[list[str], list[list[str]]]:
         if c["errors"]:
             row[-1] += f" ({len(c['errors'])} errors)"
         rows.append(row)
-    return head, rows
+    full = [r for r in rows if len(r) == len(head)]
+    keep = [i for i in range(len(head)) if i < 3 or any(r[i] for r in full)]
+    return [head[i] for i in keep], [[r[i] for i in keep if i < len(r)] for r in rows]
 
 
 def _label(columns: list[dict[str, Any]], key: str) -> str:
@@ -155,7 +158,13 @@ def text(summaries: list[Summary], rounds: int) -> str:
         for c in s["contenders"]:
             for error in c["errors"][:3]:
                 out.append(f"  ! {c['label']}: {error}")
+            if c["log_records"]:
+                out.append(f"  ~ {c['label']} logged: {_records(c['log_records'])}")
     return "\n".join(out)
+
+
+def _records(counts: dict[str, int]) -> str:
+    return ", ".join(f"{name} x{n}" for name, n in sorted(counts.items()))
 
 
 def markdown_tables(summaries: list[Summary]) -> str:
@@ -181,6 +190,9 @@ def markdown_tables(summaries: list[Summary]) -> str:
             out.append("\n" + "; ".join(notes) + ".")
         for error in errors[:10]:
             out.append(f"\n- error: {error}")
+        for c in s["contenders"]:
+            if c["log_records"]:
+                out.append(f"\n- {c['label']} logged: {_records(c['log_records'])}")
         out.append("")
     return "\n".join(out)
 

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 
 from .core import Contender, Env, Figures, Workload, round_order
+from .logs import LogTally
 from .servers import ServerCount
 
 Log = Callable[[str], None]
@@ -29,6 +30,7 @@ class Outcome:
     runs: dict[str, list[Figures | None]] = dataclasses.field(default_factory=dict)
     errors: dict[str, list[str]] = dataclasses.field(default_factory=dict)
     skipped: dict[str, str] = dataclasses.field(default_factory=dict)
+    logs: dict[str, dict[str, int]] = dataclasses.field(default_factory=dict)
     skipped_workload: str = ""
     seconds: float = 0.0
 
@@ -46,10 +48,15 @@ def app_name(workload: Workload, index: int) -> str:
 
 
 def run_workload(
-    workload: Workload, base: Env, rounds: int, log: Log, unavailable: str | None = None
+    workload: Workload,
+    base: Env,
+    rounds: int,
+    log: Log,
+    logs: LogTally,
+    unavailable: str | None = None,
 ) -> Outcome:
     """``rounds`` interleaved rounds of ``workload`` (``unavailable``: why its server cannot be
-    used, and nothing is run)."""
+    used, and nothing is run); the pools' log records counted in ``logs``."""
     outcome = Outcome(workload)
     if unavailable:
         outcome.skipped_workload = unavailable
@@ -69,7 +76,8 @@ def run_workload(
         for contender in round_order(present, r):
             env = dataclasses.replace(base, app=app_name(workload, index[contender.label]))
             gc.collect()
-            with ServerCount(workload.server, target, env.app) as count:
+            logs.current = f"{workload.key} {contender.label}"
+            with ServerCount(workload.server, target, env.app, workload.sample_every) as count:
                 try:
                     figures: Figures | None = contender.run(env)
                 except Exception as exc:
@@ -88,5 +96,8 @@ def run_workload(
                 shown = figures.get(workload.metric, float("nan"))
                 log(f"{workload.key} round {r + 1}/{rounds} {contender.label}: "
                     f"{workload.metric} {shown:,.1f}")  # fmt: skip
+    logs.current = ""
+    for contender in present:
+        outcome.logs[contender.label] = logs.of(f"{workload.key} {contender.label}")
     outcome.seconds = time.perf_counter() - started
     return outcome

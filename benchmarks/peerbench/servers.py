@@ -74,16 +74,19 @@ def redis_version(url: str) -> str:
 
 class ServerCount:
     """The most connections named ``app`` the server showed while the block ran, counted every
-    :data:`SAMPLE_EVERY` seconds on a thread of its own (one session of its own on the server,
-    not counted) and once more at the end of the block.
+    ``every`` seconds (:data:`SAMPLE_EVERY`) on a thread of its own (one session of its own on the
+    server, not counted) and once more at the end of the block.
 
         with ServerCount("pg", dsn, app) as count:
             ...
         count.peak
     """
 
-    def __init__(self, server: Server | None, target: str, app: str) -> None:
+    def __init__(
+        self, server: Server | None, target: str, app: str, every: float = SAMPLE_EVERY
+    ) -> None:
         self.server = server
+        self.every = every
         self.target = target
         self.app = app
         self.peak = -1  # (-1: not counted)
@@ -115,7 +118,7 @@ class ServerCount:
                 ready.set()
                 while True:
                     self.peak = max(self.peak, sample())
-                    if self._stop.wait(SAMPLE_EVERY):
+                    if self._stop.wait(self.every):
                         self.peak = max(self.peak, sample())
                         return
         except Exception as exc:  # (a count that failed: the report shows it, the run goes on)

@@ -68,7 +68,7 @@ class Sizes:
             w5_waiting=(100, 2000),
             w7_tasks=100,
             w7_connect=0.05,
-            w8_phases=(0.2, 0.2, 0.5),
+            w8_phases=(0.15, 0.15, 0.4),
         )
 
 

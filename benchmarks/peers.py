@@ -71,8 +71,8 @@ def workloads(sizes: Sizes) -> list[Workload]:
         w1_threads(),
         w2_async(sizes.w2_tasks),
         w2_threads(sizes.w2_threads),
-        w5_idle_async(*sizes.w5_idle),
-        w5_idle_threads(*sizes.w5_idle),
+        w5_idle_async(*sizes.w5_idle, sizes.w5_cycles),
+        w5_idle_threads(*sizes.w5_idle, sizes.w5_cycles),
         w5_waiting(*sizes.w5_waiting),
         w7_pg(sizes.w7_tasks),
         w7_redis(sizes.w7_tasks),
@@ -180,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
 
     summaries = [report.summarize(o) for o in outcomes]
     print(report.text(summaries, rounds))
+    print(report.headline_text(summaries))
     if args.json:
         Path(args.json).write_text(json.dumps({"meta": meta, "workloads": summaries}, indent=1))
     markdown_path = None
@@ -198,7 +199,8 @@ def main(argv: list[str] | None = None) -> int:
         plot_path.parent.mkdir(parents=True, exist_ok=True)
         from peerbench.plot import plot
 
-        plot(summaries, str(plot_path), f"poolkit and its peers, {today}: {command}")
+        title = f"poolkit and its peers, {today} ({rounds} rounds: median, min-max)"
+        plot(summaries, str(plot_path), title)
         print(f"wrote {plot_path}")
 
     failed = any(c["errors"] for s in summaries for c in s["contenders"])

@@ -31,6 +31,7 @@ class Sizes:
     duration: float  # seconds measured per contention run
     warmup: float  # seconds run before measuring (connections made, caches warm)
     w1_cycles: int
+    w5_cycles: int
     w2_tasks: int
     w2_threads: int
     w5_idle: tuple[int, int]
@@ -46,6 +47,7 @@ class Sizes:
             duration=2.0,
             warmup=0.3,
             w1_cycles=200_000,
+            w5_cycles=50_000,
             w2_tasks=1000,
             w2_threads=32,
             w5_idle=(10, 10_000),
@@ -62,6 +64,7 @@ class Sizes:
             duration=0.25,
             warmup=0.05,
             w1_cycles=5000,
+            w5_cycles=2000,
             w2_tasks=100,
             w2_threads=8,
             w5_idle=(10, 1000),

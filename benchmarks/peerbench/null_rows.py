@@ -423,11 +423,11 @@ def w2_threads(threads: int) -> Workload:
 # ---------------------------------------------------------------------- W5: scaling
 
 
-def w5_idle_async(small: int, large: int) -> Workload:
+def w5_idle_async(small: int, large: int, cycles: int) -> Workload:
     def c(name: str, role: Any, measure: AsyncCycles, size: int, small_label: str | None,
           floor: str) -> Contender:  # fmt: skip
         variant = AS_SHIPPED if role == "poolkit" else ""
-        run = _cycles_async(measure, size, 0)
+        run = _cycles_async(measure, size, cycles)
         return Contender(f"{name} @ {size:,} idle", role, variant, run, floor=floor,
                          versus=small_label)  # fmt: skip
 
@@ -452,12 +452,12 @@ def w5_idle_async(small: int, large: int) -> Workload:
     )  # fmt: skip
 
 
-def w5_idle_threads(small: int, large: int) -> Workload:
+def w5_idle_threads(small: int, large: int, cycles: int) -> Workload:
     def c(name: str, role: Any, measure: SyncCycles, size: int, small_label: str | None,
           floor: str, needs: tuple[str, ...] = ()) -> Contender:  # fmt: skip
         variant = AS_SHIPPED if role in ("poolkit", "peer") else ""
         return Contender(f"{name} @ {size:,} idle", role, variant,
-                         _cycles_threads(measure, size, 0), needs, floor=floor,
+                         _cycles_threads(measure, size, cycles), needs, floor=floor,
                          versus=small_label)  # fmt: skip
 
     release = poolkit_cycles_threads("release")

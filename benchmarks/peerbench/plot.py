@@ -51,6 +51,7 @@ def _bars(ax: Any, s: Summary) -> None:
     ax.set_yticks(y)
     ax.set_yticklabels(labels, fontsize=8)
     ax.invert_yaxis()
-    ax.set_title(f"{s['key']}: {s['title']} — {s['metric']} / floor's, same round", fontsize=9)
-    for i, v in enumerate(values):
-        ax.text(v, i, f" {v:.2f}\u00d7", va="center", fontsize=7)
+    ax.set_title(f"{s['key']}: {s['title']}", fontsize=9)
+    ax.set_xlabel(f"{s['metric']} / the minimal FIFO pool's (1.0), same round", fontsize=8)
+    for i, (v, up) in enumerate(zip(values, highs, strict=True)):
+        ax.text(v + up, i, f"  {v:.2f}\u00d7", va="center", fontsize=7)

@@ -197,9 +197,10 @@ def markdown_tables(summaries: list[Summary]) -> str:
     return "\n".join(out)
 
 
-def headline(summaries: list[Summary]) -> list[tuple[str, str, str, str, str]]:
-    """(workload, poolkit's pool, its figure, the reference's, poolkit / reference) per headline
-    workload, for the first poolkit contender."""
+def headline(summaries: list[Summary]) -> list[list[str]]:
+    """Per headline workload: poolkit's first pool and the driver's own (the reference), their
+    ops/s, poolkit's ratio to it, and for each the max wait over p99 and the operations per
+    worker, min-max (medians over the rounds)."""
     rows = []
     for s in summaries:
         if not s["headline"] or s["skipped"]:
@@ -211,14 +212,56 @@ def headline(summaries: list[Summary]) -> list[tuple[str, str, str, str, str]]:
         if ours is None or theirs is None or theirs["skipped"]:
             continue
         metric = s["metric"]
-        rows.append((
-            s["title"],
+        rows.append([
+            s["key"] + ": " + s["title"],
             ours["name"],
             spread(ours["figures"].get(metric)),
+            theirs["name"],
             spread(theirs["figures"].get(metric)),
             ratio(ours["vs_reference"]),
-        ))  # fmt: skip
+            f"{_tail(ours)} / {_tail(theirs)}",
+            f"{_fair(ours)} / {_fair(theirs)}",
+        ])  # fmt: skip
     return rows
+
+
+HEADLINE = (
+    "workload",
+    "poolkit",
+    "ops/s",
+    "the driver's own pool",
+    "ops/s",
+    "poolkit / driver's",
+    "max wait / p99: poolkit / driver's",
+    "ops per worker min-max: poolkit / driver's",
+)
+
+
+def headline_text(summaries: list[Summary]) -> str:
+    rows = headline(summaries)
+    if not rows:
+        return ""
+    lines = ["", "Headline: poolkit against the driver's own pool, as shipped"]
+    for row in rows:
+        lines.append(f"  {row[0]}")
+        lines.append(f"    {row[1]} {row[2]} ops/s; {row[3]} {row[4]} ops/s: {row[5]}")
+        lines.append(f"    max wait / p99 {row[6]}; ops per worker {row[7]}")
+    return "\n".join(lines)
+
+
+def _tail(c: Summary) -> str:
+    figures = c["figures"]
+    if "wait_max_us" not in figures or not figures["wait_p99_us"]["median"]:
+        return "n/a"
+    return f"{figures['wait_max_us']['median'] / figures['wait_p99_us']['median']:.1f}{TIMES}"
+
+
+def _fair(c: Summary) -> str:
+    figures = c["figures"]
+    if "ops_worker_min" not in figures:
+        return "n/a"
+    low, high = figures["ops_worker_min"]["median"], figures["ops_worker_max"]["median"]
+    return f"{number(low)}{DASH}{number(high)}"
 
 
 def markdown(summaries: list[Summary], meta: dict[str, Any]) -> str:
@@ -240,8 +283,8 @@ def markdown(summaries: list[Summary], meta: dict[str, Any]) -> str:
     if rows:
         lines.append("## Headline")
         lines.append("")
-        lines.append("| workload | poolkit | ops/s | the driver's own pool, ops/s | ratio |")
-        lines.append("|---|---|---|---|---|")
+        lines.append("| " + " | ".join(HEADLINE) + " |")
+        lines.append("|" + "---|" * len(HEADLINE))
         for row in rows:
             lines.append("| " + " | ".join(row) + " |")
         lines.append("")

@@ -253,7 +253,7 @@ def _tail(c: Summary) -> str:
     figures = c["figures"]
     if "wait_max_us" not in figures or not figures["wait_p99_us"]["median"]:
         return "n/a"
-    return f"{figures['wait_max_us']['median'] / figures['wait_p99_us']['median']:.1f}{TIMES}"
+    return f"{figures['wait_max_us']['median'] / figures['wait_p99_us']['median']:,.1f}{TIMES}"
 
 
 def _fair(c: Summary) -> str:

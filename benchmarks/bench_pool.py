@@ -29,109 +29,21 @@ import statistics
 import sys
 import threading
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import poolkit
+
+sys.path.insert(0, str(Path(__file__).parent))  # (run as a script from anywhere)
+from floors import NAN, AsyncFloor, NullConn, ThreadFloor, null_async_pool, null_thread_pool, pctl
 
 POOL_SIZE = 10
 ASYNC_TASKS = 1000
 THREADS = 32
 HANG_TIMEOUT = 120.0  # seconds before a W2 run is declared hung
-NAN = float("nan")
 
 Figures = dict[str, float]
-
-
-class NullConn:
-    __slots__ = ()
-
-    def close(self) -> None:
-        pass
-
-
-# ---------------------------------------------------------------------- the floor
-
-
-class AsyncFloor:
-    """Minimal correct FIFO pool for asyncio: idle deque + deque of waiter futures."""
-
-    def __init__(self, size: int) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._idle: deque[object] = deque(NullConn() for _ in range(size))
-        self._waiters: deque[asyncio.Future[object]] = deque()
-
-    async def acquire(self) -> object:
-        if self._idle and not self._waiters:
-            return self._idle.popleft()
-        fut: asyncio.Future[object] = self._loop.create_future()
-        self._waiters.append(fut)
-        try:
-            return await fut
-        except asyncio.CancelledError:
-            if fut.done() and not fut.cancelled():
-                self.release(fut.result())  # handed one, then cancelled: give it back
-            else:
-                try:
-                    self._waiters.remove(fut)
-                except ValueError:
-                    pass
-            raise
-
-    def release(self, obj: object) -> None:
-        waiters = self._waiters
-        while waiters:
-            fut = waiters.popleft()
-            if not fut.done():
-                fut.set_result(obj)
-                return
-        self._idle.append(obj)
-
-
-class _Slot:
-    __slots__ = ("lock", "obj")
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.lock.acquire()
-        self.obj: object = None
-
-
-class ThreadFloor:
-    """Minimal correct FIFO pool for threads: direct hand-off to the oldest waiter, no barging."""
-
-    def __init__(self, size: int) -> None:
-        self._lock = threading.Lock()
-        self._idle: deque[object] = deque(NullConn() for _ in range(size))
-        self._waiters: deque[_Slot] = deque()
-
-    def acquire(self) -> object:
-        with self._lock:
-            if self._idle and not self._waiters:
-                return self._idle.popleft()
-            slot = _Slot()
-            self._waiters.append(slot)
-        slot.lock.acquire()
-        return slot.obj
-
-    def release(self, obj: object) -> None:
-        with self._lock:
-            if not self._waiters:
-                self._idle.append(obj)
-                return
-            slot = self._waiters.popleft()
-            slot.obj = obj
-        slot.lock.release()
-
-
-# ---------------------------------------------------------------------- helpers
-
-
-def pctl(sorted_values: list[float], q: float) -> float:
-    if not sorted_values:
-        return NAN
-    return sorted_values[min(len(sorted_values) - 1, int(q * (len(sorted_values) - 1) + 0.5))]
 
 
 def wait_figures(waits: list[float], elapsed: float, total: int, counts: list[int],
@@ -149,15 +61,7 @@ def wait_figures(waits: list[float], elapsed: float, total: int, counts: list[in
     }
 
 
-def options() -> poolkit.PoolOptions:
-    return poolkit.PoolOptions(max_size=POOL_SIZE, min_size=POOL_SIZE, max_connecting=POOL_SIZE)
-
-
 # ---------------------------------------------------------------------- asyncio
-
-
-async def async_connect(ctx: poolkit.ConnectContext) -> NullConn:
-    return NullConn()
 
 
 AsyncPair = tuple[Callable[[], Awaitable[Any]], Callable[[Any], None]]
@@ -166,21 +70,13 @@ AsyncPair = tuple[Callable[[], Awaitable[Any]], Callable[[Any], None]]
 async def async_make(impl: str) -> tuple[AsyncPair, Callable[[], Awaitable[None]]]:
     """(acquire, release) and a closer for a fresh, pre-warmed pool."""
     if impl == "floor":
-        floor = AsyncFloor(POOL_SIZE)
+        floor = AsyncFloor(NullConn() for _ in range(POOL_SIZE))
 
         async def noop() -> None:
             pass
 
         return (floor.acquire, floor.release), noop
-    pool: poolkit.AsyncPool[NullConn] = poolkit.AsyncPool(
-        async_connect, address="bench", options=options()
-    )
-    pool.ready()
-    deadline = time.monotonic() + 10
-    while pool.stats().available < POOL_SIZE:
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"poolkit did not pre-warm: {pool!r}")
-        await asyncio.sleep(0.001)
+    pool = await null_async_pool(POOL_SIZE)
 
     # The lease's release called as a plain function: one call, as the floor's bound release is.
     probe = await pool.checkout()
@@ -241,24 +137,14 @@ async def async_w2(impl: str, cycles: int) -> Figures:
 # ---------------------------------------------------------------------- threads
 
 
-def thread_connect(ctx: poolkit.ConnectContext) -> NullConn:
-    return NullConn()
-
-
 ThreadPair = tuple[Callable[[], Any], Callable[[Any], None], Callable[[], None]]
 
 
 def thread_make(impl: str) -> ThreadPair:
     if impl == "floor":
-        floor = ThreadFloor(POOL_SIZE)
+        floor = ThreadFloor(NullConn() for _ in range(POOL_SIZE))
         return floor.acquire, floor.release, lambda: None
-    pool: poolkit.Pool[NullConn] = poolkit.Pool(thread_connect, address="bench", options=options())
-    pool.ready()
-    deadline = time.monotonic() + 10
-    while pool.stats().available < POOL_SIZE:
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"poolkit did not pre-warm: {pool!r}")
-        time.sleep(0.001)
+    pool = null_thread_pool(POOL_SIZE)
 
     probe = pool.checkout()
     release = type(probe).release

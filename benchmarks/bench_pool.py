@@ -6,15 +6,21 @@ the medians, and each target with PASS/FAIL. A measurement, not a test: exit cod
 ``--check`` is given and a target fails.
 
     python benchmarks/bench_pool.py [--repeat N] [--cycles N] [--json PATH]
-                                    [--only async|threads] [--check]
+                                    [--only async|threads] [--workload W1|W2] [--check]
 
 Workloads (pools of 10 connections, pre-warmed before timing):
 
-* async W1: one task, ``checkout`` + ``release`` ``--cycles`` times; ns/cycle.
+* async W1: one task, ``--cycles`` uncontended cycles; ns/cycle, in each form a user writes:
+  ``lease = await pool.checkout()`` + ``lease.release()`` ("poolkit"), + ``await
+  pool.checkin(lease)`` ("poolkit checkin"), and ``async with pool.connection():`` ("poolkit
+  connection()"); the floor's ``await acquire()`` + ``release()`` beside them. The forms run
+  interleaved (the order rotates each repeat) and each is given as its ratio to the floor, and
+  ``connection()`` also to checkout + release, computed per repeat (the same stretch of a noisy
+  machine) and then the median of those ratios taken, with their min-max.
 * async W2: 1,000 tasks, each with a fixed quota (cycles / 1,000) of checkout ->
   ``await asyncio.sleep(0)`` -> release; ops/s, checkout wait p50/p99/max, cycles per task, and
   fairness: the spread of completed cycles across tasks when the first task finishes.
-* threads W1: one thread, checkout + release; ns/cycle.
+* threads W1: one thread; the same forms (``pool.checkin(lease)``, ``with pool.connection():``).
 * threads W2: 32 threads, fixed quota each of checkout -> ``time.sleep(0)`` (give up the GIL,
   the threads' ``await asyncio.sleep(0)``) -> release; same figures as async W2.
 """
@@ -163,15 +169,8 @@ async def async_connect(ctx: poolkit.ConnectContext) -> NullConn:
 AsyncPair = tuple[Callable[[], Awaitable[Any]], Callable[[Any], None]]
 
 
-async def async_make(impl: str) -> tuple[AsyncPair, Callable[[], Awaitable[None]]]:
-    """(acquire, release) and a closer for a fresh, pre-warmed pool."""
-    if impl == "floor":
-        floor = AsyncFloor(POOL_SIZE)
-
-        async def noop() -> None:
-            pass
-
-        return (floor.acquire, floor.release), noop
+async def async_pool() -> poolkit.AsyncPool[NullConn]:
+    """A fresh poolkit pool, pre-warmed (all its connections open and available)."""
     pool: poolkit.AsyncPool[NullConn] = poolkit.AsyncPool(
         async_connect, address="bench", options=options()
     )
@@ -181,7 +180,19 @@ async def async_make(impl: str) -> tuple[AsyncPair, Callable[[], Awaitable[None]
         if time.monotonic() > deadline:
             raise RuntimeError(f"poolkit did not pre-warm: {pool!r}")
         await asyncio.sleep(0.001)
+    return pool
 
+
+async def async_make(impl: str) -> tuple[AsyncPair, Callable[[], Awaitable[None]]]:
+    """(acquire, release) and a closer for a fresh, pre-warmed pool."""
+    if impl == "floor":
+        floor = AsyncFloor(POOL_SIZE)
+
+        async def noop() -> None:
+            pass
+
+        return (floor.acquire, floor.release), noop
+    pool = await async_pool()
     # The lease's release called as a plain function: one call, as the floor's bound release is.
     probe = await pool.checkout()
     release = type(probe).release
@@ -189,13 +200,57 @@ async def async_make(impl: str) -> tuple[AsyncPair, Callable[[], Awaitable[None]
     return (pool.checkout, release), pool.close
 
 
+#: W1's forms: the floor's cycle, and each way a user writes poolkit's (see the module's doc)
+W1_FORMS: dict[str, str] = {
+    "floor": "floor: acquire() + release()",
+    "poolkit": "checkout() + lease.release()",
+    "poolkit checkin": "checkout() + checkin(lease)",
+    "poolkit connection()": "with connection()",
+}
+
+
+async def async_cycles(impl: str, target: Any, cycles: int) -> None:
+    """``cycles`` uncontended cycles of W1's form ``impl`` on ``target`` (the floor or a pool);
+    methods bound once, for the floor and poolkit alike."""
+    if impl == "floor":
+        acquire, release = target.acquire, target.release
+        for _ in range(cycles):
+            c = await acquire()
+            release(c)
+    elif impl == "poolkit":
+        checkout = target.checkout
+        for _ in range(cycles):
+            lease = await checkout()
+            lease.release()
+    elif impl == "poolkit checkin":
+        checkout, checkin = target.checkout, target.checkin
+        for _ in range(cycles):
+            lease = await checkout()
+            await checkin(lease)
+    else:
+        connection = target.connection
+        for _ in range(cycles):
+            async with connection():
+                pass
+
+
+async def async_target(impl: str) -> tuple[Any, Callable[[], Awaitable[None]]]:
+    """What W1's form ``impl`` runs on (the floor, or a pre-warmed pool), and its closer."""
+    if impl == "floor":
+
+        async def noop() -> None:
+            pass
+
+        return AsyncFloor(POOL_SIZE), noop
+    pool = await async_pool()
+    return pool, pool.close
+
+
 async def async_w1(impl: str, cycles: int) -> Figures:
-    (acquire, release), close = await async_make(impl)
+    target, close = await async_target(impl)
     gc.collect()
     t0 = time.perf_counter_ns()
-    for _ in range(cycles):
-        c = await acquire()
-        release(c)
+    await async_cycles(impl, target, cycles)
     elapsed = time.perf_counter_ns() - t0
     await close()
     return {"ns_per_cycle": elapsed / cycles}
@@ -248,10 +303,8 @@ def thread_connect(ctx: poolkit.ConnectContext) -> NullConn:
 ThreadPair = tuple[Callable[[], Any], Callable[[Any], None], Callable[[], None]]
 
 
-def thread_make(impl: str) -> ThreadPair:
-    if impl == "floor":
-        floor = ThreadFloor(POOL_SIZE)
-        return floor.acquire, floor.release, lambda: None
+def thread_pool() -> poolkit.Pool[NullConn]:
+    """A fresh poolkit pool, pre-warmed (all its connections open and available)."""
     pool: poolkit.Pool[NullConn] = poolkit.Pool(thread_connect, address="bench", options=options())
     pool.ready()
     deadline = time.monotonic() + 10
@@ -259,20 +312,56 @@ def thread_make(impl: str) -> ThreadPair:
         if time.monotonic() > deadline:
             raise RuntimeError(f"poolkit did not pre-warm: {pool!r}")
         time.sleep(0.001)
+    return pool
 
+
+def thread_make(impl: str) -> ThreadPair:
+    if impl == "floor":
+        floor = ThreadFloor(POOL_SIZE)
+        return floor.acquire, floor.release, lambda: None
+    pool = thread_pool()
     probe = pool.checkout()
     release = type(probe).release
     release(probe)
     return pool.checkout, release, pool.close
 
 
+def thread_cycles(impl: str, target: Any, cycles: int) -> None:
+    """``async_cycles`` for threads."""
+    if impl == "floor":
+        acquire, release = target.acquire, target.release
+        for _ in range(cycles):
+            c = acquire()
+            release(c)
+    elif impl == "poolkit":
+        checkout = target.checkout
+        for _ in range(cycles):
+            lease = checkout()
+            lease.release()
+    elif impl == "poolkit checkin":
+        checkout, checkin = target.checkout, target.checkin
+        for _ in range(cycles):
+            lease = checkout()
+            checkin(lease)
+    else:
+        connection = target.connection
+        for _ in range(cycles):
+            with connection():
+                pass
+
+
+def thread_target(impl: str) -> tuple[Any, Callable[[], None]]:
+    if impl == "floor":
+        return ThreadFloor(POOL_SIZE), lambda: None
+    pool = thread_pool()
+    return pool, pool.close
+
+
 def thread_w1(impl: str, cycles: int) -> Figures:
-    acquire, release, close = thread_make(impl)
+    target, close = thread_target(impl)
     gc.collect()
     t0 = time.perf_counter_ns()
-    for _ in range(cycles):
-        c = acquire()
-        release(c)
+    thread_cycles(impl, target, cycles)
     elapsed = time.perf_counter_ns() - t0
     close()
     return {"ns_per_cycle": elapsed / cycles}
@@ -332,36 +421,56 @@ def thread_w2(impl: str, cycles: int) -> Figures:
 Results = dict[str, dict[str, list[Figures]]]  # workload -> impl -> per-repeat figures
 
 
-def order(rep: int) -> tuple[str, str]:
-    return ("floor", "poolkit") if rep % 2 == 0 else ("poolkit", "floor")
+def order(rep: int, impls: tuple[str, ...]) -> tuple[str, ...]:
+    """The order of ``impls`` in repeat ``rep``: rotated, so that each runs first in turn."""
+    k = rep % len(impls)
+    return impls[k:] + impls[:k]
 
 
-Workload = tuple[str, Callable[[str, int], Figures]]
+Workload = tuple[str, Callable[[str, int], Figures], tuple[str, ...]]
+PAIR = ("floor", "poolkit")
 WORKLOADS: dict[str, list[Workload]] = {
-    "async": [("async W1", lambda impl, n: asyncio.run(async_w1(impl, n))),
-              ("async W2", lambda impl, n: asyncio.run(async_w2(impl, n)))],
-    "threads": [("threads W1", thread_w1), ("threads W2", thread_w2)],
+    "async": [("async W1", lambda impl, n: asyncio.run(async_w1(impl, n)), tuple(W1_FORMS)),
+              ("async W2", lambda impl, n: asyncio.run(async_w2(impl, n)), PAIR)],
+    "threads": [("threads W1", thread_w1, tuple(W1_FORMS)), ("threads W2", thread_w2, PAIR)],
 }
+#: the per-repeat ratios of a W1 form: to the floor, and to checkout + release
+RATIOS = ("x_floor", "x_release")
 
 
 def run(results: Results, errors: list[str], workloads: list[Workload], repeat: int,
         cycles: int) -> None:
-    """Each workload ``repeat`` times, floor and poolkit alternating first; a fresh loop each."""
-    for name, fn in workloads:
+    """Each workload ``repeat`` times, its implementations (or forms) in rotating order; a fresh
+    loop each. A W1 form's ratios are taken within its repeat (``RATIOS``)."""
+    for name, fn, impls in workloads:
         for rep in range(repeat):
-            for impl in order(rep):
+            this: dict[str, Figures] = {}
+            for impl in order(rep, impls):
                 try:
-                    fig = fn(impl, cycles)
+                    this[impl] = fn(impl, cycles)
                 except Exception as exc:
                     errors.append(f"{name} {impl}: {type(exc).__name__}: {exc}")
-                else:
-                    results.setdefault(name, {}).setdefault(impl, []).append(fig)
+            if impls != PAIR and all(impl in this for impl in impls):
+                floor, release = this["floor"]["ns_per_cycle"], this["poolkit"]["ns_per_cycle"]
+                for impl, fig in this.items():
+                    fig["x_floor"] = fig["ns_per_cycle"] / floor
+                    if impl != "floor":
+                        fig["x_release"] = fig["ns_per_cycle"] / release
+            for impl in impls:
+                if impl in this:
+                    results.setdefault(name, {}).setdefault(impl, []).append(this[impl])
 
 
 def medians(runs: list[Figures]) -> Figures:
     if not runs:
         return {}
-    out = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+    keys = {k for r in runs for k in r}
+    out = {k: statistics.median(r[k] for r in runs if k in r) for k in runs[0] if k in keys}
+    for k in RATIOS:  # the spread of the per-repeat ratios
+        values = [r[k] for r in runs if k in r]
+        if values:
+            out[k] = statistics.median(values)
+            out[k + "_min"], out[k + "_max"] = min(values), max(values)
     for k in ("cycles_max", "spread_at_first_finish"):  # fairness: worst run, not median
         if k in runs[0]:
             out[k + "_worst"] = max(r[k] for r in runs)
@@ -377,10 +486,15 @@ def targets(med: dict[str, dict[str, Figures]]) -> list[tuple[str, float, str, b
     def get(w: str, impl: str, k: str) -> float:
         return med.get(w, {}).get(impl, {}).get(k, NAN)
 
-    for w, limit in (("async W1", 5.0), ("threads W1", 2.5)):
-        if w in med:
-            r = get(w, "poolkit", "ns_per_cycle") / get(w, "floor", "ns_per_cycle")
-            out.append((f"{w} ns ratio poolkit/floor", r, f"<= {limit}", r <= limit))
+    # W1: medians of the ratios taken in each repeat (issue 25's targets)
+    for w, limit in (("async W1", 4.0), ("threads W1", 2.0)):
+        if w not in med:
+            continue
+        for impl in ("poolkit", "poolkit checkin"):
+            r = get(w, impl, "x_floor")
+            out.append((f"{w} {W1_FORMS[impl]} / floor", r, f"<= {limit}", r <= limit))
+        r = get(w, "poolkit connection()", "x_release")
+        out.append((f"{w} connection() / checkout + release", r, "<= 1.3", r <= 1.3))
     for w, limit in (("async W2", 0.5), ("threads W2", 0.8)):
         if w not in med:
             continue
@@ -413,13 +527,39 @@ def fmt(v: float) -> str:
     return f"{v:.3g}"
 
 
+def spread(fig: Figures, k: str) -> str:
+    """A per-repeat ratio's median and its min-max, as ``4.21 (4.05-4.40)``."""
+    if k not in fig:
+        return ""
+    return f"{fig[k]:.2f} ({fig[k + '_min']:.2f}-{fig[k + '_max']:.2f})"
+
+
 def print_table(med: dict[str, dict[str, Figures]], checks: list[tuple[str, float, str, bool]],
                 errors: list[str], repeat: int) -> None:
     print(f"\nMedians over {repeat} repeats (python {sys.version.split()[0]}, "
           f"poolkit {poolkit.__version__}); fairness rows '_worst' are the worst run\n")
-    print(f"{'workload':<11} {'figure':<28} {'floor':>14} {'poolkit':>14} {'poolkit/floor':>14}")
-    print("-" * 85)
+    w1 = [w for w in med if w.endswith("W1")]
+    if w1:
+        print("W1, one task or thread, uncontended; ratios: the median (min-max) of the ratios "
+              "taken in each repeat")
+        print(f"{'workload':<11} {'form':<30} {'ns/cycle':>9} {'/ floor':>20} "
+              f"{'/ checkout+release':>20}")
+        print("-" * 94)
+        for w in w1:
+            for impl, fig in med[w].items():
+                line = (f"{w:<11} {W1_FORMS.get(impl, impl):<30} {fmt(fig['ns_per_cycle']):>9} "
+                        f"{spread(fig, 'x_floor'):>20} {spread(fig, 'x_release'):>20}")
+                print(line.rstrip())
+            print()
+    if len(w1) < len(med):
+        print(
+            f"{'workload':<11} {'figure':<28} {'floor':>14} {'poolkit':>14} "
+            f"{'poolkit/floor':>14}"
+        )
+        print("-" * 85)
     for w, by_impl in med.items():
+        if w in w1:
+            continue
         keys = list(by_impl.get("poolkit") or by_impl.get("floor") or {})
         for k in keys:
             f, p = by_impl.get("floor", {}).get(k, NAN), by_impl.get("poolkit", {}).get(k, NAN)
@@ -451,6 +591,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cycles", type=int, default=100_000)
     ap.add_argument("--json", metavar="PATH")
     ap.add_argument("--only", choices=("async", "threads"))
+    ap.add_argument("--workload", choices=("W1", "W2"), help="run only this workload")
     ap.add_argument("--check", action="store_true", help="exit 1 if a target fails")
     args = ap.parse_args(argv)
 
@@ -458,7 +599,8 @@ def main(argv: list[str] | None = None) -> int:
     errors: list[str] = []
     for front in ("async", "threads"):
         if args.only in (None, front):
-            run(results, errors, WORKLOADS[front], args.repeat, args.cycles)
+            chosen = [w for w in WORKLOADS[front] if args.workload in (None, w[0].split()[1])]
+            run(results, errors, chosen, args.repeat, args.cycles)
 
     med = {w: {impl: medians(runs) for impl, runs in by.items()} for w, by in results.items()}
     checks = targets(med)

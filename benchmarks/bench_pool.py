@@ -13,10 +13,11 @@ Workloads (pools of 10 connections, pre-warmed before timing):
 * async W1: one task, ``--cycles`` uncontended cycles; ns/cycle, in each form a user writes:
   ``lease = await pool.checkout()`` + ``lease.release()`` ("poolkit"), + ``await
   pool.checkin(lease)`` ("poolkit checkin"), and ``async with pool.connection():`` ("poolkit
-  connection()"); the floor's ``await acquire()`` + ``release()`` beside them. The forms run
-  interleaved (the order rotates each repeat) and each is given as its ratio to the floor, and
-  ``connection()`` also to checkout + release, computed per repeat (the same stretch of a noisy
-  machine) and then the median of those ratios taken, with their min-max.
+  connection()"); the floor's ``await acquire()`` + ``release()`` beside them. Each form has a
+  pool of its own, and the forms take turns in chunks of 500 cycles (which goes first rotates);
+  a form's ns/cycle in a repeat is the median of its chunks. Each form is given as its ratio to
+  the floor, and every form also to checkout + release, computed per repeat (the same stretch
+  of a noisy machine), then the median of those ratios over the repeats, with their min-max.
 * async W2: 1,000 tasks, each with a fixed quota (cycles / 1,000) of checkout ->
   ``await asyncio.sleep(0)`` -> release; ops/s, checkout wait p50/p99/max, cycles per task, and
   fairness: the spread of completed cycles across tasks when the first task finishes.
@@ -246,14 +247,32 @@ async def async_target(impl: str) -> tuple[Any, Callable[[], Awaitable[None]]]:
     return pool, pool.close
 
 
-async def async_w1(impl: str, cycles: int) -> Figures:
-    target, close = await async_target(impl)
+#: W1 times its cycles in chunks of this many, the forms' chunks taking turns
+W1_CHUNK = 500
+
+
+def w1_figures(chunks: dict[str, list[float]]) -> dict[str, Figures]:
+    """Each form's ns/cycle: the median of its chunks (a burst of the machine's noise hits a
+    few chunks of every form, not one form's whole run)."""
+    return {impl: {"ns_per_cycle": statistics.median(v)} for impl, v in chunks.items()}
+
+
+async def async_w1(cycles: int) -> dict[str, Figures]:
+    """One repeat of async W1: every form on a pool of its own (the floor too), all set up first;
+    then ``cycles`` cycles of each in chunks of ``W1_CHUNK``, the forms taking turns (which goes
+    first rotates)."""
+    impls = tuple(W1_FORMS)
+    targets = {impl: await async_target(impl) for impl in impls}
+    chunks: dict[str, list[float]] = {impl: [] for impl in impls}
     gc.collect()
-    t0 = time.perf_counter_ns()
-    await async_cycles(impl, target, cycles)
-    elapsed = time.perf_counter_ns() - t0
-    await close()
-    return {"ns_per_cycle": elapsed / cycles}
+    for i in range(max(1, cycles // W1_CHUNK)):
+        for impl in order(i, impls):
+            t0 = time.perf_counter_ns()
+            await async_cycles(impl, targets[impl][0], W1_CHUNK)
+            chunks[impl].append((time.perf_counter_ns() - t0) / W1_CHUNK)
+    for _, close in targets.values():
+        await close()
+    return w1_figures(chunks)
 
 
 async def async_w2(impl: str, cycles: int) -> Figures:
@@ -357,14 +376,20 @@ def thread_target(impl: str) -> tuple[Any, Callable[[], None]]:
     return pool, pool.close
 
 
-def thread_w1(impl: str, cycles: int) -> Figures:
-    target, close = thread_target(impl)
+def thread_w1(cycles: int) -> dict[str, Figures]:
+    """``async_w1`` for threads (one thread)."""
+    impls = tuple(W1_FORMS)
+    targets = {impl: thread_target(impl) for impl in impls}
+    chunks: dict[str, list[float]] = {impl: [] for impl in impls}
     gc.collect()
-    t0 = time.perf_counter_ns()
-    thread_cycles(impl, target, cycles)
-    elapsed = time.perf_counter_ns() - t0
-    close()
-    return {"ns_per_cycle": elapsed / cycles}
+    for i in range(max(1, cycles // W1_CHUNK)):
+        for impl in order(i, impls):
+            t0 = time.perf_counter_ns()
+            thread_cycles(impl, targets[impl][0], W1_CHUNK)
+            chunks[impl].append((time.perf_counter_ns() - t0) / W1_CHUNK)
+    for _, close in targets.values():
+        close()
+    return w1_figures(chunks)
 
 
 def thread_w2(impl: str, cycles: int) -> Figures:
@@ -427,38 +452,52 @@ def order(rep: int, impls: tuple[str, ...]) -> tuple[str, ...]:
     return impls[k:] + impls[:k]
 
 
-Workload = tuple[str, Callable[[str, int], Figures], tuple[str, ...]]
+Workload = tuple[str, Callable[[str, int], Figures]]
+#: W1 runs all its forms in one go (``async_w1``): impl -> figures
+FormsWorkload = tuple[str, Callable[[int], dict[str, Figures]]]
 PAIR = ("floor", "poolkit")
-WORKLOADS: dict[str, list[Workload]] = {
-    "async": [("async W1", lambda impl, n: asyncio.run(async_w1(impl, n)), tuple(W1_FORMS)),
-              ("async W2", lambda impl, n: asyncio.run(async_w2(impl, n)), PAIR)],
-    "threads": [("threads W1", thread_w1, tuple(W1_FORMS)), ("threads W2", thread_w2, PAIR)],
+WORKLOADS: dict[str, tuple[list[FormsWorkload], list[Workload]]] = {
+    "async": (
+        [("async W1", lambda n: asyncio.run(async_w1(n)))],
+        [("async W2", lambda impl, n: asyncio.run(async_w2(impl, n)))],
+    ),
+    "threads": ([("threads W1", thread_w1)], [("threads W2", thread_w2)]),
 }
 #: the per-repeat ratios of a W1 form: to the floor, and to checkout + release
 RATIOS = ("x_floor", "x_release")
 
 
+def run_forms(results: Results, errors: list[str], workloads: list[FormsWorkload], repeat: int,
+              cycles: int) -> None:
+    """Each W1 workload ``repeat`` times, a fresh loop each; each form's ratios are taken within
+    its repeat (``RATIOS``)."""
+    for name, fn in workloads:
+        for _ in range(repeat):
+            try:
+                this = fn(cycles)
+            except Exception as exc:
+                errors.append(f"{name}: {type(exc).__name__}: {exc}")
+                continue
+            floor, release = this["floor"]["ns_per_cycle"], this["poolkit"]["ns_per_cycle"]
+            for impl, fig in this.items():
+                fig["x_floor"] = fig["ns_per_cycle"] / floor
+                if impl != "floor":
+                    fig["x_release"] = fig["ns_per_cycle"] / release
+                results.setdefault(name, {}).setdefault(impl, []).append(fig)
+
+
 def run(results: Results, errors: list[str], workloads: list[Workload], repeat: int,
         cycles: int) -> None:
-    """Each workload ``repeat`` times, its implementations (or forms) in rotating order; a fresh
-    loop each. A W1 form's ratios are taken within its repeat (``RATIOS``)."""
-    for name, fn, impls in workloads:
+    """Each workload ``repeat`` times, floor and poolkit alternating first; a fresh loop each."""
+    for name, fn in workloads:
         for rep in range(repeat):
-            this: dict[str, Figures] = {}
-            for impl in order(rep, impls):
+            for impl in order(rep, PAIR):
                 try:
-                    this[impl] = fn(impl, cycles)
+                    fig = fn(impl, cycles)
                 except Exception as exc:
                     errors.append(f"{name} {impl}: {type(exc).__name__}: {exc}")
-            if impls != PAIR and all(impl in this for impl in impls):
-                floor, release = this["floor"]["ns_per_cycle"], this["poolkit"]["ns_per_cycle"]
-                for impl, fig in this.items():
-                    fig["x_floor"] = fig["ns_per_cycle"] / floor
-                    if impl != "floor":
-                        fig["x_release"] = fig["ns_per_cycle"] / release
-            for impl in impls:
-                if impl in this:
-                    results.setdefault(name, {}).setdefault(impl, []).append(this[impl])
+                else:
+                    results.setdefault(name, {}).setdefault(impl, []).append(fig)
 
 
 def medians(runs: list[Figures]) -> Figures:
@@ -599,8 +638,11 @@ def main(argv: list[str] | None = None) -> int:
     errors: list[str] = []
     for front in ("async", "threads"):
         if args.only in (None, front):
-            chosen = [w for w in WORKLOADS[front] if args.workload in (None, w[0].split()[1])]
-            run(results, errors, chosen, args.repeat, args.cycles)
+            w1, others = WORKLOADS[front]
+            if args.workload in (None, "W1"):
+                run_forms(results, errors, w1, args.repeat, args.cycles)
+            if args.workload in (None, "W2"):
+                run(results, errors, others, args.repeat, args.cycles)
 
     med = {w: {impl: medians(runs) for impl, runs in by.items()} for w, by in results.items()}
     checks = targets(med)

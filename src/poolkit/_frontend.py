@@ -178,13 +178,12 @@ class Lease(Generic[C]):
                 reason="already returned",
                 lease=self,
             )
-        lent = self._lent
-        if lent is not None:
-            return lent  # type: ignore[no-any-return]
         lend = pool._lend
-        if lend is None:
+        if lend is None:  # (``_lent`` is read only with ``lend``: ``connection()`` sets it then)
             return self._conn.connection  # type: ignore[no-any-return]  # (the core keeps Any)
-        lent = self._lent = lend(self._conn.connection, self)
+        lent = self._lent
+        if lent is None:
+            lent = self._lent = lend(self._conn.connection, self)
         return lent  # type: ignore[no-any-return]
 
     @property
@@ -232,6 +231,17 @@ class Lease(Generic[C]):
 
 
 L = TypeVar("L", bound=Lease[Any])
+
+
+def block_repr(block: Lease[Any], state: Any, entered: Any, address: str) -> str:
+    """The repr of a ``connection()`` block (a lease of the front end's; ``state``: its
+    ``_state``, ``entered`` the value that says "entered, the block is the lease")."""
+    if isinstance(state, Lease):
+        return repr(state)
+    if state is entered and hasattr(block, "_conn"):
+        return Lease.__repr__(block)
+    how = "not entered" if state is not entered else "its checkout failed"
+    return f"<pool.connection() block, {how}, address={address!r}>"
 
 
 def new_lease(cls: type[L], conn: Conn, pool: _LeaseOwner) -> L:

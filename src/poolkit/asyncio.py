@@ -21,37 +21,39 @@ import contextlib
 import inspect
 import logging
 import time
+import types
 from _thread import get_ident as _get_ident
 from collections.abc import Awaitable, Callable, Generator
 from contextlib import AbstractAsyncContextManager
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, Unpack, final, overload
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, Unpack, cast, final, overload
 
 from ._asyncio_io import TaskIO
 from ._base import DEFAULT, NO_OUTPUT, PoolArguments
 from ._core import Request
-from ._frontend import ConnectContext, Established, Lease, check_timeout, watched
+from ._frontend import ConnectContext, Established, Lease, block_repr, check_timeout, watched
 from .log import cached_level as _cached_level
 
 __all__ = ["AsyncPool"]
 
 C = TypeVar("C")
 _log = logging.getLogger("poolkit.pool")
-#: a ``connection()`` block's ``_timeout`` once entered
+#: a ``connection()`` block's ``_state`` once entered (see ``_Block``)
 _ENTERED: Any = object()
 
 
-class _Done:
-    """Done at once when awaited: ``AsyncPool._exited`` until the pool binds to its loop."""
-
-    __slots__ = ()
-
-    def __await__(self) -> Generator[Any, None, None]:
-        return
-        yield
+@types.coroutine
+def _nothing() -> Generator[Any, None, None]:
+    return
+    yield
 
 
-_NOT_BOUND: Awaitable[None] = _Done()
+#: what ``connection()``'s exit returns when it has nothing left to wait for: a generator-based
+#: coroutine run to its end, which ``await`` then finishes at once with ``None`` every time (as
+#: ``yield from`` an exhausted generator does); unlike a coroutine it is made once, and unlike a
+#: done future it belongs to no loop. Awaiting it costs a third of a coroutine.
+_DONE: Awaitable[None] = _nothing()
+next(cast(Generator[Any, None, None], _DONE), None)  # (run to its end: it yields nothing)
 
 
 class _AsyncLease(Lease[Any]):
@@ -84,41 +86,42 @@ class _Block(_AsyncLease, Generic[C]):
 
     A class, not an ``asynccontextmanager`` (which cost five times a checkout and check-in).
     Where ``checkout``'s fast path applies the block is the lease itself (one object made, not
-    two); else it holds the lease ``checkout`` returned (``_lease``). Until entered it is a lease
-    given back (its ``_pool`` the pool's ``Returned`` marker): collected unentered, it has
-    nothing to give back. ``__aexit__`` is a plain method that returns the pool's done future
-    (``AsyncPool._exited``) where nothing is left to wait for: a third of a coroutine's cost."""
+    two); else it holds the lease ``checkout`` returned. Until entered it is a lease given back
+    (its ``_pool`` the pool's ``Returned`` marker): collected unentered, it has nothing to give
+    back. ``__aexit__`` is a plain method that returns ``_DONE`` where nothing is left to wait
+    for (the exit with ``hooks.end`` is a coroutine): a coroutine less."""
 
-    __slots__ = ("_lease", "_owner", "_timeout")
+    __slots__ = ("_owner", "_state")
     _owner: AsyncPool[C]  #: the pool
-    _timeout: float | None  #: ``connection(timeout=...)``; ``_ENTERED`` once entered
-    _lease: Lease[C] | None  #: the lease ``checkout`` returned (``None``: the block is the lease)
+    #: until entered, the ``timeout`` given to ``connection()``; then ``_ENTERED`` (the block is
+    #: the lease, or its checkout failed) or the lease ``checkout`` returned
+    _state: Any
 
     async def __aenter__(self) -> C:
         pool = self._owner
-        timeout = self._timeout
+        state = self._state
         # ``checkout``'s fast path inlined (a coroutine less; a timeout given is checked by
         # ``checkout``): nobody listening and a connection available
-        if timeout is DEFAULT and pool._quick and _cached_level(10) is False:
-            self._timeout = _ENTERED
-            conn = pool._core.lease_idle(pool._time() if pool._clocked else 0.0)
+        if state is DEFAULT and pool._quick and _cached_level(10) is False:
+            self._state = _ENTERED
+            core = pool._core
+            conn = core.lease_idle(pool._time() if pool._clocked else 0.0)
             if conn is not None:
                 self._conn = conn  # the block is the lease
-                self._lent = None
                 self._pool = pool
-                self._lease = None
-                if pool._core.actions:
+                if core.actions:
                     pool._after_core()  # perished connections closed on the way
                 if pool._lend is None:
                     return conn.connection  # type: ignore[no-any-return]  # (the core keeps Any)
+                self._lent = None
                 lease: Lease[C] = self
             else:
-                lease = self._lease = await pool.checkout()
+                lease = self._state = await pool.checkout()
         else:
-            if timeout is _ENTERED:
+            if state is _ENTERED or isinstance(state, Lease):
                 raise RuntimeError("a pool.connection() block can be entered only once")
-            self._timeout = _ENTERED
-            lease = self._lease = await pool.checkout(timeout)
+            self._state = _ENTERED
+            lease = self._state = await pool.checkout(state)
         try:
             return lease.connection  # (``hooks.lend`` may raise)
         except BaseException as exc:
@@ -137,15 +140,15 @@ class _Block(_AsyncLease, Generic[C]):
         pool: AsyncPool[C] = self._pool  # type: ignore[assignment]
         if error is None and pool._quick and pool._end is None and _cached_level(10) is False:
             # ``_AsyncLease.release``'s fast path, inlined (a call less)
-            core = pool._core
-            taken = core.release_idle(self._conn)
+            taken = pool._core.release_idle(self._conn)
             if taken is not False:
                 self._pool = pool._returned
                 if taken is not True:  # handed to a waiter: wake it
-                    core.note_wait(pool._time() - taken.started)
+                    pool._core.note_wait(pool._time() - taken.started)
                     pool._wake(taken.owner)
-                return pool._exited
-        lease = self._lease or self
+                return _DONE
+        state = self._state
+        lease: Lease[C] = self if state is _ENTERED else state
         owner = self._owner
         if owner._end is not None:
             return self._ended(lease, owner._end, error)
@@ -153,7 +156,7 @@ class _Block(_AsyncLease, Generic[C]):
             lease.release()
         else:
             owner._left(lease, error)
-        return owner._exited
+        return _DONE
 
     if TYPE_CHECKING:  # (the protocol of ``AbstractAsyncContextManager``: a coroutine)
 
@@ -203,10 +206,7 @@ class _Block(_AsyncLease, Generic[C]):
         pool._left(lease, error)
 
     def __repr__(self) -> str:
-        if self._timeout is not _ENTERED:
-            return f"<pool.connection() block, not entered, address={self._owner.address!r}>"
-        lease = getattr(self, "_lease", None)  # (unset: its checkout failed)
-        return super().__repr__() if lease is None else repr(lease)
+        return block_repr(self, self._state, _ENTERED, self._owner.address)
 
 
 @final
@@ -239,9 +239,6 @@ class AsyncPool(TaskIO[C]):
         self, connect: Callable[[ConnectContext], Awaitable[Any]], **kwargs: Unpack[PoolArguments]
     ) -> None:
         self._init_io()
-        #: a done future of the pool's loop, which ``connection()``'s exit returns when it has
-        #: nothing to wait for (awaiting it costs a third of a coroutine)
-        self._exited: Awaitable[None] = _NOT_BOUND
         super().__init__(connect, contextlib.nullcontext(), **kwargs)  # one thread: no lock
         self._bind("init", required=False)
         self._after_core()
@@ -255,9 +252,6 @@ class AsyncPool(TaskIO[C]):
             ) from None
         if self._loop is None:
             self._loop = loop
-            if self._exited is _NOT_BOUND:  # (kept after a fork: done, it needs no loop)
-                done = self._exited = loop.create_future()
-                done.set_result(None)
             self._loop_thread = _get_ident()
             if self._clock is None:
                 # The loop's clock; time.monotonic itself when that is what loop.time() reads.
@@ -413,6 +407,6 @@ class AsyncPool(TaskIO[C]):
         if set."""
         block: _Block[C] = _Block()  # (no ``__init__``: see ``Lease``)
         block._owner = self
-        block._timeout = timeout
+        block._state = timeout
         block._pool = self._returned  # not out yet
         return block

@@ -22,7 +22,7 @@ from typing import Any, Generic, TypeVar, Unpack, final, overload
 
 from ._base import DEFAULT, NO_OUTPUT, PoolArguments
 from ._core import Request
-from ._frontend import ConnectContext, Established, Lease, check_timeout, watched
+from ._frontend import ConnectContext, Established, Lease, block_repr, check_timeout, watched
 from ._threaded_io import ThreadIO
 from .log import cached_level as _cached_level
 
@@ -33,7 +33,7 @@ _log = logging.getLogger("poolkit.pool")
 #: how many hand-off waits may be noted before they are added to the tally (bounded memory for a
 #: pool whose statistics are never read)
 _FOLD_WAITS = 256
-#: a ``connection()`` block's ``_timeout`` once entered
+#: a ``connection()`` block's ``_state`` once entered (see ``_Block``)
 _ENTERED: Any = object()
 
 
@@ -74,24 +74,27 @@ class _ThreadLease(Lease[Any]):
 
 @final
 class _Block(_ThreadLease, Generic[C]):
-    """What ``Pool.connection()`` returns: it checks out on entry and gives back on exit (a
-    class, not a generator: a third of the cost). Where ``checkout``'s fast path applies it is
-    the lease itself (one object made, not two); else it holds the lease ``checkout`` returned
-    (``_lease``). Until then it is a lease given back (its ``_pool`` the pool's ``Returned``
-    marker): collected unentered, it has nothing to give back."""
+    """What ``Pool.connection()`` returns: it checks out on entry and gives back on exit.
 
-    __slots__ = ("_lease", "_owner", "_timeout")
+    A class, not a ``contextmanager`` (which cost four times a checkout and check-in). Where
+    ``checkout``'s fast path applies the block is the lease itself (one object made, not two);
+    else it holds the lease ``checkout`` returned. Until entered it is a lease given back (its
+    ``_pool`` the pool's ``Returned`` marker): collected unentered, it has nothing to give
+    back."""
+
+    __slots__ = ("_owner", "_state")
     _owner: Pool[C]  #: the pool
-    _timeout: float | None  #: ``connection(timeout=...)``; ``_ENTERED`` once entered
-    _lease: Lease[C] | None  #: the lease ``checkout`` returned (``None``: the block is the lease)
+    #: until entered, the ``timeout`` given to ``connection()``; then ``_ENTERED`` (the block is
+    #: the lease, or its checkout failed) or the lease ``checkout`` returned
+    _state: Any
 
     def __enter__(self) -> C:
         pool = self._owner
-        timeout = self._timeout
+        state = self._state
         # ``checkout``'s fast path inlined (a call less; a timeout given is checked by
         # ``checkout``): nobody listening and a connection available
-        if timeout is DEFAULT and pool._quick and _cached_level(10) is False:
-            self._timeout = _ENTERED
+        if state is DEFAULT and pool._quick and _cached_level(10) is False:
+            self._state = _ENTERED
             core = pool._core
             lock = pool._lock
             lock.acquire()  # not ``with``: half the cost, and nothing in between can raise
@@ -102,21 +105,20 @@ class _Block(_ThreadLease, Generic[C]):
                 lock.release()
             if conn is not None:
                 self._conn = conn  # the block is the lease
-                self._lent = None
                 self._pool = pool
-                self._lease = None
                 if left:
                     pool._after_core()  # perished connections closed on the way
                 if pool._lend is None:
                     return conn.connection  # type: ignore[no-any-return]  # (the core keeps Any)
+                self._lent = None
                 lease: Lease[C] = self
             else:
-                lease = self._lease = pool.checkout()
+                lease = self._state = pool.checkout()
         else:
-            if timeout is _ENTERED:
+            if state is _ENTERED or isinstance(state, Lease):
                 raise RuntimeError("a pool.connection() block can be entered only once")
-            self._timeout = _ENTERED
-            lease = self._lease = pool.checkout(timeout)
+            self._state = _ENTERED
+            lease = self._state = pool.checkout(state)
         try:
             return lease.connection  # (``hooks.lend`` may raise)
         except BaseException as exc:
@@ -134,11 +136,10 @@ class _Block(_ThreadLease, Generic[C]):
         pool: Pool[C] = self._pool  # type: ignore[assignment]
         if error is None and pool._quick and pool._end is None and _cached_level(10) is False:
             # ``_ThreadLease.release``'s fast path, inlined (a call less)
-            core = pool._core
             lock = pool._lock
             lock.acquire()  # not ``with``: half the cost, and nothing in between can raise
             try:
-                taken = self._pool is pool and core.release_idle(self._conn)
+                taken = self._pool is pool and pool._core.release_idle(self._conn)
                 if taken is not False:
                     self._pool = pool._returned
             finally:
@@ -148,7 +149,8 @@ class _Block(_ThreadLease, Generic[C]):
             if taken is not False:
                 pool._handed_off(taken)
                 return
-        lease = self._lease or self
+        state = self._state
+        lease: Lease[C] = self if state is _ENTERED else state
         owner = self._owner
         if owner._end is not None:
             self._ended(lease, owner._end, error)
@@ -188,10 +190,7 @@ class _Block(_ThreadLease, Generic[C]):
         pool._left(lease, error)
 
     def __repr__(self) -> str:
-        if self._timeout is not _ENTERED:
-            return f"<pool.connection() block, not entered, address={self._owner.address!r}>"
-        lease = getattr(self, "_lease", None)  # (unset: its checkout failed)
-        return super().__repr__() if lease is None else repr(lease)
+        return block_repr(self, self._state, _ENTERED, self._owner.address)
 
 
 @final
@@ -313,7 +312,7 @@ class Pool(ThreadIO[C]):
         ``hooks.end`` if set."""
         block: _Block[C] = _Block()  # (no ``__init__``: see ``Lease``)
         block._owner = self
-        block._timeout = timeout
+        block._state = timeout
         block._pool = self._returned  # not out yet
         return block
 

@@ -6,15 +6,22 @@ the medians, and each target with PASS/FAIL. A measurement, not a test: exit cod
 ``--check`` is given and a target fails.
 
     python benchmarks/bench_pool.py [--repeat N] [--cycles N] [--json PATH]
-                                    [--only async|threads] [--check]
+                                    [--only async|threads] [--workload W1|W2] [--check]
 
 Workloads (pools of 10 connections, pre-warmed before timing):
 
-* async W1: one task, ``checkout`` + ``release`` ``--cycles`` times; ns/cycle.
+* async W1: one task, ``--cycles`` uncontended cycles; ns/cycle, in each form a user writes:
+  ``lease = await pool.checkout()`` + ``lease.release()`` ("poolkit"), + ``await
+  pool.checkin(lease)`` ("poolkit checkin"), and ``async with pool.connection():`` ("poolkit
+  connection()"); the floor's ``await acquire()`` + ``release()`` beside them. Each form has a
+  pool of its own, and the forms take turns in chunks of 500 cycles (which goes first rotates);
+  a form's ns/cycle in a repeat is the median of its chunks. Each form is given as its ratio to
+  the floor, and every form also to checkout + release, computed per repeat (the same stretch
+  of a noisy machine), then the median of those ratios over the repeats, with their min-max.
 * async W2: 1,000 tasks, each with a fixed quota (cycles / 1,000) of checkout ->
   ``await asyncio.sleep(0)`` -> release; ops/s, checkout wait p50/p99/max, cycles per task, and
   fairness: the spread of completed cycles across tasks when the first task finishes.
-* threads W1: one thread, checkout + release; ns/cycle.
+* threads W1: one thread; the same forms (``pool.checkin(lease)``, ``with pool.connection():``).
 * threads W2: 32 threads, fixed quota each of checkout -> ``time.sleep(0)`` (give up the GIL,
   the threads' ``await asyncio.sleep(0)``) -> release; same figures as async W2.
 """
@@ -29,21 +36,109 @@ import statistics
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 import poolkit
-
-sys.path.insert(0, str(Path(__file__).parent))  # (run as a script from anywhere)
-from floors import NAN, AsyncFloor, NullConn, ThreadFloor, null_async_pool, null_thread_pool, pctl
 
 POOL_SIZE = 10
 ASYNC_TASKS = 1000
 THREADS = 32
 HANG_TIMEOUT = 120.0  # seconds before a W2 run is declared hung
+NAN = float("nan")
 
 Figures = dict[str, float]
+
+
+class NullConn:
+    __slots__ = ()
+
+    def close(self) -> None:
+        pass
+
+
+# ---------------------------------------------------------------------- the floor
+
+
+class AsyncFloor:
+    """Minimal correct FIFO pool for asyncio: idle deque + deque of waiter futures."""
+
+    def __init__(self, size: int) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._idle: deque[object] = deque(NullConn() for _ in range(size))
+        self._waiters: deque[asyncio.Future[object]] = deque()
+
+    async def acquire(self) -> object:
+        if self._idle and not self._waiters:
+            return self._idle.popleft()
+        fut: asyncio.Future[object] = self._loop.create_future()
+        self._waiters.append(fut)
+        try:
+            return await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled():
+                self.release(fut.result())  # handed one, then cancelled: give it back
+            else:
+                try:
+                    self._waiters.remove(fut)
+                except ValueError:
+                    pass
+            raise
+
+    def release(self, obj: object) -> None:
+        waiters = self._waiters
+        while waiters:
+            fut = waiters.popleft()
+            if not fut.done():
+                fut.set_result(obj)
+                return
+        self._idle.append(obj)
+
+
+class _Slot:
+    __slots__ = ("lock", "obj")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.lock.acquire()
+        self.obj: object = None
+
+
+class ThreadFloor:
+    """Minimal correct FIFO pool for threads: direct hand-off to the oldest waiter, no barging."""
+
+    def __init__(self, size: int) -> None:
+        self._lock = threading.Lock()
+        self._idle: deque[object] = deque(NullConn() for _ in range(size))
+        self._waiters: deque[_Slot] = deque()
+
+    def acquire(self) -> object:
+        with self._lock:
+            if self._idle and not self._waiters:
+                return self._idle.popleft()
+            slot = _Slot()
+            self._waiters.append(slot)
+        slot.lock.acquire()
+        return slot.obj
+
+    def release(self, obj: object) -> None:
+        with self._lock:
+            if not self._waiters:
+                self._idle.append(obj)
+                return
+            slot = self._waiters.popleft()
+            slot.obj = obj
+        slot.lock.release()
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def pctl(sorted_values: list[float], q: float) -> float:
+    if not sorted_values:
+        return NAN
+    return sorted_values[min(len(sorted_values) - 1, int(q * (len(sorted_values) - 1) + 0.5))]
 
 
 def wait_figures(waits: list[float], elapsed: float, total: int, counts: list[int],
@@ -61,23 +156,44 @@ def wait_figures(waits: list[float], elapsed: float, total: int, counts: list[in
     }
 
 
+def options() -> poolkit.PoolOptions:
+    return poolkit.PoolOptions(max_size=POOL_SIZE, min_size=POOL_SIZE, max_connecting=POOL_SIZE)
+
+
 # ---------------------------------------------------------------------- asyncio
+
+
+async def async_connect(ctx: poolkit.ConnectContext) -> NullConn:
+    return NullConn()
 
 
 AsyncPair = tuple[Callable[[], Awaitable[Any]], Callable[[Any], None]]
 
 
+async def async_pool() -> poolkit.AsyncPool[NullConn]:
+    """A fresh poolkit pool, pre-warmed (all its connections open and available)."""
+    pool: poolkit.AsyncPool[NullConn] = poolkit.AsyncPool(
+        async_connect, address="bench", options=options()
+    )
+    pool.ready()
+    deadline = time.monotonic() + 10
+    while pool.stats().available < POOL_SIZE:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"poolkit did not pre-warm: {pool!r}")
+        await asyncio.sleep(0.001)
+    return pool
+
+
 async def async_make(impl: str) -> tuple[AsyncPair, Callable[[], Awaitable[None]]]:
     """(acquire, release) and a closer for a fresh, pre-warmed pool."""
     if impl == "floor":
-        floor = AsyncFloor(NullConn() for _ in range(POOL_SIZE))
+        floor = AsyncFloor(POOL_SIZE)
 
         async def noop() -> None:
             pass
 
         return (floor.acquire, floor.release), noop
-    pool = await null_async_pool(POOL_SIZE)
-
+    pool = await async_pool()
     # The lease's release called as a plain function: one call, as the floor's bound release is.
     probe = await pool.checkout()
     release = type(probe).release
@@ -85,16 +201,78 @@ async def async_make(impl: str) -> tuple[AsyncPair, Callable[[], Awaitable[None]
     return (pool.checkout, release), pool.close
 
 
-async def async_w1(impl: str, cycles: int) -> Figures:
-    (acquire, release), close = await async_make(impl)
+#: W1's forms: the floor's cycle, and each way a user writes poolkit's (see the module's doc)
+W1_FORMS: dict[str, str] = {
+    "floor": "floor: acquire() + release()",
+    "poolkit": "checkout() + lease.release()",
+    "poolkit checkin": "checkout() + checkin(lease)",
+    "poolkit connection()": "with connection()",
+}
+
+
+async def async_cycles(impl: str, target: Any, cycles: int) -> None:
+    """``cycles`` uncontended cycles of W1's form ``impl`` on ``target`` (the floor or a pool);
+    methods bound once, for the floor and poolkit alike."""
+    if impl == "floor":
+        acquire, release = target.acquire, target.release
+        for _ in range(cycles):
+            c = await acquire()
+            release(c)
+    elif impl == "poolkit":
+        checkout = target.checkout
+        for _ in range(cycles):
+            lease = await checkout()
+            lease.release()
+    elif impl == "poolkit checkin":
+        checkout, checkin = target.checkout, target.checkin
+        for _ in range(cycles):
+            lease = await checkout()
+            await checkin(lease)
+    else:
+        connection = target.connection
+        for _ in range(cycles):
+            async with connection():
+                pass
+
+
+async def async_target(impl: str) -> tuple[Any, Callable[[], Awaitable[None]]]:
+    """What W1's form ``impl`` runs on (the floor, or a pre-warmed pool), and its closer."""
+    if impl == "floor":
+
+        async def noop() -> None:
+            pass
+
+        return AsyncFloor(POOL_SIZE), noop
+    pool = await async_pool()
+    return pool, pool.close
+
+
+#: W1 times its cycles in chunks of this many, the forms' chunks taking turns
+W1_CHUNK = 500
+
+
+def w1_figures(chunks: dict[str, list[float]]) -> dict[str, Figures]:
+    """Each form's ns/cycle: the median of its chunks (a burst of the machine's noise hits a
+    few chunks of every form, not one form's whole run)."""
+    return {impl: {"ns_per_cycle": statistics.median(v)} for impl, v in chunks.items()}
+
+
+async def async_w1(cycles: int) -> dict[str, Figures]:
+    """One repeat of async W1: every form on a pool of its own (the floor too), all set up first;
+    then ``cycles`` cycles of each in chunks of ``W1_CHUNK``, the forms taking turns (which goes
+    first rotates)."""
+    impls = tuple(W1_FORMS)
+    targets = {impl: await async_target(impl) for impl in impls}
+    chunks: dict[str, list[float]] = {impl: [] for impl in impls}
     gc.collect()
-    t0 = time.perf_counter_ns()
-    for _ in range(cycles):
-        c = await acquire()
-        release(c)
-    elapsed = time.perf_counter_ns() - t0
-    await close()
-    return {"ns_per_cycle": elapsed / cycles}
+    for i in range(max(1, cycles // W1_CHUNK)):
+        for impl in order(i, impls):
+            t0 = time.perf_counter_ns()
+            await async_cycles(impl, targets[impl][0], W1_CHUNK)
+            chunks[impl].append((time.perf_counter_ns() - t0) / W1_CHUNK)
+    for _, close in targets.values():
+        await close()
+    return w1_figures(chunks)
 
 
 async def async_w2(impl: str, cycles: int) -> Figures:
@@ -137,31 +315,81 @@ async def async_w2(impl: str, cycles: int) -> Figures:
 # ---------------------------------------------------------------------- threads
 
 
+def thread_connect(ctx: poolkit.ConnectContext) -> NullConn:
+    return NullConn()
+
+
 ThreadPair = tuple[Callable[[], Any], Callable[[Any], None], Callable[[], None]]
+
+
+def thread_pool() -> poolkit.Pool[NullConn]:
+    """A fresh poolkit pool, pre-warmed (all its connections open and available)."""
+    pool: poolkit.Pool[NullConn] = poolkit.Pool(thread_connect, address="bench", options=options())
+    pool.ready()
+    deadline = time.monotonic() + 10
+    while pool.stats().available < POOL_SIZE:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"poolkit did not pre-warm: {pool!r}")
+        time.sleep(0.001)
+    return pool
 
 
 def thread_make(impl: str) -> ThreadPair:
     if impl == "floor":
-        floor = ThreadFloor(NullConn() for _ in range(POOL_SIZE))
+        floor = ThreadFloor(POOL_SIZE)
         return floor.acquire, floor.release, lambda: None
-    pool = null_thread_pool(POOL_SIZE)
-
+    pool = thread_pool()
     probe = pool.checkout()
     release = type(probe).release
     release(probe)
     return pool.checkout, release, pool.close
 
 
-def thread_w1(impl: str, cycles: int) -> Figures:
-    acquire, release, close = thread_make(impl)
+def thread_cycles(impl: str, target: Any, cycles: int) -> None:
+    """``async_cycles`` for threads."""
+    if impl == "floor":
+        acquire, release = target.acquire, target.release
+        for _ in range(cycles):
+            c = acquire()
+            release(c)
+    elif impl == "poolkit":
+        checkout = target.checkout
+        for _ in range(cycles):
+            lease = checkout()
+            lease.release()
+    elif impl == "poolkit checkin":
+        checkout, checkin = target.checkout, target.checkin
+        for _ in range(cycles):
+            lease = checkout()
+            checkin(lease)
+    else:
+        connection = target.connection
+        for _ in range(cycles):
+            with connection():
+                pass
+
+
+def thread_target(impl: str) -> tuple[Any, Callable[[], None]]:
+    if impl == "floor":
+        return ThreadFloor(POOL_SIZE), lambda: None
+    pool = thread_pool()
+    return pool, pool.close
+
+
+def thread_w1(cycles: int) -> dict[str, Figures]:
+    """``async_w1`` for threads (one thread)."""
+    impls = tuple(W1_FORMS)
+    targets = {impl: thread_target(impl) for impl in impls}
+    chunks: dict[str, list[float]] = {impl: [] for impl in impls}
     gc.collect()
-    t0 = time.perf_counter_ns()
-    for _ in range(cycles):
-        c = acquire()
-        release(c)
-    elapsed = time.perf_counter_ns() - t0
-    close()
-    return {"ns_per_cycle": elapsed / cycles}
+    for i in range(max(1, cycles // W1_CHUNK)):
+        for impl in order(i, impls):
+            t0 = time.perf_counter_ns()
+            thread_cycles(impl, targets[impl][0], W1_CHUNK)
+            chunks[impl].append((time.perf_counter_ns() - t0) / W1_CHUNK)
+    for _, close in targets.values():
+        close()
+    return w1_figures(chunks)
 
 
 def thread_w2(impl: str, cycles: int) -> Figures:
@@ -218,16 +446,44 @@ def thread_w2(impl: str, cycles: int) -> Figures:
 Results = dict[str, dict[str, list[Figures]]]  # workload -> impl -> per-repeat figures
 
 
-def order(rep: int) -> tuple[str, str]:
-    return ("floor", "poolkit") if rep % 2 == 0 else ("poolkit", "floor")
+def order(rep: int, impls: tuple[str, ...]) -> tuple[str, ...]:
+    """The order of ``impls`` in repeat ``rep``: rotated, so that each runs first in turn."""
+    k = rep % len(impls)
+    return impls[k:] + impls[:k]
 
 
 Workload = tuple[str, Callable[[str, int], Figures]]
-WORKLOADS: dict[str, list[Workload]] = {
-    "async": [("async W1", lambda impl, n: asyncio.run(async_w1(impl, n))),
-              ("async W2", lambda impl, n: asyncio.run(async_w2(impl, n)))],
-    "threads": [("threads W1", thread_w1), ("threads W2", thread_w2)],
+#: W1 runs all its forms in one go (``async_w1``): impl -> figures
+FormsWorkload = tuple[str, Callable[[int], dict[str, Figures]]]
+PAIR = ("floor", "poolkit")
+WORKLOADS: dict[str, tuple[list[FormsWorkload], list[Workload]]] = {
+    "async": (
+        [("async W1", lambda n: asyncio.run(async_w1(n)))],
+        [("async W2", lambda impl, n: asyncio.run(async_w2(impl, n)))],
+    ),
+    "threads": ([("threads W1", thread_w1)], [("threads W2", thread_w2)]),
 }
+#: the per-repeat ratios of a W1 form: to the floor, and to checkout + release
+RATIOS = ("x_floor", "x_release")
+
+
+def run_forms(results: Results, errors: list[str], workloads: list[FormsWorkload], repeat: int,
+              cycles: int) -> None:
+    """Each W1 workload ``repeat`` times, a fresh loop each; each form's ratios are taken within
+    its repeat (``RATIOS``)."""
+    for name, fn in workloads:
+        for _ in range(repeat):
+            try:
+                this = fn(cycles)
+            except Exception as exc:
+                errors.append(f"{name}: {type(exc).__name__}: {exc}")
+                continue
+            floor, release = this["floor"]["ns_per_cycle"], this["poolkit"]["ns_per_cycle"]
+            for impl, fig in this.items():
+                fig["x_floor"] = fig["ns_per_cycle"] / floor
+                if impl != "floor":
+                    fig["x_release"] = fig["ns_per_cycle"] / release
+                results.setdefault(name, {}).setdefault(impl, []).append(fig)
 
 
 def run(results: Results, errors: list[str], workloads: list[Workload], repeat: int,
@@ -235,7 +491,7 @@ def run(results: Results, errors: list[str], workloads: list[Workload], repeat: 
     """Each workload ``repeat`` times, floor and poolkit alternating first; a fresh loop each."""
     for name, fn in workloads:
         for rep in range(repeat):
-            for impl in order(rep):
+            for impl in order(rep, PAIR):
                 try:
                     fig = fn(impl, cycles)
                 except Exception as exc:
@@ -247,7 +503,13 @@ def run(results: Results, errors: list[str], workloads: list[Workload], repeat: 
 def medians(runs: list[Figures]) -> Figures:
     if not runs:
         return {}
-    out = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+    keys = {k for r in runs for k in r}
+    out = {k: statistics.median(r[k] for r in runs if k in r) for k in runs[0] if k in keys}
+    for k in RATIOS:  # the spread of the per-repeat ratios
+        values = [r[k] for r in runs if k in r]
+        if values:
+            out[k] = statistics.median(values)
+            out[k + "_min"], out[k + "_max"] = min(values), max(values)
     for k in ("cycles_max", "spread_at_first_finish"):  # fairness: worst run, not median
         if k in runs[0]:
             out[k + "_worst"] = max(r[k] for r in runs)
@@ -263,10 +525,15 @@ def targets(med: dict[str, dict[str, Figures]]) -> list[tuple[str, float, str, b
     def get(w: str, impl: str, k: str) -> float:
         return med.get(w, {}).get(impl, {}).get(k, NAN)
 
-    for w, limit in (("async W1", 5.0), ("threads W1", 2.5)):
-        if w in med:
-            r = get(w, "poolkit", "ns_per_cycle") / get(w, "floor", "ns_per_cycle")
-            out.append((f"{w} ns ratio poolkit/floor", r, f"<= {limit}", r <= limit))
+    # W1: medians of the ratios taken in each repeat (issue 25's targets)
+    for w, limit in (("async W1", 4.0), ("threads W1", 2.0)):
+        if w not in med:
+            continue
+        for impl in ("poolkit", "poolkit checkin"):
+            r = get(w, impl, "x_floor")
+            out.append((f"{w} {W1_FORMS[impl]} / floor", r, f"<= {limit}", r <= limit))
+        r = get(w, "poolkit connection()", "x_release")
+        out.append((f"{w} connection() / checkout + release", r, "<= 1.3", r <= 1.3))
     for w, limit in (("async W2", 0.5), ("threads W2", 0.8)):
         if w not in med:
             continue
@@ -299,13 +566,39 @@ def fmt(v: float) -> str:
     return f"{v:.3g}"
 
 
+def spread(fig: Figures, k: str) -> str:
+    """A per-repeat ratio's median and its min-max, as ``4.21 (4.05-4.40)``."""
+    if k not in fig:
+        return ""
+    return f"{fig[k]:.2f} ({fig[k + '_min']:.2f}-{fig[k + '_max']:.2f})"
+
+
 def print_table(med: dict[str, dict[str, Figures]], checks: list[tuple[str, float, str, bool]],
                 errors: list[str], repeat: int) -> None:
     print(f"\nMedians over {repeat} repeats (python {sys.version.split()[0]}, "
           f"poolkit {poolkit.__version__}); fairness rows '_worst' are the worst run\n")
-    print(f"{'workload':<11} {'figure':<28} {'floor':>14} {'poolkit':>14} {'poolkit/floor':>14}")
-    print("-" * 85)
+    w1 = [w for w in med if w.endswith("W1")]
+    if w1:
+        print("W1, one task or thread, uncontended; ratios: the median (min-max) of the ratios "
+              "taken in each repeat")
+        print(f"{'workload':<11} {'form':<30} {'ns/cycle':>9} {'/ floor':>20} "
+              f"{'/ checkout+release':>20}")
+        print("-" * 94)
+        for w in w1:
+            for impl, fig in med[w].items():
+                line = (f"{w:<11} {W1_FORMS.get(impl, impl):<30} {fmt(fig['ns_per_cycle']):>9} "
+                        f"{spread(fig, 'x_floor'):>20} {spread(fig, 'x_release'):>20}")
+                print(line.rstrip())
+            print()
+    if len(w1) < len(med):
+        print(
+            f"{'workload':<11} {'figure':<28} {'floor':>14} {'poolkit':>14} "
+            f"{'poolkit/floor':>14}"
+        )
+        print("-" * 85)
     for w, by_impl in med.items():
+        if w in w1:
+            continue
         keys = list(by_impl.get("poolkit") or by_impl.get("floor") or {})
         for k in keys:
             f, p = by_impl.get("floor", {}).get(k, NAN), by_impl.get("poolkit", {}).get(k, NAN)
@@ -337,6 +630,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cycles", type=int, default=100_000)
     ap.add_argument("--json", metavar="PATH")
     ap.add_argument("--only", choices=("async", "threads"))
+    ap.add_argument("--workload", choices=("W1", "W2"), help="run only this workload")
     ap.add_argument("--check", action="store_true", help="exit 1 if a target fails")
     args = ap.parse_args(argv)
 
@@ -344,7 +638,11 @@ def main(argv: list[str] | None = None) -> int:
     errors: list[str] = []
     for front in ("async", "threads"):
         if args.only in (None, front):
-            run(results, errors, WORKLOADS[front], args.repeat, args.cycles)
+            w1, others = WORKLOADS[front]
+            if args.workload in (None, "W1"):
+                run_forms(results, errors, w1, args.repeat, args.cycles)
+            if args.workload in (None, "W2"):
+                run(results, errors, others, args.repeat, args.cycles)
 
     med = {w: {impl: medians(runs) for impl, runs in by.items()} for w, by in results.items()}
     checks = targets(med)

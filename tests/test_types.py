@@ -14,6 +14,7 @@ import pytest
 from mypy import api
 
 SNIPPET = '''
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from datetime import timedelta
 from typing import assert_type
 import poolkit
@@ -45,6 +46,7 @@ async def use() -> None:
     assert_type(lease.connection, Conn)
     async with apool.connection() as conn:
         assert_type(conn, Conn)
+    block: AbstractAsyncContextManager[Conn] = apool.connection()
     wrong: AsyncPool[int] = AsyncPool(connect)  # E: arg-type
     AsyncPool(connect, adress="db:1")  # E: call-overload
 
@@ -63,6 +65,7 @@ def use_sync() -> None:
     assert_type(pool, Pool[Conn])
     with pool.connection() as conn:
         assert_type(conn, Conn)
+    block: AbstractContextManager[Conn] = pool.connection()
     assert_type(pool.checkout(), Lease[Conn])
     wrong: Pool[str] = Pool(connect_sync)  # E: arg-type
 '''

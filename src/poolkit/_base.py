@@ -23,7 +23,7 @@ import itertools
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Hashable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable
 from typing import Any, ClassVar, Generic, TypedDict, TypeVar
 
 from ._core import (
@@ -51,6 +51,7 @@ from ._frontend import (
     checkout_stack,
     invalid_lease,
     listener_tuple,
+    new_lease,
     redact,
     register_for_fork,
     unwrap,
@@ -382,7 +383,7 @@ class PoolBase(Generic[C]):
         conn = req.conn
         if conn is not None:
             if self._quick and conn.state is not _S_CLOSED:
-                return self._lease_class(conn, self)
+                return new_lease(self._lease_class, conn, self)
             return self._lease_for(conn)
         assert req.error is not None
         raise req.error
@@ -396,7 +397,7 @@ class PoolBase(Generic[C]):
             self._give_back(conn)
             raise PoolClearedError(address=self.address, interrupted=True)
         if self.options.leak_timeout is None:
-            return self._lease_class(conn, self)
+            return new_lease(self._lease_class, conn, self)
         stack = checkout_stack()
 
         def step(core: PoolCore, now: float) -> Hold:
@@ -404,7 +405,9 @@ class PoolBase(Generic[C]):
             core.hold(held, now)
             return held
 
-        lease: Lease[C] = self._watched_class(conn, self, self._feed(step))
+        held = self._feed(step)
+        lease: Lease[C] = new_lease(self._watched_class, conn, self)
+        lease._held = held  # type: ignore[attr-defined]  # (the watched class's own slot)
         return lease
 
     def _abandon(self, req: Request) -> None:
@@ -423,42 +426,15 @@ class PoolBase(Generic[C]):
             raise self._invalid_lease(lease)
         lease.release()  # (a watched lease's own release ends its watch)
 
-    @contextlib.contextmanager
-    def _scope(self, lease: Lease[C]) -> Iterator[C]:
-        """``connection()``'s block: gives ``lease`` back however it is left. Left by a
+    def _left(self, lease: Lease[C], error: BaseException) -> None:
+        """``connection()``'s block was left by ``error``: give ``lease`` back. Left by a
         ``BaseException`` that is not an ``Exception`` (a cancellation, ``KeyboardInterrupt``)
         the connection is discarded, since it may be mid-protocol; left by an ``Exception``, it
         is discarded if ``hooks.is_broken`` says so, else released."""
-        try:
-            yield lease.connection
-        except Exception as exc:
-            if self._is_broken(lease, exc):
-                lease.discard(exc)
-            else:
-                lease.release()
-            raise
-        except BaseException as exc:
-            lease.discard(exc)
-            raise
-        else:
+        if isinstance(error, Exception) and not self._is_broken(lease, error):
             lease.release()
-
-    @contextlib.contextmanager
-    def _ending(self, connection: C) -> Iterator[None]:
-        """``hooks.end`` around ``Pool.connection()``'s block (``AsyncPool`` awaits its own)."""
-        end = self._end
-        if end is None:
-            yield
-            return
-        try:
-            yield
-        except Exception as exc:
-            try:
-                end(connection, exc)
-            except Exception:  # (the block's error is the one the caller sees)
-                _log.exception("hooks.end of pool %s raised after %r", self.address, exc)
-            raise
-        end(connection, None)
+        else:
+            lease.discard(error)
 
     def _is_broken(self, lease: Lease[C], error: Exception) -> bool:
         """``hooks.is_broken(connection, error)``; one that raises counts as "broken" (and is

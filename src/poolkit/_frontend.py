@@ -132,6 +132,9 @@ class Returned:
     """Stands in for the pool in a lease that was given back: releasing it again raises."""
 
     __slots__ = ("_pool", "address")
+    #: never the fast check-in (a pool's own ``_quick`` may be true): the front ends' lease
+    #: ``release`` asks ``lease._pool._quick`` without first asking whether it is the pool
+    _quick = False
 
     def __init__(self, pool: Any) -> None:
         self.address: str = pool.address
@@ -153,12 +156,14 @@ class Lease(Generic[C]):
 
     __slots__ = ("__weakref__", "_conn", "_lent", "_pool")
 
-    def __init__(self, conn: Conn, pool: _LeaseOwner) -> None:
-        self._conn = conn
-        #: the pool while the lease is out; the pool's ``Returned`` marker once given back
-        self._pool: _LeaseOwner | Returned = pool
-        #: what ``hooks.lend`` made of the connection for this lease, once asked (``connection``)
-        self._lent: Any = None
+    # No ``__init__``: a pool makes its leases with :func:`new_lease`, or on its fast paths with
+    # the same stores inlined (a class called without a Python ``__init__`` runs no frame: a
+    # lease made so costs a third less, a tenth of an uncontended cycle).
+    _conn: Conn
+    #: the pool while the lease is out; the pool's ``Returned`` marker once given back
+    _pool: _LeaseOwner | Returned
+    #: what ``hooks.lend`` made of the connection for this lease, once asked (``connection``)
+    _lent: Any
 
     @property
     def connection(self) -> C:
@@ -173,13 +178,12 @@ class Lease(Generic[C]):
                 reason="already returned",
                 lease=self,
             )
-        lent = self._lent
-        if lent is not None:
-            return lent  # type: ignore[no-any-return]
         lend = pool._lend
-        if lend is None:
+        if lend is None:  # (``_lent`` is read only with ``lend``: ``connection()`` sets it then)
             return self._conn.connection  # type: ignore[no-any-return]  # (the core keeps Any)
-        lent = self._lent = lend(self._conn.connection, self)
+        lent = self._lent
+        if lent is None:
+            lent = self._lent = lend(self._conn.connection, self)
         return lent  # type: ignore[no-any-return]
 
     @property
@@ -226,17 +230,37 @@ class Lease(Generic[C]):
         return f"<Lease connection_id={self._conn.id} {state} address={self._pool.address!r}>"
 
 
+L = TypeVar("L", bound=Lease[Any])
+
+
+def block_repr(block: Lease[Any], state: Any, entered: Any, address: str) -> str:
+    """The repr of a ``connection()`` block (a lease of the front end's; ``state``: its
+    ``_state``, ``entered`` the value that says "entered, the block is the lease")."""
+    if isinstance(state, Lease):
+        return repr(state)
+    if state is entered and hasattr(block, "_conn"):
+        return Lease.__repr__(block)
+    how = "not entered" if state is not entered else "its checkout failed"
+    return f"<pool.connection() block, {how}, address={address!r}>"
+
+
+def new_lease(cls: type[L], conn: Conn, pool: _LeaseOwner) -> L:
+    """A lease of class ``cls`` on ``conn``, out from ``pool`` (``Lease`` has no ``__init__``:
+    see there)."""
+    lease = cls()
+    lease._conn = conn
+    lease._lent = None
+    lease._pool = pool
+    return lease
+
+
 def watched(base: Any) -> Any:
     """A subclass of the front end lease class ``base`` for leases watched for leaks
     (``leak_timeout``): it tells the pool (``_unhold``) when given back, and, garbage-collected
     while out, hands its watch to the pool instead of its bare connection (``_lost``)."""
 
     class Watched(base):  # type: ignore[misc]
-        __slots__ = ("_held",)
-
-        def __init__(self, conn: Any, pool: Any, held: Any) -> None:
-            super().__init__(conn, pool)
-            self._held = held
+        __slots__ = ("_held",)  # (set by the pool right after ``new_lease``)
 
         def release(self) -> None:
             pool = self._pool

@@ -12,24 +12,29 @@ Rules of this module
 
 from __future__ import annotations
 
-import contextlib
+import logging
 import threading
 from _thread import allocate_lock as _allocate_lock
-from collections.abc import Callable, Iterator
-from typing import Any, TypeVar, Unpack, final, overload
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from types import TracebackType
+from typing import Any, Generic, TypeVar, Unpack, final, overload
 
 from ._base import DEFAULT, NO_OUTPUT, PoolArguments
 from ._core import Request
-from ._frontend import ConnectContext, Established, Lease, check_timeout, watched
+from ._frontend import ConnectContext, Established, Lease, block_repr, check_timeout, watched
 from ._threaded_io import ThreadIO
 from .log import cached_level as _cached_level
 
 __all__ = ["Pool"]
 
 C = TypeVar("C")
+_log = logging.getLogger("poolkit.pool")
 #: how many hand-off waits may be noted before they are added to the tally (bounded memory for a
 #: pool whose statistics are never read)
 _FOLD_WAITS = 256
+#: a ``connection()`` block's ``_state`` once entered (see ``_Block``)
+_ENTERED: Any = object()
 
 
 class _ThreadLease(Lease[Any]):
@@ -39,10 +44,12 @@ class _ThreadLease(Lease[Any]):
     __slots__ = ()
 
     def release(self) -> None:
-        pool = self._pool
+        # the pool, or its ``Returned`` marker once given back: ``Returned._quick`` is false, so
+        # that a lease given back takes the slow path, which raises
+        pool: Pool[Any] = self._pool  # type: ignore[assignment]
         # nobody listening (no listener, DEBUG known to be off: the logger's cached answer for
         # level 10), and the core takes it back without more ado
-        if type(pool) is Pool and pool._quick and _cached_level(10) is False:
+        if pool._quick and _cached_level(10) is False:
             core = pool._core
             lock = pool._lock
             lock.acquire()  # not ``with``: half the cost, and nothing in between can raise
@@ -63,6 +70,127 @@ class _ThreadLease(Lease[Any]):
                     pool._fold_waits()
                 return
         pool._release(self)  # the slow path (the Returned marker: raises "already returned")
+
+
+@final
+class _Block(_ThreadLease, Generic[C]):
+    """What ``Pool.connection()`` returns: it checks out on entry and gives back on exit.
+
+    A class, not a ``contextmanager`` (which cost four times a checkout and check-in). Where
+    ``checkout``'s fast path applies the block is the lease itself (one object made, not two);
+    else it holds the lease ``checkout`` returned. Until entered it is a lease given back (its
+    ``_pool`` the pool's ``Returned`` marker): collected unentered, it has nothing to give
+    back."""
+
+    __slots__ = ("_owner", "_state")
+    _owner: Pool[C]  #: the pool
+    #: until entered, the ``timeout`` given to ``connection()``; then ``_ENTERED`` (the block is
+    #: the lease, or its checkout failed) or the lease ``checkout`` returned
+    _state: Any
+
+    def __enter__(self) -> C:
+        pool = self._owner
+        state = self._state
+        # ``checkout``'s fast path inlined (a call less; a timeout given is checked by
+        # ``checkout``): nobody listening and a connection available
+        if state is DEFAULT and pool._quick and _cached_level(10) is False:
+            self._state = _ENTERED
+            core = pool._core
+            lock = pool._lock
+            lock.acquire()  # not ``with``: half the cost, and nothing in between can raise
+            try:
+                conn = core.lease_idle(pool._time() if pool._clocked else 0.0)
+                left = conn is not None and bool(core.actions)
+            finally:
+                lock.release()
+            if conn is not None:
+                self._conn = conn  # the block is the lease
+                self._pool = pool
+                if left:
+                    pool._after_core()  # perished connections closed on the way
+                if pool._lend is None:
+                    return conn.connection  # type: ignore[no-any-return]  # (the core keeps Any)
+                self._lent = None
+                lease: Lease[C] = self
+            else:
+                lease = self._state = pool.checkout()
+        else:
+            if state is _ENTERED or isinstance(state, Lease):
+                raise RuntimeError("a pool.connection() block can be entered only once")
+            self._state = _ENTERED
+            lease = self._state = pool.checkout(state)
+        try:
+            return lease.connection  # (``hooks.lend`` may raise)
+        except BaseException as exc:
+            pool._left(lease, exc)
+            raise
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        # the pool while the block is the lease out; its ``Returned`` marker (``_quick`` false)
+        # if the block holds a lease from ``checkout`` (or was given back meanwhile)
+        pool: Pool[C] = self._pool  # type: ignore[assignment]
+        if error is None and pool._quick and pool._end is None and _cached_level(10) is False:
+            # ``_ThreadLease.release``'s fast path, inlined (a call less)
+            lock = pool._lock
+            lock.acquire()  # not ``with``: half the cost, and nothing in between can raise
+            try:
+                taken = self._pool is pool and pool._core.release_idle(self._conn)
+                if taken is not False:
+                    self._pool = pool._returned
+            finally:
+                lock.release()
+            if taken is True:
+                return
+            if taken is not False:
+                pool._handed_off(taken)
+                return
+        state = self._state
+        lease: Lease[C] = self if state is _ENTERED else state
+        owner = self._owner
+        if owner._end is not None:
+            self._ended(lease, owner._end, error)
+        elif error is None:
+            lease.release()
+        else:
+            owner._left(lease, error)
+
+    def _ended(
+        self,
+        lease: Lease[C],
+        end: Callable[[C, BaseException | None], Any],
+        error: BaseException | None,
+    ) -> None:
+        """The exit with ``hooks.end``: run in the caller before the check-in. After an error
+        what it raises is logged (the block's error is the one the caller sees); on success it
+        is raised, as the block's error would be."""
+        pool = self._owner
+        # what the block got (``lease.connection``, which raises once a lease is given back)
+        connection = lease._conn.connection if pool._lend is None else lease._lent
+        if error is None:
+            try:
+                end(connection, None)
+            except BaseException as exc:
+                pool._left(lease, exc)
+                raise
+            lease.release()
+            return
+        if isinstance(error, Exception):
+            try:
+                end(connection, error)
+            except Exception:
+                _log.exception("hooks.end of pool %s raised after %r", pool.address, error)
+            except BaseException as exc:
+                lease.discard(exc)
+                raise
+        pool._left(lease, error)
+
+    def __repr__(self) -> str:
+        return block_repr(self, self._state, _ENTERED, self._owner.address)
 
 
 @final
@@ -125,9 +253,13 @@ class Pool(ThreadIO[C]):
             finally:
                 lock.release()
             if conn is not None:
+                lease = _ThreadLease()  # (``new_lease`` inlined)
+                lease._conn = conn
+                lease._lent = None
+                lease._pool = self
                 if left:
                     self._after_core()  # perished connections closed on the way
-                return _ThreadLease(conn, self)
+                return lease
         if self._orphans:
             self._reap()  # a lease lost to the garbage collector may free a connection
         if timeout is DEFAULT:
@@ -160,15 +292,29 @@ class Pool(ThreadIO[C]):
 
     def checkin(self, lease: Lease[C]) -> None:
         """Give ``lease`` back (same as ``lease.release()``)."""
-        self._checkin(lease, "Pool.checkin()")
+        if type(lease) is _ThreadLease and lease._pool is self:  # (a plain lease of this pool, out)
+            lease.release()
+        else:
+            self._checkin(lease, "Pool.checkin()")
 
-    @contextlib.contextmanager
-    def connection(self, timeout: float | None = DEFAULT) -> Iterator[C]:
+    def _handed_off(self, taken: Request) -> None:
+        """A check-in's fast path handed the connection to the waiting ``taken``: its wait is
+        noted and it is woken, outside the lock (``_ThreadLease.release`` does this inline)."""
+        waits = self._handoff_waits
+        waits.append(self._time() - taken.started)
+        taken.owner()
+        if len(waits) >= _FOLD_WAITS:
+            self._fold_waits()
+
+    def connection(self, timeout: float | None = DEFAULT) -> AbstractContextManager[C]:
         """``with pool.connection() as conn:`` checks out and always gives back (left by a
         ``KeyboardInterrupt``, say, the connection is discarded: it may be mid-protocol), after
         ``hooks.end`` if set."""
-        with self._scope(self.checkout(timeout)) as connection, self._ending(connection):
-            yield connection
+        block: _Block[C] = _Block()  # (no ``__init__``: see ``Lease``)
+        block._owner = self
+        block._state = timeout
+        block._pool = self._returned  # not out yet
+        return block
 
     def _fold_waits(self) -> None:
         with self._lock:

@@ -308,15 +308,17 @@ class PoolCore(Lifecycle):
         if self._waiters:
             return None
         idle = self._idle
-        if idle and idle[-1].gate == self._lease_gen and not self._open:
-            # ready, a plain current connection, and no idle time, lifetime or service to check;
-            # no multiplexed connection with a free stream (leases go there first: ``_take``)
-            conn = idle.pop()
-            # _fire(conn, LEASE) inlined: IDLE -> LEASED changes no counter (see _IDLE_LEASE).
-            conn.state = _IDLE_LEASE
-            conn.streams = 1
-            self.checkouts += 1
-            return conn
+        if idle and not self._open:  # (no multiplexed connection with a free stream: those
+            conn = idle.pop()  # take leases first, ``_take``) the newest available connection
+            if conn.gate == self._lease_gen:
+                # ready, a plain current connection, and no idle time, lifetime or service to
+                # check. _fire(conn, LEASE) inlined: IDLE -> LEASED changes no counter (see
+                # _IDLE_LEASE).
+                conn.state = _IDLE_LEASE
+                conn.streams = 1
+                self.checkouts += 1
+                return conn
+            idle.append(conn)  # (put back where it was: the full check below decides)
         if self.state is not _READY or self._check_after is not None:
             return None  # (with a check hook, ``request`` decides: a check may start)
         found = self._take(now)  # the full check; closes perished ones on the way

@@ -36,11 +36,11 @@ import statistics
 import sys
 import threading
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import poolkit
+from floors import AsyncFloor, NullConn, ThreadFloor, pctl
 
 POOL_SIZE = 10
 ASYNC_TASKS = 1000
@@ -49,96 +49,6 @@ HANG_TIMEOUT = 120.0  # seconds before a W2 run is declared hung
 NAN = float("nan")
 
 Figures = dict[str, float]
-
-
-class NullConn:
-    __slots__ = ()
-
-    def close(self) -> None:
-        pass
-
-
-# ---------------------------------------------------------------------- the floor
-
-
-class AsyncFloor:
-    """Minimal correct FIFO pool for asyncio: idle deque + deque of waiter futures."""
-
-    def __init__(self, size: int) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._idle: deque[object] = deque(NullConn() for _ in range(size))
-        self._waiters: deque[asyncio.Future[object]] = deque()
-
-    async def acquire(self) -> object:
-        if self._idle and not self._waiters:
-            return self._idle.popleft()
-        fut: asyncio.Future[object] = self._loop.create_future()
-        self._waiters.append(fut)
-        try:
-            return await fut
-        except asyncio.CancelledError:
-            if fut.done() and not fut.cancelled():
-                self.release(fut.result())  # handed one, then cancelled: give it back
-            else:
-                try:
-                    self._waiters.remove(fut)
-                except ValueError:
-                    pass
-            raise
-
-    def release(self, obj: object) -> None:
-        waiters = self._waiters
-        while waiters:
-            fut = waiters.popleft()
-            if not fut.done():
-                fut.set_result(obj)
-                return
-        self._idle.append(obj)
-
-
-class _Slot:
-    __slots__ = ("lock", "obj")
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.lock.acquire()
-        self.obj: object = None
-
-
-class ThreadFloor:
-    """Minimal correct FIFO pool for threads: direct hand-off to the oldest waiter, no barging."""
-
-    def __init__(self, size: int) -> None:
-        self._lock = threading.Lock()
-        self._idle: deque[object] = deque(NullConn() for _ in range(size))
-        self._waiters: deque[_Slot] = deque()
-
-    def acquire(self) -> object:
-        with self._lock:
-            if self._idle and not self._waiters:
-                return self._idle.popleft()
-            slot = _Slot()
-            self._waiters.append(slot)
-        slot.lock.acquire()
-        return slot.obj
-
-    def release(self, obj: object) -> None:
-        with self._lock:
-            if not self._waiters:
-                self._idle.append(obj)
-                return
-            slot = self._waiters.popleft()
-            slot.obj = obj
-        slot.lock.release()
-
-
-# ---------------------------------------------------------------------- helpers
-
-
-def pctl(sorted_values: list[float], q: float) -> float:
-    if not sorted_values:
-        return NAN
-    return sorted_values[min(len(sorted_values) - 1, int(q * (len(sorted_values) - 1) + 0.5))]
 
 
 def wait_figures(waits: list[float], elapsed: float, total: int, counts: list[int],
@@ -187,7 +97,7 @@ async def async_pool() -> poolkit.AsyncPool[NullConn]:
 async def async_make(impl: str) -> tuple[AsyncPair, Callable[[], Awaitable[None]]]:
     """(acquire, release) and a closer for a fresh, pre-warmed pool."""
     if impl == "floor":
-        floor = AsyncFloor(POOL_SIZE)
+        floor = AsyncFloor(NullConn() for _ in range(POOL_SIZE))
 
         async def noop() -> None:
             pass
@@ -242,7 +152,7 @@ async def async_target(impl: str) -> tuple[Any, Callable[[], Awaitable[None]]]:
         async def noop() -> None:
             pass
 
-        return AsyncFloor(POOL_SIZE), noop
+        return AsyncFloor(NullConn() for _ in range(POOL_SIZE)), noop
     pool = await async_pool()
     return pool, pool.close
 
@@ -336,7 +246,7 @@ def thread_pool() -> poolkit.Pool[NullConn]:
 
 def thread_make(impl: str) -> ThreadPair:
     if impl == "floor":
-        floor = ThreadFloor(POOL_SIZE)
+        floor = ThreadFloor(NullConn() for _ in range(POOL_SIZE))
         return floor.acquire, floor.release, lambda: None
     pool = thread_pool()
     probe = pool.checkout()
@@ -371,7 +281,7 @@ def thread_cycles(impl: str, target: Any, cycles: int) -> None:
 
 def thread_target(impl: str) -> tuple[Any, Callable[[], None]]:
     if impl == "floor":
-        return ThreadFloor(POOL_SIZE), lambda: None
+        return ThreadFloor(NullConn() for _ in range(POOL_SIZE)), lambda: None
     pool = thread_pool()
     return pool, pool.close
 

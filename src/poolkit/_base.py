@@ -155,6 +155,9 @@ class PoolBase(Generic[C]):
         self._configure = None if options.hooks is None else options.hooks.configure
         #: ``hooks.end``, run by ``connection()`` when its block ends
         self._end = None if options.hooks is None else options.hooks.end
+        #: whether ``connection()``'s exit may take the check-in fast path: ``_quick``, and no
+        #: ``hooks.end`` to run first (the exit also checks that DEBUG logging is off)
+        self._quick_exit = self._quick and self._end is None
         #: ``hooks.lend``, what a lease hands out in place of its connection (``Lease.connection``)
         self._lend = None if options.hooks is None else options.hooks.lend
         register_for_fork(self)

@@ -133,8 +133,9 @@ class Returned:
 
     __slots__ = ("_pool", "address")
     #: never the fast check-in (a pool's own ``_quick`` may be true): the front ends' lease
-    #: ``release`` asks ``lease._pool._quick`` without first asking whether it is the pool
-    _quick = False
+    #: ``release`` asks ``lease._pool._quick`` without first asking whether it is the pool (and
+    #: ``connection()``'s exit ``_quick_exit``)
+    _quick = _quick_exit = False
 
     def __init__(self, pool: Any) -> None:
         self.address: str = pool.address

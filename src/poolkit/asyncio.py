@@ -135,10 +135,10 @@ class _Block(_AsyncLease, Generic[C]):
         traceback: TracebackType | None,
     ) -> Awaitable[None]:
         """``__aexit__``: a plain method that returns what to await (see the class)."""
-        # the pool while the block is the lease out; its ``Returned`` marker (``_quick`` false)
-        # if the block holds a lease from ``checkout`` (or was given back meanwhile)
+        # the pool while the block is the lease out; its ``Returned`` marker (``_quick_exit``
+        # false) if the block holds a lease from ``checkout`` (or was given back meanwhile)
         pool: AsyncPool[C] = self._pool  # type: ignore[assignment]
-        if error is None and pool._quick and pool._end is None and _cached_level(10) is False:
+        if error is None and pool._quick_exit and _cached_level(10) is False:
             # ``_AsyncLease.release``'s fast path, inlined (a call less)
             taken = pool._core.release_idle(self._conn)
             if taken is not False:

@@ -131,10 +131,10 @@ class _Block(_ThreadLease, Generic[C]):
         error: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        # the pool while the block is the lease out; its ``Returned`` marker (``_quick`` false)
-        # if the block holds a lease from ``checkout`` (or was given back meanwhile)
+        # the pool while the block is the lease out; its ``Returned`` marker (``_quick_exit``
+        # false) if the block holds a lease from ``checkout`` (or was given back meanwhile)
         pool: Pool[C] = self._pool  # type: ignore[assignment]
-        if error is None and pool._quick and pool._end is None and _cached_level(10) is False:
+        if error is None and pool._quick_exit and _cached_level(10) is False:
             # ``_ThreadLease.release``'s fast path, inlined (a call less)
             lock = pool._lock
             lock.acquire()  # not ``with``: half the cost, and nothing in between can raise

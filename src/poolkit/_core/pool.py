@@ -308,12 +308,9 @@ class PoolCore(Lifecycle):
         if self._waiters:
             return None
         idle = self._idle
-        if idle and not self._open:  # (no multiplexed connection with a free stream: those
-            conn = idle.pop()  # take leases first, ``_take``) the newest available connection
-            if conn.gate == self._lease_gen:
-                # ready, a plain current connection, and no idle time, lifetime or service to
-                # check. _fire(conn, LEASE) inlined: IDLE -> LEASED changes no counter (see
-                # _IDLE_LEASE).
+        if idle and not self._open:  # (a multiplexed connection with a free stream goes first)
+            conn = idle.pop()  # the newest: if ready, plain, current, nothing to check, then
+            if conn.gate == self._lease_gen:  # _fire(conn, LEASE) inlined (see _IDLE_LEASE)
                 conn.state = _IDLE_LEASE
                 conn.streams = 1
                 self.checkouts += 1

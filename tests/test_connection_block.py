@@ -297,11 +297,12 @@ def bytecodes(run_cycles: Callable[[], Any]) -> int:
 
         return local
 
+    before = sys.gettrace()  # (a coverage tool's, say: put back after)
     sys.settrace(trace)
     try:
         run_cycles()
     finally:
-        sys.settrace(None)
+        sys.settrace(before)
     return count
 
 

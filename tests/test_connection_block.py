@@ -298,11 +298,12 @@ def bytecodes(run_cycles: Callable[[], Any]) -> int:
 
         return local
 
+    before = sys.gettrace()  # (a coverage tool's, say: put back after)
     sys.settrace(trace)
     try:
         run_cycles()
     finally:
-        sys.settrace(None)
+        sys.settrace(before)
     return count
 
 
@@ -355,6 +356,8 @@ def test_the_everyday_forms_cost_about_a_checkout_and_release(front_kind: str) -
             cost[name] = bytecodes(form)
 
     run_on(front_kind, False, aforms, forms)
+    if not cost["release"]:  # pragma: no cover - (3.12.1's settrace misses frames begun here)
+        pytest.skip(f"sys.settrace counted no bytecodes on Python {sys.version.split()[0]}")
     assert cost["block"] <= 1.3 * cost["release"], cost
     assert cost["checkin"] <= 1.12 * cost["release"], cost
 

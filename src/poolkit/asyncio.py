@@ -4,7 +4,10 @@ Rules of this module
 --------------------
 * Every decision is the core's, and everything the two pools share is in ``_base``; this module
   adds the waiting checkout (a plain future), the closing that waits for the pool's own tasks,
-  and the check-out and check-in fast paths.
+  the check-out and check-in fast paths, and ``connection()``'s block (``_Block``), which inlines
+  them: the check-in fast path is written three times (``_AsyncLease.release``, ``checkin``,
+  ``_Block._exit``) and the check-out one twice (``checkout``, ``_Block.__aenter__``), each a call
+  less on the path every use of the pool takes; a change to one is a change to all.
 * One ``call_at`` timer on the pool's loop (or the test clock's) stands for the core's earliest
   deadline.
 * The pool binds to the running loop on first use that needs one (``ready``, a checkout that

@@ -3,7 +3,10 @@
 Rules of this module
 --------------------
 * Every decision is the core's, and everything the two pools share is in ``_base``; this module
-  adds the blocking checkout and the check-out and check-in fast paths.
+  adds the blocking checkout, the check-out and check-in fast paths, and ``connection()``'s block
+  (``_Block``), which inlines them: each is written twice (``checkout`` and ``_Block.__enter__``,
+  ``_ThreadLease.release`` and ``_Block.__exit__``), a call less on the path every use of the
+  pool takes; a change to one is a change to both.
 * A waiting checkout blocks on a per-request signal that only the core's completion sets: the
   checkout's timeout is a deadline in the core, not a local wait.
 * After ``os.fork()`` the child's pool gets new locks and forgets the parent's connections without

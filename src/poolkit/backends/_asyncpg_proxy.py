@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import asyncpg
 import asyncpg.connection
 
-from .._frontend import Lease, Returned
+from .._frontend import Lease
 
 __all__ = ["PooledConnection", "invalidate_resources", "lend"]
 
@@ -85,7 +85,7 @@ def _forward(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
 
     def forwarded(self: PooledConnection, *args: Any, **kwargs: Any) -> Any:
         lease = self._lease()
-        if lease is None or type(lease._pool) is Returned:  # (``not lease.active``, inlined)
+        if lease is None or not lease.active:
             raise _released(name)
         con = self._con
         return getattr(type(con), name)(con, *args, **kwargs)

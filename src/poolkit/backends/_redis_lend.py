@@ -49,7 +49,7 @@ require("redis", "redis", "redis")  # no redis-py: an ImportError naming poolkit
 import redis  # noqa: E402
 import redis.asyncio  # noqa: E402
 
-from .._frontend import Lease, Returned  # noqa: E402
+from .._frontend import Lease  # noqa: E402
 
 __all__ = ["AsyncGate", "ClientReleasedError", "Gate", "async_lend", "lend"]
 
@@ -83,12 +83,12 @@ class _GateBase:
         self._pool = pool
         self._lease = weakref.ref(lease)
         self._address: str = lease._pool.address
-        self._connection_id: int = lease._conn.id
+        self._connection_id: int = lease.connection_id
 
     def _out(self) -> bool:
-        """Whether the lease is still out (``lease.active``, inlined; a lease collected is not)."""
+        """Whether the lease is still out (a lease collected is not)."""
         lease = self._lease()
-        return lease is not None and type(lease._pool) is not Returned
+        return lease is not None and lease.active
 
     def _refuse(self) -> ClientReleasedError:
         return ClientReleasedError(self._address, self._connection_id)

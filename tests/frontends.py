@@ -38,8 +38,12 @@ class Front:
     name = ""
     pool: Any
 
-    def __init__(self, options: poolkit.PoolOptions, streams: int | list[int] = 1) -> None:
+    def __init__(
+        self, options: poolkit.PoolOptions, streams: int | list[int] = 1, quiet: bool = False
+    ) -> None:
         self.options = options
+        #: no listener: the pool takes its fast paths (``events`` stays empty)
+        self.quiet = quiet
         self.made: list[Conn] = []
         self.events: list[ev.PoolEvent] = []
         #: (time, event) for every event, in order
@@ -67,6 +71,9 @@ class Front:
         self.made.append(conn)
         n = self._streams.pop(0) if len(self._streams) > 1 else self._streams[0]
         return poolkit.Established(conn, max_streams=n) if n != 1 else conn
+
+    def _listeners(self) -> list[Any]:
+        return [] if self.quiet else [self._record]
 
     def _record(self, event: ev.PoolEvent) -> None:
         self.events.append(event)
@@ -149,8 +156,10 @@ class Front:
 class AsyncFront(Front):
     name = "asyncio"
 
-    def __init__(self, options: poolkit.PoolOptions, streams: int | list[int] = 1) -> None:
-        super().__init__(options, streams)
+    def __init__(
+        self, options: poolkit.PoolOptions, streams: int | list[int] = 1, quiet: bool = False
+    ) -> None:
+        super().__init__(options, streams, quiet)
 
         async def connect(ctx: poolkit.ConnectContext) -> Any:
             if self.connect_delay:
@@ -177,7 +186,7 @@ class AsyncFront(Front):
         options = self.with_hooks(self.with_keep_alive(options, probe), make)
         self.options = options
         self.pool = poolkit.AsyncPool(
-            connect, address="db:1", options=options, listeners=[self._record]
+            connect, address="db:1", options=options, listeners=self._listeners()
         )
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -218,8 +227,10 @@ class AsyncFront(Front):
 class ThreadFront(Front):
     name = "threads"
 
-    def __init__(self, options: poolkit.PoolOptions, streams: int | list[int] = 1) -> None:
-        super().__init__(options, streams)
+    def __init__(
+        self, options: poolkit.PoolOptions, streams: int | list[int] = 1, quiet: bool = False
+    ) -> None:
+        super().__init__(options, streams, quiet)
         self.clock = clock = FakeClock()
 
         def connect(ctx: poolkit.ConnectContext) -> Any:
@@ -250,7 +261,7 @@ class ThreadFront(Front):
             connect,
             address="db:1",
             options=options,
-            listeners=[self._record],
+            listeners=self._listeners(),
             clock=clock,
         )
 
@@ -293,6 +304,7 @@ def drive(
     streams: int | list[int] = 1,
     *,
     ready: bool = True,
+    quiet: bool = False,
     **options: Any,
 ) -> Front:
     """Run ``scenario`` on a fresh pool of front end ``kind``, made ready unless ``ready`` is
@@ -302,7 +314,9 @@ def drive(
 
     async def main() -> None:
         front: Front = (
-            AsyncFront(opts, streams) if kind == "asyncio" else ThreadFront(opts, streams)
+            AsyncFront(opts, streams, quiet)
+            if kind == "asyncio"
+            else ThreadFront(opts, streams, quiet)
         )
         box.append(front)
         if ready:

@@ -214,6 +214,8 @@ class PoolCoreMachine(RuleBasedStateMachine):
         self.probing: list[Conn] = []
         #: checks and resets asked for and not yet reported back (``Hooks``): (record, is a check)
         self.hooking: list[tuple[Conn, bool]] = []
+        #: checks started by ``lease_checking`` for the caller (``Pool``) and not yet reported
+        self.caller_checks: list[Conn] = []
         #: events seen: checkouts started, checkouts ended (out or failed), check-ins
         self.ev_started = self.ev_ended = self.ev_checked_in = 0
 
@@ -545,6 +547,50 @@ class PoolCoreMachine(RuleBasedStateMachine):
             self._check_fresh(conn)
             self._leased(conn)
         assert not any(isinstance(a, StartConnect | CompleteRequest) for a in actions)
+
+    @precondition(lambda self: self.c.hooks.check_after is not None and not self.c.observed)
+    @rule()
+    def lease_checking(self) -> None:
+        """``Pool``'s checkout fast path with a check hook: a connection leased at once, or its
+        check started for the caller (who runs it and reports with ``checked``)."""
+        waiting = self.c.waiting
+        state = self.c.state
+        conn, actions, _ = self._do(lambda core: core.lease_checking(self.now))
+        assert not any(isinstance(a, StartCheck | StartReset | CompleteRequest) for a in actions)
+        if conn is None:
+            return
+        assert state is PoolState.READY and waiting == 0
+        if conn.state is ConnState.CHECKING:
+            assert self.c.hooks.check_after is not None
+            assert conn.hook_started == self.now and conn.streams == 0, conn
+            assert all(c is not conn for c, _ in self.hooking), f"a second run on {conn}"
+            self.caller_checks.append(conn)
+        else:
+            self._check_fresh(conn)
+            self._leased(conn)
+
+    @precondition(lambda self: self.caller_checks)
+    @rule(index=st.integers(min_value=0), fail=st.booleans())
+    def checked(self, index: int, fail: bool) -> None:
+        """The caller's check returns (or raises), possibly after the core ended it itself (its
+        timeout, a clear, a close): the connection is the caller's, or the caller queues."""
+        conn = self.caller_checks.pop(index % len(self.caller_checks))
+        running = conn.hook_started is not None and conn.state is ConnState.CHECKING
+        error = ConnectError(f"check of {conn.id} failed") if fail else None
+        passed, actions, _ = self._do(lambda core: core.checked(conn, self.now, error))
+        assert conn.hook_started is None and conn.hook_timer is None
+        if not running:
+            assert not passed and actions == [], "a late check result changed things"
+        elif fail:
+            assert not passed
+            assert conn.state is ConnState.CLOSED and conn.close_reason == "error", conn
+        if passed:
+            self._check_fresh(conn)
+            self._leased(conn)
+        else:
+            assert conn.state is not ConnState.LEASED or conn not in self.leases, conn
+        if self.now == self.fired_at:
+            self.advance(0.0)  # as a front end re-arms its timer: what fell due runs now
 
     @rule(timeout=st.sampled_from([None, None, 0.0, 0.5, 1.0, 3.0]))
     def request(self, timeout: float | None) -> None:
@@ -1249,6 +1295,50 @@ UnclockedLeaseMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 TestUnclockedLease = UnclockedLeaseMachine.TestCase
+
+
+class CallerCheckMachine(PoolCoreMachine):
+    """The same driver, on the options under which ``Pool`` runs checks in the caller
+    (``lease_checking`` and ``checked``): a check hook (with timeouts, ``check_after``, a reset
+    beside it), unobserved, and those two inputs tried three times as often as the others."""
+
+    @initialize(
+        options=pool_options().map(
+            lambda o: dataclasses.replace(
+                o,
+                min_size=max(min(o.min_size, 2), 1),
+                max_size=max(o.max_size, 2),
+                soft_max_size=None,
+                load_balanced=False,
+                hooks=Hooks(check=_no_probe, check_after=o.max_lifetime_jitter * 10, timeout=1.0),
+            )
+        ),
+        start_ready=st.just(True),
+    )
+    def setup(self, options: PoolOptions, start_ready: bool) -> None:
+        super().setup(options, False, start_ready)
+
+    @rule()
+    def lease_checking_again(self) -> None:
+        self.lease_checking()
+
+    @rule()
+    def lease_checking_once_more(self) -> None:
+        self.lease_checking()
+
+    @precondition(lambda self: self.caller_checks)
+    @rule(index=st.integers(min_value=0), fail=st.booleans())
+    def checked_again(self, index: int, fail: bool) -> None:
+        self.checked(index, fail)
+
+
+CallerCheckMachine.TestCase.settings = settings(
+    max_examples=_examples(150),
+    stateful_step_count=50,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+TestCallerCheck = CallerCheckMachine.TestCase
 
 
 # ---------------------------------------------------------------------- regressions found above

@@ -612,3 +612,82 @@ def test_a_probe_returning_the_last_stream_resets_what_a_lease_used_meanwhile(
         hooks=resetting(),
         keep_alive=poolkit.KeepAlive(5.0, _replaced),
     )
+
+
+# ---------------------------------------------------------------------- nobody listening
+
+# With no listener (and DEBUG logging off) the pools take their fast paths, and ``Pool`` runs a
+# check and a reset in the caller's thread between two turns of its lock (``_check_inline``,
+# ``_release``) instead of through the core's action list. What the pool decides must not change.
+
+
+def test_unobserved_checks_and_resets_run_and_count_as_observed_ones_do(front_kind: str) -> None:
+    async def scenario(f: Front) -> None:
+        lease = await f.lease(timeout=5)  # new: not checked
+        release_apart(f, lease)
+        await f.settle()
+        lease = await f.lease(timeout=5)
+        assert [(name, cid) for _, name, cid in f.hook_runs] == [("reset", 1), ("check", 1)]
+        release_apart(f, lease)
+        await f.settle()
+        f.hook_errors["check"].append(ConnectionResetError("server closed the connection"))
+        lease = await f.lease(timeout=5)  # the check fails: closed, and a new one is made
+        assert lease.connection_id == 2 and f.made[0].closed == 1
+        stats = f.pool.stats()
+        assert (stats.checks, stats.checks_failed, stats.resets, stats.checkouts) == (2, 1, 2, 3)
+        f.hook_errors["reset"].append(ConnectionResetError("reset failed"))
+        release_apart(f, lease)
+        await f.settle()
+        assert f.made[1].closed == 1  # the failed reset closed it
+        stats = f.pool.stats()
+        assert (stats.resets, stats.resets_failed, stats.total, stats.in_use) == (3, 1, 0, 0)
+        assert f.events == []
+
+    hooks = poolkit.Hooks(check=_replaced, reset=_replaced)
+    drive(front_kind, scenario, max_size=2, hooks=hooks, quiet=True)
+
+
+@pytest.mark.parametrize("hook", ["check", "reset"])
+def test_an_unobserved_hook_past_its_timeout_closes_its_connection_once_it_returns(
+    front_kind: str, hook: str
+) -> None:
+    async def scenario(f: Front) -> None:
+        lease = await f.lease()
+        if hook == "reset":
+            f.hook_delay["reset"] = 5
+            release_apart(f, lease)
+        else:
+            lease.release()
+            await f.advance(1)
+            f.hook_delay["check"] = 5
+            pending = f.start(timeout=30)
+        await f.advance(3)  # past the timeout: given up, in the pool's view
+        assert f.made[0].closed == (0 if isinstance(f, ThreadFront) else 1)
+        stats = f.pool.stats()
+        assert (stats.checks_failed if hook == "check" else stats.resets_failed) == 1
+        await f.advance(3)  # the hook returns, late
+        assert f.made[0].closed == 1
+        if hook == "check":  # the checkout goes on, and gets a new connection
+            assert pending.done and pending.lease is not None
+            assert pending.lease.connection_id == 2
+            pending.lease.release()
+        assert f.pool.stats().in_use == 0
+
+    hooks = resetting(timeout=3) if hook == "reset" else checked(after=0.5, timeout=3)
+    drive(front_kind, scenario, max_size=2, hooks=hooks, quiet=True)
+
+
+def test_an_interrupt_in_a_check_run_by_the_caller_is_raised_and_the_connection_closed() -> None:
+    def check(conn: Any) -> None:
+        raise KeyboardInterrupt
+
+    pool = poolkit.Pool(
+        lambda ctx: Conn(ctx.connection_id),
+        options=poolkit.PoolOptions(max_size=1, hooks=poolkit.Hooks(check=check)),
+    )
+    with pool:
+        pool.checkout(timeout=5).release()  # new: not checked
+        with pytest.raises(KeyboardInterrupt):
+            pool.checkout(timeout=5)
+        stats = pool.stats()
+        assert (stats.checks_failed, stats.total, stats.in_use, stats.waiting) == (1, 0, 0, 0)

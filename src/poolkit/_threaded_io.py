@@ -10,7 +10,7 @@ Rules of this module
   thread until the connect function returns, and counts against the limits until then.
 * A connection is never closed while a check, reset or probe runs on it in another thread (the
   hook's timeout, ``close()``, a clear): the close is put off until the hook returns, then done
-  once (``_in_hooks``, ``_doomed``, under ``_hook_guard``). Closing a driver's connection under a
+  once (``_in_hooks``, ``_doomed``, under the pool's lock). Closing a driver's connection under a
   thread still using it frees its file descriptor for the next socket while the hook's thread
   still reads it: the next connect then hangs on a descriptor another thread owns.
 * One timer thread per pool, started on first need, sleeps until the core's earliest deadline.
@@ -27,9 +27,9 @@ from _thread import allocate_lock as _allocate_lock
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from ._base import PoolBase
+from ._base import NO_OUTPUT, PoolBase
 from ._core import Conn, PoolCore, StartCheck, StartKeepAlive, StartReset
-from ._frontend import ConnectContext, call_close, unwrap
+from ._frontend import ConnectContext, Lease, call_close, unwrap
 from .options import PoolOptions
 from .stats import PoolState
 
@@ -48,6 +48,21 @@ def _not_awaitable(result: Any, message: str) -> Any:
             close()
         raise TypeError(message.format(result))
     return result
+
+
+def _call_hook(function: Callable[[Any], Any], name: str, conn: Conn) -> BaseException | None:
+    """``function`` (a check, reset or probe called ``name``) on ``conn``'s connection: what it
+    raised, or ``None``."""
+    try:
+        result = function(conn.connection)
+        if result is not None:
+            _not_awaitable(
+                result,
+                f"the {name} function returned an awaitable ({{!r}}): Pool needs plain functions",
+            )
+    except BaseException as exc:
+        return exc
+    return None
 
 
 def _start_daemon(target: Callable[[], None], name: str) -> None:
@@ -86,9 +101,14 @@ class ThreadIO(PoolBase[C]):
         self._timer_cv = threading.Condition(self._lock)
         self._timer_thread = False
         self._init_hook_guard()
+        hooks = self.options.hooks
+        #: ``hooks.check``: the checkout's fast path runs it in the caller (``_check_inline``)
+        self._check: Callable[[Any], Any] | None = None if hooks is None else hooks.check
+        #: ``hooks.reset``: a check-in runs it in the caller (``_release``)
+        self._reset: Callable[[Any], Any] | None = None if hooks is None else hooks.reset
 
     def _init_hook_guard(self) -> None:
-        self._hook_guard = threading.Lock()
+        # (kept under the pool's lock, in the turns of it that a hook run takes anyway)
         #: connection id -> checks, resets and probes running on it now
         self._in_hooks: dict[int, int] = {}
         #: connection id -> the connection to close when its last hook returns
@@ -171,33 +191,95 @@ class ThreadIO(PoolBase[C]):
         self, action: StartCheck | StartReset | StartKeepAlive
     ) -> tuple[BaseException | None]:
         function, name = self._hook_of(action)
-        conn = action.conn
-        with self._hook_guard:
-            self._in_hooks[conn.id] = self._in_hooks.get(conn.id, 0) + 1
-        try:
-            _not_awaitable(
-                function(conn.connection),
-                f"the {name} function returned an awaitable ({{!r}}): Pool needs plain functions",
-            )
-        except BaseException as exc:
-            return (exc,)
-        finally:
-            self._hook_returned(conn)
-        return (None,)
+        return self._run_on(function, name, action.conn)
 
-    def _hook_returned(self, conn: Conn) -> None:
-        """A hook on ``conn`` returned: if the pool closed the connection meanwhile, close it
-        now that no other hook uses it."""
-        with self._hook_guard:
-            running = self._in_hooks[conn.id] - 1
-            if running:
-                self._in_hooks[conn.id] = running
-                return
-            del self._in_hooks[conn.id]
-            if conn.id not in self._doomed:
-                return
-            connection = self._doomed.pop(conn.id)
-        self._close_now(conn, connection)
+    def _run_on(
+        self, function: Callable[[Any], Any], name: str, conn: Conn
+    ) -> tuple[BaseException | None]:
+        """``function`` (a check, reset or probe called ``name``) on ``conn``, in this thread:
+        ``(error,)``, ``error`` ``None`` if it returned. Meanwhile ``conn`` is not closed under
+        it (``_hook_begun``, ``_hook_over``)."""
+        with self._lock:
+            self._hook_begun(conn)
+        error = _call_hook(function, name, conn)
+        with self._lock:
+            connection = self._hook_over(conn)
+        if connection is not None:
+            self._close_now(conn, connection)
+        return (error,)
+
+    def _hook_begun(self, conn: Conn) -> None:
+        """Under the lock: a check, reset or probe starts on ``conn`` (it is not closed until
+        the hook returns)."""
+        self._in_hooks[conn.id] = self._in_hooks.get(conn.id, 0) + 1
+
+    def _hook_over(self, conn: Conn) -> Any:
+        """Under the lock: a hook on ``conn`` returned. If the pool closed the connection
+        meanwhile and no other hook uses it, it is returned: the caller closes it (after
+        letting go of the lock)."""
+        in_hooks = self._in_hooks
+        running = in_hooks[conn.id] - 1
+        if running:
+            in_hooks[conn.id] = running
+            return None
+        del in_hooks[conn.id]
+        return self._doomed.pop(conn.id, None)
+
+    def _check_inline(self, conn: Conn) -> bool:
+        """The check that the core's ``lease_checking`` started on ``conn`` for this caller
+        (``_hook_begun`` in the same turn of the lock), run here, and its result reported:
+        whether ``conn`` is now leased to the caller (else the checkout goes on through the
+        queue). A ``KeyboardInterrupt`` in the check is raised once reported."""
+        check = self._check
+        assert check is not None
+        error = _call_hook(check, "check", conn)
+        with self._lock:
+            doomed = self._hook_over(conn)
+            passed = self._input().checked(conn, self._time(), error)
+            actions = self._take_locked()
+        self._after_hook(conn, doomed, actions, error)
+        return passed
+
+    def _release(self, lease: Lease[Any]) -> None:
+        """A check-in that the lease's fast path did not take. When it starts the connection's
+        reset (as it does on every check-in of a pool with ``hooks.reset``), the reset runs here
+        at once, in the caller (as psycopg_pool's does), and its result is reported: two turns of
+        the lock, and nothing else between them."""
+        with self._lock:
+            if lease._pool is not self:  # (given back meanwhile, by another thread)
+                raise self._invalid_lease(lease)
+            lease._pool = self._returned
+            conn = lease._conn
+            self._input().release(conn, self._time())
+            actions = self._take_locked()
+            inline = len(actions) == 1 and type(actions[0]) is StartReset
+            if inline:
+                self._hook_begun(conn)
+        if not inline:
+            if actions is not NO_OUTPUT:
+                self._carry_out(actions)
+            return
+        reset = self._reset
+        assert reset is not None
+        error = _call_hook(reset, "reset", conn)
+        with self._lock:
+            doomed = self._hook_over(conn)
+            self._input().reset_done(conn, self._time(), error)
+            actions = self._take_locked()
+        self._after_hook(conn, doomed, actions, error)
+
+    def _after_hook(
+        self, conn: Conn, doomed: Any, actions: list[Any], error: BaseException | None
+    ) -> None:
+        """After a check or reset run in the caller was reported: close the connection if the
+        pool closed it meanwhile (``doomed``), carry out the output, raise a
+        ``KeyboardInterrupt`` the hook raised."""
+        if doomed is not None:
+            self._close_now(conn, doomed)
+        if actions is not NO_OUTPUT:
+            self._carry_out(actions)
+        if error is not None and not isinstance(error, Exception):
+            raise error
 
     def _run_probe(self, action: StartKeepAlive) -> None:
         (error,) = self._run_inline(action)
@@ -211,7 +293,7 @@ class ThreadIO(PoolBase[C]):
             if ctx is not None:
                 ctx._cancelled = True  # the connect function may poll it; its thread runs on
             return
-        with self._hook_guard:
+        with self._lock:
             if conn.id in self._in_hooks:  # (a hook's thread still uses it: closed on return)
                 self._doomed[conn.id] = connection
                 return

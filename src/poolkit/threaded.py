@@ -24,7 +24,7 @@ from types import TracebackType
 from typing import Any, Generic, TypeVar, Unpack, final, overload
 
 from ._base import DEFAULT, NO_OUTPUT, PoolArguments
-from ._core import Request
+from ._core import ConnState, Request
 from ._frontend import ConnectContext, Established, Lease, block_repr, check_timeout, watched
 from ._threaded_io import ThreadIO
 from .log import cached_level as _cached_level
@@ -36,6 +36,7 @@ _log = logging.getLogger("poolkit.pool")
 #: how many hand-off waits may be noted before they are added to the tally (bounded memory for a
 #: pool whose statistics are never read)
 _FOLD_WAITS = 256
+_CHECKING = ConnState.CHECKING
 #: a ``connection()`` block's ``_state`` once entered (see ``_Block``)
 _ENTERED: Any = object()
 
@@ -96,21 +97,26 @@ class _Block(_ThreadLease, Generic[C]):
         state = self._state
         # ``checkout``'s fast path inlined (a call less; a timeout given is checked by
         # ``checkout``): nobody listening and a connection available
-        if state is DEFAULT and pool._quick and _cached_level(10) is False:
+        if state is DEFAULT and pool._quick and not pool._waiting and _cached_level(10) is False:
             self._state = _ENTERED
             core = pool._core
             lock = pool._lock
             lock.acquire()  # not ``with``: half the cost, and nothing in between can raise
             try:
-                conn = core.lease_idle(pool._time() if pool._clocked else 0.0)
-                left = conn is not None and bool(core.actions)
+                if pool._check is None:
+                    conn = core.lease_idle(pool._time() if pool._clocked else 0.0)
+                else:  # (the check, if one is due, runs here, in the caller)
+                    conn = core.lease_checking(pool._time())
+                    if conn is not None and conn.state is _CHECKING:
+                        pool._hook_begun(conn)
+                left = conn is not None and (bool(core.actions) or core.timers.dirty)
             finally:
                 lock.release()
-            if conn is not None:
+            if left:
+                pool._after_core()  # perished connections closed on the way, the timer armed
+            if conn is not None and (conn.state is not _CHECKING or pool._check_inline(conn)):
                 self._conn = conn  # the block is the lease
                 self._pool = pool
-                if left:
-                    pool._after_core()  # perished connections closed on the way
                 if pool._lend is None:
                     return conn.connection  # type: ignore[no-any-return]  # (the core keeps Any)
                 self._lent = None
@@ -224,6 +230,9 @@ class Pool(ThreadIO[C]):
         self, connect: Callable[[ConnectContext], Any], **kwargs: Unpack[PoolArguments]
     ) -> None:
         super().__init__(connect, threading.Lock(), **kwargs)
+        #: the checkouts waiting (the core's queue itself, read without the lock only to skip a
+        #: fast path that would fail)
+        self._waiting = self._core.wait_queue.queue
         self._init_io()
         self._after_core()
 
@@ -245,23 +254,30 @@ class Pool(ThreadIO[C]):
         if timeout is not DEFAULT and timeout is not None:
             timeout = check_timeout(timeout)  # bad input fails before anything changes
         # The fast path (see PoolCore's "Fast paths"): nobody listening (no listener, DEBUG
-        # known to be off) and a connection available, in one turn of the lock.
-        if self._quick and _cached_level(10) is False:
+        # known to be off) and a connection available, in one turn of the lock. Not tried when
+        # checkouts wait already (a peek without the lock): it would fail, and cost a turn of
+        # the lock on the path of every checkout under contention.
+        if self._quick and not self._waiting and _cached_level(10) is False:
             core = self._core
             lock = self._lock
             lock.acquire()  # not ``with``: half the cost, and nothing in between can raise
             try:
-                conn = core.lease_idle(self._time() if self._clocked else 0.0)
-                left = conn is not None and bool(core.actions)
+                if self._check is None:
+                    conn = core.lease_idle(self._time() if self._clocked else 0.0)
+                else:  # (the check, if one is due, runs here, in the caller)
+                    conn = core.lease_checking(self._time())
+                    if conn is not None and conn.state is _CHECKING:
+                        self._hook_begun(conn)
+                left = conn is not None and (bool(core.actions) or core.timers.dirty)
             finally:
                 lock.release()
-            if conn is not None:
+            if left:
+                self._after_core()  # perished connections closed on the way, the timer armed
+            if conn is not None and (conn.state is not _CHECKING or self._check_inline(conn)):
                 lease = _ThreadLease()  # (``new_lease`` inlined)
                 lease._conn = conn
                 lease._lent = None
                 lease._pool = self
-                if left:
-                    self._after_core()  # perished connections closed on the way
                 return lease
         if self._orphans:
             self._reap()  # a lease lost to the garbage collector may free a connection

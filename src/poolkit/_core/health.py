@@ -326,9 +326,18 @@ class Health(ConnectionLife):
         self, conn: Conn, now: float, error: BaseException | None, *, checked: bool
     ) -> None:
         """The end of a check (``checked``) or a reset on ``conn``."""
+        if self._hook_passed(conn, now, error, checked):
+            self._back_to_work(conn, now)
+
+    def _hook_passed(
+        self, conn: Conn, now: float, error: BaseException | None, checked: bool
+    ) -> bool:
+        """The end of a check (``checked``) or a reset on ``conn``: whether it passed (``conn``
+        is then IDLE, off the idle set, alive as of now). A late result (the run ended already:
+        timed out, closed by the pool) changes nothing; a failure closes the connection."""
         started = self.hooks.end(conn)
         if started is None or conn.state is not (_CHECKING if checked else _RESETTING):
-            return  # ended already (timed out, closed by the pool): a late result
+            return False  # ended already (timed out, closed by the pool): a late result
         self.tally.hook_ended(checked, failed=error is not None)
         if error is not None:
             if self.observed:
@@ -343,10 +352,68 @@ class Health(ConnectionLife):
                 )
             self._close(conn, CLOSE_ERROR, error)
             self._dispatch(now)
-            return
+            return False
         self._fire(conn, ConnInput.CHECKED if checked else ConnInput.RESET_DONE)
         conn.idle_since = now  # alive (or clean) as of now: no new check for check_after
-        self._back_to_work(conn, now)
+        return True
+
+    # ------------------------------------------------------------------ the caller runs it
+
+    def lease_checking(self, now: float) -> Conn | None:
+        """The checkout fast path of a pool with a check hook, for a front end that runs the
+        check in the caller (``Pool``): ``None`` when the checkout must go through
+        :meth:`request` (not ready, requests waiting, nothing available, a multiplexed connection
+        with a free stream); else the most recently used available connection, either leased to
+        the caller (no check needed: the checkout is done) or CHECKING, its check started on the
+        caller's behalf (the caller runs it and reports with :meth:`checked`). Perished
+        connections met on the way are closed. No event is built: the caller uses this only
+        when nobody observes the pool."""
+        if self._waiters or self._open or self.state is not _READY:
+            return None
+        idle = self._idle
+        hooks = self.hooks
+        closed = False
+        found = None
+        while idle:
+            conn = idle.pop()
+            reason = self._perished(conn, now)
+            if reason is not None:
+                self._close(conn, reason)
+                closed = True
+                continue
+            if hooks.needs_check(conn, now):
+                if conn.ka_timer is not None:
+                    self.probes.stop(conn)  # not idle while checked: no keep-alive probe
+                self._fire(conn, ConnInput.CHECK)
+                hooks.start(conn, now)
+            else:
+                self._lease(conn)
+                self.checkouts += 1
+            found = conn
+            break
+        if closed:
+            self._maybe_connect(now, fill_min=True)  # (min_size refilled)
+        return found
+
+    def checked(self, conn: Conn, now: float, error: BaseException | None = None) -> bool:
+        """The check that the caller ran on ``conn`` (:meth:`lease_checking`) returned
+        (``error`` ``None``) or raised ``error``: true if ``conn`` is now leased to the caller;
+        false if it failed, timed out or perished meanwhile (the caller then checks out through
+        :meth:`request`). Requests that came meanwhile counted on the check as on a connect in
+        flight: the caller, first, takes the connection, and a connect starts for them if
+        needed."""
+        if not self._hook_passed(conn, now, error, True):
+            return False
+        reason = self._perished(conn, now, check_idle=False)
+        if reason is not None:
+            self._close(conn, reason)
+            self._dispatch(now)
+            return False
+        self._lease(conn)
+        self.checkouts += 1
+        if self._waiters:
+            self._dispatch(now)
+        return True
 
     def _back_to_work(self, conn: Conn, now: float) -> None:
         """``conn`` passed its check or reset (IDLE, off the idle set): unless it perished

@@ -35,8 +35,14 @@ from ._psycopg_settings import Settings, remember, remembered, restore_plain_att
 #: resets a session with (``DISCARD ALL`` would also drop psycopg's prepared statements)
 DEFAULT_RESET_QUERY = "SELECT pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *; RESET ALL"
 
-_IDLE = TransactionStatus.IDLE
-_LEFT_OPEN = (TransactionStatus.INTRANS, TransactionStatus.INERROR)
+# the transaction statuses as the plain integers ``conn.pgconn.transaction_status`` gives (what
+# ``conn.info.transaction_status`` wraps in a new enum member each time, at ten times the cost:
+# the hooks read it on every check-out and check-in)
+_IDLE = int(TransactionStatus.IDLE)
+_ACTIVE = int(TransactionStatus.ACTIVE)
+_INTRANS = int(TransactionStatus.INTRANS)
+_INERROR = int(TransactionStatus.INERROR)
+_UNKNOWN = int(TransactionStatus.UNKNOWN)
 #: connections whose reset query went out with the COMMIT or ROLLBACK that ended the block
 #: (``make_end``): the reset at check-in sends none for them
 _RESET_SENT: weakref.WeakSet[Any] = weakref.WeakSet()
@@ -47,23 +53,24 @@ Conn = psycopg.Connection[Any]
 AsyncConn = psycopg.AsyncConnection[Any]
 
 
-def _usable(conn: Conn | AsyncConn) -> TransactionStatus:
-    """The connection's transaction status; raises if it is closed, broken or mid-query."""
+def _usable(conn: Conn | AsyncConn) -> int:
+    """The connection's transaction status (``_IDLE``, ``_INTRANS`` or ``_INERROR``); raises if
+    it is closed, broken or mid-query."""
     if conn.closed or conn.broken:
         raise psycopg.OperationalError("the connection is closed")
-    status = conn.info.transaction_status
-    if status == TransactionStatus.ACTIVE:
+    status: int = conn.pgconn.transaction_status
+    if status == _ACTIVE:
         raise psycopg.ProgrammingError("the connection was given back in the middle of a query")
-    if status == TransactionStatus.UNKNOWN:
+    if status == _UNKNOWN:
         raise psycopg.OperationalError("the connection is in an unknown state")
     return status
 
 
-def _left_open(conn: Conn | AsyncConn, status: TransactionStatus) -> None:
+def _left_open(conn: Conn | AsyncConn, status: int) -> None:
     logger.warning(
         "rolling back a transaction left %s on a connection given back to the pool (to commit "
         "on success, use poolkit.backends.psycopg.connection(pool)): %s",
-        "failed" if status == TransactionStatus.INERROR else "open",
+        "failed" if status == _INERROR else "open",
         conn,
     )
 
@@ -139,7 +146,7 @@ def make_reset(
     def reset(conn: Conn) -> None:
         sent = _took_reset_sent(conn)
         status = _usable(conn)
-        if status in _LEFT_OPEN:
+        if status != _IDLE:
             _left_open(conn, status)
             conn.rollback()
         autocommit_, isolation_level, read_only, deferrable = _transaction_settings(
@@ -157,14 +164,14 @@ def make_reset(
             _outside_a_transaction(conn, query)
         if then is not None:
             then(conn)
-        if conn.info.transaction_status != _IDLE:
+        if conn.pgconn.transaction_status != _IDLE:
             raise psycopg.ProgrammingError("the reset left the connection in a transaction")
 
     return reset
 
 
 def _outside_a_transaction(conn: Conn, query: str) -> None:
-    if conn.autocommit or conn.info.transaction_status != _IDLE:
+    if conn.autocommit or conn.pgconn.transaction_status != _IDLE:
         conn.execute(query)  # (in a transaction: the final check of the reset refuses it)
         return
     conn.autocommit = True
@@ -209,7 +216,7 @@ def make_async_reset(
     async def reset(conn: AsyncConn) -> None:
         sent = _took_reset_sent(conn)
         status = _usable(conn)
-        if status in _LEFT_OPEN:
+        if status != _IDLE:
             _left_open(conn, status)
             await conn.rollback()
         autocommit_, isolation_level, read_only, deferrable = _transaction_settings(
@@ -227,14 +234,14 @@ def make_async_reset(
             await _async_outside_a_transaction(conn, query)
         if then is not None:
             await then(conn)
-        if conn.info.transaction_status != _IDLE:
+        if conn.pgconn.transaction_status != _IDLE:
             raise psycopg.ProgrammingError("the reset left the connection in a transaction")
 
     return reset
 
 
 async def _async_outside_a_transaction(conn: AsyncConn, query: str) -> None:
-    if conn.autocommit or conn.info.transaction_status != _IDLE:
+    if conn.autocommit or conn.pgconn.transaction_status != _IDLE:
         await conn.execute(query)
         return
     await conn.set_autocommit(True)
@@ -288,18 +295,26 @@ def _took_reset_sent(conn: Conn | AsyncConn) -> bool:
     return False
 
 
-def _ending(conn: Conn | AsyncConn, error: BaseException | None, query: str | None) -> str | None:
-    """What to send at the end of the block in one message, or None (then: ``end``): COMMIT (or
-    ROLLBACK after an error) and the reset query, when a transaction is open or failed, not in
-    autocommit, and the connection usable."""
-    if not query or conn.closed or conn.broken or conn.autocommit:
+def _ending(
+    conn: Conn | AsyncConn, error: BaseException | None, commit: bytes, rollback: bytes
+) -> bytes | None:
+    """What to send at the end of the block in one message, or None (then: ``end``): ``commit``
+    (COMMIT and the reset query) or, after an error, ``rollback``, when a transaction is open or
+    failed, not in autocommit, and the connection usable."""
+    if conn.closed or conn.broken or conn.autocommit:
         return None
-    status = conn.info.transaction_status
-    if status == TransactionStatus.INTRANS:
-        return f"{'COMMIT' if error is None else 'ROLLBACK'}; {query}"
-    if status == TransactionStatus.INERROR and error is not None:
-        return f"ROLLBACK; {query}"
+    status = conn.pgconn.transaction_status
+    if status == _INTRANS:
+        return commit if error is None else rollback
+    if status == _INERROR and error is not None:
+        return rollback
     return None
+
+
+def _messages(query: str) -> tuple[bytes, bytes]:
+    """The two messages that end a block and reset the session at once: COMMIT or ROLLBACK, then
+    ``query``."""
+    return f"COMMIT; {query}".encode(), f"ROLLBACK; {query}".encode()
 
 
 def make_end(query: str | None) -> Callable[[Conn, BaseException | None], None]:
@@ -308,12 +323,16 @@ def make_end(query: str | None) -> Callable[[Conn, BaseException | None], None]:
     protocol: one round trip), so that the reset at check-in needs none. A failing COMMIT still
     reaches the caller (and the reset then runs its query as usual)."""
 
+    if not query:
+        return end
+    commit, rollback = _messages(query)
+
     def end_and_reset(conn: Conn, error: BaseException | None) -> None:
-        message = _ending(conn, error, query)
+        message = _ending(conn, error, commit, rollback)
         if message is None:
             end(conn, error)
             return
-        conn.execute(message.encode(), prepare=False)  # (several statements: never prepared)
+        conn.execute(message, prepare=False)  # (several statements: never prepared)
         _RESET_SENT.add(conn)
 
     return end_and_reset
@@ -324,12 +343,16 @@ def make_async_end(
 ) -> Callable[[AsyncConn, BaseException | None], Awaitable[None]]:
     """:func:`make_end` for ``psycopg.AsyncConnection``."""
 
+    if not query:
+        return async_end
+    commit, rollback = _messages(query)
+
     async def end_and_reset(conn: AsyncConn, error: BaseException | None) -> None:
-        message = _ending(conn, error, query)
+        message = _ending(conn, error, commit, rollback)
         if message is None:
             await async_end(conn, error)
             return
-        await conn.execute(message.encode(), prepare=False)
+        await conn.execute(message, prepare=False)
         _RESET_SENT.add(conn)
 
     return end_and_reset

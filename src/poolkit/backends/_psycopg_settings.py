@@ -86,26 +86,34 @@ def remembered(conn: Conn | AsyncConn) -> Settings | None:
 
 def restore_plain_attributes(conn: Conn | AsyncConn, wanted: Settings) -> None:
     """Give back the settings that are plain attributes (the factories, the prepared-statement
-    settings) and the handlers: no I/O."""
-    conn.row_factory = wanted.row_factory
-    conn.cursor_factory = wanted.cursor_factory
-    conn.server_cursor_factory = wanted.server_cursor_factory
+    settings) and the handlers: no I/O. (Read first, written only when changed: this runs on
+    every check-in.)"""
+    if conn.row_factory is not wanted.row_factory:
+        conn.row_factory = wanted.row_factory
+    if conn.cursor_factory is not wanted.cursor_factory:
+        conn.cursor_factory = wanted.cursor_factory
+    if conn.server_cursor_factory is not wanted.server_cursor_factory:
+        conn.server_cursor_factory = wanted.server_cursor_factory
     if conn.prepare_threshold != wanted.prepare_threshold:
         conn.prepare_threshold = wanted.prepare_threshold
     if conn.prepared_max != wanted.prepared_max:
         conn.prepared_max = wanted.prepared_max
-    _restore_handlers(
-        _handlers(conn, "_notice_handlers"),
-        wanted.notice_handlers,
-        conn.add_notice_handler,
-        conn.remove_notice_handler,
-    )
-    _restore_handlers(
-        _handlers(conn, "_notify_handlers"),
-        wanted.notify_handlers,
-        conn.add_notify_handler,
-        conn.remove_notify_handler,
-    )
+    notice = getattr(conn, "_notice_handlers", None)
+    if notice or wanted.notice_handlers:
+        _restore_handlers(
+            _handlers(conn, "_notice_handlers"),
+            wanted.notice_handlers,
+            conn.add_notice_handler,
+            conn.remove_notice_handler,
+        )
+    notify = getattr(conn, "_notify_handlers", None)
+    if notify or wanted.notify_handlers:
+        _restore_handlers(
+            _handlers(conn, "_notify_handlers"),
+            wanted.notify_handlers,
+            conn.add_notify_handler,
+            conn.remove_notify_handler,
+        )
 
 
 def _restore_handlers(

@@ -155,7 +155,7 @@ def test_hooks_are_what_was_asked_for() -> None:
     assert plain.reset is not None and plain.check_after == 0
     assert pk.hooks(check="ping").check is pk.check_ping
     assert pk.hooks(check=None).check is None
-    assert pk.async_hooks().check is pk.async_check_closed
+    assert pk.async_hooks().check is not None  # (test_async_hooks_on_a_clean_connection_...)
     assert pk.async_hooks(check="ping", check_after=3).check_after == 3
     with pytest.raises(ValueError, match="check must be"):
         pk.hooks(check="often")  # type: ignore[arg-type]
@@ -164,6 +164,43 @@ def test_hooks_are_what_was_asked_for() -> None:
 
 
 # ---------------------------------------------------------------- the hooks, async
+
+
+def test_async_hooks_on_a_clean_connection_need_no_task(pg: PgServer) -> None:
+    """``async_hooks``' check and reset answer at once (a plain ``None``, which an ``AsyncPool``
+    takes without spawning a task) when the connection needs no round trip, and return the
+    awaitable that does the rest when it does."""
+
+    async def main() -> None:
+        hooks = pk.async_hooks()
+        assert hooks.check is not None and hooks.reset is not None and hooks.end is not None
+        conn = await pk.async_connect(pg.dsn, application_name=pg.app)(CTX)
+        async with conn:
+            assert hooks.check(conn) is None  # nothing came from the server
+            await conn.execute("SELECT 1")
+            await hooks.end(conn, None)  # COMMIT and the reset query, in one message
+            assert hooks.reset(conn) is None  # clean, and the query went with the COMMIT
+            await conn.execute("SET search_path = nowhere")
+            rest = hooks.reset(conn)  # a transaction left open: rolled back, then reset
+            assert rest is not None
+            await rest
+            assert status(conn) == "IDLE"
+            cur = await conn.execute("SELECT current_setting('search_path') <> 'nowhere'")
+            assert await cur.fetchone() == (True,)
+            await conn.rollback()
+            await conn.set_read_only(True)  # a setting changed: a round trip to give it back
+            rest = hooks.reset(conn)
+            assert rest is not None
+            await rest
+            assert conn.read_only is None
+            pg.terminate(conn.info.backend_pid)
+            await asyncio.sleep(0.2)  # (the server's goodbye arrives)
+            ping = hooks.check(conn)
+            assert ping is not None
+            with pytest.raises(psycopg.OperationalError):
+                await ping
+
+    run(main)
 
 
 def test_async_hooks_reset_check_and_is_broken(pg: PgServer) -> None:

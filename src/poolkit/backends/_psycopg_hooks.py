@@ -212,32 +212,75 @@ def make_async_reset(
     then: Callable[[AsyncConn], Awaitable[Any]] | None = None,
 ) -> Callable[[AsyncConn], Awaitable[None]]:
     """:func:`make_reset` for ``psycopg.AsyncConnection``."""
+    soon = make_async_reset_soon(query, autocommit=autocommit, then=then)
 
     async def reset(conn: AsyncConn) -> None:
-        sent = _took_reset_sent(conn)
-        status = _usable(conn)
-        if status != _IDLE:
-            _left_open(conn, status)
-            await conn.rollback()
-        autocommit_, isolation_level, read_only, deferrable = _transaction_settings(
-            conn, autocommit
-        )
-        if conn.autocommit != autocommit_:
-            await conn.set_autocommit(autocommit_)
-        if conn.isolation_level != isolation_level:
-            await conn.set_isolation_level(isolation_level)
-        if conn.read_only != read_only:
-            await conn.set_read_only(read_only)
-        if conn.deferrable != deferrable:
-            await conn.set_deferrable(deferrable)
-        if query and not (sent and status == _IDLE):
-            await _async_outside_a_transaction(conn, query)
-        if then is not None:
-            await then(conn)
-        if conn.pgconn.transaction_status != _IDLE:
-            raise psycopg.ProgrammingError("the reset left the connection in a transaction")
+        rest = soon(conn)
+        if rest is not None:
+            await rest
 
     return reset
+
+
+def make_async_reset_soon(
+    query: str | None,
+    *,
+    autocommit: bool = False,
+    then: Callable[[AsyncConn], Awaitable[Any]] | None = None,
+) -> Callable[[AsyncConn], Awaitable[None] | None]:
+    """:func:`make_async_reset` as the hook ``async_hooks`` gives an ``AsyncPool``: what needs
+    no I/O is done at once, and only a reset that needs a round trip (a transaction left open, a
+    transaction setting changed, a query not sent with the block's COMMIT, ``then``) returns the
+    awaitable that does the rest. A plain result ends the pool's reset at once: no task is
+    spawned for a clean connection (as :func:`make_async_end` sends the query with the
+    COMMIT, that is every check-in of ``pool.connection()``'s block)."""
+
+    def reset(conn: AsyncConn) -> Awaitable[None] | None:
+        sent = _took_reset_sent(conn)
+        status = _usable(conn)
+        settings = _transaction_settings(conn, autocommit)
+        if (
+            status == _IDLE
+            and then is None
+            and (not query or sent)
+            and conn.autocommit == settings[0]
+            and conn.isolation_level == settings[1]
+            and conn.read_only == settings[2]
+            and conn.deferrable == settings[3]
+        ):
+            return None  # clean: nothing to send
+        return _async_reset_rest(conn, status, sent, settings, query, then)
+
+    return reset
+
+
+async def _async_reset_rest(
+    conn: AsyncConn,
+    status: int,
+    sent: bool,
+    settings: tuple[bool, psycopg.IsolationLevel | None, bool | None, bool | None],
+    query: str | None,
+    then: Callable[[AsyncConn], Awaitable[Any]] | None,
+) -> None:
+    """The part of an async reset that awaits (see :func:`make_async_reset_soon`)."""
+    if status != _IDLE:
+        _left_open(conn, status)
+        await conn.rollback()
+    autocommit_, isolation_level, read_only, deferrable = settings
+    if conn.autocommit != autocommit_:
+        await conn.set_autocommit(autocommit_)
+    if conn.isolation_level != isolation_level:
+        await conn.set_isolation_level(isolation_level)
+    if conn.read_only != read_only:
+        await conn.set_read_only(read_only)
+    if conn.deferrable != deferrable:
+        await conn.set_deferrable(deferrable)
+    if query and not (sent and status == _IDLE):
+        await _async_outside_a_transaction(conn, query)
+    if then is not None:
+        await then(conn)
+    if conn.pgconn.transaction_status != _IDLE:
+        raise psycopg.ProgrammingError("the reset left the connection in a transaction")
 
 
 async def _async_outside_a_transaction(conn: AsyncConn, query: str) -> None:
@@ -259,9 +302,19 @@ async def async_ping(conn: AsyncConn) -> None:
 
 async def async_check_closed(conn: AsyncConn) -> None:
     """:func:`check_closed` for ``psycopg.AsyncConnection``."""
+    ping = async_check_closed_soon(conn)
+    if ping is not None:
+        await ping
+
+
+def async_check_closed_soon(conn: AsyncConn) -> Awaitable[None] | None:
+    """:func:`async_check_closed` as the hook ``async_hooks`` gives an ``AsyncPool``: ``None``
+    (passed at once, no task spawned) unless the server sent something, then the ping to
+    await."""
     _usable(conn)
     if _readable(conn.fileno()):
-        await async_ping(conn)
+        return async_ping(conn)
+    return None
 
 
 async def async_check_ping(conn: AsyncConn) -> None:

@@ -69,6 +69,7 @@ else:
 from ._psycopg_hooks import (
     DEFAULT_RESET_QUERY,
     async_check_closed,
+    async_check_closed_soon,
     async_check_ping,
     async_end,
     async_ping,
@@ -79,6 +80,7 @@ from ._psycopg_hooks import (
     is_broken,
     make_async_end,
     make_async_reset,
+    make_async_reset_soon,
     make_end,
     make_reset,
     ping,
@@ -181,9 +183,9 @@ def _reset_query(reset: bool | str) -> str | None:
 #: "ping" check, the reset maker, the end hook maker, the configure wrapper)
 _SYNC_KIT: Final = (check_closed, check_ping, make_reset, make_end, remembering)
 _ASYNC_KIT: Final = (
-    async_check_closed,
+    async_check_closed_soon,  # (plain when no ping is needed: no task per checkout)
     async_check_ping,
-    make_async_reset,
+    make_async_reset_soon,  # (plain when the connection is clean: no task per check-in)
     make_async_end,
     async_remembering,
 )
@@ -488,9 +490,9 @@ def _transaction(pool: Pool[Conn], timeout: float | None) -> Iterator[Conn]:
 
 
 @contextlib.asynccontextmanager
-async def _async_transaction(pool: AsyncPool[AsyncConn], timeout: float | None) -> AsyncIterator[
-    AsyncConn
-]:
+async def _async_transaction(
+    pool: AsyncPool[AsyncConn], timeout: float | None
+) -> AsyncIterator[AsyncConn]:
     async with pool.connection(timeout) as conn:
         try:
             yield conn

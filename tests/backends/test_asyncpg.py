@@ -115,6 +115,34 @@ def test_reset_leaves_a_clean_session_alone(pg: PgServer) -> None:
     run(main)
 
 
+def test_the_blocks_end_resets_in_the_caller_and_the_pools_reset_then_has_nothing_to_do(
+    pg: PgServer,
+) -> None:
+    """``end_and_reset`` (``pool.connection()``'s exit) runs asyncpg's reset in the caller, as
+    asyncpg's pool does in ``release()``; ``reset_unless_done`` then answers ``None`` (the pool
+    spawns no task for it). A block that raised, or a checkout given back without a block, gets
+    the whole reset from the pool."""
+
+    async def main() -> None:
+        conn = await connect(pg)
+        await conn.execute("SET search_path = nowhere")
+        await pk_asyncpg.end_and_reset(conn, None)
+        assert await conn.fetchval("SELECT current_setting('search_path')") != "nowhere"
+        assert pk_asyncpg.reset_unless_done(conn) is None
+        await conn.execute("SET search_path = nowhere")
+        await pk_asyncpg.end_and_reset(conn, ValueError("the block raised"))  # left to the pool
+        rest = pk_asyncpg.reset_unless_done(conn)
+        assert rest is not None
+        await rest
+        assert await conn.fetchval("SELECT current_setting('search_path')") != "nowhere"
+        rest = pk_asyncpg.reset_unless_done(conn)  # (once: nothing is remembered)
+        assert rest is not None
+        await rest
+        await conn.close()
+
+    run(main)
+
+
 def test_your_own_reset_query_replaces_asyncpgs(pg: PgServer) -> None:
     async def main() -> None:
         conn = await connect(pg, reset_query="RESET timezone")
@@ -214,7 +242,7 @@ def test_close_is_bounded_when_the_server_no_longer_answers(pg: PgServer) -> Non
 
 def test_hooks_are_what_was_asked_for() -> None:
     full = pk_asyncpg.hooks()
-    assert full.reset is pk_asyncpg.reset
+    assert full.reset is pk_asyncpg.reset_unless_done and full.end is pk_asyncpg.end_and_reset
     assert full.check is pk_asyncpg.check_closed
     assert full.is_broken is pk_asyncpg.is_broken
     assert full.check_after == 0
@@ -240,7 +268,8 @@ def test_create_pool_is_ready_and_serves_64_tasks_on_10_connections(pg: PgServer
         options = poolkit.PoolOptions(max_size=10)
         pool = await pk_asyncpg.create_pool(pg.dsn, options=options, application_name=pg.app)
         assert isinstance(pool, poolkit.AsyncPool)
-        assert pool.options.hooks is not None and pool.options.hooks.reset is pk_asyncpg.reset
+        hooks = pool.options.hooks
+        assert hooks is not None and hooks.reset is pk_asyncpg.reset_unless_done
         assert len(pg.pids()) == 1  # ready: one connection made already
 
         async def worker(n: int) -> list[int]:

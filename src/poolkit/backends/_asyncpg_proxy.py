@@ -35,7 +35,7 @@ import asyncpg.connection
 
 from .._frontend import Lease
 
-__all__ = ["PooledConnection", "invalidate_resources", "lend"]
+__all__ = ["PooledConnection", "connection_of", "invalidate_resources", "lend"]
 
 if TYPE_CHECKING:
     from asyncpg import Connection
@@ -113,6 +113,11 @@ def invalidate_resources(connection: Any) -> None:
     underlying connection has been released back to the pool")."""
     if hasattr(connection, "_pool_release_ctr"):  # (asyncpg's counter of releases)
         connection._pool_release_ctr += 1
+
+
+def connection_of(handed: Any) -> Any:
+    """The pooled connection behind ``handed`` (a proxy, or the connection itself)."""
+    return handed._con if type(handed) is PooledConnection else handed
 
 
 def lend(connection: Any, lease: Lease[Any]) -> Connection:

@@ -691,3 +691,37 @@ def test_an_interrupt_in_a_check_run_by_the_caller_is_raised_and_the_connection_
             pool.checkout(timeout=5)
         stats = pool.stats()
         assert (stats.checks_failed, stats.total, stats.in_use, stats.waiting) == (1, 0, 0, 0)
+
+
+def test_an_asyncio_reset_that_answers_at_once_ends_in_the_check_in() -> None:
+    """``AsyncPool``: a reset returning a plain result (as the backends' do for a clean
+    connection) ends in the check-in's own step, with no task; one that raises closes the
+    connection there too."""
+    seen: list[int] = []
+
+    def reset(conn: Conn) -> None:
+        seen.append(conn.id)
+        if len(seen) == 2:
+            raise ConnectionResetError("reset failed")
+
+    async def connect(ctx: poolkit.ConnectContext) -> Conn:
+        return Conn(ctx.connection_id)
+
+    async def main() -> None:
+        options = poolkit.PoolOptions(max_size=1, hooks=poolkit.Hooks(reset=reset))
+        async with poolkit.AsyncPool(connect, options=options) as pool:
+            lease = await pool.checkout(timeout=5)
+            first = lease.connection
+            lease.release()
+            stats = pool.stats()
+            assert (stats.resets, stats.available, stats.resetting) == (1, 1, 0)
+            async with pool.connection() as conn:
+                assert conn is first
+            stats = pool.stats()
+            assert (stats.resets, stats.resets_failed, stats.total) == (2, 1, 0)
+            assert first.closed == 1
+            async with pool.connection() as conn:
+                assert conn is not first
+        assert seen == [1, 1, 2]
+
+    asyncio.run(main())

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 from ._base import NO_OUTPUT, PoolBase
 from ._core import Conn, PoolCore, StartCheck, StartKeepAlive, StartReset
-from ._frontend import ConnectContext, call_close, unwrap
+from ._frontend import ConnectContext, Lease, call_close, unwrap
 from .errors import ConnectCancelledError
 
 C = TypeVar("C")
@@ -167,6 +167,44 @@ class TaskIO(PoolBase[C]):
     def _cancelled(self, conn: Conn) -> ConnectCancelledError:
         return ConnectCancelledError(address=self.address, connection_id=conn.id)
 
+    def _release(self, lease: Lease[Any]) -> None:
+        """A check-in that the lease's fast path did not take. When it starts the connection's
+        reset (every check-in of a pool with ``hooks.reset``) and the reset answers at once (a
+        plain result: the backends' resets do for a clean connection), the reset's end is
+        reported in the same step: no second pass through the action list."""
+        hooks = self.options.hooks
+        reset = None if hooks is None else hooks.reset
+        if reset is None:
+            super()._release(lease)
+            return
+        if lease._pool is not self:
+            raise self._invalid_lease(lease)
+        lease._pool = self._returned
+        core = self._input()
+        conn = lease._conn
+        core.release(conn, self._time())
+        actions = self._take_locked()
+        if len(actions) != 1 or type(actions[0]) is not StartReset:
+            if actions is not NO_OUTPUT:
+                self._carry_out(actions)
+            return
+        action = actions[0]
+        try:
+            result = reset(conn.connection)
+        except BaseException as exc:
+            error = exc  # (``exc`` is unbound after the block: the step keeps its own name)
+            self._feed(lambda core, now: core.reset_done(conn, now, error))
+            if not isinstance(error, Exception):
+                raise
+            return
+        if result is None or not inspect.isawaitable(result):
+            core.reset_done(conn, self._time())
+            actions = self._take_locked()
+            if actions is not NO_OUTPUT:
+                self._carry_out(actions)
+            return
+        self._await_apart(action, result, "reset")  # (raises if no task can be made)
+
     def _run_hook(
         self, action: StartCheck | StartReset | StartKeepAlive
     ) -> tuple[BaseException | None] | None:
@@ -181,6 +219,15 @@ class TaskIO(PoolBase[C]):
             return (exc,)
         if not inspect.isawaitable(result):
             return (None,)
+        self._await_apart(action, result, name)
+        return None
+
+    def _await_apart(
+        self, action: StartCheck | StartReset | StartKeepAlive, result: Awaitable[Any], name: str
+    ) -> None:
+        """Await ``result`` (what ``action``'s hook returned) in a task of the pool's own, which
+        a close of the connection cancels; it reports its end itself (``_hook_ended``)."""
+        conn = action.conn
 
         def never_ran() -> None:  # (cancelled before it awaited the hook: not left un-awaited)
             if inspect.iscoroutine(result):
@@ -196,7 +243,6 @@ class TaskIO(PoolBase[C]):
             if inspect.iscoroutine(result):
                 result.close()
             raise
-        return None
 
     async def _await_hook(
         self, action: StartCheck | StartReset | StartKeepAlive, result: Awaitable[Any]

@@ -462,6 +462,20 @@ class PoolBase(Generic[C]):
 
         self._feed(step)
 
+    def _release_clean(self, lease: Lease[Any]) -> None:
+        """The check-in after ``hooks.end`` reset the connection itself (it returned ``True``):
+        no reset is started for it."""
+        if type(lease) is self._watched_class and lease._pool is self:
+            self._unhold(lease._held)  # type: ignore[attr-defined]  # (the watched class's slot)
+
+        def step(core: PoolCore, now: float) -> None:
+            if lease._pool is not self:
+                raise self._invalid_lease(lease)
+            lease._pool = self._returned
+            core.release(lease._conn, now, clean=True)
+
+        self._feed(step)
+
     def _discard(self, lease: Lease[Any], error: BaseException | None) -> None:
         def step(core: PoolCore, now: float) -> None:
             if lease._pool is not self:

@@ -190,11 +190,14 @@ class _Block(_AsyncLease, Generic[C]):
             try:
                 result = end(connection, None)
                 if inspect.isawaitable(result):
-                    await result
+                    result = await result
             except BaseException as exc:
                 pool._left(lease, exc)
                 raise
-            lease.release()
+            if result is True:  # it reset the connection itself: no reset at check-in
+                pool._release_clean(lease)
+            else:
+                lease.release()
             return
         if isinstance(error, Exception):
             try:

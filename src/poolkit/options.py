@@ -204,7 +204,9 @@ class Hooks:
       before the connection is given back: ``error`` is ``None`` if the block succeeded (commit),
       else the exception it raised (roll back). On success, what ``end`` raises reaches the
       caller (a COMMIT that fails); on an error, the block's error is the one raised and what
-      ``end`` raised is logged.
+      ``end`` raised is logged. On success ``end`` may return ``True`` to say that it left the
+      connection as ``reset`` would (it ran the reset itself, in the caller, as asyncpg's pool
+      does in ``release()``): then no ``reset`` runs at this check-in.
     * ``is_broken(conn, error)``: asked (a plain function for both pools) when the block of
       ``pool.connection()`` raised ``error``; true: the connection is discarded instead of
       released.

@@ -182,11 +182,14 @@ class _Block(_ThreadLease, Generic[C]):
         connection = lease._conn.connection if pool._lend is None else lease._lent
         if error is None:
             try:
-                end(connection, None)
+                result = end(connection, None)
             except BaseException as exc:
                 pool._left(lease, exc)
                 raise
-            lease.release()
+            if result is True:  # it reset the connection itself: no reset at check-in
+                pool._release_clean(lease)
+            else:
+                lease.release()
             return
         if isinstance(error, Exception):
             try:

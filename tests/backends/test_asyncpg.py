@@ -115,30 +115,39 @@ def test_reset_leaves_a_clean_session_alone(pg: PgServer) -> None:
     run(main)
 
 
-def test_the_blocks_end_resets_in_the_caller_and_the_pools_reset_then_has_nothing_to_do(
+def test_the_blocks_end_resets_in_the_caller_and_the_pool_then_runs_no_reset(
     pg: PgServer,
 ) -> None:
     """``end_and_reset`` (``pool.connection()``'s exit) runs asyncpg's reset in the caller, as
-    asyncpg's pool does in ``release()``; ``reset_unless_done`` then answers ``None`` (the pool
-    spawns no task for it). A block that raised, or a checkout given back without a block, gets
-    the whole reset from the pool."""
+    asyncpg's pool does in ``release()``, and says so (``True``): the pool then starts no reset
+    (no task) for that check-in. A block that raised gets the whole reset from the pool."""
 
     async def main() -> None:
         conn = await connect(pg)
         await conn.execute("SET search_path = nowhere")
-        await pk_asyncpg.end_and_reset(conn, None)
+        assert await pk_asyncpg.end_and_reset(conn, None) is True
         assert await conn.fetchval("SELECT current_setting('search_path')") != "nowhere"
-        assert pk_asyncpg.reset_unless_done(conn) is None
-        await conn.execute("SET search_path = nowhere")
-        await pk_asyncpg.end_and_reset(conn, ValueError("the block raised"))  # left to the pool
-        rest = pk_asyncpg.reset_unless_done(conn)
-        assert rest is not None
-        await rest
-        assert await conn.fetchval("SELECT current_setting('search_path')") != "nowhere"
-        rest = pk_asyncpg.reset_unless_done(conn)  # (once: nothing is remembered)
-        assert rest is not None
-        await rest
+        assert await pk_asyncpg.end_and_reset(conn, ValueError("the block raised")) is None
         await conn.close()
+        assert await pk_asyncpg.end_and_reset(conn, None) is None  # failed: left to the pool
+
+        async with pk_asyncpg.create_pool(pg.dsn, application_name=pg.app, max_size=1) as pool:
+            async with pool.connection() as c:
+                await c.execute("SET search_path = nowhere")
+            stats = pool.stats()
+            assert (stats.resets, stats.available) == (1, 1)  # (create_pool's own check-in)
+            async with pool.connection() as c:
+                assert await c.fetchval("SELECT current_setting('search_path')") != "nowhere"
+            lease = await pool.checkout()  # without a block: the pool resets
+            await lease.connection.execute("SET search_path = nowhere")
+            lease.release()
+            for _ in range(500):  # (the reset runs in a task of the pool's: at most 5 s)
+                if pool.stats().resets == 2:
+                    break
+                await asyncio.sleep(0.01)
+            assert pool.stats().resets == 2
+            async with pool.connection() as c:
+                assert await c.fetchval("SELECT current_setting('search_path')") != "nowhere"
 
     run(main)
 
@@ -242,7 +251,7 @@ def test_close_is_bounded_when_the_server_no_longer_answers(pg: PgServer) -> Non
 
 def test_hooks_are_what_was_asked_for() -> None:
     full = pk_asyncpg.hooks()
-    assert full.reset is pk_asyncpg.reset_unless_done and full.end is pk_asyncpg.end_and_reset
+    assert full.reset is pk_asyncpg.reset and full.end is pk_asyncpg.end_and_reset
     assert full.check is pk_asyncpg.check_closed
     assert full.is_broken is pk_asyncpg.is_broken
     assert full.check_after == 0
@@ -269,7 +278,7 @@ def test_create_pool_is_ready_and_serves_64_tasks_on_10_connections(pg: PgServer
         pool = await pk_asyncpg.create_pool(pg.dsn, options=options, application_name=pg.app)
         assert isinstance(pool, poolkit.AsyncPool)
         hooks = pool.options.hooks
-        assert hooks is not None and hooks.reset is pk_asyncpg.reset_unless_done
+        assert hooks is not None and hooks.reset is pk_asyncpg.reset
         assert len(pg.pids()) == 1  # ready: one connection made already
 
         async def worker(n: int) -> list[int]:

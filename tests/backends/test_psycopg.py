@@ -177,9 +177,16 @@ def test_async_hooks_on_a_clean_connection_need_no_task(pg: PgServer) -> None:
         conn = await pk.async_connect(pg.dsn, application_name=pg.app)(CTX)
         async with conn:
             assert hooks.check(conn) is None  # nothing came from the server
-            await conn.execute("SELECT 1")
-            await hooks.end(conn, None)  # COMMIT and the reset query, in one message
-            assert hooks.reset(conn) is None  # clean, and the query went with the COMMIT
+            await conn.execute("SET search_path = nowhere")
+            # COMMIT and the reset query in one message, the rest of the reset here: the pool
+            # is told (True) that it has no reset to run
+            assert await hooks.end(conn, None) is True
+            cur = await conn.execute("SELECT current_setting('search_path') <> 'nowhere'")
+            assert await cur.fetchone() == (True,)
+            await conn.rollback()
+            rollback_only = pk.async_hooks(reset=False).reset
+            assert rollback_only is not None
+            assert rollback_only(conn) is None  # clean: nothing to send
             await conn.execute("SET search_path = nowhere")
             rest = hooks.reset(conn)  # a transaction left open: rolled back, then reset
             assert rest is not None

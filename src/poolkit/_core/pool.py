@@ -425,19 +425,18 @@ class PoolCore(Lifecycle):
         end measures it, from ``Request.started``)."""
         self.tally.waited(seconds)
 
-    def release(self, conn: Conn, now: float) -> bool:
-        """A lease on ``conn`` came back (the front end checked that it was out).
-
+    def release(self, conn: Conn, now: float, clean: bool = False) -> bool:
+        """A lease on ``conn`` came back (the front end checked that it was out); ``clean``: the
+        caller reset the connection itself (``Hooks.end`` said so), no reset is started for it.
         Returns whether there may be output (actions, events, a new earliest timer) for the
-        front end to take: false only on the plain path, where the connection just goes back.
-        """
+        front end to take: false only on the plain path, where the connection just goes back."""
         if self.observed:
             self.events.append(
                 ConnectionCheckedInEvent(address=self.address, connection_id=conn.id)
             )
-            self._give_back(conn, now, now)
+            self._give_back(conn, now, now, used=not clean)
             return True
-        return self._give_back(conn, now, now)
+        return self._give_back(conn, now, now, used=not clean)
 
     def _give_back(self, conn: Conn, now: float, idle_since: float, *, used: bool = True) -> bool:
         """One stream of ``conn`` came back (a lease's, or, not ``used``, a keep-alive probe's);

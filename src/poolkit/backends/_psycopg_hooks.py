@@ -370,42 +370,64 @@ def _messages(query: str) -> tuple[bytes, bytes]:
     return f"COMMIT; {query}".encode(), f"ROLLBACK; {query}".encode()
 
 
-def make_end(query: str | None) -> Callable[[Conn, BaseException | None], None]:
+def make_end(
+    query: str | None, reset: Callable[[Conn], Any] | None = None
+) -> Callable[[Conn, BaseException | None], bool | None]:
     """The ``end`` hook of :func:`~poolkit.backends.psycopg.hooks`: :func:`end` (commit on
     success, roll back on error), with the reset ``query`` sent in the same message (simple query
     protocol: one round trip), so that the reset at check-in needs none. A failing COMMIT still
-    reaches the caller (and the reset then runs its query as usual)."""
-
-    if not query:
+    reaches the caller (and the reset then runs its query as usual). ``reset`` (the pool's reset
+    hook): after a block that succeeded it runs here too, in the caller, and the hook returns
+    ``True``: the pool then runs no reset at this check-in (one turn of its lock, not three). A
+    reset that fails here is left to the pool's, which closes the connection if it fails
+    again."""
+    if not query and reset is None:
         return end
-    commit, rollback = _messages(query)
+    commit, rollback = _messages(query) if query else (b"", b"")
 
-    def end_and_reset(conn: Conn, error: BaseException | None) -> None:
-        message = _ending(conn, error, commit, rollback)
+    def end_and_reset(conn: Conn, error: BaseException | None) -> bool | None:
+        message = _ending(conn, error, commit, rollback) if query else None
         if message is None:
             end(conn, error)
-            return
-        conn.execute(message, prepare=False)  # (several statements: never prepared)
-        _RESET_SENT.add(conn)
+        else:
+            conn.execute(message, prepare=False)  # (several statements: never prepared)
+            _RESET_SENT.add(conn)
+        if error is not None or reset is None:
+            return None
+        try:
+            reset(conn)
+        except Exception:
+            return None
+        return True
 
     return end_and_reset
 
 
 def make_async_end(
     query: str | None,
-) -> Callable[[AsyncConn, BaseException | None], Awaitable[None]]:
-    """:func:`make_end` for ``psycopg.AsyncConnection``."""
-
-    if not query:
+    reset: Callable[[AsyncConn], Awaitable[Any] | None] | None = None,
+) -> Callable[[AsyncConn, BaseException | None], Awaitable[bool | None]]:
+    """:func:`make_end` for ``psycopg.AsyncConnection`` (``reset``: a hook that may answer at
+    once, as :func:`make_async_reset_soon`'s do, or return an awaitable)."""
+    if not query and reset is None:
         return async_end
-    commit, rollback = _messages(query)
+    commit, rollback = _messages(query) if query else (b"", b"")
 
-    async def end_and_reset(conn: AsyncConn, error: BaseException | None) -> None:
-        message = _ending(conn, error, commit, rollback)
+    async def end_and_reset(conn: AsyncConn, error: BaseException | None) -> bool | None:
+        message = _ending(conn, error, commit, rollback) if query else None
         if message is None:
             await async_end(conn, error)
-            return
-        await conn.execute(message, prepare=False)
-        _RESET_SENT.add(conn)
+        else:
+            await conn.execute(message, prepare=False)
+            _RESET_SENT.add(conn)
+        if error is not None or reset is None:
+            return None
+        try:
+            rest = reset(conn)
+            if rest is not None:
+                await rest
+        except Exception:
+            return None
+        return True
 
     return end_and_reset

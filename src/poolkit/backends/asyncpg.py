@@ -27,7 +27,7 @@ The hooks (:func:`hooks`), what asyncpg's ``Pool`` does with its connections, as
   asyncpg's cache). At the end of a ``pool.connection()`` block that succeeded the reset runs in
   the caller as it leaves the block (``end_and_reset``), as asyncpg's pool runs it in
   ``release()``: no task of the pool's per check-in, and the connection is clean when it comes
-  back (``reset_unless_done``, the pool's reset, then has nothing left to do).
+  back (``end`` returns ``True``: the pool runs no reset for it).
 * ``check`` before a hand-out: ``is_closed()``. It costs nothing and is enough on asyncio: the
   event loop reads an idle connection's socket, so a backend terminated by the server shows as
   closed once the loop has run. ``check="ping"`` also sends ``SELECT 1`` (a round trip: a firewall
@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import weakref
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -95,7 +94,6 @@ __all__ = [
     "lend",
     "probe",
     "reset",
-    "reset_unless_done",
     "rollback_only",
 ]
 
@@ -238,34 +236,20 @@ async def reset(conn: Connection) -> None:
 
 _reset_hook = reset  # (the builders' ``reset`` arguments hide the name)
 
-#: connections that ``pool.connection()``'s block reset as it ended (:func:`end_and_reset`): the
-#: reset at check-in has nothing left to do for them
-_RESET_DONE: weakref.WeakSet[Any] = weakref.WeakSet()
 
-
-async def end_and_reset(handed: Connection, error: BaseException | None) -> None:
-    """The ``end`` hook: when ``pool.connection()``'s block succeeded, the reset runs in the
-    caller as it leaves the block, as asyncpg's pool runs it in ``release()``: no task of the
-    pool's, and the connection comes back ready for the next caller. A reset that fails here is
-    left to the pool's (which closes the connection if it fails again); after an error in the
-    block the pool's reset does it all."""
+async def end_and_reset(handed: Connection, error: BaseException | None) -> bool | None:
+    """The ``end`` hook: when ``pool.connection()``'s block succeeded, :func:`reset` runs in the
+    caller as it leaves the block, as asyncpg's pool runs it in ``release()``, and the pool is
+    told (``True``) that no reset is left to run: no task of the pool's per check-in. A reset
+    that fails here is left to the pool's (which closes the connection if it fails again); after
+    an error in the block the pool's reset does it all."""
     if error is not None:
-        return
-    conn = connection_of(handed)
-    try:
-        await reset(conn)
-    except Exception:
-        return
-    _RESET_DONE.add(conn)
-
-
-def reset_unless_done(conn: Connection) -> Awaitable[None] | None:
-    """The ``reset`` hook beside :func:`end_and_reset`: :func:`reset`, unless the block's end
-    did it (then ``None``: ``AsyncPool`` ends the reset at once, with no task)."""
-    if conn in _RESET_DONE:
-        _RESET_DONE.discard(conn)
         return None
-    return reset(conn)
+    try:
+        await reset(connection_of(handed))
+    except Exception:
+        return None
+    return True
 
 
 def check_closed(conn: Connection) -> None:
@@ -317,11 +301,7 @@ def hooks(
         configure=configure,
         check=checks[check],
         check_after=check_after,
-        reset=_reset_with(reset)
-        if callable(reset)
-        else reset_unless_done
-        if reset
-        else rollback_only,
+        reset=_reset_with(reset) if callable(reset) else _reset_hook if reset else rollback_only,
         end=end_and_reset if reset is True else None,
         is_broken=is_broken,
         timeout=timeout,

@@ -221,7 +221,8 @@ def _hooks(
         check=chosen_check,
         check_after=check_after,
         reset=chosen_reset,
-        end=make_end_(query),  # (COMMIT and the reset query in one round trip)
+        # COMMIT and the reset query in one round trip; the rest of the reset in the caller
+        end=make_end_(query, chosen_reset),
         is_broken=is_broken,
         timeout=timeout,
     )

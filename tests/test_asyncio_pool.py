@@ -485,3 +485,28 @@ def test_a_plain_connect_fails_the_checkout_clearly_and_closes_what_it_made() ->
 
     run(main())
     assert [c.closed for c in made] == [1]
+
+
+def test_checkin_is_done_when_called_and_its_awaitable_works_wherever_one_goes() -> None:
+    """``checkin`` gives the lease back when called and returns an awaitable already done (no
+    coroutine made per call): ``await``, ``gather``, ``ensure_future`` and ``create_task``
+    all take it, and a wrong lease raises at the call."""
+
+    async def main() -> None:
+        options = poolkit.PoolOptions(max_size=2)
+        async with poolkit.AsyncPool(make_connect(), options=options) as pool:
+            first, second = await pool.checkout(), await pool.checkout()
+            pending = pool.checkin(first)
+            assert not first.active and pool.stats().in_use == 1  # done before the await
+            await pending
+            await asyncio.gather(pool.checkin(second))
+            lease = await pool.checkout()
+            await asyncio.ensure_future(pool.checkin(lease))
+            lease = await pool.checkout()
+            await asyncio.create_task(pool.checkin(lease))  # type: ignore[arg-type]
+            with pytest.raises(poolkit.InvalidLeaseError, match="already returned"):
+                pool.checkin(lease)
+            stats = pool.stats()
+            assert (stats.in_use, stats.checkouts) == (0, 4)
+
+    run(main())

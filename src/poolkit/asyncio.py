@@ -387,8 +387,12 @@ class AsyncPool(TaskIO[C]):
                 raise
         return self._served(req)
 
-    async def checkin(self, lease: Lease[C]) -> None:
-        """Give ``lease`` back (same as ``lease.release()``)."""
+    def checkin(self, lease: Lease[C]) -> Awaitable[None]:
+        """Give ``lease`` back (same as ``lease.release()``): ``await pool.checkin(lease)``.
+
+        The check-in is done when this returns (a wrong lease raises here); what it returns is
+        an awaitable already done (``_DONE``, as ``connection()``'s exit returns), not a new
+        coroutine each time, which cost a seventh of the checkout and check-in cycle."""
         # ``_AsyncLease.release``'s fast path, inlined (a call less) for a plain lease of this
         # pool, out
         if (
@@ -404,8 +408,9 @@ class AsyncPool(TaskIO[C]):
                 if taken is not True:  # handed to a waiter: wake it
                     core.note_wait(self._time() - taken.started)
                     self._wake(taken.owner)
-                return
+                return _DONE
         self._checkin(lease, "AsyncPool.checkin()")
+        return _DONE
 
     def connection(self, timeout: float | None = DEFAULT) -> AbstractAsyncContextManager[C]:
         """``async with pool.connection() as conn:`` checks out and always gives back (left by a

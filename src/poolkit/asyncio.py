@@ -33,9 +33,15 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, Unpack, cast, final, ov
 
 from ._asyncio_io import TaskIO
 from ._base import DEFAULT, NO_OUTPUT, PoolArguments
-from ._core import Request
+from ._core import ConnState, Request
 from ._frontend import ConnectContext, Established, Lease, block_repr, check_timeout, watched
 from .log import cached_level as _cached_level
+
+#: how many hand-off waits may be noted before they are added to the tally (bounded memory for a
+#: pool whose statistics are never read)
+_FOLD_WAITS = 256
+_Future = asyncio.Future
+_S_CLOSED = ConnState.CLOSED
 
 __all__ = ["AsyncPool"]
 
@@ -77,8 +83,7 @@ class _AsyncLease(Lease[Any]):
             if taken is not False:
                 self._pool = pool._returned
                 if taken is not True:  # handed to a waiter: wake it
-                    core.note_wait(pool._time() - taken.started)
-                    pool._wake(taken.owner)
+                    pool._handed_off(taken)
                 return
         pool._release(self)  # the slow path (the Returned marker: raises "already returned")
 
@@ -147,8 +152,7 @@ class _Block(_AsyncLease, Generic[C]):
             if taken is not False:
                 self._pool = pool._returned
                 if taken is not True:  # handed to a waiter: wake it
-                    pool._core.note_wait(pool._time() - taken.started)
-                    pool._wake(taken.owner)
+                    pool._handed_off(taken)
                 return _DONE
         state = self._state
         lease: Lease[C] = self if state is _ENTERED else state
@@ -246,6 +250,10 @@ class AsyncPool(TaskIO[C]):
     ) -> None:
         self._init_io()
         super().__init__(connect, contextlib.nullcontext(), **kwargs)  # one thread: no lock
+        #: the checkouts waiting (the core's queue itself: read to skip a fast path that would
+        #: fail)
+        self._waiting = self._core.wait_queue.queue
+        self._wait_timeout = self.options.wait_queue_timeout
         self._bind("init", required=False)
         self._after_core()
 
@@ -349,8 +357,9 @@ class AsyncPool(TaskIO[C]):
         if timeout is not DEFAULT and timeout is not None:
             timeout = check_timeout(timeout)  # bad input fails before anything changes
         # The fast path (see PoolCore's "Fast paths"): nobody listening (no listener, DEBUG
-        # known to be off) and a connection available.
-        if self._quick and _cached_level(10) is False:
+        # known to be off) and a connection available; not tried when checkouts wait already
+        # (it would fail: a call less on the path of every checkout under contention).
+        if self._quick and not self._waiting and _cached_level(10) is False:
             conn = self._core.lease_idle(self._time() if self._clocked else 0.0)
             if conn is not None:
                 lease = _AsyncLease()  # (``new_lease`` inlined)
@@ -367,9 +376,15 @@ class AsyncPool(TaskIO[C]):
         if self._orphans:
             self._reap()
         if timeout is DEFAULT:
-            timeout = self.options.wait_queue_timeout
-        # (``_feed`` inlined: the path of every checkout that waits)
-        core = self._input()
+            timeout = self._wait_timeout
+        # (``_feed`` inlined: the path of every checkout that waits; ``_input`` too where the
+        # fast paths' test already proves that nobody observes the pool)
+        quick = self._quick and _cached_level(10) is False
+        if quick:
+            core = self._core
+            core.observed = False
+        else:
+            core = self._input()
         now = self._time()
         req = Request(now, None if timeout is None else now + timeout)
         core.request(req, now)
@@ -385,6 +400,13 @@ class AsyncPool(TaskIO[C]):
             except asyncio.CancelledError:
                 self._abandon(req)
                 raise
+        conn = req.conn
+        if quick and conn is not None and conn.state is not _S_CLOSED:
+            lease = _AsyncLease()  # (``_served`` and ``new_lease`` inlined)
+            lease._conn = conn
+            lease._lent = None
+            lease._pool = self
+            return lease
         return self._served(req)
 
     def checkin(self, lease: Lease[C]) -> Awaitable[None]:
@@ -406,11 +428,24 @@ class AsyncPool(TaskIO[C]):
             if taken is not False:
                 lease._pool = self._returned
                 if taken is not True:  # handed to a waiter: wake it
-                    core.note_wait(self._time() - taken.started)
-                    self._wake(taken.owner)
+                    self._handed_off(taken)
                 return _DONE
         self._checkin(lease, "AsyncPool.checkin()")
         return _DONE
+
+    def _handed_off(self, taken: Request) -> None:
+        """A check-in's fast path handed the connection to the waiting ``taken``: its wait is
+        noted (added to the tally when the statistics are read) and it is woken."""
+        waits = self._handoff_waits
+        waits.append(self._time() - taken.started)
+        if len(waits) >= _FOLD_WAITS:
+            self._fold_waits_locked()
+        owner = taken.owner
+        if type(owner) is _Future:  # (a checkout's: ``_wake`` inlined)
+            if not owner.done():
+                owner.set_result(None)
+        else:
+            self._wake(owner)
 
     def connection(self, timeout: float | None = DEFAULT) -> AbstractAsyncContextManager[C]:
         """``async with pool.connection() as conn:`` checks out and always gives back (left by a

@@ -47,7 +47,8 @@ class PoolStats:
       ``"connectionError"``, ``"cancelled"``, ...).
     * ``checks``, ``checks_failed``: ``Hooks.check`` runs ended, and those that failed or timed
       out (each closed its connection); ``resets``, ``resets_failed``: the same for
-      ``Hooks.reset``.
+      ``Hooks.reset`` (``resets`` also counts the resets ``Hooks.end`` ran itself, returning
+      ``True``).
     * ``waits``: checkouts that had to queue; ``wait_time_total``, ``wait_time_max``: the seconds
       they waited, in all and at most.
     """

@@ -430,6 +430,8 @@ class PoolCore(Lifecycle):
         caller reset the connection itself (``Hooks.end`` said so), no reset is started for it.
         Returns whether there may be output (actions, events, a new earliest timer) for the
         front end to take: false only on the plain path, where the connection just goes back."""
+        if clean:
+            self.tally.hook_ended(False, failed=False)  # (a reset all the same, run by the caller)
         if self.observed:
             self.events.append(
                 ConnectionCheckedInEvent(address=self.address, connection_id=conn.id)

@@ -725,3 +725,66 @@ def test_an_asyncio_reset_that_answers_at_once_ends_in_the_check_in() -> None:
         assert seen == [1, 1, 2]
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("says", [True, None])
+def test_an_end_that_says_it_reset_the_connection_spares_the_reset(
+    front_kind: str, says: bool | None
+) -> None:
+    """``hooks.end`` returning ``True`` after a block that succeeded: the check-in runs no
+    ``reset`` (counted among the resets all the same); anything else, and after a block that
+    raised, the reset runs as usual."""
+    resets: list[int] = []
+    ends: list[object] = []
+
+    def reset(conn: Conn) -> None:
+        resets.append(conn.id)
+
+    def end(conn: Conn, error: BaseException | None) -> bool | None:
+        ends.append(error)
+        return says
+
+    async def areset(conn: Conn) -> None:
+        reset(conn)
+
+    async def aend(conn: Conn, error: BaseException | None) -> bool | None:
+        return end(conn, error)
+
+    def check(pool: Any) -> None:
+        stats = pool.stats()
+        assert (stats.resets, stats.resets_failed, stats.in_use, stats.total) == (3, 0, 0, 1)
+        assert resets == ([1, 1] if says else [1, 1, 1])  # (the checkout + release, the error)
+        assert len(ends) == 2 and ends[0] is None and isinstance(ends[1], ValueError)
+
+    if front_kind == "asyncio":
+
+        async def aconnect(ctx: poolkit.ConnectContext) -> Conn:
+            return Conn(ctx.connection_id)
+
+        async def main() -> None:
+            hooks = poolkit.Hooks(reset=areset, end=aend)
+            options = poolkit.PoolOptions(max_size=1, hooks=hooks)
+            async with poolkit.AsyncPool(aconnect, options=options) as pool:
+                (await pool.checkout()).release()
+                for _ in range(10):  # (the reset runs in a task of the pool's)
+                    await asyncio.sleep(0)
+                async with pool.connection():
+                    pass
+                with pytest.raises(ValueError, match="the block raised"):
+                    async with pool.connection():
+                        raise ValueError("the block raised")
+                for _ in range(10):
+                    await asyncio.sleep(0)
+                check(pool)
+
+        asyncio.run(main())
+        return
+    hooks = poolkit.Hooks(reset=reset, end=end)
+    options = poolkit.PoolOptions(max_size=1, hooks=hooks)
+    with poolkit.Pool(lambda ctx: Conn(ctx.connection_id), options=options) as pool:
+        pool.checkout().release()
+        with pool.connection():
+            pass
+        with pytest.raises(ValueError, match="the block raised"), pool.connection():
+            raise ValueError("the block raised")
+        check(pool)

@@ -41,6 +41,8 @@ from .log import cached_level as _cached_level
 #: pool whose statistics are never read)
 _FOLD_WAITS = 256
 _Future = asyncio.Future
+#: the running loop of this thread, or None (asyncio's C function: no exception to catch)
+_running_loop = asyncio._get_running_loop
 _S_CLOSED = ConnState.CLOSED
 
 __all__ = ["AsyncPool"]
@@ -364,7 +366,8 @@ class AsyncPool(TaskIO[C]):
         # The fast path (see PoolCore's "Fast paths"): nobody listening (no listener, DEBUG
         # known to be off) and a connection available; not tried when checkouts wait already
         # (it would fail: a call less on the path of every checkout under contention).
-        if self._quick and not self._waiting and _cached_level(10) is False:
+        quick = self._quick and _cached_level(10) is False
+        if quick and not self._waiting:
             conn = self._core.lease_idle(self._time() if self._clocked else 0.0)
             if conn is not None:
                 lease = _AsyncLease()  # (``new_lease`` inlined)
@@ -376,7 +379,7 @@ class AsyncPool(TaskIO[C]):
                 return lease
         loop = self._loop
         # (before anything changes; the cheap exact test: the pool's loop runs, in this thread)
-        if loop is None or not loop.is_running() or _get_ident() != self._loop_thread:
+        if loop is None or _running_loop() is not loop:
             loop = self._bind_loop("checkout")
         if self._orphans:
             self._reap()
@@ -384,7 +387,6 @@ class AsyncPool(TaskIO[C]):
             timeout = self._wait_timeout
         # (``_feed`` inlined: the path of every checkout that waits; ``_input`` too where the
         # fast paths' test already proves that nobody observes the pool)
-        quick = self._quick and _cached_level(10) is False
         if quick:
             core = self._core
             core.observed = False

@@ -167,22 +167,18 @@ class TaskIO(PoolBase[C]):
     def _cancelled(self, conn: Conn) -> ConnectCancelledError:
         return ConnectCancelledError(address=self.address, connection_id=conn.id)
 
-    def _release(self, lease: Lease[Any]) -> None:
+    def _release(self, lease: Lease[Any], clean: bool = False) -> None:
         """A check-in that the lease's fast path did not take. When it starts the connection's
-        reset (every check-in of a pool with ``hooks.reset``) and the reset answers at once (a
-        plain result: the backends' resets do for a clean connection), the reset's end is
-        reported in the same step: no second pass through the action list."""
-        hooks = self.options.hooks
-        reset = None if hooks is None else hooks.reset
-        if reset is None:
-            super()._release(lease)
+        reset (every check-in of a pool with ``hooks.reset``, unless ``clean``) and the reset
+        answers at once (a plain result: the backends' resets do for a clean connection), the
+        reset's end is reported in the same step: no second pass through the action list."""
+        reset = self._reset
+        if reset is None or clean:
+            super()._release(lease, clean)
             return
-        if lease._pool is not self:
-            raise self._invalid_lease(lease)
-        lease._pool = self._returned
         core = self._input()
         conn = lease._conn
-        core.release(conn, self._time())
+        self._check_in(core, lease, self._time(), clean)
         actions = self._take_locked()
         if len(actions) != 1 or type(actions[0]) is not StartReset:
             if actions is not NO_OUTPUT:

@@ -73,6 +73,9 @@ _SERVED = RequestState.SERVED
 _S_CLOSED = ConnState.CLOSED
 #: ``_take_locked``'s answer when the core has no output (never appended to: nothing to carry out)
 NO_OUTPUT: list[Action] = []
+#: how many hand-off waits a front end notes before they are added to the tally (bounded memory
+#: for a pool whose statistics are never read)
+FOLD_WAITS = 256
 
 
 class PoolArguments(TypedDict, total=False):
@@ -160,6 +163,9 @@ class PoolBase(Generic[C]):
         self._quick_exit = self._quick and self._end is None
         #: ``hooks.lend``, what a lease hands out in place of its connection (``Lease.connection``)
         self._lend = None if options.hooks is None else options.hooks.lend
+        #: ``hooks.check`` and ``hooks.reset``, for the front ends that run them in the caller
+        self._check = None if options.hooks is None else options.hooks.check
+        self._reset = None if options.hooks is None else options.hooks.reset
         register_for_fork(self)
 
     def _check_connect(self, connect: Callable[..., Any]) -> None:
@@ -451,30 +457,25 @@ class PoolBase(Generic[C]):
             _log.exception("hooks.is_broken of pool %s raised", self.address)
             return True
 
-    def _release(self, lease: Lease[Any]) -> None:
-        """A check-in that the lease's fast path did not take."""
+    def _check_in(self, core: PoolCore, lease: Lease[Any], now: float, clean: bool) -> None:
+        """Under the lock: ``lease`` comes back to ``core`` (``clean``: ``hooks.end`` reset its
+        connection); raises if it is not out from this pool (given back meanwhile, by another
+        thread)."""
+        if lease._pool is not self:
+            raise self._invalid_lease(lease)
+        lease._pool = self._returned
+        core.release(lease._conn, now, clean)
 
-        def step(core: PoolCore, now: float) -> None:
-            if lease._pool is not self:  # (given back meanwhile, by another thread)
-                raise self._invalid_lease(lease)
-            lease._pool = self._returned
-            core.release(lease._conn, now)
-
-        self._feed(step)
+    def _release(self, lease: Lease[Any], clean: bool = False) -> None:
+        """A check-in that the lease's fast path did not take (``clean``: see ``_check_in``)."""
+        self._feed(lambda core, now: self._check_in(core, lease, now, clean))
 
     def _release_clean(self, lease: Lease[Any]) -> None:
         """The check-in after ``hooks.end`` reset the connection itself (it returned ``True``):
         no reset is started for it."""
         if type(lease) is self._watched_class and lease._pool is self:
             self._unhold(lease._held)  # type: ignore[attr-defined]  # (the watched class's slot)
-
-        def step(core: PoolCore, now: float) -> None:
-            if lease._pool is not self:
-                raise self._invalid_lease(lease)
-            lease._pool = self._returned
-            core.release(lease._conn, now, clean=True)
-
-        self._feed(step)
+        self._release(lease, clean=True)
 
     def _discard(self, lease: Lease[Any], error: BaseException | None) -> None:
         def step(core: PoolCore, now: float) -> None:

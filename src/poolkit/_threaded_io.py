@@ -100,14 +100,9 @@ class ThreadIO(PoolBase[C]):
         )
         self._timer_cv = threading.Condition(self._lock)
         self._timer_thread = False
-        self._init_hook_guard()
-        hooks = self.options.hooks
-        #: ``hooks.check``: the checkout's fast path runs it in the caller (``_check_inline``)
-        self._check: Callable[[Any], Any] | None = None if hooks is None else hooks.check
-        #: ``hooks.reset``: a check-in runs it in the caller (``_release``)
-        self._reset: Callable[[Any], Any] | None = None if hooks is None else hooks.reset
+        self._init_hooks_running()
 
-    def _init_hook_guard(self) -> None:
+    def _init_hooks_running(self) -> None:
         # (kept under the pool's lock, in the turns of it that a hook run takes anyway)
         #: connection id -> checks, resets and probes running on it now
         self._in_hooks: dict[int, int] = {}
@@ -240,17 +235,14 @@ class ThreadIO(PoolBase[C]):
         self._after_hook(conn, doomed, actions, error)
         return passed
 
-    def _release(self, lease: Lease[Any]) -> None:
+    def _release(self, lease: Lease[Any], clean: bool = False) -> None:
         """A check-in that the lease's fast path did not take. When it starts the connection's
-        reset (as it does on every check-in of a pool with ``hooks.reset``), the reset runs here
-        at once, in the caller (as psycopg_pool's does), and its result is reported: two turns of
-        the lock, and nothing else between them."""
+        reset (as it does on every check-in of a pool with ``hooks.reset``, unless ``clean``),
+        the reset runs here at once, in the caller (as psycopg_pool's does), and its result is
+        reported: two turns of the lock, and nothing else between them."""
+        conn = lease._conn
         with self._lock:
-            if lease._pool is not self:  # (given back meanwhile, by another thread)
-                raise self._invalid_lease(lease)
-            lease._pool = self._returned
-            conn = lease._conn
-            self._input().release(conn, self._time())
+            self._check_in(self._input(), lease, self._time(), clean)
             actions = self._take_locked()
             inline = len(actions) == 1 and type(actions[0]) is StartReset
             if inline:
@@ -366,4 +358,4 @@ class ThreadIO(PoolBase[C]):
         self._lock = threading.Lock()
         self._timer_cv = threading.Condition(self._lock)
         self._timer_thread = False
-        self._init_hook_guard()  # (the parent's hooks run on in the parent, not here)
+        self._init_hooks_running()  # (the parent's hooks run on in the parent, not here)

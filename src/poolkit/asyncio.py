@@ -32,14 +32,11 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, Unpack, cast, final, overload
 
 from ._asyncio_io import TaskIO
-from ._base import DEFAULT, NO_OUTPUT, PoolArguments
+from ._base import DEFAULT, FOLD_WAITS, NO_OUTPUT, PoolArguments
 from ._core import ConnState, Request
 from ._frontend import ConnectContext, Established, Lease, block_repr, check_timeout, watched
 from .log import cached_level as _cached_level
 
-#: how many hand-off waits may be noted before they are added to the tally (bounded memory for a
-#: pool whose statistics are never read)
-_FOLD_WAITS = 256
 _Future = asyncio.Future
 #: the running loop of this thread, or None (asyncio's C function: no exception to catch)
 _running_loop = asyncio._get_running_loop
@@ -446,7 +443,7 @@ class AsyncPool(TaskIO[C]):
         noted (added to the tally when the statistics are read) and it is woken."""
         waits = self._handoff_waits
         waits.append(self._time() - taken.started)
-        if len(waits) >= _FOLD_WAITS:
+        if len(waits) >= FOLD_WAITS:
             self._fold_waits_locked()
         owner = taken.owner
         if type(owner) is _Future:  # (a checkout's: ``_wake`` inlined)

@@ -23,7 +23,7 @@ from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import Any, Generic, TypeVar, Unpack, final, overload
 
-from ._base import DEFAULT, NO_OUTPUT, PoolArguments
+from ._base import DEFAULT, FOLD_WAITS, NO_OUTPUT, PoolArguments
 from ._core import ConnState, Request
 from ._frontend import ConnectContext, Established, Lease, block_repr, check_timeout, watched
 from ._threaded_io import ThreadIO
@@ -33,9 +33,6 @@ __all__ = ["Pool"]
 
 C = TypeVar("C")
 _log = logging.getLogger("poolkit.pool")
-#: how many hand-off waits may be noted before they are added to the tally (bounded memory for a
-#: pool whose statistics are never read)
-_FOLD_WAITS = 256
 _CHECKING = ConnState.CHECKING
 #: a ``connection()`` block's ``_state`` once entered (see ``_Block``)
 _ENTERED: Any = object()
@@ -70,7 +67,7 @@ class _ThreadLease(Lease[Any]):
                 waits = pool._handoff_waits
                 waits.append(pool._time() - taken.started)
                 taken.owner()
-                if len(waits) >= _FOLD_WAITS:
+                if len(waits) >= FOLD_WAITS:
                     pool._fold_waits()
                 return
         pool._release(self)  # the slow path (the Returned marker: raises "already returned")
@@ -325,7 +322,7 @@ class Pool(ThreadIO[C]):
         waits = self._handoff_waits
         waits.append(self._time() - taken.started)
         taken.owner()
-        if len(waits) >= _FOLD_WAITS:
+        if len(waits) >= FOLD_WAITS:
             self._fold_waits()
 
     def connection(self, timeout: float | None = DEFAULT) -> AbstractContextManager[C]:

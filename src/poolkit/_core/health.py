@@ -298,11 +298,16 @@ class Health(ConnectionLife):
 
     def _start_check(self, conn: Conn, now: float) -> None:
         """The available ``conn`` (off the idle set) is checked before it is handed out."""
+        self._begin_check(conn, now)
+        self.actions.append(StartCheck(conn))
+
+    def _begin_check(self, conn: Conn, now: float) -> None:
+        """``conn`` (available, off the idle set) is CHECKING from ``now``, timed by
+        ``HookRuns``; who runs the check is the caller's to say (an action, or the caller)."""
         if conn.ka_timer is not None:
             self.probes.stop(conn)  # not idle while checked: no keep-alive probe
         self._fire(conn, ConnInput.CHECK)
         self.hooks.start(conn, now)
-        self.actions.append(StartCheck(conn))
 
     def check_done(self, conn: Conn, now: float, error: BaseException | None = None) -> None:
         """``conn``'s check returned (``error`` ``None``) or raised ``error``: it serves the
@@ -382,10 +387,7 @@ class Health(ConnectionLife):
                 closed = True
                 continue
             if hooks.needs_check(conn, now):
-                if conn.ka_timer is not None:
-                    self.probes.stop(conn)  # not idle while checked: no keep-alive probe
-                self._fire(conn, ConnInput.CHECK)
-                hooks.start(conn, now)
+                self._begin_check(conn, now)
             else:
                 self._lease(conn)
                 self.checkouts += 1
@@ -402,12 +404,7 @@ class Health(ConnectionLife):
         :meth:`request`). Requests that came meanwhile counted on the check as on a connect in
         flight: the caller, first, takes the connection, and a connect starts for them if
         needed."""
-        if not self._hook_passed(conn, now, error, True):
-            return False
-        reason = self._perished(conn, now, check_idle=False)
-        if reason is not None:
-            self._close(conn, reason)
-            self._dispatch(now)
+        if not self._hook_passed(conn, now, error, True) or self._closed_if_perished(conn, now):
             return False
         self._lease(conn)
         self.checkouts += 1
@@ -419,16 +416,23 @@ class Health(ConnectionLife):
         """``conn`` passed its check or reset (IDLE, off the idle set): unless it perished
         meanwhile (a clear, its lifetime, the pool closed), it serves the oldest waiter or is
         parked."""
-        reason = self._perished(conn, now, check_idle=False)
-        if reason is not None:
-            self._close(conn, reason)
-            self._dispatch(now)
+        if self._closed_if_perished(conn, now):
             return
         if self.wait_queue:
             self._serve(self.wait_queue.pop_oldest(), conn, now)
         else:
             self._push_idle(conn, now)
         self._dispatch(now)
+
+    def _closed_if_perished(self, conn: Conn, now: float) -> bool:
+        """Whether ``conn``, just out of its check or reset, perished meanwhile (a clear, its
+        lifetime, the pool closed): then it is closed, and the waiters go on."""
+        reason = self._perished(conn, now, check_idle=False)
+        if reason is None:
+            return False
+        self._close(conn, reason)
+        self._dispatch(now)
+        return True
 
     def _hook_timed_out(self, conn: Conn, now: float) -> None:
         error = self.hooks.timeout_error(conn, self.address)

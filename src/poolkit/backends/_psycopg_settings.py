@@ -98,22 +98,27 @@ def restore_plain_attributes(conn: Conn | AsyncConn, wanted: Settings) -> None:
         conn.prepare_threshold = wanted.prepare_threshold
     if conn.prepared_max != wanted.prepared_max:
         conn.prepared_max = wanted.prepared_max
-    notice = getattr(conn, "_notice_handlers", None)
-    if notice or wanted.notice_handlers:
-        _restore_handlers(
-            _handlers(conn, "_notice_handlers"),
-            wanted.notice_handlers,
-            conn.add_notice_handler,
-            conn.remove_notice_handler,
-        )
-    notify = getattr(conn, "_notify_handlers", None)
-    if notify or wanted.notify_handlers:
-        _restore_handlers(
-            _handlers(conn, "_notify_handlers"),
-            wanted.notify_handlers,
-            conn.add_notify_handler,
-            conn.remove_notify_handler,
-        )
+    _give_back_handlers(conn, "_notice_handlers", wanted.notice_handlers, "notice")
+    _give_back_handlers(conn, "_notify_handlers", wanted.notify_handlers, "notify")
+
+
+def _give_back_handlers(
+    conn: Conn | AsyncConn,
+    name: str,
+    wanted: tuple[Callable[..., Any], ...] | None,
+    kind: str,
+) -> None:
+    """The ``kind`` handlers (psycopg's list ``name``) as ``wanted``; read once, and nothing
+    more when there are none now and none wanted (every check-in)."""
+    found = getattr(conn, name, None)
+    if not found and not wanted:
+        return
+    _restore_handlers(
+        tuple(found) if isinstance(found, list) else None,
+        wanted,
+        getattr(conn, f"add_{kind}_handler"),
+        getattr(conn, f"remove_{kind}_handler"),
+    )
 
 
 def _restore_handlers(

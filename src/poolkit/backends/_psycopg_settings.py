@@ -98,21 +98,21 @@ def restore_plain_attributes(conn: Conn | AsyncConn, wanted: Settings) -> None:
         conn.prepare_threshold = wanted.prepare_threshold
     if conn.prepared_max != wanted.prepared_max:
         conn.prepared_max = wanted.prepared_max
-    _give_back_handlers(conn, "_notice_handlers", wanted.notice_handlers, "notice")
-    _give_back_handlers(conn, "_notify_handlers", wanted.notify_handlers, "notify")
+    notice = getattr(conn, "_notice_handlers", None)
+    if notice or wanted.notice_handlers:  # (none now and none wanted: every check-in)
+        _give_back_handlers(conn, notice, wanted.notice_handlers, "notice")
+    notify = getattr(conn, "_notify_handlers", None)
+    if notify or wanted.notify_handlers:
+        _give_back_handlers(conn, notify, wanted.notify_handlers, "notify")
 
 
 def _give_back_handlers(
     conn: Conn | AsyncConn,
-    name: str,
+    found: Any,
     wanted: tuple[Callable[..., Any], ...] | None,
     kind: str,
 ) -> None:
-    """The ``kind`` handlers (psycopg's list ``name``) as ``wanted``; read once, and nothing
-    more when there are none now and none wanted (every check-in)."""
-    found = getattr(conn, name, None)
-    if not found and not wanted:
-        return
+    """The ``kind`` handlers as ``wanted``; ``found``: psycopg's list of them now (read once)."""
     _restore_handlers(
         tuple(found) if isinstance(found, list) else None,
         wanted,

@@ -23,8 +23,8 @@ import redis.asyncio
 import poolkit
 from conftest import RedisServer
 from poolkit.backends import redis as pk_redis
-from poolkit.backends._common import default_hooks
 from poolkit.backends._extras import require
+from poolkit.driver import with_default_hooks
 
 
 def test_missing_driver_names_the_extra() -> None:
@@ -145,7 +145,7 @@ def test_hooks_builders() -> None:
     assert pk_redis.keep_alive(30).probe is pk_redis.ping
     assert pk_redis.async_keep_alive(30).probe is pk_redis.async_ping
     own = poolkit.Hooks(is_broken=pk_redis.is_broken)
-    assert default_hooks(poolkit.PoolOptions(hooks=own), hooks, "create_pool").hooks is own
+    assert with_default_hooks(poolkit.PoolOptions(hooks=own), hooks, "create_pool").hooks is own
 
 
 def test_async_hooks_on_a_killed_connection(redis_server: RedisServer) -> None:

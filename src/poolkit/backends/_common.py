@@ -29,16 +29,6 @@ def with_hooks(options: PoolOptions | None, chosen: Hooks, builder: str) -> Pool
     return dataclasses.replace(options, hooks=chosen)
 
 
-def default_hooks(options: PoolOptions | None, default: Hooks, builder: str) -> PoolOptions:
-    """``options`` (default ones if ``None``) with ``default`` as hooks unless they have their
-    own."""
-    if options is None:
-        options = PoolOptions()
-    elif not isinstance(options, PoolOptions):
-        raise TypeError(f"{builder}(options=...) must be a PoolOptions, got {options!r}")
-    return options if options.hooks is not None else dataclasses.replace(options, hooks=default)
-
-
 async def ready_async(pool: AsyncPool[Any]) -> None:
     """Make ``pool`` ready and one connection through it, so that a server that cannot be
     reached (a wrong DSN, a wrong password) fails now; then the pool is closed and the connect's

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-from .._install import pip_install
+from ..driver import pip_install
 
 
 def require(module: str, extra: str, backend: str) -> ModuleType:

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from .. import PoolOptions
-from .._base import DEFAULT
+from ..driver import DEFAULT
 
 #: the pool a psycopg builder makes when given neither ``options=`` nor psycopg_pool's keywords:
 #: psycopg_pool's defaults (a pool of 4, kept open; 30 s to wait; connections retired after an

@@ -19,7 +19,7 @@ Rules of this module
 * ``max_connections`` is redis-py's (``None`` or ``0``: 100; negative: ``ValueError``) and is the
   poolkit pool's ``max_size`` and ``max_connecting``: new connections are made all at once, as
   redis-py makes them, never more than the limit.
-* The poolkit pool holds each redis-py connection in a :class:`_Slot`, whose ``close()`` is the
+* The poolkit pool holds each redis-py connection in a :class:`Slot`, whose ``close()`` is the
   connection's ``disconnect()``. The connect function makes the connection with the pool's
   ``make_connection()`` and connects it (redis-py's one ``connect()``); a connection handed out
   for the first time is not connected again, only checked, as redis-py checks a new one.
@@ -58,7 +58,7 @@ import redis  # noqa: E402
 import redis.connection  # noqa: E402
 import redis.event  # noqa: E402
 
-from .._frontend import ConnectContext, Lease  # noqa: E402
+from ..driver import ConnectContext, Lease  # noqa: E402
 from ..errors import PoolClosedError, WaitQueueTimeoutError  # noqa: E402
 from ..events import Listener  # noqa: E402
 from ..options import PoolOptions  # noqa: E402
@@ -68,7 +68,7 @@ __all__ = ["BlockingConnectionPool", "ConnectionPool"]
 
 #: redis-py's untyped parts, called through ``Any`` (mypy --strict refuses untyped calls); its
 #: recorders are looked up on its module at each call, as its own pools' calls are
-_events: Any = redis.event
+redis_events: Any = redis.event
 _connection_module: Any = redis.connection
 _CacheProxyConnection: Any = getattr(redis.connection, "CacheProxyConnection", None)
 try:  # (redis-py 7.1 and later record metrics)
@@ -79,6 +79,8 @@ except ImportError:  # pragma: no cover - an older redis-py: nothing to record
 else:
     IDLE = ConnectionState.IDLE
     USED = ConnectionState.USED
+#: this redis-py keeps connection counts by state
+COUNTS = hasattr(redis.connection, "record_connection_count")
 
 #: redis-py's BlockingConnectionPool's message when no connection came in time
 NO_CONNECTION = "No connection available."
@@ -98,13 +100,19 @@ def record(module: Any, name: str, **kwargs: Any) -> Any:
 
 def record_count(pool_name: str, state: Any, counter: int) -> None:
     """redis-py's connection count by state (an up-down counter), as its pools keep it."""
-    record(
-        _connection_module,
-        "record_connection_count",
-        pool_name=pool_name,
-        connection_state=state,
-        counter=counter,
-    )
+    if COUNTS:
+        _connection_module.record_connection_count(
+            pool_name=pool_name, connection_state=state, counter=counter
+        )
+
+
+def record_moved(pool_name: str, left: Any, entered: Any) -> None:
+    """One connection moved from state ``left`` to ``entered`` (two counts, as redis-py's pools
+    record a check-out and a check-in), in one call on the path of every command."""
+    if COUNTS:
+        count = _connection_module.record_connection_count
+        count(pool_name=pool_name, connection_state=left, counter=-1)
+        count(pool_name=pool_name, connection_state=entered, counter=1)
 
 
 def metrics_name(module: Any, pool: Any) -> str:
@@ -113,7 +121,7 @@ def metrics_name(module: Any, pool: Any) -> str:
     return "" if name is None else str(name)
 
 
-class _Slot:
+class Slot:
     """What the poolkit pool holds: one redis-py connection, with the ``close()`` poolkit calls
     (an awaitable one for the asyncio connection). ``fresh``: never handed out yet; ``leased``:
     out now (for the counts recorded when it closes)."""
@@ -135,13 +143,13 @@ class _Slot:
         return self.connection.disconnect()
 
 
-def _address(kwargs: dict[str, Any]) -> str:
+def address_of(kwargs: dict[str, Any]) -> str:
     if "path" in kwargs:
         return f"unix:{kwargs['path']}"
     return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}/{kwargs.get('db', 0)}"
 
 
-def _healthy(connection: Any) -> bool:
+def healthy(connection: Any) -> bool:
     """A connection given back that may serve again: connected, not marked for reconnect."""
     should_reconnect = getattr(connection, "should_reconnect", None)
     if should_reconnect is not None and should_reconnect():
@@ -160,7 +168,7 @@ def refuse_timeout(call: str, blocking: str, connection_class: Any, base: type[A
         )
 
 
-class _Served:
+class Served:
     """What every drop-in pool keeps beside redis-py's pool: the poolkit pool's options, the
     leases out (by connection) and the open connections."""
 
@@ -171,7 +179,7 @@ class _Served:
         connection, the open connections, and the checkouts under way (``_book_lock`` guards
         them, and is held for nothing else)."""
         self._book_lock = threading.Lock()
-        self._leases: dict[Any, Lease[_Slot]] = {}
+        self._leases: dict[Any, Lease[Slot]] = {}
         self._open_connections: set[Any] = set()
         self._in_flight = 0
 
@@ -218,12 +226,12 @@ class _Served:
             connection.retry = retry
 
 
-def _connector(pool: ConnectionPool) -> Callable[[ConnectContext], _Slot]:
+def _connector(pool: ConnectionPool) -> Callable[[ConnectContext], Slot]:
     """The poolkit pool's connect function: ``pool``'s new connection, through a weak reference
     (the poolkit pool must not keep ``pool`` alive)."""
     owner = weakref.ref(pool)
 
-    def connect(ctx: ConnectContext) -> _Slot:
+    def connect(ctx: ConnectContext) -> Slot:
         pool = owner()
         if pool is None:
             # (collected: its finalizer is closing this poolkit pool)
@@ -238,7 +246,7 @@ def _close_soon(pool: Pool[Any]) -> None:
     threading.Thread(target=pool.close, name="poolkit-redis-close", daemon=True).start()
 
 
-class ConnectionPool(_Served, redis.ConnectionPool):
+class ConnectionPool(Served, redis.ConnectionPool):
     """redis-py's ``ConnectionPool`` served by a poolkit :class:`~poolkit.Pool`:
     ``redis.Redis(connection_pool=ConnectionPool(max_connections=10))`` or
     ``ConnectionPool.from_url(url, max_connections=10)``. With ``max_connections`` connections
@@ -267,7 +275,7 @@ class ConnectionPool(_Served, redis.ConnectionPool):
                 connection_class,
                 redis.connection.AbstractConnection,
             )
-        self._pool: Pool[_Slot] | None = None
+        self._pool: Pool[Slot] | None = None
         self._finalizer: weakref.finalize[Any, Any] | None = None
         self._state_lock = threading.Lock()
         self._init_books()
@@ -288,13 +296,13 @@ class ConnectionPool(_Served, redis.ConnectionPool):
         """The poolkit pool serving now (opened if none is)."""
         return self._pool or self._open()
 
-    def _open(self) -> Pool[_Slot]:
+    def _open(self) -> Pool[Slot]:
         with self._state_lock:
             pool = self._pool
             if pool is None:
                 pool = Pool(
                     _connector(self),
-                    address=_address(self.connection_kwargs),
+                    address=address_of(self.connection_kwargs),
                     options=self._pool_options,
                     listeners=self._listeners,
                 )
@@ -304,7 +312,7 @@ class ConnectionPool(_Served, redis.ConnectionPool):
                 self._finalizer.atexit = False  # (at exit the process closes the sockets)
             return pool
 
-    def _new_slot(self) -> _Slot:
+    def _new_slot(self) -> Slot:
         """A new connection, connected (the connect function's work, on the pool's thread)."""
         started = time.monotonic()
         connection: Any = self.make_connection()
@@ -313,7 +321,7 @@ class ConnectionPool(_Served, redis.ConnectionPool):
         except BaseException:
             connection.disconnect()
             raise
-        slot = _Slot(connection, self._open_connections, self._pool_name())
+        slot = Slot(connection, self._open_connections, self._pool_name())
         record(
             _connection_module,
             "record_connection_create_time",
@@ -347,8 +355,7 @@ class ConnectionPool(_Served, redis.ConnectionPool):
         slot = lease.connection
         connection = slot.connection
         name = slot.pool_name
-        record_count(name, IDLE, -1)
-        record_count(name, USED, 1)
+        record_moved(name, IDLE, USED)
         try:
             self._ensure(slot)
         except BaseException:
@@ -357,7 +364,7 @@ class ConnectionPool(_Served, redis.ConnectionPool):
         self._waited(name, started)
         return connection
 
-    def _lease(self) -> Lease[_Slot]:
+    def _lease(self) -> Lease[Slot]:
         """A lease from the poolkit pool, registered (never waiting for a connection to come
         back: only for one being made)."""
         with self._book_lock:
@@ -370,7 +377,7 @@ class ConnectionPool(_Served, redis.ConnectionPool):
             with self._book_lock:
                 self._in_flight -= 1
 
-    def _checkout(self, timeout: float | None) -> Lease[_Slot]:
+    def _checkout(self, timeout: float | None) -> Lease[Slot]:
         while True:
             pool = self._pool or self._open()
             try:
@@ -390,7 +397,7 @@ class ConnectionPool(_Served, redis.ConnectionPool):
     def _waited(self, pool_name: str, started: float) -> None:
         """Recorded after a hand-out (``BlockingConnectionPool``: the wait time)."""
 
-    def _ensure(self, slot: _Slot) -> None:
+    def _ensure(self, slot: Slot) -> None:
         """redis-py's check at hand-out: connected (a new connection already is), with nothing
         unread."""
         connection = slot.connection
@@ -416,19 +423,18 @@ class ConnectionPool(_Served, redis.ConnectionPool):
             lease = self._leases.pop(connection, None)
         if lease is None:
             return
-        if not _healthy(connection):
+        if not healthy(connection):
             lease.discard()
             return
         dispatcher: Any = self._event_dispatcher
         try:  # (redis-py's re-authentication runs here, while the connection is still ours)
-            dispatcher.dispatch(_events.AfterConnectionReleasedEvent(connection))
+            dispatcher.dispatch(redis_events.AfterConnectionReleasedEvent(connection))
         except BaseException:
             lease.discard()
             raise
         slot = lease.connection
         slot.leased = False
-        record_count(slot.pool_name, USED, -1)
-        record_count(slot.pool_name, IDLE, 1)
+        record_moved(slot.pool_name, USED, IDLE)
         lease.release()
 
     def disconnect(self, inuse_connections: bool = True) -> None:
@@ -484,7 +490,7 @@ class BlockingConnectionPool(ConnectionPool, redis.BlockingConnectionPool):
         )
         self.timeout = timeout
 
-    def _lease(self) -> Lease[_Slot]:
+    def _lease(self) -> Lease[Slot]:
         if self.timeout == 0:  # (redis-py: no wait for a connection to come back)
             try:
                 return super()._lease()

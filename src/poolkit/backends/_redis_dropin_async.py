@@ -27,8 +27,8 @@ import redis  # noqa: E402
 import redis.asyncio  # noqa: E402
 import redis.asyncio.connection  # noqa: E402
 
-from .._frontend import ConnectContext, Lease  # noqa: E402
 from ..asyncio import AsyncPool  # noqa: E402
+from ..driver import ConnectContext, Lease  # noqa: E402
 from ..errors import PoolClosedError, WaitQueueTimeoutError  # noqa: E402
 from ..events import Listener  # noqa: E402
 from ..options import PoolOptions  # noqa: E402
@@ -38,14 +38,14 @@ from ._redis_dropin import (  # noqa: E402
     TOO_MANY,
     USED,
     MaxConnectionsError,
-    _address,
-    _events,
-    _healthy,
-    _Served,
-    _Slot,
+    Served,
+    Slot,
+    address_of,
+    healthy,
     metrics_name,
     record,
-    record_count,
+    record_moved,
+    redis_events,
     refuse_timeout,
 )
 
@@ -69,11 +69,11 @@ async def connected(make_connection: Any) -> Any:
     return connection
 
 
-def _connector(pool: ConnectionPool) -> Callable[[ConnectContext], Coroutine[Any, Any, _Slot]]:
+def _connector(pool: ConnectionPool) -> Callable[[ConnectContext], Coroutine[Any, Any, Slot]]:
     """The poolkit pool's connect function, holding ``pool`` weakly (``_redis_dropin``)."""
     owner = weakref.ref(pool)
 
-    async def connect(ctx: ConnectContext) -> _Slot:
+    async def connect(ctx: ConnectContext) -> Slot:
         pool = owner()
         if pool is None:
             # (collected: its finalizer is closing this poolkit pool)
@@ -98,7 +98,7 @@ def _close_soon(loop: asyncio.AbstractEventLoop, pool: AsyncPool[Any]) -> None:
             pass
 
 
-class ConnectionPool(_Served, redis.asyncio.ConnectionPool):
+class ConnectionPool(Served, redis.asyncio.ConnectionPool):
     """redis-py's ``redis.asyncio.ConnectionPool`` served by a poolkit
     :class:`~poolkit.AsyncPool`: with ``max_connections`` out, ``get_connection`` raises
     ``MaxConnectionsError`` at once. Arguments as ``poolkit.backends.redis.ConnectionPool``'s."""
@@ -119,7 +119,7 @@ class ConnectionPool(_Served, redis.asyncio.ConnectionPool):
                 connection_class,
                 redis.asyncio.connection.AbstractConnection,
             )
-        self._pool: AsyncPool[_Slot] | None = None
+        self._pool: AsyncPool[Slot] | None = None
         self._finalizer: weakref.finalize[Any, Any] | None = None
         self._closing: set[asyncio.Task[None]] = set()
         self._init_books()
@@ -140,12 +140,12 @@ class ConnectionPool(_Served, redis.asyncio.ConnectionPool):
         """The poolkit pool serving now (opened on the running loop if none is)."""
         return self._pool or self._open()
 
-    def _open(self) -> AsyncPool[_Slot]:
+    def _open(self) -> AsyncPool[Slot]:
         pool = self._pool
         if pool is None:
             pool = AsyncPool(
                 _connector(self),
-                address=_address(self.connection_kwargs),
+                address=address_of(self.connection_kwargs),
                 options=self._pool_options,
                 listeners=self._listeners,
             )
@@ -156,7 +156,7 @@ class ConnectionPool(_Served, redis.asyncio.ConnectionPool):
             self._finalizer.atexit = False
         return pool
 
-    def _forget(self) -> AsyncPool[_Slot] | None:
+    def _forget(self) -> AsyncPool[Slot] | None:
         """The poolkit pool, no longer this pool's (its finalizer detached)."""
         pool, self._pool = self._pool, None
         finalizer, self._finalizer = self._finalizer, None
@@ -164,7 +164,7 @@ class ConnectionPool(_Served, redis.asyncio.ConnectionPool):
             finalizer.detach()
         return pool
 
-    async def _new_slot(self) -> _Slot:
+    async def _new_slot(self) -> Slot:
         """A new connection, connected (the connect function's work, in the pool's task)."""
         started = time.monotonic()
         make: Any = self.make_connection
@@ -174,7 +174,7 @@ class ConnectionPool(_Served, redis.asyncio.ConnectionPool):
         except BaseException:
             await connection.disconnect()
             raise
-        slot = _Slot(connection, self._open_connections, self._pool_name())
+        slot = Slot(connection, self._open_connections, self._pool_name())
         recorded = record(
             _aio,
             "record_connection_create_time",
@@ -207,8 +207,7 @@ class ConnectionPool(_Served, redis.asyncio.ConnectionPool):
         lease = await self._lease()
         slot = lease.connection
         connection = slot.connection
-        record_count(slot.pool_name, IDLE, -1)
-        record_count(slot.pool_name, USED, 1)
+        record_moved(slot.pool_name, IDLE, USED)
         try:
             if slot.fresh and connection.is_connected:
                 slot.fresh = False  # (connected by the connect function just now)
@@ -221,7 +220,7 @@ class ConnectionPool(_Served, redis.asyncio.ConnectionPool):
             raise
         return connection
 
-    async def _lease(self) -> Lease[_Slot]:
+    async def _lease(self) -> Lease[Slot]:
         if not self.can_get_connection():
             raise MaxConnectionsError(TOO_MANY)
         self._in_flight += 1
@@ -230,7 +229,7 @@ class ConnectionPool(_Served, redis.asyncio.ConnectionPool):
         finally:
             self._in_flight -= 1
 
-    async def _checkout(self, timeout: float | None) -> Lease[_Slot]:
+    async def _checkout(self, timeout: float | None) -> Lease[Slot]:
         while True:
             pool = self._pool or self._open()
             try:
@@ -254,19 +253,19 @@ class ConnectionPool(_Served, redis.asyncio.ConnectionPool):
         lease = self._leases.pop(connection, None)
         if lease is None:
             return
-        if not _healthy(connection):
+        if not healthy(connection):
             lease.discard()
             return
         dispatcher: Any = self._event_dispatcher
         try:  # (given back even if this task is cancelled while the listeners run)
-            await dispatcher.dispatch_async(_events.AsyncAfterConnectionReleasedEvent(connection))
+            released = redis_events.AsyncAfterConnectionReleasedEvent(connection)
+            await dispatcher.dispatch_async(released)
         except BaseException:
             lease.discard()
             raise
         slot = lease.connection
         slot.leased = False
-        record_count(slot.pool_name, USED, -1)
-        record_count(slot.pool_name, IDLE, 1)
+        record_moved(slot.pool_name, USED, IDLE)
         lease.release()
 
     async def disconnect(self, inuse_connections: bool = True) -> None:
@@ -338,7 +337,7 @@ class BlockingConnectionPool(ConnectionPool, redis.asyncio.BlockingConnectionPoo
         )
         self.timeout = timeout
 
-    async def _lease(self) -> Lease[_Slot]:
+    async def _lease(self) -> Lease[Slot]:
         if self.timeout == 0:  # (no wait for a connection to come back)
             try:
                 return await super()._lease()

@@ -52,7 +52,7 @@ from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar, overload
 
 from .. import AsyncPool, ConnectContext, Hooks, Pool, PoolOptions
-from .._base import DEFAULT
+from ..driver import DEFAULT
 from ..events import Listener
 from ._common import PoolStarter, ready_async, ready_sync, shown_address, with_hooks
 from ._extras import require

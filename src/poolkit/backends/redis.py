@@ -90,12 +90,12 @@ import redis.asyncio  # noqa: E402
 import redis.asyncio.connection  # noqa: E402
 import redis.connection  # noqa: E402
 
-from .._frontend import ConnectContext  # noqa: E402
 from ..asyncio import AsyncPool  # noqa: E402
+from ..driver import ConnectContext, with_default_hooks  # noqa: E402
 from ..events import Listener  # noqa: E402
 from ..options import Hooks, KeepAlive, PoolOptions  # noqa: E402
 from ..threaded import Pool  # noqa: E402
-from ._common import default_hooks, ready_async, ready_sync  # noqa: E402
+from ._common import ready_async, ready_sync  # noqa: E402
 from ._redis_dropin import BlockingConnectionPool, ConnectionPool  # noqa: E402
 from ._redis_dropin_async import BlockingConnectionPool as AsyncBlockingConnectionPool  # noqa: E402
 from ._redis_dropin_async import ConnectionPool as AsyncConnectionPool  # noqa: E402
@@ -452,7 +452,7 @@ def async_keep_alive(interval: float, timeout: float | None = 5.0) -> KeepAlive:
 
 
 def _options(options: PoolOptions | None, default: Hooks, builder: str) -> PoolOptions:
-    return default_hooks(DEFAULT_OPTIONS if options is None else options, default, builder)
+    return with_default_hooks(DEFAULT_OPTIONS if options is None else options, default, builder)
 
 
 def create_pool(

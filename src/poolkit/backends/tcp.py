@@ -29,12 +29,11 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, final
 
-from .._frontend import ConnectContext
 from ..asyncio import AsyncPool
+from ..driver import ConnectContext, check_socket, with_default_hooks
 from ..events import Listener
 from ..options import Hooks, PoolOptions
 from ..threaded import Pool
-from ._common import default_hooks
 
 __all__ = [
     "StreamConnection",
@@ -181,26 +180,10 @@ def async_connect(
     return connect_tcp
 
 
-def check(sock: socket.socket) -> None:
-    """The ``check`` hook for sockets: raises ``ConnectionError`` if the peer closed the
-    connection or sent bytes nobody asked for (the protocol is out of step); reads nothing from
-    a healthy connection."""
-    if sock.fileno() == -1:
-        raise ConnectionError("the socket is closed")
-    timeout = sock.gettimeout()
-    sock.settimeout(0.0)
-    try:
-        # (no peek through TLS: a read that finds no application data)
-        tls = isinstance(sock, ssl.SSLSocket)
-        data = sock.recv(1) if tls else sock.recv(1, socket.MSG_PEEK)
-    except (BlockingIOError, ssl.SSLWantReadError):
-        return  # nothing to read: alive
-    finally:
-        if sock.fileno() != -1:
-            sock.settimeout(timeout)
-    if not data:
-        raise ConnectionError("the peer closed the connection")
-    raise ConnectionError("unexpected data waiting on an idle connection")
+#: the ``check`` hook for sockets (:func:`poolkit.driver.check_socket`): raises
+#: ``ConnectionError`` if the peer closed the connection or sent bytes nobody asked for; reads
+#: nothing from a healthy connection
+check = check_socket
 
 
 async def async_check(connection: StreamConnection) -> None:
@@ -251,7 +234,7 @@ def create_pool(
     pool = Pool(
         connect(host, port, **kwargs),
         address=f"{host}:{port}",
-        options=default_hooks(options, hooks(), "create_pool"),
+        options=with_default_hooks(options, hooks(), "create_pool"),
         listeners=listeners,
     )
     pool.ready()
@@ -271,7 +254,7 @@ async def create_async_pool(
     pool = AsyncPool(
         async_connect(host, port, **kwargs),
         address=f"{host}:{port}",
-        options=default_hooks(options, async_hooks(), "create_async_pool"),
+        options=with_default_hooks(options, async_hooks(), "create_async_pool"),
         listeners=listeners,
     )
     pool.ready()

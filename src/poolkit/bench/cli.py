@@ -18,7 +18,7 @@ import sys
 from collections.abc import Callable
 from typing import NoReturn
 
-from .._install import pip_install
+from ..driver import pip_install
 from .config import (
     BenchUsageError,
     RunConfig,

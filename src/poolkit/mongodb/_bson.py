@@ -4,7 +4,7 @@ a missing pymongo is said the same way."""
 
 from __future__ import annotations
 
-from .._install import pip_install
+from ..driver import pip_install
 
 try:
     import bson

@@ -30,8 +30,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from .._frontend import ConnectContext, Established, check_timeout
-from ..backends.tcp import check as check_socket
+from ..driver import ConnectContext, Established, check_socket, check_timeout
 from ._bson import bson
 from .auth import Credentials, Speculation, authenticate, authenticate_async
 from .errors import HandshakeError, LoadBalancerUnsupportedError, NetworkError, OperationFailure

@@ -31,10 +31,11 @@ import uuid
 from collections.abc import Mapping
 from typing import Any, Generic, TypeVar
 
-from .._base import PoolBase
-from .._frontend import Lease, check_timeout
+from ..asyncio import AsyncPool
+from ..driver import AnyPool, Lease, check_timeout
 from ..errors import WaitQueueTimeoutError
 from ..stats import PoolStats
+from ..threaded import Pool
 from ._bson import bson
 from .checks import (
     PURPOSES,
@@ -142,17 +143,16 @@ class ServerSessions:
         return [session.lsid for session in idle]
 
 
-
 class PinningRules(Generic[C]):
     """What both MongoDB pools share: the pool, whether to pin, the counts by purpose, the
     server sessions, and the judgement of errors (module rules)."""
 
     #: the pool's front end (:class:`~poolkit.AsyncPool` or :class:`~poolkit.Pool`)
-    _front: type[PoolBase[Any]]
+    _front: type[AsyncPool[Any]] | type[Pool[Any]]
 
     def __init__(
         self,
-        pool: PoolBase[C],
+        pool: AnyPool[C],
         *,
         pin: bool | None = None,
         read_preference: Mapping[str, Any] | None = None,
@@ -165,7 +165,7 @@ class PinningRules(Generic[C]):
             )
         if pin is not None and type(pin) is not bool:
             raise TypeError(f"{type(self).__name__}(pin=...): a bool or None, not {pin!r}")
-        self.pool: PoolBase[C] = pool
+        self.pool: AnyPool[C] = pool
         self.load_balanced = pool.options.load_balanced
         #: whether cursors and transactions keep their connection (default: the pool's
         #: ``load_balanced``; False only to show what pinning prevents)

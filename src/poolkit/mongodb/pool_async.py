@@ -21,8 +21,8 @@ import weakref
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
-from .._frontend import Lease, check_timeout
 from ..asyncio import AsyncPool
+from ..driver import Lease, check_timeout
 from ..errors import WaitQueueTimeoutError
 from .checks import (
     Purpose,

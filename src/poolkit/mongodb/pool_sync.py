@@ -14,7 +14,7 @@ import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from .._frontend import Lease, check_timeout
+from ..driver import Lease, check_timeout
 from ..errors import WaitQueueTimeoutError
 from ..threaded import Pool
 from .checks import (

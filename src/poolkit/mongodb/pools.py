@@ -10,9 +10,8 @@ import ssl
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
-from .._frontend import ConnectContext, Established
 from ..asyncio import AsyncPool
-from ..backends._common import default_hooks
+from ..driver import ConnectContext, Established, with_default_hooks
 from ..events import Listener
 from ..options import Hooks, PoolOptions
 from ..threaded import Pool
@@ -106,7 +105,7 @@ def _parsed(uri: str | MongoURI) -> MongoURI:
 
 
 def _options(uri: MongoURI, options: PoolOptions | None, default: Hooks, call: str) -> PoolOptions:
-    return default_hooks(uri.pool_options if options is None else options, default, call)
+    return with_default_hooks(uri.pool_options if options is None else options, default, call)
 
 
 def create_pool(

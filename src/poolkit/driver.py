@@ -1,0 +1,78 @@
+"""What code built on poolkit's pools uses: the backends, the MongoDB layer, a driver of your own.
+
+The pools themselves are :class:`poolkit.AsyncPool` and :class:`poolkit.Pool`; this module is the
+rest of the seam between them and the layers above, so that no layer above reaches into the
+pools' private modules (``docs/architecture.md``; the contracts in ``pyproject.toml`` enforce it):
+
+* :class:`ConnectContext`, :class:`Established` and :class:`Lease`, as ``poolkit`` exports them;
+* :data:`DEFAULT`, the "not given" sentinel of ``checkout(timeout=...)`` and the like, for a
+  wrapper that passes its caller's argument through;
+* :func:`check_timeout`, the validation the pools give a per-call timeout;
+* :data:`AnyPool`, either front end;
+* :func:`with_default_hooks`, a builder's options with its default hooks unless given others;
+* :func:`check_socket`, the ``check`` hook of a plain or TLS socket;
+* :func:`pip_install`, the install command to name in the error of an optional part missing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+import ssl
+from typing import TypeAlias, TypeVar
+
+from ._base import DEFAULT
+from ._frontend import ConnectContext, Established, Lease, check_timeout
+from ._install import pip_install
+from .asyncio import AsyncPool
+from .options import Hooks, PoolOptions
+from .threaded import Pool
+
+__all__ = [
+    "DEFAULT",
+    "AnyPool",
+    "ConnectContext",
+    "Established",
+    "Lease",
+    "check_socket",
+    "check_timeout",
+    "pip_install",
+    "with_default_hooks",
+]
+
+C = TypeVar("C")
+
+#: either front end over connections of type ``C``: ``AnyPool[C]``
+AnyPool: TypeAlias = AsyncPool[C] | Pool[C]
+
+
+def with_default_hooks(options: PoolOptions | None, default: Hooks, builder: str) -> PoolOptions:
+    """``options`` (default ones if ``None``) with ``default`` as hooks unless they have their
+    own; ``builder`` names the call in the error of ``options`` that are not a PoolOptions."""
+    if options is None:
+        options = PoolOptions()
+    elif not isinstance(options, PoolOptions):
+        raise TypeError(f"{builder}(options=...) must be a PoolOptions, got {options!r}")
+    return options if options.hooks is not None else dataclasses.replace(options, hooks=default)
+
+
+def check_socket(sock: socket.socket) -> None:
+    """The ``check`` hook for sockets: raises ``ConnectionError`` if the peer closed the
+    connection or sent bytes nobody asked for (the protocol is out of step); reads nothing from
+    a healthy connection."""
+    if sock.fileno() == -1:
+        raise ConnectionError("the socket is closed")
+    timeout = sock.gettimeout()
+    sock.settimeout(0.0)
+    try:
+        # (no peek through TLS: a read that finds no application data)
+        tls = isinstance(sock, ssl.SSLSocket)
+        data = sock.recv(1) if tls else sock.recv(1, socket.MSG_PEEK)
+    except (BlockingIOError, ssl.SSLWantReadError):
+        return  # nothing to read: alive
+    finally:
+        if sock.fileno() != -1:
+            sock.settimeout(timeout)
+    if not data:
+        raise ConnectionError("the peer closed the connection")
+    raise ConnectionError("unexpected data waiting on an idle connection")

@@ -49,7 +49,7 @@ from poolkit._core import (
     StartKeepAlive,
     StartReset,
 )
-from poolkit._core.connections import lost_after
+from poolkit._core.connection_life import lost_after
 from poolkit.errors import (
     CircuitOpenError,
     ConnectTimeoutError,

@@ -24,7 +24,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable
-from typing import Any, ClassVar, Generic, TypedDict, TypeVar
+from typing import Any, ClassVar, Generic, TypedDict, TypeVar, assert_never
 
 from ._core import (
     Action,
@@ -247,6 +247,8 @@ class PoolBase(Generic[C]):
                         outcome = (exc,)
                     if outcome is not None:
                         ended.append((action, outcome[0]))
+                else:  # (a new kind of action is a type error until it is handled here)
+                    assert_never(action)
             if not ended:
                 break
             with self._lock:
@@ -273,6 +275,10 @@ class PoolBase(Generic[C]):
             core.connect_failed(done.conn, now, error)
         elif type(done) is StartKeepAlive:
             core.keep_alive_done(done.conn, now, error)
+        elif type(done) is CompleteRequest or type(done) is CloseConnection:
+            raise AssertionError(f"{done!r} is carried out, never reported back")
+        else:  # (a new kind of action is a type error until it is handled here)
+            assert_never(done)
 
     def _hook_ended(
         self, action: StartCheck | StartReset | StartKeepAlive, error: BaseException | None

@@ -185,7 +185,7 @@ class Lease(Generic[C]):
         lent = self._lent
         if lent is None:
             lent = self._lent = lend(self._conn.connection, self)
-        return lent  # type: ignore[no-any-return]
+        return lent  # type: ignore[no-any-return]  # (hooks.lend returns Any)
 
     @property
     def connection_id(self) -> int:
@@ -260,7 +260,7 @@ def watched(base: Any) -> Any:
     (``leak_timeout``): it tells the pool (``_unhold``) when given back, and, garbage-collected
     while out, hands its watch to the pool instead of its bare connection (``_lost``)."""
 
-    class Watched(base):  # type: ignore[misc]
+    class Watched(base):  # type: ignore[misc]  # (a class made from a variable)
         __slots__ = ("_held",)  # (set by the pool right after ``new_lease``)
 
         def release(self) -> None:

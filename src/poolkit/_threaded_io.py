@@ -110,7 +110,7 @@ class ThreadIO(PoolBase[C]):
         self._doomed: dict[int, Any] = {}
 
     def _clock_signal(self) -> tuple[Callable[[], Any], Callable[[], Any]]:
-        signal = self._clock.new_signal()  # type: ignore[union-attr]
+        signal = self._clock.new_signal()  # type: ignore[union-attr]  # (only called when the clock has new_signal)
         return signal.wait, signal.set
 
     def _check_connect(self, connect: Callable[..., Any]) -> None:

@@ -8,8 +8,9 @@ Rules of this module
   them: the check-in fast path is written three times (``_AsyncLease.release``, ``checkin``,
   ``_Block._exit``) and the check-out one twice (``checkout``, ``_Block.__aenter__``), each a call
   less on the path every use of the pool takes; a change to one is a change to all.
-* One ``call_at`` timer on the pool's loop (or the test clock's) stands for the core's earliest
-  deadline.
+* One timer stands for the core's earliest deadline: ``loop.call_at`` on the pool's loop
+  (``call_later`` with a clock of the user's, whose time is not the loop's), or the test clock's
+  own ``call_at``.
 * The pool binds to the running loop on first use that needs one (``ready``, a checkout that
   waits) and refuses any other loop afterwards, like asyncio's own primitives.
 * A waiting checkout waits on a plain future. When its task is cancelled it tells the core as
@@ -73,7 +74,7 @@ class _AsyncLease(Lease[Any]):
     def release(self) -> None:
         # the pool, or its ``Returned`` marker once given back: ``Returned._quick`` is false, so
         # that a lease given back takes the slow path, which raises
-        pool: AsyncPool[Any] = self._pool  # type: ignore[assignment]
+        pool: AsyncPool[Any] = self._pool  # type: ignore[assignment]  # (or Returned)
         # nobody listening (no listener, DEBUG known to be off: the logger's cached answer for
         # level 10), and the core takes it back without more ado
         if pool._quick and _cached_level(10) is False:
@@ -144,7 +145,7 @@ class _Block(_AsyncLease, Generic[C]):
         """``__aexit__``: a plain method that returns what to await (see the class)."""
         # the pool while the block is the lease out; its ``Returned`` marker (``_quick_exit``
         # false) if the block holds a lease from ``checkout`` (or was given back meanwhile)
-        pool: AsyncPool[C] = self._pool  # type: ignore[assignment]
+        pool: AsyncPool[C] = self._pool  # type: ignore[assignment]  # (or Returned)
         if error is None and pool._quick_exit and _cached_level(10) is False:
             # ``_AsyncLease.release``'s fast path, inlined (a call less)
             taken = pool._core.release_idle(self._conn)

@@ -47,13 +47,13 @@ class _ThreadLease(Lease[Any]):
     def release(self) -> None:
         # the pool, or its ``Returned`` marker once given back: ``Returned._quick`` is false, so
         # that a lease given back takes the slow path, which raises
-        pool: Pool[Any] = self._pool  # type: ignore[assignment]
+        pool: Pool[Any] = self._pool  # type: ignore[assignment]  # (or Returned)
         # nobody listening (no listener, DEBUG known to be off: the logger's cached answer for
         # level 10), and the core takes it back without more ado
         if pool._quick and _cached_level(10) is False:
             core = pool._core
             lock = pool._lock
-            lock.acquire()  # not ``with``: half the cost, and nothing in between can raise
+            lock.acquire()  # by hand, not ``with``: half the cost (the ``finally`` lets it go)
             try:
                 taken = self._pool is pool and core.release_idle(self._conn)
                 if taken is not False:
@@ -98,7 +98,7 @@ class _Block(_ThreadLease, Generic[C]):
             self._state = _ENTERED
             core = pool._core
             lock = pool._lock
-            lock.acquire()  # not ``with``: half the cost, and nothing in between can raise
+            lock.acquire()  # by hand, not ``with``: half the cost (the ``finally`` lets it go)
             try:
                 if pool._check is None:
                     conn = core.lease_idle(pool._time() if pool._clocked else 0.0)
@@ -139,11 +139,11 @@ class _Block(_ThreadLease, Generic[C]):
     ) -> None:
         # the pool while the block is the lease out; its ``Returned`` marker (``_quick_exit``
         # false) if the block holds a lease from ``checkout`` (or was given back meanwhile)
-        pool: Pool[C] = self._pool  # type: ignore[assignment]
+        pool: Pool[C] = self._pool  # type: ignore[assignment]  # (or Returned)
         if error is None and pool._quick_exit and _cached_level(10) is False:
             # ``_ThreadLease.release``'s fast path, inlined (a call less)
             lock = pool._lock
-            lock.acquire()  # not ``with``: half the cost, and nothing in between can raise
+            lock.acquire()  # by hand, not ``with``: half the cost (the ``finally`` lets it go)
             try:
                 taken = self._pool is pool and pool._core.release_idle(self._conn)
                 if taken is not False:
@@ -260,7 +260,7 @@ class Pool(ThreadIO[C]):
         if self._quick and not self._waiting and _cached_level(10) is False:
             core = self._core
             lock = self._lock
-            lock.acquire()  # not ``with``: half the cost, and nothing in between can raise
+            lock.acquire()  # by hand, not ``with``: half the cost (the ``finally`` lets it go)
             try:
                 if self._check is None:
                     conn = core.lease_idle(self._time() if self._clocked else 0.0)

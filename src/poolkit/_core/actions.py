@@ -22,17 +22,17 @@ Rules of this module
 
 from __future__ import annotations
 
-from typing import Any, final
+from typing import Any, TypeAlias, final
 
 from .records import Conn, Request
 
 
-class Action:
+class _ActionBase:
     __slots__ = ()
 
 
 @final
-class StartConnect(Action):
+class StartConnect(_ActionBase):
     __slots__ = ("conn",)
 
     def __init__(self, conn: Conn) -> None:
@@ -43,7 +43,7 @@ class StartConnect(Action):
 
 
 @final
-class CloseConnection(Action):
+class CloseConnection(_ActionBase):
     __slots__ = ("conn", "connection", "pending")
 
     def __init__(self, conn: Conn, connection: Any, pending: bool = False) -> None:
@@ -58,7 +58,7 @@ class CloseConnection(Action):
 
 
 @final
-class StartKeepAlive(Action):
+class StartKeepAlive(_ActionBase):
     __slots__ = ("conn",)
 
     def __init__(self, conn: Conn) -> None:
@@ -69,7 +69,7 @@ class StartKeepAlive(Action):
 
 
 @final
-class StartCheck(Action):
+class StartCheck(_ActionBase):
     __slots__ = ("conn",)
 
     def __init__(self, conn: Conn) -> None:
@@ -80,7 +80,7 @@ class StartCheck(Action):
 
 
 @final
-class StartReset(Action):
+class StartReset(_ActionBase):
     __slots__ = ("conn",)
 
     def __init__(self, conn: Conn) -> None:
@@ -91,7 +91,7 @@ class StartReset(Action):
 
 
 @final
-class CompleteRequest(Action):
+class CompleteRequest(_ActionBase):
     __slots__ = ("request",)
 
     def __init__(self, request: Request) -> None:
@@ -99,3 +99,10 @@ class CompleteRequest(Action):
 
     def __repr__(self) -> str:
         return f"CompleteRequest({self.request!r})"
+
+
+#: every action: a front end's dispatch over them ends in ``assert_never``, so that a new kind
+#: of action is a type error wherever it is not handled yet
+Action: TypeAlias = (
+    StartConnect | CloseConnection | StartKeepAlive | StartCheck | StartReset | CompleteRequest
+)

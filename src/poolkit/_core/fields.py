@@ -2,9 +2,9 @@
 :class:`~poolkit._core.pool.PoolCore`.
 
 ``PoolCore`` is one class built on three others (all on :class:`CoreFields`), each in a module
-of its own so that each module has one concern: ``ConnectionLife`` (``connections``: a
+of its own so that each module has one concern: ``ConnectionLife`` (``connection_life``: a
 connection made, given a role, closed) under ``Health`` (``health``: connect results,
-keep-alive, what a connection says of itself, leaks) under ``Lifecycle`` (``maintenance``:
+keep-alive, what a connection says of itself, leaks) under ``Lifecycle`` (``lifecycle``:
 ready, clear, close, fork, timers, failing requests) under ``PoolCore`` (``pool``: checkout,
 check-in, hand-off). They share the fields below; the state that has rules of its own lives in
 collaborators that own it (``WaitQueue``, ``IdleSet``, ``ConnectFailures``, ``Probes``,
@@ -136,7 +136,7 @@ class CoreFields:
         def _dispatch(self, now: float) -> None: ...
         def discard(self, conn: Conn, now: float, error: BaseException | None = None) -> None: ...
 
-        # Lifecycle's (maintenance)
+        # Lifecycle's (lifecycle)
         def _push_idle(self, conn: Conn, now: float) -> None: ...
         def _fail(self, req: Request, error: BaseException, reason: str, now: float) -> None: ...
         def _fail_all_waiters(self, now: float, make_error: Any, reason: str) -> None: ...

@@ -47,7 +47,7 @@ from ..events import (
     MaxStreamsChangedEvent,
 )
 from .actions import CloseConnection, StartCheck, StartKeepAlive, StartReset
-from .connections import ConnectionLife
+from .connection_life import ConnectionLife
 from .failures import Failing
 from .idle import idle_expired
 from .records import (

@@ -8,7 +8,7 @@ Rules of this module
 * A probe's end (its result, a timeout, or the pool dropping it) clears ``probe_started`` first
   (``end``), so a late result of a probe already ended is ignored.
 * It does not lease, park or close connections, and builds no event: the pool does, around the
-  calls here (``Lifecycle``/``Health`` in ``maintenance`` and ``health``). A probe is a lease the
+  calls here (``Lifecycle``/``Health`` in ``lifecycle`` and ``health``). A probe is a lease the
   pool holds: it takes one stream, which ``drop`` gives back.
 """
 

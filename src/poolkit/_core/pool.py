@@ -2,8 +2,8 @@
 
 ``PoolCore`` keeps checkout, check-in and hand-off (here). It is built on the classes that hold
 the rest of its inputs, one concern a module (``fields`` says how): a connection's life
-(``connections``), connect results and health (``health``), the pool's lifecycle and timers
-(``maintenance``). The state that has rules of its own is owned by collaborators, each in its
+(``connection_life``), connect results and health (``health``), the pool's lifecycle and timers
+(``lifecycle``). The state that has rules of its own is owned by collaborators, each in its
 module: the wait queue (``waiters.WaitQueue``), the idle set (``idle.IdleSet``), connect failures
 (``failures.ConnectFailures``), keep-alive probes (``keepalive.Probes``), the leak watch
 (``leaks.LeakWatch``), roles (``roles.Roles``), the counts (``tally.Tally``) and the timer heap
@@ -19,8 +19,8 @@ Rules of this module
   two hot transitions (idle -> leased on checkout, leased -> idle on check-in), which
   ``lease_idle``, ``_lease``, ``release_idle`` and ``_give_back`` assign directly with the result
   read from the same table at import, and which change no counter. Counters of states change only
-  in ``_fire`` (and at a connection's birth in ``_new_record``). ``total`` is ``len(conns)``;
-  ``available`` is the size of the idle set; ``leased`` is what remains.
+  in ``_fire``, ``_new_record`` (a birth) and ``reset_after_fork`` (all to zero). ``total`` is
+  ``len(conns)``; ``available`` is the size of the idle set; ``leased`` is what remains.
 * The pool's state and generation change only in ``_set_state``, which also refreshes the gates
   the fast paths compare with (below).
 * A request that was served, failed, timed out or cancelled is out of the wait queue and is
@@ -50,7 +50,7 @@ against one of the pool's three gate values.
 * ``_lease_gen`` (``lease_idle``): the generation when the pool is ready, not load-balanced and
   not clocked (no idle time, lifetime or keep-alive to check at checkout); else -1.
 * ``_release_gen`` (``_give_back``): the generation when the pool is not closed, not
-  load-balanced and has no ``max_lifetime`` (nothing to check at check-in but the gate); else -1.
+  load-balanced, with no ``max_lifetime`` nor reset hook (nothing to check at check-in); else -1.
 * ``_quick_gen`` (``release_idle``): ``_release_gen``, and -1 when the pool is clocked (a
   check-in there must park the connection with its time, which ``release_idle`` does not take).
 
@@ -108,7 +108,7 @@ from .hooks import HookRuns
 from .idle import IdleSet
 from .keepalive import Probes
 from .leaks import LeakWatch
-from .maintenance import Lifecycle
+from .lifecycle import Lifecycle
 from .records import (
     _BACKING_OFF,
     _CHECKING,

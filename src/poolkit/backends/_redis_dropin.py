@@ -220,7 +220,7 @@ class Served:
         return self._connections_now(free=False, in_use=True)
 
     def set_retry(self, retry: Any) -> None:
-        connection_kwargs: dict[str, Any] = self.connection_kwargs  # type: ignore[attr-defined]
+        connection_kwargs: dict[str, Any] = self.connection_kwargs  # type: ignore[attr-defined]  # (redis-py is untyped)
         connection_kwargs.update({"retry": retry})
         for connection in self._connections_now(free=True, in_use=True):
             connection.retry = retry

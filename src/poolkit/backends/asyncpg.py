@@ -317,7 +317,7 @@ def rollback_only(conn: Connection) -> Awaitable[Any] | None:
     if conn.is_in_transaction() or getattr(conn, "_top_xact", None) is not None:
         # (asyncpg's own reset forgets the Transaction object too, or the next caller's
         # transaction() would be a savepoint of it)
-        conn._top_xact = None  # type: ignore[attr-defined]
+        conn._top_xact = None  # type: ignore[attr-defined]  # (asyncpg's private field)
         return conn.execute("ROLLBACK")
     return None
 

@@ -26,12 +26,12 @@ trip, as psycopg_pool's commit does, and the reset at check-in then sends nothin
 Everything else is made safe by the hooks, whatever way a connection comes back:
 
 * ``reset`` on check-in rolls back a transaction left open or failed (with a warning on logger
-  ``poolkit.backends.psycopg``, as psycopg_pool does: ``pool.connection()`` and ``checkout()``
-  never commit), discards a connection given back mid-query, closed or broken, gives back
-  what a caller can change on the connection object as it was once configured (``row_factory``,
-  the cursor factories, ``prepare_threshold``, ``prepared_max``, notice and notify handlers,
-  ``autocommit``, ``isolation_level``, ``read_only``, ``deferrable``), then (``reset=True``,
-  the default) sends asyncpg's reset:
+  ``poolkit.backends.psycopg``, as psycopg_pool does: the reset never commits; only a
+  ``connection()`` block's exit does, above), discards a connection given back mid-query,
+  closed or broken, gives back what a caller can change on the connection object as it was
+  once configured (``row_factory``, the cursor factories, ``prepare_threshold``,
+  ``prepared_max``, notice and notify handlers, ``autocommit``, ``isolation_level``,
+  ``read_only``, ``deferrable``), then (``reset=True``, the default) sends asyncpg's reset:
   ``pg_advisory_unlock_all()``, ``CLOSE ALL``, ``UNLISTEN *``, ``RESET ALL``, in one round trip
   outside a transaction. ``reset="..."``: your query instead; ``reset=False``: no query, only
   the rollback (psycopg_pool's behaviour), which costs no round trip on a clean connection.

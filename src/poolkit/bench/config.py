@@ -188,7 +188,7 @@ def sim_settings(pairs: dict[str, str]) -> SimSettings:
             raise BenchUsageError(
                 f"sim setting {key}{alias}: {text!r} is not {_SIM_RULES[name]}"
             ) from None
-    return SimSettings(**values)  # type: ignore[arg-type]
+    return SimSettings(**values)  # type: ignore[arg-type]  # (values checked above)
 
 
 def _mask(parts: urllib.parse.SplitResult) -> str:
@@ -363,7 +363,7 @@ class RunConfig:
         if param not in SWEEPABLE:
             raise BenchUsageError(f"--sweep: {param!r} cannot be swept")
         changes: dict[str, int] = {param: value}
-        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]  # (an int field)
 
     def check(self) -> None:
         """Raise :class:`BenchUsageError` for values no run can use."""

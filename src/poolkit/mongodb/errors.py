@@ -82,7 +82,7 @@ class MongoError(PoolError):
         self.labels = self.labels | {label}
 
     @property
-    def retryable(self) -> bool:  # type: ignore[override]
+    def retryable(self) -> bool:  # type: ignore[override]  # (a property where PoolError has a field)
         return "RetryableError" in self.labels
 
 

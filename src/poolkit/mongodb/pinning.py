@@ -232,7 +232,7 @@ class PinningRules(Generic[C]):
         if getattr(error, "_poolkit_judged", False):
             return  # (a pinned cursor's error, judged where it happened, reaches here again)
         try:
-            error._poolkit_judged = True  # type: ignore[attr-defined]
+            error._poolkit_judged = True  # type: ignore[attr-defined]  # (a mark on any exception)
         except AttributeError:
             pass
         conn = lease.connection

@@ -35,7 +35,7 @@ def _check_time(name: str, value: float) -> None:
 
 def _check_service_time(spec: object) -> None:
     if not isinstance(spec, tuple):
-        _check_time("service_time", spec)  # type: ignore[arg-type]
+        _check_time("service_time", spec)  # type: ignore[arg-type]  # (a number here)
         return
     if spec and spec[0] == "exp" and len(spec) == 2:
         _check_time("service_time", spec[1])
@@ -59,7 +59,7 @@ def draw_service_time(spec: ServiceTime, rng: random.Random) -> float:
     if spec[0] == "exp":
         mean = spec[1]
         return rng.expovariate(1.0 / mean) if mean > 0 else 0.0
-    return rng.uniform(spec[1], spec[2])  # type: ignore[misc]
+    return rng.uniform(spec[1], spec[2])  # type: ignore[misc]  # (a "uniform" tuple)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ Rules of this module
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, assert_never
 
 from ..errors import ConnectTimeoutError, PoolClearedError, PoolClosedError, WaitQueueTimeoutError
 from ..events import (
@@ -231,12 +231,14 @@ class Lifecycle(Health):
                 self._hook_timed_out(entry.target, now)
             elif kind is TimerKind.CONNECT_LOST:
                 self._connect_lost(entry.target, now)
-            else:  # CONNECT_TIMEOUT
+            elif kind is TimerKind.CONNECT_TIMEOUT:
                 conn: Conn = entry.target
                 timeout = self.options.connect_timeout
                 assert timeout is not None
                 error = ConnectTimeoutError(address=self.address, timeout=timeout)
                 self.connect_failed(conn, now, error, returned=False)
+            else:  # (a new kind of timer is a type error until it is handled here)
+                assert_never(kind)
 
     def _timer_is_live(self, entry: TimerEntry) -> bool:
         """Whether ``entry`` still matters (the timer heap's ``is_live``): asked of its owner."""
@@ -259,7 +261,9 @@ class Lifecycle(Health):
         if kind is TimerKind.CONNECT_LOST:
             lost: Conn = entry.target
             return lost.abandoned
-        return Probes.timer_is_live(entry)  # KEEP_ALIVE, PROBE_TIMEOUT
+        if kind is TimerKind.KEEP_ALIVE or kind is TimerKind.PROBE_TIMEOUT:
+            return Probes.timer_is_live(entry)
+        assert_never(kind)  # (a new kind of timer is a type error until it is handled here)
 
     def _schedule_background(self, when: float) -> None:
         if self.state is _CLOSED or when == float("inf"):

@@ -2,7 +2,8 @@
 src/poolkit/mongodb/pool_sync.py from pool_async.py; ``--check`` only says whether it is up to
 date (the tests run it so). The twin is the same code without ``async``/``await``, with the
 blocking names (``AsyncMongoPool`` -> ``MongoPool``, ``AsyncPool`` -> ``Pool``...) and its own
-module docstring; then ``ruff format``.
+module docstring; then ``ruff format``. A rule that changes nothing in any source fails the
+run (``.ci/run`` runs ``--check`` in its lint step).
 """
 
 from __future__ import annotations
@@ -44,11 +45,14 @@ RULES: list[tuple[str, str]] = [
 _DOCSTRING = re.compile(r'\A"""(.*?)"""', re.DOTALL)
 
 
-def twin(source: str, docstring: str) -> str:
-    """``source`` (an asyncio module) made blocking, formatted."""
+def twin(source: str, docstring: str, fired: set[str] | None = None) -> str:
+    """``source`` (an asyncio module) made blocking, formatted; the patterns of the rules that
+    changed something are added to ``fired``."""
     text = _DOCSTRING.sub(lambda _: docstring, source, count=1)
     for pattern, replacement in RULES:
-        text = re.sub(pattern, replacement, text)
+        text, count = re.subn(pattern, replacement, text)
+        if count and fired is not None:
+            fired.add(pattern)
     return formatted(text)
 
 
@@ -73,8 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="only say what is out of date")
     args = parser.parse_args(argv)
     stale = []
+    fired: set[str] = set()
     for source, target, docstring in PAIRS:
-        text = twin(source.read_text(), docstring)
+        text = twin(source.read_text(), docstring, fired)
         # (both formatted by the ruff at hand: another ruff's style is no difference)
         if target.exists() and formatted(target.read_text()) == text:
             continue
@@ -84,7 +89,12 @@ def main(argv: list[str] | None = None) -> int:
     for target in stale:
         verb = "is out of date" if args.check else "written"
         print(f"{target.relative_to(ROOT)} {verb}", file=sys.stderr)
-    return 1 if args.check and stale else 0
+    # a rule that changes nothing in any source is dead: the sources no longer need it, or it no
+    # longer matches what they say (a renamed class), and the twin is then silently wrong
+    dead = [pattern for pattern, _ in RULES if pattern not in fired]
+    for pattern in dead:
+        print(f"rule {pattern!r} changes nothing: remove it or mend it", file=sys.stderr)
+    return 1 if (args.check and stale) or dead else 0
 
 
 if __name__ == "__main__":

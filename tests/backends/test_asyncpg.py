@@ -11,9 +11,9 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from pg_service import PgServer, SilentProxy, need, pg, wait_until
 
 import poolkit
+from pg_service import PgServer, SilentProxy, need, pg, wait_until
 
 __all__ = ["pg"]  # the fixture, imported for the tests below
 

@@ -10,9 +10,9 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from pg_service import PgServer, need, pg, wait_until
 
 import poolkit
+from pg_service import PgServer, need, pg, wait_until
 from poolkit import events as ev
 
 __all__ = ["pg"]

@@ -9,9 +9,9 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from pg_service import PgServer, need, pg
 
 import poolkit
+from pg_service import PgServer, need, pg
 
 __all__ = ["pg"]
 

@@ -5,17 +5,13 @@ real PostgreSQL. Its type as a user's mypy sees it is checked at the end."""
 from __future__ import annotations
 
 import asyncio
-import importlib.metadata
-import re
-import textwrap
 from collections.abc import Callable, Coroutine
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from pg_service import PgServer, need, pg, skip_or_fail
 
 import poolkit
+from pg_service import PgServer, need, pg
 
 __all__ = ["pg"]
 
@@ -198,53 +194,3 @@ def test_proxies_leave_nothing_for_the_garbage_collector(pg: PgServer) -> None:
                 gc.enable()
 
     run(main)
-
-
-# ---------------------------------------------------------------- as a user's mypy sees it
-
-SNIPPET = """
-from typing import assert_type
-import asyncpg
-import poolkit
-from poolkit.backends import asyncpg as pk
-
-
-async def use() -> None:
-    pool = await pk.create_pool("postgresql://db/app")
-    assert_type(pool, poolkit.AsyncPool[asyncpg.Connection])
-    async with pool.connection() as conn:
-        assert_type(conn, asyncpg.Connection)
-        assert_type(conn.is_closed(), bool)
-        await conn.fetchvall("SELECT 1")  # E: attr-defined
-    lease = await pool.checkout()
-    assert_type(lease.connection, asyncpg.Connection)
-    proxy: asyncpg.Connection = pk.PooledConnection(lease.connection, lease)
-    pk.PooledConnection(lease.connection)  # E: call-arg
-"""
-
-
-def test_a_users_mypy_sees_asyncpg_connections(tmp_path: Path) -> None:
-    """With asyncpg's type stubs (``asyncpg-stubs``, a test dependency), a user's mypy sees an
-    ``asyncpg.Connection`` where the pool hands out its proxy: its methods, typed."""
-    try:
-        importlib.metadata.distribution("asyncpg-stubs")
-    except importlib.metadata.PackageNotFoundError:
-        skip_or_fail("asyncpg-stubs is not installed: pip install -e '.[test]'")
-    from mypy import api
-
-    source = textwrap.dedent(SNIPPET)
-    path = tmp_path / "snippet.py"
-    path.write_text(source)
-    expected = {
-        (number, match.group(1))
-        for number, line in enumerate(source.splitlines(), 1)
-        if (match := re.search(r"# E: ([\w-]+)", line))
-    }
-    out, err, _ = api.run(
-        ["--strict", "--no-incremental", "--cache-dir", str(tmp_path / "cache"), str(path)]
-    )
-    found = {
-        (int(m.group(1)), m.group(2))
-        for m in re.finditer(r"snippet\.py:(\d+): error: .*\[([\w-]+)\]$", out, re.M)
-    }
-    assert found == expected, out + err

@@ -8,9 +8,9 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from pg_service import PgServer, SilentProxy, need, pg, wait_until
 
 import poolkit
+from pg_service import PgServer, SilentProxy, need, pg, wait_until
 
 __all__ = ["pg"]
 

@@ -22,11 +22,11 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from pg_service import PgServer, need, pg, wait_until
 
 import poolkit
-from conftest import RedisServer
+from pg_service import PgServer, need, pg, wait_until
 from poolkit import events as ev
+from services import RedisServer
 
 __all__ = ["pg"]
 

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+
 from pg_service import PgServer, need, pg
 
 __all__ = ["pg"]

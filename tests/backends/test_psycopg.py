@@ -13,9 +13,9 @@ from collections.abc import Callable, Coroutine, Iterator
 from typing import TYPE_CHECKING, Any, assert_type
 
 import pytest
-from pg_service import PgServer, need, pg
 
 import poolkit
+from pg_service import PgServer, need, pg
 
 __all__ = ["pg"]
 

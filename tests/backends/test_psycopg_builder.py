@@ -8,9 +8,9 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from pg_service import PgServer, need, pg
 
 import poolkit
+from pg_service import PgServer, need, pg
 from poolkit import events
 
 __all__ = ["pg"]

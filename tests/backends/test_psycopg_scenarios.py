@@ -13,9 +13,9 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from pg_service import PgServer, SilentProxy, need, pg
 
 import poolkit
+from pg_service import PgServer, SilentProxy, need, pg
 
 __all__ = ["pg"]
 

@@ -8,9 +8,9 @@ import subprocess
 import sys
 
 import pytest
-from pg_service import PgServer, pg
 
-from conftest import RedisServer
+from pg_service import PgServer, pg
+from services import RedisServer
 
 __all__ = ["pg"]
 

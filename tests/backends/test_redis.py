@@ -21,10 +21,10 @@ import redis
 import redis.asyncio
 
 import poolkit
-from conftest import RedisServer
 from poolkit.backends import redis as pk_redis
 from poolkit.backends._extras import require
 from poolkit.driver import with_default_hooks
+from services import RedisServer
 
 
 def test_missing_driver_names_the_extra() -> None:

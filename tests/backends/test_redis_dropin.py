@@ -15,8 +15,8 @@ import pytest
 import redis
 
 import poolkit
-from conftest import RedisServer
 from poolkit.backends.redis import BlockingConnectionPool, ConnectionPool
+from services import RedisServer
 
 
 def test_client_commands_pipeline_and_pubsub(redis_server: RedisServer) -> None:

@@ -14,8 +14,8 @@ import redis
 import redis.asyncio
 
 import poolkit
-from conftest import RedisServer
 from poolkit.backends.redis import AsyncBlockingConnectionPool, AsyncConnectionPool
+from services import RedisServer
 
 
 def test_commands_pipeline_pubsub_and_64_tasks(redis_server: RedisServer) -> None:

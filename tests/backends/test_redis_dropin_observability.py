@@ -20,8 +20,8 @@ import redis
 import redis.asyncio
 import redis.event
 
-from conftest import RedisServer
 from poolkit.backends import redis as pk_redis
+from services import RedisServer
 
 #: the child: the same steps on each pool class, one after the other; what each added to the
 #: metrics, with two connections out and at the end

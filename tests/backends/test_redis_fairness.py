@@ -16,12 +16,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import pytest
 import redis
 
 from poolkit.backends.redis import BlockingConnectionPool
 
 if TYPE_CHECKING:
-    from conftest import RedisServer
+    from services import RedisServer
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,7 @@ def measure(
     return Fairness(name, [w for mine in waits for w in mine], [len(mine) for mine in waits])
 
 
+@pytest.mark.timing
 def test_drop_in_serves_every_thread(redis_server: RedisServer) -> None:
     """64 threads on 4 connections for 3 s: every thread completes commands, none waits long."""
     result = measure(

@@ -11,8 +11,8 @@ import pytest
 import redis
 
 import poolkit
-from conftest import RedisServer
 from poolkit.backends import redis as pk_redis
+from services import RedisServer
 
 ONE = poolkit.PoolOptions(max_size=1)
 CHECK_ALWAYS = poolkit.PoolOptions(max_size=1, hooks=pk_redis.hooks(check_after=0))

@@ -30,10 +30,10 @@ import redis
 import redis.asyncio
 
 import poolkit
-from conftest import RedisServer, skip_or_fail
 from poolkit import events as ev
 from poolkit.backends import redis as pk_redis
 from poolkit.backends._redis_session import Session, Verdict, command_words
+from services import RedisServer, skip_or_fail
 
 FRONTS = ["threads", "asyncio"]
 

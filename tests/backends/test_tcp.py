@@ -11,10 +11,10 @@ import ssl
 import threading
 
 import pytest
-from echo_servers import echo_server, roundtrip, start_echo, stream_roundtrip
 
 import poolkit
 from certs import Cert, server_context, trusting
+from echo_servers import echo_server, roundtrip, start_echo, stream_roundtrip
 from poolkit.backends import tcp
 
 

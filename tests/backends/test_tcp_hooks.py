@@ -9,9 +9,9 @@ import select
 import socket
 
 import pytest
-from echo_servers import echo_server, roundtrip, start_echo, stream_roundtrip
 
 import poolkit
+from echo_servers import echo_server, roundtrip, start_echo, stream_roundtrip
 from poolkit.backends import tcp
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 import jsonschema
 import pytest
+
 from bench_run import (
     PG_DSN,
     REDIS_URL,

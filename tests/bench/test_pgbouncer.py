@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from bench_run import Ran, assert_one_line_error, bench
 from pgbouncer import DEFAULT_POOL_SIZE, PgBouncer, pgbouncer
 

@@ -16,10 +16,10 @@ from typing import Any
 
 import pymongo
 import pytest
-from lb_helpers import Recorder, run
 from pymongo.errors import OperationFailure as PyMongoOperationFailure
 
 import poolkit
+from lb_helpers import Recorder, run
 from poolkit import events as ev
 from poolkit.mongodb import AsyncMongoPool, connect, connect_sync, parse_uri
 from poolkit.mongodb import auth as auth_module

@@ -14,9 +14,9 @@ from typing import Any
 
 import pymongo
 import pytest
-from mongo_services import SELECTION_MS, Cluster, haproxy_cluster, wait_until
 from pymongo.errors import ConnectionFailure, NotPrimaryError
 
+from mongo_services import SELECTION_MS, Cluster, haproxy_cluster, wait_until
 from poolkit.testing.mongo import HAProxy, WireClient, WireCommandError
 
 __all__ = ["haproxy_cluster"]  # (the fixture: imported for pytest)

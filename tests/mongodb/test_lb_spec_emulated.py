@@ -11,9 +11,9 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import pytest
-from lb_helpers import Recorder, filled, lb_pool, run, spread
 
 import poolkit
+from lb_helpers import Recorder, filled, lb_pool, run, spread
 from poolkit import events as ev
 from poolkit.mongodb import (
     AsyncMongoPool,

@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from lb_helpers import Recorder, filled, lb_pool, run, spread
 
 import poolkit
+from lb_helpers import Recorder, filled, lb_pool, run, spread
 from poolkit import events as ev
 from poolkit.mongodb import (
     AsyncMongoPool,

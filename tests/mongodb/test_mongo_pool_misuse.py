@@ -11,9 +11,9 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 import pytest
-from lb_helpers import Recorder, filled, lb_pool, run
 
 import poolkit
+from lb_helpers import Recorder, filled, lb_pool, run
 from poolkit import events as ev
 from poolkit import mongodb
 from poolkit.mongodb import (

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lb_helpers import Recorder
 
 import poolkit
+from lb_helpers import Recorder
 from poolkit import events as ev
 from poolkit.mongodb import (
     AsyncMongoPool,

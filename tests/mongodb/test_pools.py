@@ -8,9 +8,9 @@ import asyncio
 import time
 
 import pytest
-from lb_helpers import run
 
 import poolkit
+from lb_helpers import run
 from poolkit import mongodb
 from poolkit.mongodb.pools import async_check
 from poolkit.testing.mongo import SimMongoServer, SimMongoSettings

@@ -22,9 +22,9 @@ import pymongo
 import pytest
 from bson.binary import Binary
 from bson.int64 import Int64
-from mongo_services import SELECTION_MS, Sim, sim_mongo, start_sim
 from pymongo import monitoring
 
+from mongo_services import SELECTION_MS, Sim, sim_mongo, start_sim
 from poolkit.testing.mongo import SimMongoSettings, SimMongoStore, WireClient
 
 __all__ = ["sim_mongo"]  # (the fixture: imported for pytest)
@@ -98,6 +98,7 @@ def sim_one() -> Iterator[Sim]:
 # ---------------------------------------------------------------------- raw getMore
 
 
+@pytest.mark.timing
 def test_a_get_more_waits_for_a_change_then_answers_it(sim_mongo: Sim) -> None:
     port = sim_mongo.server.port
     with WireClient(port) as conn:
@@ -126,6 +127,7 @@ def test_a_get_more_without_max_time_ms_waits_too(sim_mongo: Sim) -> None:
     assert [c["documentKey"] for c in reply["cursor"]["nextBatch"]] == [{"_id": 1}]
 
 
+@pytest.mark.timing
 def test_a_get_more_with_nothing_new_answers_an_empty_batch_after_max_time_ms(
     sim_mongo: Sim,
 ) -> None:
@@ -139,6 +141,7 @@ def test_a_get_more_with_nothing_new_answers_an_empty_batch_after_max_time_ms(
     assert 0.1 <= took < 3.0
 
 
+@pytest.mark.timing
 def test_a_change_to_another_collection_does_not_end_the_wait(sim_mongo: Sim) -> None:
     port = sim_mongo.server.port
     with WireClient(port) as conn:
@@ -152,6 +155,7 @@ def test_a_change_to_another_collection_does_not_end_the_wait(sim_mongo: Sim) ->
     assert took >= 0.2  # (woken by the other collection's change, it waited on)
 
 
+@pytest.mark.timing
 def test_a_change_from_another_server_on_the_same_store_ends_the_wait() -> None:
     """Servers on other threads' loops share the store (as behind HAProxy): a change recorded
     there is seen by the waiting getMore."""
@@ -173,6 +177,7 @@ def test_a_change_from_another_server_on_the_same_store_ends_the_wait() -> None:
         second.thread.stop()
 
 
+@pytest.mark.timing
 def test_other_cursors_get_more_does_not_wait(sim_one: Sim) -> None:
     with WireClient(sim_one.server.port) as conn:
         conn.command("db", {"insert": "items", "documents": [{"_id": i} for i in range(3)]})
@@ -186,6 +191,7 @@ def test_other_cursors_get_more_does_not_wait(sim_one: Sim) -> None:
     assert took < 1.0 and took_last < 1.0  # (not the 5 s of maxTimeMS)
 
 
+@pytest.mark.timing
 def test_a_killed_or_unknown_cursor_does_not_wait(sim_one: Sim) -> None:
     with WireClient(sim_one.server.port) as conn:
         cursor_id = open_stream(conn)
@@ -209,6 +215,7 @@ def test_a_fault_on_get_more_still_closes_the_connection(sim_one: Sim) -> None:
     assert sim_one.server.stats().fault_hits == 1
 
 
+@pytest.mark.timing
 def test_a_fault_on_get_more_still_answers_its_error_at_once(sim_one: Sim) -> None:
     with WireClient(sim_one.server.port) as conn:
         cursor_id = open_stream(conn)
@@ -221,6 +228,7 @@ def test_a_fault_on_get_more_still_answers_its_error_at_once(sim_one: Sim) -> No
     assert took < 3.0
 
 
+@pytest.mark.timing
 def test_a_delayed_get_more_is_delayed_then_waits_for_its_change(sim_one: Sim) -> None:
     port = sim_one.server.port
     with WireClient(port) as conn:
@@ -235,6 +243,7 @@ def test_a_delayed_get_more_is_delayed_then_waits_for_its_change(sim_one: Sim) -
     assert took < 3.0
 
 
+@pytest.mark.timing
 def test_closing_the_connections_ends_a_waiting_get_more(sim_one: Sim) -> None:
     with WireClient(sim_one.server.port) as conn:
         cursor_id = open_stream(conn)
@@ -252,6 +261,7 @@ def test_closing_the_connections_ends_a_waiting_get_more(sim_one: Sim) -> None:
 # ---------------------------------------------------------------------- pymongo
 
 
+@pytest.mark.timing
 def test_pymongo_next_blocks_until_a_change_from_another_thread(sim_mongo: Sim) -> None:
     listener = GetMores()
     with client(sim_mongo.uri, event_listeners=[listener]) as mongo:

@@ -10,8 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from mongo_services import Client, mongo, sim_mongo
 from pymongo.errors import CollectionInvalid, OperationFailure
+
+from mongo_services import Client, mongo, sim_mongo
 
 __all__ = ["mongo", "sim_mongo"]  # (the fixtures: imported for pytest)
 

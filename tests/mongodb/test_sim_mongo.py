@@ -16,7 +16,6 @@ from typing import Any
 import pymongo
 import pytest
 from bson.objectid import ObjectId
-from mongo_services import SELECTION_MS, Sim, sim_mongo, start_sim, wait_until
 from pymongo import monitoring
 from pymongo.errors import (
     AutoReconnect,
@@ -28,6 +27,7 @@ from pymongo.errors import (
     ServerSelectionTimeoutError,
 )
 
+from mongo_services import SELECTION_MS, Sim, sim_mongo, start_sim, wait_until
 from poolkit.mongodb.wire import Message, MessageReader, encode_msg, encode_query
 from poolkit.testing.mongo import (
     STATE_CHANGE_CODES,

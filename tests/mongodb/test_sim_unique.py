@@ -18,10 +18,10 @@ from bson.int64 import Int64
 from bson.objectid import ObjectId
 from hypothesis import given
 from hypothesis import strategies as st
-from mongo_services import Client, Collection, items, mongo, sim_mongo
 from pymongo import InsertOne, ReplaceOne, UpdateOne
 from pymongo.errors import BulkWriteError, DuplicateKeyError, OperationFailure
 
+from mongo_services import Client, Collection, items, mongo, sim_mongo
 from poolkit.testing.mongo.indexes import UNDEFINED, Duplicate, UniqueKeys, index_keys
 from poolkit.testing.mongo.store import SimMongoStore, matches
 

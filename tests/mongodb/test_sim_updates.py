@@ -14,10 +14,10 @@ import pymongo
 import pytest
 from bson.int64 import Int64
 from bson.objectid import ObjectId
-from mongo_services import SELECTION_MS, Client, Collection, Sim, items, mongo, sim_mongo, start_sim
 from pymongo import DeleteOne, InsertOne, ReplaceOne, ReturnDocument, UpdateMany, UpdateOne
 from pymongo.errors import BulkWriteError, DuplicateKeyError, OperationFailure, WriteError
 
+from mongo_services import SELECTION_MS, Client, Collection, Sim, items, mongo, sim_mongo, start_sim
 from poolkit.testing.mongo import SimMongoSettings, WireClient, WireCommandError
 
 __all__ = ["items", "mongo", "sim_mongo"]  # (the fixtures: imported for pytest)

@@ -14,10 +14,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from lb_helpers import Recorder, run
 from pymongo.errors import OperationFailure as PyMongoOperationFailure
 from test_auth import BOTH, PASSWORD, USERS, auth_pool, pymongo_client, settings, sim_exchange
 
+from lb_helpers import Recorder, run
 from poolkit.mongodb.auth import Credentials, ScramClient, Speculation, authenticate
 from poolkit.mongodb.connection import AsyncMongoConnection, MongoConnection
 from poolkit.mongodb.errors import AuthenticationError

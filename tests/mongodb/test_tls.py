@@ -10,10 +10,10 @@ from typing import Any
 
 import pymongo
 import pytest
-from lb_helpers import run
 
 import poolkit
 from certs import Cert, server_context, trusting
+from lb_helpers import run
 from poolkit.mongodb import (
     HandshakeError,
     connect_sync_uri,

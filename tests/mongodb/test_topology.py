@@ -22,7 +22,6 @@ from typing import Any
 
 import pytest
 
-from conftest import skip_or_fail
 from poolkit.errors import PoolError
 from poolkit.mongodb.sdam_events import (
     SdamEvent,
@@ -44,6 +43,7 @@ from poolkit.mongodb.topology import (
     normalize_address,
 )
 from poolkit.mongodb.uri import parse_uri
+from services import skip_or_fail
 from spec_dirs import find_spec_dir, where_looked
 
 LB = "lb.example:27017"

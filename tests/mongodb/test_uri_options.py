@@ -12,6 +12,16 @@ import warnings
 from typing import Any
 
 import pytest
+
+from poolkit import PoolOptions
+from poolkit.mongodb.uri import (
+    InvalidURIError,
+    MongoURI,
+    URIOptions,
+    URIOptionWarning,
+    parse_uri,
+)
+from services import skip_or_fail
 from uri_spec import (
     SPEC_CASES,
     URI_DIR,
@@ -20,16 +30,6 @@ from uri_spec import (
     load_cases,
     missing_reason,
     needs_dns,
-)
-
-from conftest import skip_or_fail
-from poolkit import PoolOptions
-from poolkit.mongodb.uri import (
-    InvalidURIError,
-    MongoURI,
-    URIOptions,
-    URIOptionWarning,
-    parse_uri,
 )
 
 CASES = load_cases(URI_DIR) if URI_DIR.is_dir() else []

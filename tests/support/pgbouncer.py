@@ -1,7 +1,7 @@
 """PgBouncer in front of the test PostgreSQL server, for the tests of tests/bench.
 
 Tests take the ``pgbouncer`` fixture (import it: ``from pgbouncer import pgbouncer``; a
-``conftest.py`` in this folder would be a second top-level module named ``conftest`` beside
+``conftest.py`` in tests/bench would be a second top-level module named ``conftest`` beside
 tests/conftest.py, which mypy refuses). It gives each test a PgBouncer of its own, started fresh
 (no server connection, no prepared statement left by another test) on 127.0.0.1 and a free port,
 in transaction pooling with :data:`DEFAULT_POOL_SIZE` server connections, in front of
@@ -31,8 +31,8 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import pytest
-from bench_run import PG_DSN, skip_or_fail
 
+from bench_run import PG_DSN, skip_or_fail
 from debian_packages import program_or_reason
 
 #: PgBouncer's server connections per (database, user): small, so that the effect is seen

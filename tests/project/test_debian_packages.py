@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_a_missing_program_is_a_reason_and_nothing_is_installed(tmp_path: Path) -> None:
@@ -24,7 +24,7 @@ def test_a_missing_program_is_a_reason_and_nothing_is_installed(tmp_path: Path) 
     )
     ran = subprocess.run(
         [sys.executable, "-c", code],
-        cwd=ROOT / "tests",
+        cwd=ROOT / "tests" / "support",
         env={**os.environ, "PATH": f"{tmp_path}:{os.environ.get('PATH', '')}"},
         capture_output=True,
         text=True,

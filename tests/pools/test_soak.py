@@ -1,5 +1,5 @@
-"""The soak script (``tests/soak.py``) as CI runs it: a few seconds of both front ends, which
-must pass, and a leak made on purpose, which its memory verdict must catch.
+"""The soak script (``tests/support/soak.py``) as CI runs it: a few seconds of both front ends,
+which must pass, and a leak made on purpose, which its memory verdict must catch.
 
 Each runs the documented command in a subprocess (its own tracemalloc, logging and switch
 interval), with warnings as errors as in the test suite.
@@ -11,7 +11,7 @@ import os
 import subprocess
 import sys
 
-SOAK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "soak.py")
+SOAK = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "support", "soak.py")
 
 
 def soak(*args: str) -> subprocess.CompletedProcess[str]:

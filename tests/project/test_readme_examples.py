@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import skip_or_fail
+from services import skip_or_fail
 
-README = Path(__file__).parents[1] / "README.md"
+README = Path(__file__).parents[2] / "README.md"
 _TEXT = README.read_text()
 #: (the line a block starts on, its code)
 EXAMPLES = [

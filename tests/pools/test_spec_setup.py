@@ -17,7 +17,7 @@ import pytest
 from cmap_runner import find_cmap_dir
 from spec_dirs import find_spec_dir
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _pytest(*args: str, **env: str | None) -> subprocess.CompletedProcess[str]:
@@ -90,7 +90,9 @@ def test_the_66_spec_cases_are_collected_from_either_folder_level(
 ) -> None:
     spec_tests = _spec_tests(tmp_path)
     folder = spec_tests if level == "spec-tests" else spec_tests / "cmap-format"
-    run = _pytest("--collect-only", "-q", "tests/test_cmap_spec.py", POOLKIT_SPEC_TESTS=str(folder))
+    run = _pytest(
+        "--collect-only", "-q", "tests/pools/test_cmap_spec.py", POOLKIT_SPEC_TESTS=str(folder)
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     cases = [line for line in run.stdout.splitlines() if "::test_cmap[" in line]
     assert len(cases) == 66
@@ -101,7 +103,7 @@ def test_missing_spec_files_are_one_skip_saying_how_many_cases_did_not_run(
 ) -> None:
     run = _pytest(
         "-q",
-        "tests/test_cmap_spec.py",
+        "tests/pools/test_cmap_spec.py",
         POOLKIT_SPEC_TESTS=str(tmp_path),
         POOLKIT_REQUIRE_SERVICES=None,
     )
@@ -116,7 +118,7 @@ def test_missing_spec_files_are_one_skip_saying_how_many_cases_did_not_run(
 def test_missing_spec_files_fail_when_services_are_required(tmp_path: Path) -> None:
     run = _pytest(
         "-q",
-        "tests/test_cmap_spec.py",
+        "tests/pools/test_cmap_spec.py",
         POOLKIT_SPEC_TESTS=str(tmp_path),
         POOLKIT_REQUIRE_SERVICES="1",
     )

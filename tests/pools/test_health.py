@@ -16,7 +16,7 @@ from typing import Any, cast
 import pytest
 
 import poolkit
-from conftest import Conn
+from doubles import Conn
 from frontends import Front, drive
 from poolkit import events as ev
 from poolkit.testing import FakeClock, run

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import poolkit
-from conftest import Conn
+from doubles import Conn
 from poolkit import events as ev
 from poolkit.testing import run
 

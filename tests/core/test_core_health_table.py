@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any, cast
 
 import pytest
+from test_core_table import ADDRESS, kinds, queue, started
 
 from poolkit import Backoff, Hooks, KeepAlive, PoolOptions
 from poolkit._core import (
@@ -33,7 +34,6 @@ from poolkit.events import (
     LeaseLeakedEvent,
     MaxStreamsChangedEvent,
 )
-from test_core_table import ADDRESS, kinds, queue, started
 
 
 def _probe(connection: Any) -> None:  # pragma: no cover - the core never calls it

@@ -66,6 +66,7 @@ def test_binds_localhost_only_and_checks_settings() -> None:
             SimSettings(**bad)
 
 
+@pytest.mark.timing
 def test_echo_and_handshake_latency() -> None:
     async def body(server: SimServer) -> None:
         assert server.address == f"{HOST}:{server.port}"
@@ -83,6 +84,7 @@ def test_echo_and_handshake_latency() -> None:
     run(SimSettings(handshake_latency=0.2), body)
 
 
+@pytest.mark.timing
 def test_fixed_service_time() -> None:
     async def body(server: SimServer) -> None:
         conn = await SimConnection.connect(HOST, server.port, timeout=5)
@@ -155,6 +157,7 @@ def test_max_connections_refuses_the_extra_connection() -> None:
     run(SimSettings(max_connections=2), body)
 
 
+@pytest.mark.timing
 def test_concurrency_limit_queues_requests_fifo() -> None:
     n = 4
 
@@ -220,6 +223,7 @@ def test_drop_connection_fraction() -> None:
     run(SimSettings(drop_connection_fraction=0.5, seed=2), body)
 
 
+@pytest.mark.timing
 def test_stall_window_and_stall_at_run_time() -> None:
     async def body(server: SimServer) -> None:
         start = time.monotonic()
@@ -296,6 +300,7 @@ def test_goaway_after_requests_closes_the_connection_in_an_async_pool() -> None:
     run(SimSettings(goaway_after_requests=3), body)
 
 
+@pytest.mark.timing
 def test_multiplexing_and_a_stream_limit_change() -> None:
     async def body(server: SimServer) -> None:
         conn = await SimConnection.connect(HOST, server.port, timeout=5)
@@ -427,7 +432,7 @@ def test_threaded_pool_replaces_connections_that_go_away() -> None:
 
 
 def test_readme_example_runs() -> None:
-    text = (Path(__file__).parents[1] / "README.md").read_text()
+    text = (Path(__file__).parents[2] / "README.md").read_text()
     start = text.index("\n## Testing your code with poolkit")
     section = text[start : text.index("\n## ", start + 1)]
     (example,) = re.findall(r"```python\n(.*?)```", section, re.S)

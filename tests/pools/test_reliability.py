@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 import poolkit
-from conftest import Conn
+from doubles import Conn
 from frontends import Front, ThreadFront, drive
 from poolkit.testing import run
 
@@ -196,7 +196,7 @@ def test_request_book_is_changed_under_the_pool_lock() -> None:
     # so an id reused at once could lose its entry and cancel_request missed a waiting request.
     import threading
 
-    from poolkit._core import PoolCore
+    from poolkit._core import PoolCore, StartConnect
     from poolkit._requests import RequestBook
 
     class Req:
@@ -212,7 +212,8 @@ def test_request_book_is_changed_under_the_pool_lock() -> None:
     core = PoolCore(poolkit.PoolOptions(max_size=1, min_size=1), "db:1")
     core.ready(0.0)
     (start,) = core.take()[0]
-    core.connected(start.conn, 0.0, Conn(1))  # type: ignore[attr-defined]
+    assert isinstance(start, StartConnect)
+    core.connected(start.conn, 0.0, Conn(1))
     core.take()
     holder = core.lease_idle(0.0)
     assert holder is not None

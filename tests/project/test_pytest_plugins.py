@@ -10,11 +10,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import skip_or_fail
+from services import skip_or_fail
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 #: a quick file of the suite (what broke was pytest's start-up and its check of the options)
-SAMPLE = "tests/test_core_layout.py"
+SAMPLE = "tests/core/test_core_layout.py"
 
 
 def pytest_run(*args: str) -> subprocess.CompletedProcess[str]:

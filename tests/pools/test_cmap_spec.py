@@ -14,7 +14,7 @@ from cmap_runner import (
     run_async_file,
     run_threads,
 )
-from conftest import skip_or_fail
+from services import skip_or_fail
 
 FILES = sorted(p.name for p in CMAP_DIR.glob("*.json")) if CMAP_DIR.is_dir() else []
 

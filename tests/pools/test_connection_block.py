@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 import poolkit
-from conftest import Conn
+from doubles import Conn
 from poolkit import events as ev
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 import poolkit
-from conftest import Conn
+from doubles import Conn
 from frontends import Front, ThreadFront, drive
 from poolkit import events as ev
 

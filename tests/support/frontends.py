@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import poolkit
-from conftest import Conn
+from doubles import Conn
 from poolkit import events as ev
 from poolkit.testing import FakeClock, run
 

@@ -14,9 +14,9 @@ made is tracked, and the run reports each rule broken:
 * ``stats()`` stay consistent while it runs, and are all zero at the end;
 * no worker waited past its timeout plus a slack; no task or thread of the pool is left.
 
-``python tests/stress.py --front threads --seeds 50 --seconds 5`` runs longer; a failing seed is
-printed so that ``--seed N`` replays it. The test suite runs a few seconds per seed and front end
-(``tests/test_stress.py``).
+``python tests/support/stress.py --front threads --seeds 50 --seconds 5`` runs longer; a failing
+seed is printed so that ``--seed N`` replays it. The test suite runs a few seconds per seed and
+front end (``tests/pools/test_stress.py``).
 """
 
 from __future__ import annotations
@@ -194,7 +194,7 @@ class Book:
 
 
 # ---------------------------------------------------------------------------------- connects
-# (module functions, shared with tests/soak.py: a pool takes ``functools.partial(f, book)``)
+# (module functions, shared with tests/support/soak.py: a pool takes ``functools.partial(f, book)``)
 
 
 def connect_blocking(book: Book, ctx: poolkit.ConnectContext) -> Tracked:
@@ -554,7 +554,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"    {problem}")
             if book.problems:
                 failed += 1
-                print(f"    replay: python tests/stress.py --front {front} --seed {seed}")
+                print(f"    replay: python tests/support/stress.py --front {front} --seed {seed}")
     print(f"{failed} failing run(s)")
     return 1 if failed else 0
 

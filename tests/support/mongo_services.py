@@ -2,7 +2,8 @@
 tests of tests/mongodb.
 
 Tests take the fixtures (import them: ``from mongo_services import sim_mongo``; a
-``conftest.py`` here would be a second top-level ``conftest`` module beside tests/conftest.py):
+``conftest.py`` in tests/mongodb would be a second top-level ``conftest`` module beside
+tests/conftest.py):
 
 * ``sim_mongo``: a :class:`~poolkit.testing.mongo.SimMongoServer` of three services on its own
   thread (:class:`Sim`: the server, its thread's handle, and ``call`` to reach it);
@@ -28,7 +29,6 @@ from typing import Any
 import pymongo
 import pytest
 
-from conftest import skip_or_fail
 from debian_packages import program_or_reason
 from poolkit.testing import ServerThread
 from poolkit.testing.mongo import (
@@ -38,6 +38,7 @@ from poolkit.testing.mongo import (
     SimMongoStore,
     find_haproxy,
 )
+from services import skip_or_fail
 
 #: the clients' server selection timeout (ms): the simulator answers at once
 SELECTION_MS = 5000

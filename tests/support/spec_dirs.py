@@ -10,7 +10,7 @@ from pathlib import Path
 
 #: where the spec files are when ``POOLKIT_SPEC_TESTS`` is not set: ``../shared/spec-tests``
 #: beside the clone
-DEFAULT_SPEC_DIR = Path(__file__).resolve().parents[2] / "shared" / "spec-tests"
+DEFAULT_SPEC_DIR = Path(__file__).resolve().parents[3] / "shared" / "spec-tests"
 
 
 #: the spec-tests folder's suites, each in a folder of that name (the README lets

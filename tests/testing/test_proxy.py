@@ -61,6 +61,7 @@ def test_forwards_and_counts_bytes() -> None:
     run(body)
 
 
+@pytest.mark.timing
 def test_latency_per_direction() -> None:
     async def body(server: SimServer, proxy: FaultProxy) -> None:
         conn = await SimConnection.connect(HOST, proxy.port, timeout=5)

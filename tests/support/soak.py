@@ -1,8 +1,8 @@
 """Soak: one long-lived pool per front end under a bounded mixed workload with random faults.
 
-    python tests/soak.py [--minutes 10] [--front both|threads|asyncio] [--seed N]
+    python tests/support/soak.py [--minutes 10] [--front both|threads|asyncio] [--seed N]
 
-``--minutes`` takes fractions (``0.5``: 30 s). Unlike ``tests/stress.py`` (a fresh pool per
+``--minutes`` takes fractions (``0.5``: 30 s). Unlike ``tests/support/stress.py`` (a fresh pool per
 seed, ``close()`` racing the workers), a soak keeps ONE pool per front end open for the whole
 run and looks at what piles up over time. With ``--front both`` (the default) the two run at
 once in one process: a ``Pool`` driven by worker threads, and an ``AsyncPool`` driven by tasks
@@ -48,9 +48,10 @@ Rules checked (a broken one fails the run):
 Threads change hands every 0.1 ms during a run (``sys.setswitchinterval``; CPython's default is
 5 ms): more interleavings per minute. ``--seed`` fixes what each worker, probe and connect draws;
 the threads' timing still differs from run to run. ``--self-check-leak BYTES`` keeps BYTES per
-operation on purpose: the memory verdict must then fail (``tests/test_soak.py`` checks it).
+operation on purpose: the memory verdict must then fail (``tests/pools/test_soak.py`` checks it).
 
-Exit status 0 when every rule held, 1 otherwise. ``tests/test_soak.py`` runs a few seconds of it.
+Exit status 0 when every rule held, 1 otherwise. ``tests/pools/test_soak.py`` runs a few seconds
+of it.
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
-import stress  # noqa: E402  (tests/stress.py, beside this file)
+import stress  # noqa: E402  (tests/support/stress.py, beside this file)
 from stress import Book, Config, ConnectRefused, Tracked, UserError  # noqa: E402
 
 # ---------------------------------------------------------------------------------- settings
@@ -1286,7 +1287,7 @@ def main(argv: list[str] | None = None) -> int:
     print(text, flush=True)
     if not ok:
         print(
-            f"replay the workload: python tests/soak.py --minutes {args.minutes:g} "
+            f"replay the workload: python tests/support/soak.py --minutes {args.minutes:g} "
             f"--front {args.front} --seed {seed}"
         )
     _self_check_leak.clear()

@@ -1,5 +1,5 @@
 """The randomized stress runs of ``stress.py`` in the suite: a few seeds, a couple of seconds
-each, on both front ends (``python tests/stress.py --seeds 50 --seconds 5`` runs longer)."""
+each, on both front ends (``python tests/support/stress.py --seeds 50 --seconds 5`` runs longer)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ SECONDS = 2.0
 def test_stress(front_kind: str, seed: int, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.ERROR, logger="poolkit")  # (connects fail on purpose: warned)
     book = stress.run(front_kind, seed, SECONDS)
-    replay = f"replay: python tests/stress.py --front {front_kind} --seed {seed}"
+    replay = f"replay: python tests/support/stress.py --front {front_kind} --seed {seed}"
     assert book.problems == [], f"{book.report()}\n{replay}"
     assert book.outcomes["ok"] > 50, book.report()  # (the run did work)
     assert book.made, book.report()

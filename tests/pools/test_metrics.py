@@ -9,7 +9,7 @@ import pytest
 
 import poolkit
 import poolkit.metrics
-from conftest import Conn
+from doubles import Conn
 
 prometheus_client = pytest.importorskip("prometheus_client")
 sdk_metrics = pytest.importorskip("opentelemetry.sdk.metrics")

@@ -21,16 +21,9 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
+from services import skip_or_fail
+
 DSN = os.environ.get("POOLKIT_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
-
-
-def skip_or_fail(reason: str) -> None:
-    """Skip with ``reason``, or fail with it when POOLKIT_REQUIRE_SERVICES=1 (as the suite's
-    ``conftest.skip_or_fail``; not imported from there: a ``conftest`` of this folder, should one
-    come, would shadow that module's name)."""
-    if os.environ.get("POOLKIT_REQUIRE_SERVICES") == "1":
-        pytest.fail(f"{reason} (POOLKIT_REQUIRE_SERVICES=1)")
-    pytest.skip(reason)
 
 
 def need(module: str) -> Any:

@@ -1,6 +1,6 @@
 """Authentication in poolkit.mongodb's handshake (poolkit.mongodb.auth): the SCRAM client on
 the RFCs' test vectors, SASLprep on RFC 4013's examples, the conversation against the
-simulator's server side (poolkit.testing.mongo.scram) without I/O, then pools of
+simulator's server side (poolkit_sim_mongo.scram) without I/O, then pools of
 authenticated connections against the simulator, the errors' SDAM rules, and pymongo as the
 client of the simulator's SCRAM (proof that it is MongoDB's)."""
 
@@ -45,9 +45,9 @@ from poolkit.mongodb.errors import (
 )
 from poolkit.mongodb.monitoring import CommandEvent
 from poolkit.mongodb.pools import connect_sync_uri, connect_uri
-from poolkit.testing.mongo import SimMongoServer, SimMongoSettings, WireClient, WireCommandError
-from poolkit.testing.mongo.scram import SimUsers
-from poolkit.testing.mongo.settings import ConnectionInfo
+from poolkit_sim_mongo import SimMongoServer, SimMongoSettings, WireClient, WireCommandError
+from poolkit_sim_mongo.scram import SimUsers
+from poolkit_sim_mongo.settings import ConnectionInfo
 
 PASSWORD = "s3cret-Pencil-42"
 USERS = {"app": PASSWORD}

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from poolkit.testing.mongo import SimMongoServer, SimMongoSettings
+from poolkit_sim_mongo import SimMongoServer, SimMongoSettings
 
 
 def bench(uri: str, *options: str) -> subprocess.CompletedProcess[str]:

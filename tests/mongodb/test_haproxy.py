@@ -17,7 +17,7 @@ import pytest
 from pymongo.errors import ConnectionFailure, NotPrimaryError
 
 from mongo_services import SELECTION_MS, Cluster, haproxy_cluster, wait_until
-from poolkit.testing.mongo import HAProxy, WireClient, WireCommandError
+from poolkit_sim_mongo import HAProxy, WireClient, WireCommandError
 
 __all__ = ["haproxy_cluster"]  # (the fixture: imported for pytest)
 

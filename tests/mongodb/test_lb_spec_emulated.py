@@ -1,6 +1,6 @@
 """The expectations of spec-tests/load-balancers/ that concern the pool and the connection,
 emulated: each test below names the spec file and case it follows, and runs it against the
-simulated load balancer (poolkit.testing.mongo) through poolkit.mongodb.AsyncMongoPool, checking
+simulated load balancer (poolkit_sim_mongo) through poolkit.mongodb.AsyncMongoPool, checking
 the same connection counts and CMAP events the spec's runner checks. (The spec files drive a
 full driver's CRUD API through the unified test runner; AsyncMongoPool has the pool's part.)"""
 
@@ -27,7 +27,7 @@ from poolkit.mongodb.monitoring import (
     CommandStartedEvent,
     CommandSucceededEvent,
 )
-from poolkit.testing.mongo import SimMongoServer, SimMongoSettings
+from poolkit_sim_mongo import SimMongoServer, SimMongoSettings
 
 CMAP = (
     ev.ConnectionCheckedOutEvent,

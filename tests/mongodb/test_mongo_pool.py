@@ -1,5 +1,5 @@
 """poolkit.mongodb's connections and AsyncMongoPool against the simulated load balancer
-(poolkit.testing.mongo): the handshake, per-service clearing, pinning, the timeout message.
+(poolkit_sim_mongo): the handshake, per-service clearing, pinning, the timeout message.
 
 Emulated: what spec-tests/load-balancers/ expect of the pool and the connection (cursors.json,
 transactions.json, event-monitoring.json, sdam-error-handling.json, wait-queue-timeouts.json,
@@ -25,7 +25,7 @@ from poolkit.mongodb import (
     connect_sync,
 )
 from poolkit.mongodb.monitoring import CommandStartedEvent
-from poolkit.testing.mongo import SimMongoServer, SimMongoSettings
+from poolkit_sim_mongo import SimMongoServer, SimMongoSettings
 
 
 def test_the_handshake_gives_each_connection_its_service() -> None:

@@ -23,7 +23,7 @@ from poolkit.mongodb import (
     OperationFailure,
 )
 from poolkit.mongodb.monitoring import CommandStartedEvent
-from poolkit.testing.mongo import SimMongoServer, SimMongoSettings
+from poolkit_sim_mongo import SimMongoServer, SimMongoSettings
 
 
 async def _entered(manager: Any) -> None:

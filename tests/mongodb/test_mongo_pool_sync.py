@@ -28,7 +28,7 @@ from poolkit.mongodb import (
     connect_sync,
 )
 from poolkit.testing._thread import ServerThread
-from poolkit.testing.mongo import SimMongoServer, SimMongoSettings
+from poolkit_sim_mongo import SimMongoServer, SimMongoSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 

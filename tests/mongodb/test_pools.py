@@ -13,7 +13,7 @@ import poolkit
 from lb_helpers import run
 from poolkit import mongodb
 from poolkit.mongodb.pools import async_check
-from poolkit.testing.mongo import SimMongoServer, SimMongoSettings
+from poolkit_sim_mongo import SimMongoServer, SimMongoSettings
 
 
 def test_an_async_pool_from_a_uri_replaces_connections_the_server_closed() -> None:

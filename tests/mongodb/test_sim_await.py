@@ -25,7 +25,7 @@ from bson.int64 import Int64
 from pymongo import monitoring
 
 from mongo_services import SELECTION_MS, Sim, sim_mongo, start_sim
-from poolkit.testing.mongo import SimMongoSettings, SimMongoStore, WireClient
+from poolkit_sim_mongo import SimMongoSettings, SimMongoStore, WireClient
 
 __all__ = ["sim_mongo"]  # (the fixture: imported for pytest)
 

@@ -1,4 +1,4 @@
-"""The simulated MongoDB load balancer (``poolkit.testing.mongo``), driven command by command
+"""The simulated MongoDB load balancer (``poolkit_sim_mongo``), driven command by command
 (:class:`WireClient`) and by pymongo, a real driver, in load-balanced mode.
 
 What a real load balancer does and the simulator must too: each TCP connection goes to one
@@ -29,14 +29,14 @@ from pymongo.errors import (
 
 from mongo_services import SELECTION_MS, Sim, sim_mongo, start_sim, wait_until
 from poolkit.mongodb.wire import Message, MessageReader, encode_msg, encode_query
-from poolkit.testing.mongo import (
+from poolkit_sim_mongo import (
     STATE_CHANGE_CODES,
     SimMongoServer,
     SimMongoSettings,
     WireClient,
     WireCommandError,
 )
-from poolkit.testing.mongo.store import QueryError, matches, project, sort_documents
+from poolkit_sim_mongo.store import QueryError, matches, project, sort_documents
 
 __all__ = ["sim_mongo"]  # (the fixture: imported for pytest)
 

@@ -4,7 +4,7 @@ and bulk writes, with MongoDB's duplicate key errors (code 11000, its message, `
 and ``keyValue``); compound, sparse, partial and multikey indexes; an index build failing on
 documents that already share a key; ``drop_index`` lifting the constraint; transactions
 (failing at once, WriteConflict at commit). And the key extraction of
-:mod:`poolkit.testing.mongo.indexes` itself, with hypothesis.
+:mod:`poolkit_sim_mongo.indexes` itself, with hypothesis.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from pymongo import InsertOne, ReplaceOne, UpdateOne
 from pymongo.errors import BulkWriteError, DuplicateKeyError, OperationFailure
 
 from mongo_services import Client, Collection, items, mongo, sim_mongo
-from poolkit.testing.mongo.indexes import UNDEFINED, Duplicate, UniqueKeys, index_keys
-from poolkit.testing.mongo.store import SimMongoStore, matches
+from poolkit_sim_mongo.indexes import UNDEFINED, Duplicate, UniqueKeys, index_keys
+from poolkit_sim_mongo.store import SimMongoStore, matches
 
 __all__ = ["items", "mongo", "sim_mongo"]  # (the fixtures: imported for pytest)
 

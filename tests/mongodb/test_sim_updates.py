@@ -18,7 +18,7 @@ from pymongo import DeleteOne, InsertOne, ReplaceOne, ReturnDocument, UpdateMany
 from pymongo.errors import BulkWriteError, DuplicateKeyError, OperationFailure, WriteError
 
 from mongo_services import SELECTION_MS, Client, Collection, Sim, items, mongo, sim_mongo, start_sim
-from poolkit.testing.mongo import SimMongoSettings, WireClient, WireCommandError
+from poolkit_sim_mongo import SimMongoSettings, WireClient, WireCommandError
 
 __all__ = ["items", "mongo", "sim_mongo"]  # (the fixtures: imported for pytest)
 

@@ -23,9 +23,9 @@ from poolkit.mongodb.connection import AsyncMongoConnection, MongoConnection
 from poolkit.mongodb.errors import AuthenticationError
 from poolkit.mongodb.handshake import opening_hello
 from poolkit.mongodb.monitoring import CommandEvent
-from poolkit.testing.mongo import SimMongoServer, WireClient, WireCommandError
-from poolkit.testing.mongo.scram import SimUsers
-from poolkit.testing.mongo.settings import ConnectionInfo
+from poolkit_sim_mongo import SimMongoServer, WireClient, WireCommandError
+from poolkit_sim_mongo.scram import SimUsers
+from poolkit_sim_mongo.settings import ConnectionInfo
 
 # ---------------------------------------------------------------------- what the hello carries
 

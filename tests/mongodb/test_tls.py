@@ -22,7 +22,7 @@ from poolkit.mongodb import (
     parse_uri,
 )
 from poolkit.mongodb.tls import tls_context
-from poolkit.testing.mongo import SimMongoServer, SimMongoSettings
+from poolkit_sim_mongo import SimMongoServer, SimMongoSettings
 
 
 def test_no_tls_no_context() -> None:

@@ -1,4 +1,4 @@
-"""The simulator's update engine (``poolkit.testing.mongo.updates``, ``.operators``) on its own:
+"""The simulator's update engine (``poolkit_sim_mongo.updates``, ``.operators``) on its own:
 each operator's result as MongoDB gives it, the errors with MongoDB's codes and messages, the
 document an upsert inserts, the ``updateDescription`` of a change; and properties over random
 documents and updates (hypothesis): an update never mutates its input, keeps ``_id``, and its
@@ -18,9 +18,9 @@ from bson.objectid import ObjectId
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from poolkit.testing.mongo.operators import bson_repr, get_path, type_name
-from poolkit.testing.mongo.store import MISSING
-from poolkit.testing.mongo.updates import (
+from poolkit_sim_mongo.operators import bson_repr, get_path, type_name
+from poolkit_sim_mongo.store import MISSING
+from poolkit_sim_mongo.updates import (
     UpdateError,
     apply,
     describe,

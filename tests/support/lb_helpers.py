@@ -8,7 +8,7 @@ from typing import Any
 
 import poolkit
 from poolkit.mongodb import AsyncMongoPool, connect
-from poolkit.testing.mongo import SimMongoServer
+from poolkit_sim_mongo import SimMongoServer
 
 
 def run(test: Callable[[], Coroutine[Any, Any, None]]) -> None:

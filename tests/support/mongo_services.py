@@ -5,7 +5,7 @@ Tests take the fixtures (import them: ``from mongo_services import sim_mongo``; 
 ``conftest.py`` in tests/mongodb would be a second top-level ``conftest`` module beside
 tests/conftest.py):
 
-* ``sim_mongo``: a :class:`~poolkit.testing.mongo.SimMongoServer` of three services on its own
+* ``sim_mongo``: a :class:`~poolkit_sim_mongo.SimMongoServer` of three services on its own
   thread (:class:`Sim`: the server, its thread's handle, and ``call`` to reach it);
 * ``mongo``: a pymongo client of it (``loadBalanced=true``), and ``items``: its collection
   ``db.items``;
@@ -31,7 +31,7 @@ import pytest
 
 from debian_packages import program_or_reason
 from poolkit.testing import ServerThread
-from poolkit.testing.mongo import (
+from poolkit_sim_mongo import (
     HAProxy,
     SimMongoServer,
     SimMongoSettings,

@@ -1,6 +1,10 @@
 """Test support for poolkit and for code built on it: fake time, a simulated server on
-127.0.0.1 (:class:`SimServer`) and a fault-injecting TCP proxy (:class:`FaultProxy`)."""
+127.0.0.1 (:class:`SimServer`), a fault-injecting TCP proxy (:class:`FaultProxy`), and what
+they are built of, for a test server of your own (:class:`LoopbackServer`,
+:func:`stop_accepting`, :class:`ServerThread`). The simulated MongoDB load balancer is a
+distribution of its own in poolkit's repository (``sim-mongo/``: ``poolkit_sim_mongo``)."""
 
+from ._serving import LoopbackServer, stop_accepting
 from ._thread import ServerThread
 from .clock import FakeClock, SettleTimeout
 from .loop import VirtualTimeLoop, run
@@ -20,6 +24,7 @@ from .sim import (
 __all__ = [
     "FakeClock",
     "FaultProxy",
+    "LoopbackServer",
     "ProxyStats",
     "ServerThread",
     "SettleTimeout",
@@ -34,4 +39,5 @@ __all__ = [
     "sim_connect",
     "sim_connect_sync",
     "sim_is_broken",
+    "stop_accepting",
 ]

@@ -24,7 +24,7 @@ POLICIES = ("round_robin", "random", "least_connections")
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class SimMongoSettings:
-    """How a :class:`~poolkit.testing.mongo.SimMongoServer` behaves.
+    """How a :class:`~poolkit_sim_mongo.SimMongoServer` behaves.
 
     ``services``: how many services (mongos processes) the server fronts, each with its own
     ObjectId ``serviceId``, cursors and transactions; 1 makes the server one service alone (a

@@ -26,7 +26,8 @@ import secrets
 from collections.abc import Mapping
 from typing import Any
 
-from ...mongodb.auth import salted_keys, saslprep
+from poolkit.mongodb.auth import salted_keys, saslprep
+
 from .faults import error_document
 from .settings import ConnectionInfo
 

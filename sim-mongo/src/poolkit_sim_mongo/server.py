@@ -54,7 +54,7 @@ from typing import Any
 
 from bson.objectid import ObjectId
 
-from ...mongodb.wire import (
+from poolkit.mongodb.wire import (
     OP_MSG,
     OP_QUERY,
     Message,
@@ -63,7 +63,8 @@ from ...mongodb.wire import (
     encode_msg,
     encode_reply,
 )
-from .._serving import LoopbackServer, stop_accepting
+from poolkit.testing import LoopbackServer, stop_accepting
+
 from .faults import HANDSHAKE_COMMANDS, FailPoint, error_document
 from .scram import SimUsers
 from .services import Sequences, SimService

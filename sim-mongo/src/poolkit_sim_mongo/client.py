@@ -19,7 +19,7 @@ from typing import Any
 
 from bson.objectid import ObjectId
 
-from ...mongodb.wire import OP_MSG, OP_REPLY, Message, MessageReader, encode_msg, encode_query
+from poolkit.mongodb.wire import OP_MSG, OP_REPLY, Message, MessageReader, encode_msg, encode_query
 
 __all__ = ["WireClient", "WireCommandError"]
 

@@ -34,7 +34,7 @@ def main() -> int:
     if not lint():
         print("layer contracts broken (above): see docs/architecture.md", file=sys.stderr)
         status = 1
-    contracts = tomllib.loads(PENDING.read_text())["tool"]["importlinter"]["contracts"]
+    contracts = tomllib.loads(PENDING.read_text())["tool"]["importlinter"].get("contracts", [])
     for contract in contracts:
         if lint(str(PENDING), "--contract", contract["id"], quiet=True):
             print(

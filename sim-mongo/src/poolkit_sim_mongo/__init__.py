@@ -12,7 +12,6 @@ load-balanced mode (the ``poolkit[mongodb]`` extra: pymongo's ``bson``).
 * :class:`WireClient`: one blocking connection, command by command.
 """
 
-from poolkit.mongodb import wire as _wire  # noqa: F401  (first: its ImportError names the extra)
 
 from .client import WireClient, WireCommandError
 from .faults import (

@@ -19,7 +19,7 @@ from typing import Any
 
 from bson.objectid import ObjectId
 
-from poolkit.mongodb.wire import OP_MSG, OP_REPLY, Message, MessageReader, encode_msg, encode_query
+from .framing import OP_MSG, OP_REPLY, command_frame, query_frame, recv_frame
 
 __all__ = ["WireClient", "WireCommandError"]
 
@@ -50,7 +50,6 @@ class WireClient:
         app_name: str = "poolkit-wire-client",
     ) -> None:
         self._sock = socket.create_connection((host, port), timeout)
-        self._reader = MessageReader()
         self._ids = itertools.count(1)
         self.hello_reply: dict[str, Any] = {}
         if handshake:
@@ -86,7 +85,7 @@ class WireClient:
         """Run ``document`` against ``database``: the reply document."""
         request_id = next(self._ids)
         body = {**document, "$db": database}
-        self._sock.sendall(encode_msg(body, request_id, sequences=sequences))
+        self._sock.sendall(command_frame(body, request_id, sequences=sequences))
         return self._reply(request_id, check)
 
     @property
@@ -104,22 +103,16 @@ class WireClient:
         query: dict[str, Any] = {command: 1, "helloOk": True}
         if load_balanced:
             query["loadBalanced"] = True
-        self._sock.sendall(encode_query("admin.$cmd", query, request_id))
+        self._sock.sendall(query_frame("admin.$cmd", query, request_id))
         return self._reply(request_id, check=True)
 
     def _reply(self, request_id: int, check: bool) -> dict[str, Any]:
         while True:
-            for message in self._receive():
-                if message.response_to == request_id:
-                    if check and not message.body.get("ok"):
-                        raise WireCommandError(message.body)
-                    return message.body
-
-    def _receive(self) -> list[Message]:
-        data = self._sock.recv(65536)
-        if not data:
-            raise ConnectionError("the server closed the connection")
-        return [m for m in self._reader.feed(data) if m.op_code in (OP_MSG, OP_REPLY)]
+            message = recv_frame(self._sock)
+            if message.op_code in (OP_MSG, OP_REPLY) and message.response_to == request_id:
+                if check and not message.body.get("ok"):
+                    raise WireCommandError(message.body)
+                return message.body
 
     def close(self) -> None:
         self._sock.close()

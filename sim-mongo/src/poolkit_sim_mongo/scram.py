@@ -26,7 +26,7 @@ import secrets
 from collections.abc import Mapping
 from typing import Any
 
-from poolkit.mongodb.auth import salted_keys, saslprep
+from pymongo.saslprep import saslprep
 
 from .faults import error_document
 from .settings import ConnectionInfo
@@ -73,7 +73,21 @@ def _mongodb_password(mechanism: str, user: str, password: str) -> bytes:
     if mechanism == "SCRAM-SHA-1":
         digest = hashlib.md5(f"{user}:mongo:{password}".encode(), usedforsecurity=False)
         return digest.hexdigest().encode()
-    return saslprep(password).encode("utf-8")
+    prepared: str = saslprep(password)  # (pymongo's, untyped)
+    return prepared.encode("utf-8")
+
+
+def _server_keys(
+    mechanism: str, password: bytes, salt: bytes, iterations: int
+) -> tuple[bytes, bytes]:
+    """RFC 5802, section 3, the server's side: SaltedPassword is Hi(password, salt, i), PBKDF2
+    with the mechanism's HMAC; ClientKey and ServerKey are HMACs of it. (Written here, not taken
+    from the driver's SCRAM: the simulator is what the driver's is tested against.)"""
+    name = _DIGESTS[mechanism]
+    salted_password = hashlib.pbkdf2_hmac(name, password, salt, iterations)
+    client_key = hmac.new(salted_password, b"Client Key", name).digest()
+    server_key = hmac.new(salted_password, b"Server Key", name).digest()
+    return client_key, server_key
 
 
 def _fields(message: bytes) -> dict[bytes, bytes]:
@@ -113,7 +127,7 @@ class SimUsers:
     def _credential(mechanism: str, user: str, password: str, iterations: int) -> _Credential:
         salt = secrets.token_bytes(_SALT_SIZES[mechanism])
         secret = _mongodb_password(mechanism, user, password)
-        client_key, server_key = salted_keys(mechanism, secret, salt, iterations)
+        client_key, server_key = _server_keys(mechanism, secret, salt, iterations)
         stored_key = hashlib.new(_DIGESTS[mechanism], client_key).digest()
         return _Credential(salt, iterations, stored_key, server_key)
 

@@ -9,7 +9,7 @@ one store to several servers to make them one cluster). With ``services=1`` the 
 service alone: put several such servers behind HAProxy (:mod:`.haproxy`) and the real load
 balancer does the assigning.
 
-The server speaks OP_MSG (:mod:`poolkit.mongodb.wire`), and answers a legacy OP_QUERY
+The server speaks OP_MSG (its own :mod:`.framing`, not the driver's), and answers a legacy OP_QUERY
 ``hello``/``isMaster`` with OP_REPLY. Faults, switchable at run time: :meth:`fail_command`
 (the state-change error codes with the labels a server adds, a close before the reply, a
 delay), :meth:`slow_hello`, :meth:`close_connections`; and MongoDB's own ``configureFailPoint``
@@ -54,18 +54,11 @@ from typing import Any
 
 from bson.objectid import ObjectId
 
-from poolkit.mongodb.wire import (
-    OP_MSG,
-    OP_QUERY,
-    Message,
-    MessageReader,
-    ProtocolError,
-    encode_msg,
-    encode_reply,
-)
 from poolkit.testing import LoopbackServer, stop_accepting
 
 from .faults import HANDSHAKE_COMMANDS, FailPoint, error_document
+from .framing import OP_MSG, OP_QUERY, Frame, command_frame, read_frame, reply_frame
+from .framing import FrameError as ProtocolError
 from .scram import SimUsers
 from .services import Sequences, SimService
 from .settings import ConnectionInfo, ServiceStats, SimMongoSettings, SimMongoStats
@@ -318,8 +311,6 @@ class SimMongoServer(LoopbackServer):
             await self._serve(conn, reader)
         except (OSError, EOFError, ProtocolError, TimeoutError, asyncio.LimitOverrunError):
             pass  # (the client went, or spoke out of turn: close)
-        except struct.error:
-            pass  # (a truncated OP_MSG section: poolkit.mongodb.wire lets struct's error out)
         except asyncio.CancelledError:
             if not self._closing:
                 raise
@@ -333,21 +324,18 @@ class SimMongoServer(LoopbackServer):
                 writer.close()
 
     async def _serve(self, conn: _Connection, reader: asyncio.StreamReader) -> None:
-        parser = MessageReader(self.settings.max_message_size_bytes)
-        first = True
-        while not conn.closed:
-            data = await reader.read(65536)
-            if not data:
+        limit = self.settings.max_message_size_bytes
+        start = await reader.readexactly(2)  # (the stream's end: IncompleteReadError, an EOF)
+        if start == b"\x16\x03":  # a TLS ClientHello: as mongod without TLS ("SSL handshake
+            return  # received but server is started without SSL support")
+        message = await read_frame(reader, limit, start)
+        while True:
+            await self._command(conn, message)
+            if conn.closed:
                 return
-            if first and data.startswith(b"\x16\x03"):  # a TLS ClientHello: as mongod without
-                return  # TLS ("SSL handshake received but server is started without SSL support")
-            first = False
-            for message in parser.feed(data):
-                await self._command(conn, message)
-                if conn.closed:
-                    return
+            message = await read_frame(reader, limit)
 
-    async def _command(self, conn: _Connection, message: Message) -> None:
+    async def _command(self, conn: _Connection, message: Frame) -> None:
         legacy = message.op_code == OP_QUERY
         if legacy:
             body = dict(message.body.get("$query", message.body))
@@ -386,9 +374,9 @@ class SimMongoServer(LoopbackServer):
             return
         request_id = next(self._request_ids)
         if legacy:
-            data = encode_reply(reply, request_id, message.request_id)
+            data = reply_frame(reply, request_id, message.request_id)
         else:
-            data = encode_msg(reply, request_id, message.request_id)
+            data = command_frame(reply, request_id, message.request_id)
         conn.writer.write(data)
         await conn.writer.drain()
         if reply.get("code") == 354:  # (LoadBalancerSupportMismatch closes the connection)

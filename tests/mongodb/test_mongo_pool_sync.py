@@ -1,15 +1,13 @@
 """MongoPool, the blocking twin of AsyncMongoPool, over a poolkit.Pool of blocking connections,
 against the simulated load balancer on a thread of its own: pinning (cursors, transactions,
 sessions), per-service clearing, the load-balanced timeout message, several threads sharing
-one MongoPool, and that its source is still the twin of AsyncMongoPool's."""
+one MongoPool. (That its source is still AsyncMongoPool's twin is checked in CI's lint step:
+``python tools/async_to_sync.py --check``.)"""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,8 +27,6 @@ from poolkit.mongodb import (
 )
 from poolkit.testing._thread import ServerThread
 from poolkit_sim_mongo import SimMongoServer, SimMongoSettings
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -63,18 +59,6 @@ def spread(mongo: MongoPool, n: int) -> list[Any]:
 
 def filled(mongo: MongoPool, n: int = 25) -> None:
     mongo.insert("test", "items", [{"_id": i, "kind": "item"} for i in range(n)])
-
-
-def test_the_blocking_twin_is_generated_from_the_asyncio_module() -> None:
-    """pool_sync.py is pool_async.py without async/await (tools/async_to_sync.py): an edit to
-    one alone fails here."""
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "tools/async_to_sync.py"), "--check"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-    )
-    assert done.returncode == 0, done.stderr
 
 
 def test_each_front_end_takes_its_own_pool(server: ServerThread[SimMongoServer]) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import weakref
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from types import TracebackType
 from typing import Any
 
 from ..asyncio import AsyncPool
@@ -488,7 +489,12 @@ class AsyncTransaction:
     ) -> dict[str, Any]:
         return await self.session.command(self._db, command, sequences=sequences)
 
-    async def __aexit__(self, kind: Any, error: BaseException | None, tb: Any) -> None:
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         try:
             if error is None:
                 await self.session.commit_transaction()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from types import TracebackType
 from typing import Any
 
 from ..driver import Lease, check_timeout
@@ -471,7 +472,12 @@ class Transaction:
     def command(self, command: Mapping[str, Any], *, sequences: Sequences = None) -> dict[str, Any]:
         return self.session.command(self._db, command, sequences=sequences)
 
-    def __exit__(self, kind: Any, error: BaseException | None, tb: Any) -> None:
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         try:
             if error is None:
                 self.session.commit_transaction()

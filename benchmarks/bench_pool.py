@@ -444,7 +444,7 @@ def targets(med: dict[str, dict[str, Figures]]) -> list[tuple[str, float, str, b
             out.append((f"{w} {W1_FORMS[impl]} / floor", r, f"<= {limit}", r <= limit))
         r = get(w, "poolkit connection()", "x_release")
         out.append((f"{w} connection() / checkout + release", r, "<= 1.3", r <= 1.3))
-    for w, limit in (("async W2", 0.5), ("threads W2", 0.8)):
+    for w, limit in (("async W2", 0.6), ("threads W2", 0.8)):
         if w not in med:
             continue
         r = get(w, "poolkit", "ops_per_s") / get(w, "floor", "ops_per_s")

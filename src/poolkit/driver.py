@@ -11,7 +11,10 @@ pools' private modules (``docs/architecture.md``; the contracts in ``pyproject.t
 * :data:`AnyPool`, either front end;
 * :func:`with_default_hooks`, a builder's options with its default hooks unless given others;
 * :func:`check_socket`, the ``check`` hook of a plain or TLS socket;
-* :func:`pip_install`, the install command to name in the error of an optional part missing.
+* :func:`pip_install`, the install command to name in the error of an optional part missing;
+* :class:`PoolStarter`, what every async one-call builder returns (``create_async_pool``, and
+  the asyncpg backend's ``create_pool``): ``await`` it for the ready pool, or ``async with``
+  it for a pool closed at the end of the block.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ from __future__ import annotations
 import dataclasses
 import socket
 import ssl
-from typing import TypeAlias, TypeVar
+from collections.abc import Awaitable, Callable, Generator
+from typing import Any, Generic, TypeAlias, TypeVar
 
 from ._base import DEFAULT
 from ._frontend import ConnectContext, Established, Lease, check_timeout
@@ -34,6 +38,7 @@ __all__ = [
     "ConnectContext",
     "Established",
     "Lease",
+    "PoolStarter",
     "check_socket",
     "check_timeout",
     "pip_install",
@@ -76,3 +81,25 @@ def check_socket(sock: socket.socket) -> None:
     if not data:
         raise ConnectionError("the peer closed the connection")
     raise ConnectionError("unexpected data waiting on an idle connection")
+
+
+class PoolStarter(Generic[C]):
+    """What an async one-call builder returns: ``await`` it for the ready pool, or use it as
+    ``async with builder(...) as pool:`` for a pool closed at the end of the block."""
+
+    __slots__ = ("_pool", "_start")
+
+    def __init__(self, start: Callable[[], Awaitable[AsyncPool[C]]]) -> None:
+        self._start = start
+        self._pool: AsyncPool[C] | None = None
+
+    def __await__(self) -> Generator[Any, None, AsyncPool[C]]:
+        return self._start().__await__()
+
+    async def __aenter__(self) -> AsyncPool[C]:
+        self._pool = await self._start()
+        return self._pool
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        if self._pool is not None:
+            await self._pool.close()

@@ -345,3 +345,24 @@ def test_async_client_is_closed_with_aclose(redis_server: RedisServer) -> None:
 
     asyncio.run(main())
     assert redis_server.wait_clients(0) == []
+
+
+def test_create_async_pool_is_a_starter_like_every_async_builder(
+    redis_server: RedisServer,
+) -> None:
+    """``async with pk_redis.create_async_pool(...) as pool:`` (no ``await``) gives the ready
+    pool and closes it, and its connections, at the end of the block; bad options fail at the
+    call."""
+
+    async def main() -> None:
+        starter = pk_redis.create_async_pool(redis_server.url, client_name=redis_server.name)
+        async with starter as pool:
+            async with pool.connection() as r:
+                assert await r.ping() is True
+            assert len(redis_server.clients()) == 1
+        assert pool.stats().state is poolkit.PoolState.CLOSED
+
+    asyncio.run(main())
+    assert redis_server.wait_clients(0) == []
+    with pytest.raises(TypeError, match=r"create_async_pool\(options=\.\.\.\)"):
+        pk_redis.create_async_pool(redis_server.url, options=3)  # type: ignore[arg-type]

@@ -240,3 +240,25 @@ def test_async_pool_64_tasks_over_10_connections() -> None:
             await server.wait_closed()
 
     asyncio.run(main())
+
+
+def test_create_async_pool_is_a_starter_like_every_async_builder() -> None:
+    """``async with tcp.create_async_pool(...) as pool:`` (no ``await``) gives the ready pool
+    and closes it at the end of the block, as every async builder's starter does; bad options
+    fail at the call, before anything starts."""
+
+    async def main() -> None:
+        server, port, _ = await start_echo()
+        try:
+            async with tcp.create_async_pool("127.0.0.1", port) as pool:
+                assert isinstance(pool, poolkit.AsyncPool)
+                async with pool.connection() as connection:
+                    assert await stream_roundtrip(connection, b"x;") == b"x;"
+            assert pool.stats().state is poolkit.PoolState.CLOSED
+        finally:
+            server.close()
+            await server.wait_closed()
+
+    asyncio.run(main())
+    with pytest.raises(TypeError, match=r"create_async_pool\(options=\.\.\.\)"):
+        tcp.create_async_pool("127.0.0.1", 1, options={"max_size": 1})  # type: ignore[arg-type]

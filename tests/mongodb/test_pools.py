@@ -104,3 +104,19 @@ def test_by_default_a_connection_the_server_closed_is_never_handed_out() -> None
             assert not [e for e in recorder if type(e).__name__ == "PoolClearedEvent"]
 
     run(main)
+
+
+def test_create_async_pool_is_a_starter_like_every_async_builder() -> None:
+    """``async with mongodb.create_async_pool(uri) as pool:`` (no ``await``) gives the ready
+    pool and closes it at the end of the block; a bad URI fails at the call."""
+
+    async def main() -> None:
+        async with SimMongoServer() as server:
+            async with mongodb.create_async_pool(server.uri) as pool:
+                db = mongodb.AsyncMongoPool(pool)
+                assert (await db.command("admin", {"ping": 1}))["ok"] == 1
+            assert pool.stats().state is poolkit.PoolState.CLOSED
+
+    run(main)
+    with pytest.raises(TypeError, match="uri: a connection string or a MongoURI"):
+        mongodb.create_async_pool(42)  # type: ignore[arg-type]

@@ -4,8 +4,7 @@ awaitable pool starter, an address fit to show."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Awaitable, Callable, Generator
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from .. import AsyncPool, Hooks, Pool, PoolOptions
@@ -51,28 +50,6 @@ def ready_sync(pool: Pool[Any]) -> None:
         pool.close()
         raise
     lease.release()
-
-
-class PoolStarter(Generic[C]):
-    """What an async one-call builder returns: ``await`` it for the ready pool, or use it as
-    ``async with builder(...) as pool:`` for a pool closed at the end of the block."""
-
-    __slots__ = ("_pool", "_start")
-
-    def __init__(self, start: Callable[[], Awaitable[AsyncPool[C]]]) -> None:
-        self._start = start
-        self._pool: AsyncPool[C] | None = None
-
-    def __await__(self) -> Generator[Any, None, AsyncPool[C]]:
-        return self._start().__await__()
-
-    async def __aenter__(self) -> AsyncPool[C]:
-        self._pool = await self._start()
-        return self._pool
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        if self._pool is not None:
-            await self._pool.close()
 
 
 def shown_address(params: dict[str, Any], default: str = "postgresql") -> str:

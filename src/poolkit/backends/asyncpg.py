@@ -52,6 +52,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Literal
 
 from .. import AsyncPool, ConnectContext, Hooks, PoolOptions
+from ..driver import PoolStarter
 from ..events import Listener
 from ._asyncpg_args import (
     MAX_INACTIVE_CONNECTION_LIFETIME,
@@ -60,7 +61,7 @@ from ._asyncpg_args import (
     pool_options,
     refuse_elsewhere,
 )
-from ._common import PoolStarter, ready_async, shown_address, uri_params, with_hooks
+from ._common import ready_async, shown_address, uri_params, with_hooks
 from ._extras import require
 
 if TYPE_CHECKING:

@@ -52,9 +52,9 @@ from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar, overload
 
 from .. import AsyncPool, ConnectContext, Hooks, Pool, PoolOptions
-from ..driver import DEFAULT
+from ..driver import DEFAULT, PoolStarter
 from ..events import Listener
-from ._common import PoolStarter, ready_async, ready_sync, shown_address, with_hooks
+from ._common import ready_async, ready_sync, shown_address, with_hooks
 from ._extras import require
 from ._psycopg_pool_args import pool_options, refuse_elsewhere
 

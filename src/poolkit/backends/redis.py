@@ -91,7 +91,7 @@ import redis.asyncio.connection  # noqa: E402
 import redis.connection  # noqa: E402
 
 from ..asyncio import AsyncPool  # noqa: E402
-from ..driver import ConnectContext, with_default_hooks  # noqa: E402
+from ..driver import ConnectContext, PoolStarter, with_default_hooks  # noqa: E402
 from ..events import Listener  # noqa: E402
 from ..options import Hooks, KeepAlive, PoolOptions  # noqa: E402
 from ..threaded import Pool  # noqa: E402
@@ -480,22 +480,25 @@ def create_pool(
     return pool
 
 
-async def create_async_pool(
+def create_async_pool(
     url: str | None = None,
     *,
     options: PoolOptions | None = None,
     listeners: Iterable[Listener] = (),
     **kwargs: Any,
-) -> AsyncPool[redis.asyncio.Redis]:
+) -> PoolStarter[redis.asyncio.Redis]:
     """A ready :class:`poolkit.AsyncPool` of ``redis.asyncio.Redis`` clients, on the running
     event loop, with :func:`async_hooks` unless ``options`` has hooks; options and the first
-    connection as :func:`create_pool`. Use it with ``async with``; ``await pool.close()``
-    closes every connection (with ``aclose()``)."""
-    pool = AsyncPool(
-        async_connect(url, **kwargs),
-        address=_address(url, kwargs),
-        options=_options(options, async_hooks(), "create_async_pool"),
-        listeners=listeners,
-    )
-    await ready_async(pool)
-    return pool
+    connection as :func:`create_pool`. ``await`` it, or ``async with create_async_pool(...) as
+    pool:`` for a pool closed at the end of the block; ``await pool.close()`` closes every
+    connection (with ``aclose()``)."""
+    chosen = _options(options, async_hooks(), "create_async_pool")
+    connect = async_connect(url, **kwargs)
+    address = _address(url, kwargs)
+
+    async def start() -> AsyncPool[redis.asyncio.Redis]:
+        pool = AsyncPool(connect, address=address, options=chosen, listeners=listeners)
+        await ready_async(pool)
+        return pool
+
+    return PoolStarter(start)

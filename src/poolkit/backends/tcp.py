@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, final
 
 from ..asyncio import AsyncPool
-from ..driver import ConnectContext, check_socket, with_default_hooks
+from ..driver import ConnectContext, PoolStarter, check_socket, with_default_hooks
 from ..events import Listener
 from ..options import Hooks, PoolOptions
 from ..threaded import Pool
@@ -241,21 +241,27 @@ def create_pool(
     return pool
 
 
-async def create_async_pool(
+def create_async_pool(
     host: str,
     port: int,
     *,
     options: PoolOptions | None = None,
     listeners: Iterable[Listener] = (),
     **kwargs: Any,
-) -> AsyncPool[StreamConnection]:
+) -> PoolStarter[StreamConnection]:
     """A ready :class:`poolkit.AsyncPool` of :class:`StreamConnection` to ``host:port`` on the
-    running loop, with :func:`async_hooks` unless ``options`` has hooks."""
-    pool = AsyncPool(
-        async_connect(host, port, **kwargs),
-        address=f"{host}:{port}",
-        options=with_default_hooks(options, async_hooks(), "create_async_pool"),
-        listeners=listeners,
-    )
-    pool.ready()
-    return pool
+    running loop, with :func:`async_hooks` unless ``options`` has hooks: ``await`` it, or
+    ``async with create_async_pool(...) as pool:`` for a pool closed at the end of the block."""
+    chosen = with_default_hooks(options, async_hooks(), "create_async_pool")
+
+    async def start() -> AsyncPool[StreamConnection]:
+        pool = AsyncPool(
+            async_connect(host, port, **kwargs),
+            address=f"{host}:{port}",
+            options=chosen,
+            listeners=listeners,
+        )
+        pool.ready()
+        return pool
+
+    return PoolStarter(start)

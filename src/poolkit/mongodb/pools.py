@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from ..asyncio import AsyncPool
-from ..driver import ConnectContext, Established, with_default_hooks
+from ..driver import ConnectContext, Established, PoolStarter, with_default_hooks
 from ..events import Listener
 from ..options import Hooks, PoolOptions
 from ..threaded import Pool
@@ -131,22 +131,24 @@ def create_pool(
     return pool
 
 
-async def create_async_pool(
+def create_async_pool(
     uri: str | MongoURI,
     *,
     options: PoolOptions | None = None,
     tls: ssl.SSLContext | None = None,
     listeners: Iterable[Listener] = (),
     command_listeners: Iterable[CommandListener] = (),
-) -> AsyncPool[AsyncMongoConnection]:
+) -> PoolStarter[AsyncMongoConnection]:
     """:func:`create_pool` for asyncio: a ready :class:`poolkit.AsyncPool` on the running loop
-    (:func:`connect_uri`, :func:`async_hooks`)."""
+    (:func:`connect_uri`, :func:`async_hooks`). ``await`` it, or ``async with
+    create_async_pool(...) as pool:`` for a pool closed at the end of the block."""
     parsed = _parsed(uri)
-    pool = AsyncPool(
-        connect_uri(parsed, tls=tls, listeners=command_listeners),
-        address=parsed.addresses[0],
-        options=_options(parsed, options, async_hooks(), "create_async_pool"),
-        listeners=listeners,
-    )
-    pool.ready()
-    return pool
+    chosen = _options(parsed, options, async_hooks(), "create_async_pool")
+    connect = connect_uri(parsed, tls=tls, listeners=command_listeners)
+
+    async def start() -> AsyncPool[AsyncMongoConnection]:
+        pool = AsyncPool(connect, address=parsed.addresses[0], options=chosen, listeners=listeners)
+        pool.ready()
+        return pool
+
+    return PoolStarter(start)

@@ -19,7 +19,7 @@ Workloads (``--workloads`` takes keys, their prefix before a ``-``, or groups, c
   W1        uncontended cycle over null connections, each form a user writes (asyncio, threads)
   W2        1,000 tasks / 32 threads on a pool of 10 null connections
   W5        scaling: 10 vs 10,000 idle connections; 1,000 vs 100,000 waiting tasks
-  W7        connection storm: 1,000 tasks at an empty pool whose connect takes 50 ms
+  W7        connection storm: 1,000 tasks (200 threads) at an empty pool whose connect takes 50 ms
   W8        outage: the server drops every connection mid-run (poolkit.testing.FaultProxy)
 
 PostgreSQL: ``--dsn`` (default ``$POOLKIT_TEST_PG_DSN`` or postgresql://postgres@127.0.0.1:5432/
@@ -55,6 +55,7 @@ from peerbench.pg_rows import asyncpg_workload, psycopg_async_workload, psycopg_
 from peerbench.redis_rows import redis_async_workload, redis_threads_workload
 from peerbench.runner import Outcome, run_workload
 from peerbench.storm import w7_pg, w7_redis
+from peerbench.storm_threads import w7_threads_pg, w7_threads_redis
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -76,6 +77,8 @@ def workloads(sizes: Sizes) -> list[Workload]:
         w5_waiting(*sizes.w5_waiting),
         w7_pg(sizes.w7_tasks),
         w7_redis(sizes.w7_tasks),
+        w7_threads_pg(sizes.w7_threads),
+        w7_threads_redis(sizes.w7_threads),
         *w8_workloads(sizes),
     ]
 

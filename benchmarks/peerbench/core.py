@@ -37,6 +37,7 @@ class Sizes:
     w5_idle: tuple[int, int]
     w5_waiting: tuple[int, int]
     w7_tasks: int
+    w7_threads: int
     w7_connect: float
     w8_phases: tuple[float, float, float]  # before the outage, the outage, after it
 
@@ -53,6 +54,7 @@ class Sizes:
             w5_idle=(10, 10_000),
             w5_waiting=(1000, 100_000),
             w7_tasks=1000,
+            w7_threads=200,
             w7_connect=0.05,
             w8_phases=(0.5, 0.5, 1.5),
         )
@@ -70,6 +72,7 @@ class Sizes:
             w5_idle=(10, 1000),
             w5_waiting=(100, 2000),
             w7_tasks=100,
+            w7_threads=40,
             w7_connect=0.05,
             w8_phases=(0.15, 0.15, 0.4),
         )

@@ -21,7 +21,7 @@ from pymongo.errors import OperationFailure as PyMongoOperationFailure
 import poolkit
 from lb_helpers import Recorder, run
 from poolkit import events as ev
-from poolkit.mongodb import AsyncMongoPool, connect, connect_sync, parse_uri
+from poolkit.mongodb import AsyncMongoPool, async_connect, connect_sync, parse_uri
 from poolkit.mongodb import auth as auth_module
 from poolkit.mongodb.auth import (
     KEY_CACHE,
@@ -44,7 +44,7 @@ from poolkit.mongodb.errors import (
     clear_scope,
 )
 from poolkit.mongodb.monitoring import CommandEvent
-from poolkit.mongodb.pools import connect_sync_uri, connect_uri
+from poolkit.mongodb.pools import async_connect_uri, connect_sync_uri
 from poolkit_sim_mongo import SimMongoServer, SimMongoSettings, WireClient, WireCommandError
 from poolkit_sim_mongo.scram import SimUsers
 from poolkit_sim_mongo.settings import ConnectionInfo
@@ -184,7 +184,9 @@ def test_credentials_mask_the_password_and_are_checked() -> None:
     with pytest.raises(ValueError, match="not supported"):
         Credentials.of("app", PASSWORD, "admin", "PLAIN")
     with pytest.raises(ValueError, match="not supported"):
-        connect("127.0.0.1", 1, username="app", password=PASSWORD, auth_mechanism="MONGODB-CR")
+        async_connect(
+            "127.0.0.1", 1, username="app", password=PASSWORD, auth_mechanism="MONGODB-CR"
+        )
     with pytest.raises(ValueError, match="needs a password"):
         connect_sync("127.0.0.1", 1, username="app")
 
@@ -367,7 +369,7 @@ def auth_pool(
 ) -> poolkit.AsyncPool[AsyncMongoConnection]:
     options = {"username": "app", "password": PASSWORD, "connect_timeout": 5.0, **connect_options}
     pool = poolkit.AsyncPool(
-        connect(server.host, server.port, load_balanced=True, **options),
+        async_connect(server.host, server.port, load_balanced=True, **options),
         address=server.address,
         options=poolkit.PoolOptions(load_balanced=True, max_size=max_size),
         listeners=[recorder] if recorder is not None else [],
@@ -565,7 +567,7 @@ def test_connect_functions_from_a_uri() -> None:
                 f"mongodb://app:{PASSWORD}@{server.address}/shop?authSource=admin&loadBalanced=true&appName=shop"
             )
             pool = poolkit.AsyncPool(
-                connect_uri(uri), address=server.address, options=uri.pool_options
+                async_connect_uri(uri), address=server.address, options=uri.pool_options
             )
             pool.ready()
             async with pool.connection() as conn:
@@ -578,7 +580,7 @@ def test_connect_functions_from_a_uri() -> None:
     with pytest.raises(ValueError, match="not supported"):
         connect_sync_uri(parse_uri("mongodb://u@h/?authMechanism=MONGODB-X509"))
     with pytest.raises(ValueError, match="host and port"):
-        connect_uri(parse_uri("mongodb://%2Ftmp%2Fmongodb-27017.sock"))
+        async_connect_uri(parse_uri("mongodb://%2Ftmp%2Fmongodb-27017.sock"))
 
 
 # ---------------------------------------------------------------------- pymongo, a real client

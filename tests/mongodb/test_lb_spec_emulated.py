@@ -20,7 +20,7 @@ from poolkit.mongodb import (
     LoadBalancedTimeoutError,
     NetworkError,
     OperationFailure,
-    connect,
+    async_connect,
 )
 from poolkit.mongodb.monitoring import (
     CommandFailedEvent,
@@ -344,13 +344,13 @@ def test_errors_during_authentication_are_processed(spec_case: str) -> None:
     recorder = Recorder()
 
     async def main() -> None:
-        from poolkit.mongodb import connect
+        from poolkit.mongodb import async_connect
 
         app = "lbSDAMErrorTestClient"
         settings = SimMongoSettings(services=2, users={"app": "secret"})
         async with SimMongoServer(settings) as server:
             pool = poolkit.AsyncPool(
-                connect(server.host, server.port, load_balanced=True, app_name=app,
+                async_connect(server.host, server.port, load_balanced=True, app_name=app,
                         username="app", password="secret", connect_timeout=5.0),
                 address=server.address,
                 options=poolkit.PoolOptions(load_balanced=True),
@@ -406,7 +406,7 @@ def test_a_load_balancer_refuses_a_client_not_in_load_balanced_mode(spec_case: s
     async def main() -> None:
         async with SimMongoServer(SimMongoSettings(services=1)) as server:
             pool = poolkit.AsyncPool(
-                connect(server.host, server.port, load_balanced=False, connect_timeout=5.0),
+                async_connect(server.host, server.port, load_balanced=False, connect_timeout=5.0),
                 address=server.address,
             )
             pool.ready()
@@ -427,7 +427,7 @@ def test_a_plain_cluster_serves_a_client_not_in_load_balanced_mode(spec_case: st
         settings = SimMongoSettings(services=1, load_balanced=False)
         async with SimMongoServer(settings) as server:
             pool = poolkit.AsyncPool(
-                connect(server.host, server.port, load_balanced=False, connect_timeout=5.0),
+                async_connect(server.host, server.port, load_balanced=False, connect_timeout=5.0),
                 address=server.address,
             )
             pool.ready()

@@ -297,7 +297,8 @@ def test_a_delete_in_a_transaction_waits_for_its_commit() -> None:
 )
 def test_connect_checks_its_arguments(kwargs: dict[str, Any], message: str) -> None:
     arguments = {"host": "127.0.0.1", "port": 27017, **kwargs}
-    for connect, name in ((mongodb.connect, "connect"), (mongodb.connect_sync, "connect_sync")):
+    both = ((mongodb.async_connect, "async_connect"), (mongodb.connect_sync, "connect_sync"))
+    for connect, name in both:
         pattern = message.replace("connect\\(", f"{name}\\(")
         with pytest.raises((TypeError, ValueError), match=pattern):
             connect(**arguments)

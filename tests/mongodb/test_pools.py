@@ -120,3 +120,21 @@ def test_create_async_pool_is_a_starter_like_every_async_builder() -> None:
     run(main)
     with pytest.raises(TypeError, match="uri: a connection string or a MongoURI"):
         mongodb.create_async_pool(42)  # type: ignore[arg-type]
+
+
+def test_the_old_names_of_the_asyncio_connect_functions_warn_and_still_work() -> None:
+    """``connect`` and ``connect_uri`` (asyncio) were renamed ``async_connect`` and
+    ``async_connect_uri``, the backends' rule: the old names give the same connect function,
+    with a DeprecationWarning saying what they will become."""
+    with pytest.warns(DeprecationWarning, match=r"mongodb\.connect is now async_connect"):
+        old = mongodb.connect("127.0.0.1", 27017, load_balanced=True)
+    assert old.__qualname__ == mongodb.async_connect("127.0.0.1").__qualname__
+    with pytest.warns(DeprecationWarning, match="connect_uri is now async_connect_uri"):
+        mongodb.connect_uri(mongodb.parse_uri("mongodb://127.0.0.1/?loadBalanced=true"))
+    with pytest.warns(DeprecationWarning, match="blocking connect functions"):
+        mongodb.connect("127.0.0.1")
+    with (  # (its arguments checked as before)
+        pytest.raises(ValueError, match=r"async_connect\(port=\.\.\.\)"),
+        pytest.warns(DeprecationWarning, match="is now async_connect"),
+    ):
+        mongodb.connect("127.0.0.1", 70000)

@@ -16,8 +16,8 @@ from certs import Cert, server_context, trusting
 from lb_helpers import run
 from poolkit.mongodb import (
     HandshakeError,
+    async_connect_uri,
     connect_sync_uri,
-    connect_uri,
     create_async_pool,
     parse_uri,
 )
@@ -78,12 +78,12 @@ def test_a_pool_over_tls(cert: Cert) -> None:
             for options in (f"tlsCAFile={cert.cert}", "tlsAllowInvalidCertificates=true"):
                 uri = parse_uri(tls_uri(server, options))
                 async with poolkit.AsyncPool(
-                    connect_uri(uri), address=uri.addresses[0], options=uri.pool_options
+                    async_connect_uri(uri), address=uri.addresses[0], options=uri.pool_options
                 ) as pool, pool.connection() as conn:
                     assert (await conn.command("admin", {"ping": 1}))["ok"] == 1
             uri = parse_uri(tls_uri(server, "tls=true"))  # (the system's CAs: not this one)
             async with poolkit.AsyncPool(
-                connect_uri(uri), address=uri.addresses[0], options=uri.pool_options
+                async_connect_uri(uri), address=uri.addresses[0], options=uri.pool_options
             ) as pool:
                 with pytest.raises(HandshakeError, match="CERTIFICATE_VERIFY_FAILED"):
                     await pool.checkout(5)

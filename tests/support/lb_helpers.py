@@ -7,7 +7,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 import poolkit
-from poolkit.mongodb import AsyncMongoPool, connect
+from poolkit.mongodb import AsyncMongoPool, async_connect
 from poolkit_sim_mongo import SimMongoServer
 
 
@@ -36,7 +36,7 @@ async def lb_pool(
     command monitoring events to ``commands``."""
     host, port = server.host, server.port
     pool = poolkit.AsyncPool(
-        connect(
+        async_connect(
             host,
             port,
             load_balanced=True,

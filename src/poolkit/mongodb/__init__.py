@@ -30,7 +30,13 @@ from .uri import MongoURI, parse_uri
 from .uri_options import InvalidURIError, URIOptions, URIOptionWarning
 
 if TYPE_CHECKING:
-    from .connection import AsyncMongoConnection, MongoConnection, connect, connect_sync
+    from .connection import (
+        AsyncMongoConnection,
+        MongoConnection,
+        async_connect,
+        connect,
+        connect_sync,
+    )
     from .errors import (
         AuthenticationError,
         HandshakeError,
@@ -44,6 +50,7 @@ if TYPE_CHECKING:
     from .pool_async import AsyncCursor, AsyncMongoPool, AsyncSession, AsyncTransaction
     from .pool_sync import Cursor, MongoPool, Session, Transaction
     from .pools import (
+        async_connect_uri,
         async_hooks,
         connect_sync_uri,
         connect_uri,
@@ -56,8 +63,10 @@ if TYPE_CHECKING:
 _LAZY = {
     "AsyncMongoConnection": "connection",
     "MongoConnection": "connection",
+    "async_connect": "connection",
     "connect": "connection",
     "connect_sync": "connection",
+    "async_connect_uri": "pools",
     "connect_uri": "pools",
     "connect_sync_uri": "pools",
     "create_pool": "pools",
@@ -134,6 +143,8 @@ __all__ = [
     "URIOptionWarning",
     "URIOptions",
     "async_hooks",
+    "async_connect",
+    "async_connect_uri",
     "connect",
     "connect_sync",
     "connect_sync_uri",

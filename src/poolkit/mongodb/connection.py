@@ -32,6 +32,7 @@ from typing import Any
 
 from ..driver import ConnectContext, Established, check_socket, check_timeout
 from ._bson import bson
+from ._renamed import CONNECT_RENAMED, renamed
 from .auth import Credentials, Speculation, authenticate, authenticate_async
 from .errors import HandshakeError, LoadBalancerUnsupportedError, NetworkError, OperationFailure
 from .handshake import client_metadata, hello_command, opening_hello
@@ -49,6 +50,7 @@ __all__ = [
     "AsyncMongoConnection",
     "MongoConnection",
     "client_metadata",
+    "async_connect",
     "connect",
     "connect_sync",
     "hello_command",
@@ -521,7 +523,7 @@ def _check_endpoint(
         check_timeout(connect_timeout, f"{call}(connect_timeout=...)")
 
 
-def connect(
+def async_connect(
     host: str,
     port: int = 27017,
     *,
@@ -541,7 +543,7 @@ def connect(
     and ``clear(service_id=...)``). ``listeners``: command monitoring (:mod:`.monitoring`),
     each event with the service. The arguments are checked here (a ValueError or TypeError
     naming the one at fault)."""
-    _check_endpoint(host, port, tls, connect_timeout, "connect")
+    _check_endpoint(host, port, tls, connect_timeout, "async_connect")
     Credentials.of(username, password, auth_source, auth_mechanism)
     options: dict[str, Any] = dict(
         load_balanced=load_balanced, app_name=app_name, tls=tls, connect_timeout=connect_timeout,
@@ -570,7 +572,7 @@ def connect_sync(
     auth_source: str = "admin",
     auth_mechanism: str | None = None,
 ) -> Callable[[ConnectContext], Established[MongoConnection]]:
-    """:func:`connect` for :class:`poolkit.Pool`."""
+    """:func:`async_connect` for :class:`poolkit.Pool`."""
     _check_endpoint(host, port, tls, connect_timeout, "connect_sync")
     Credentials.of(username, password, auth_source, auth_mechanism)
     options: dict[str, Any] = dict(
@@ -584,3 +586,8 @@ def connect_sync(
         return Established(conn, service_id=conn.service_id)
 
     return connect_mongo
+
+
+#: the old name of :func:`async_connect`: ``connect`` will be the blocking connect function, as
+#: in the backends (``connect`` for threads, ``async_connect`` for asyncio)
+connect = renamed(async_connect, "connect", CONNECT_RENAMED)

@@ -15,7 +15,8 @@ from ..driver import ConnectContext, Established, PoolStarter, with_default_hook
 from ..events import Listener
 from ..options import Hooks, PoolOptions
 from ..threaded import Pool
-from .connection import AsyncMongoConnection, MongoConnection, connect, connect_sync
+from ._renamed import CONNECT_RENAMED, renamed
+from .connection import AsyncMongoConnection, MongoConnection, async_connect, connect_sync
 from .errors import NetworkError
 from .monitoring import CommandListener
 from .tls import tls_context
@@ -23,6 +24,7 @@ from .uri import MongoURI, parse_uri
 
 __all__ = [
     "async_hooks",
+    "async_connect_uri",
     "connect_sync_uri",
     "connect_uri",
     "create_async_pool",
@@ -50,19 +52,24 @@ def uri_connect_options(
     )  # fmt: skip
 
 
-def connect_uri(
+def async_connect_uri(
     uri: MongoURI, *, tls: ssl.SSLContext | None = None, listeners: Iterable[CommandListener] = ()
 ) -> Callable[[ConnectContext], Awaitable[Established[AsyncMongoConnection]]]:
-    """:func:`connect` to the first host of a parsed URI, with its ``loadBalanced``, ``appName``,
-    ``connectTimeoutMS``, credentials and TLS (:func:`uri_connect_options`)."""
+    """:func:`~.connection.async_connect` to the first host of a parsed URI, with its
+    ``loadBalanced``, ``appName``, ``connectTimeoutMS``, credentials and TLS
+    (:func:`uri_connect_options`)."""
     host, port, options = uri_connect_options(uri, tls)
-    return connect(host, port, listeners=listeners, **options)
+    return async_connect(host, port, listeners=listeners, **options)
+
+
+#: the old name of :func:`async_connect_uri` (``connect_uri`` will be the blocking one)
+connect_uri = renamed(async_connect_uri, "connect_uri", CONNECT_RENAMED)
 
 
 def connect_sync_uri(
     uri: MongoURI, *, tls: ssl.SSLContext | None = None, listeners: Iterable[CommandListener] = ()
 ) -> Callable[[ConnectContext], Established[MongoConnection]]:
-    """:func:`connect_uri` for :class:`poolkit.Pool`."""
+    """:func:`async_connect_uri` for :class:`poolkit.Pool`."""
     host, port, options = uri_connect_options(uri, tls)
     return connect_sync(host, port, listeners=listeners, **options)
 
@@ -140,11 +147,11 @@ def create_async_pool(
     command_listeners: Iterable[CommandListener] = (),
 ) -> PoolStarter[AsyncMongoConnection]:
     """:func:`create_pool` for asyncio: a ready :class:`poolkit.AsyncPool` on the running loop
-    (:func:`connect_uri`, :func:`async_hooks`). ``await`` it, or ``async with
+    (:func:`async_connect_uri`, :func:`async_hooks`). ``await`` it, or ``async with
     create_async_pool(...) as pool:`` for a pool closed at the end of the block."""
     parsed = _parsed(uri)
     chosen = _options(parsed, options, async_hooks(), "create_async_pool")
-    connect = connect_uri(parsed, tls=tls, listeners=command_listeners)
+    connect = async_connect_uri(parsed, tls=tls, listeners=command_listeners)
 
     async def start() -> AsyncPool[AsyncMongoConnection]:
         pool = AsyncPool(connect, address=parsed.addresses[0], options=chosen, listeners=listeners)

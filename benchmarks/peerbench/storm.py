@@ -17,7 +17,7 @@ import gc
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Literal
 
 from floors import NAN, pctl
 
@@ -272,17 +272,48 @@ def storm_run(build: StormBuild) -> Callable[[Env], Figures]:
             t0 = pc()
             await gather_all(lambda: one(0), tasks)
             elapsed = pc() - t0
-        waits.sort()
-        return {
-            "all_served_s": waits[-1] if waits else NAN,
-            "elapsed_s": elapsed,
-            "wait_p50_ms": pctl(waits, 0.5) * 1e3,
-            "wait_p99_ms": pctl(waits, 0.99) * 1e3,
-            "connects_at_once": float(connects.most),
-            "connects": float(connects.made),
-        }
+        return storm_figures(waits, elapsed, connects.most, connects.made)
 
     return lambda env: asyncio.run(measure(env))
+
+
+def storm_figures(waits: list[float], elapsed: float, most: int, made: int) -> Figures:
+    """A storm's figures (asyncio or threads): when the last waiter was served, its waits, the
+    most connects at once and how many were made."""
+    waits.sort()
+    return {
+        "all_served_s": waits[-1] if waits else NAN,
+        "elapsed_s": elapsed,
+        "wait_p50_ms": pctl(waits, 0.5) * 1e3,
+        "wait_p99_ms": pctl(waits, 0.99) * 1e3,
+        "connects_at_once": float(most),
+        "connects": float(made),
+    }
+
+
+def storm_workload(
+    key: str,
+    who: str,
+    where: str,
+    reference: str,
+    server: Literal["pg", "redis"],
+    note: str,
+    contenders: tuple[Contender, ...],
+) -> Workload:
+    """A storm workload: ``who`` (``"1,000 tasks"``) arrive at an empty pool of ``where``."""
+    return Workload(
+        key=key,
+        group="W7",
+        title=f"storm: {who} at an empty pool (max {POOL_MAX}), connect +50 ms, {where}",
+        metric="all_served_s",
+        higher=False,
+        reference=f"{reference} ({AS_SHIPPED})",
+        server=server,
+        sample_every=0.01,
+        columns=COLUMNS,
+        note=note,
+        contenders=contenders,
+    )
 
 
 def _c(
@@ -293,20 +324,15 @@ def _c(
 
 def w7_pg(tasks: int) -> Workload:
     ap, pg = ("asyncpg",), ("psycopg", "psycopg_pool")
-    return Workload(
-        key="W7-pg",
-        group="W7",
-        title=f"storm: {tasks:,} tasks at an empty pool (max {POOL_MAX}), connect +50 ms, "
+    return storm_workload(
+        "W7-pg",
+        f"{tasks:,} tasks",
         "PostgreSQL (asyncio)",
-        metric="all_served_s",
-        higher=False,
-        reference=f"asyncpg.create_pool ({AS_SHIPPED})",
-        server="pg",
-        sample_every=0.01,
-        columns=COLUMNS,
-        note="Each task: one `SELECT 1`. poolkit's builders make one connection before they "
+        "asyncpg.create_pool",
+        "pg",
+        "Each task: one `SELECT 1`. poolkit's builders make one connection before they "
         "return (a wrong DSN fails there): that one is made before the storm, not counted.",
-        contenders=(
+        (
             _c("poolkit.backends.asyncpg", "poolkit", poolkit_asyncpg, ap),
             _c("asyncpg.create_pool", "peer", asyncpg_pool, ap),
             _c("SQLAlchemy AsyncAdaptedQueuePool (asyncpg)", "peer", sqlalchemy_asyncpg,
@@ -319,19 +345,14 @@ def w7_pg(tasks: int) -> Workload:
 
 def w7_redis(tasks: int) -> Workload:
     rd = ("redis",)
-    return Workload(
-        key="W7-redis",
-        group="W7",
-        title=f"storm: {tasks:,} tasks at an empty pool (max {POOL_MAX}), connect +50 ms, "
+    return storm_workload(
+        "W7-redis",
+        f"{tasks:,} tasks",
         "Redis (asyncio)",
-        metric="all_served_s",
-        higher=False,
-        reference=f"redis.asyncio.BlockingConnectionPool ({AS_SHIPPED})",
-        server="redis",
-        sample_every=0.01,
-        columns=COLUMNS,
-        note="Each task: one `GET` through one shared `redis.asyncio.Redis`.",
-        contenders=(
+        "redis.asyncio.BlockingConnectionPool",
+        "redis",
+        "Each task: one `GET` through one shared `redis.asyncio.Redis`.",
+        (
             _c("poolkit.backends.redis.AsyncBlockingConnectionPool", "poolkit",
                redis_blocking("poolkit"), rd),
             _c("redis.asyncio.BlockingConnectionPool", "peer", redis_blocking("redis-py"), rd),

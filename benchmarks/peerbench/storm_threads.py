@@ -16,12 +16,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from floors import NAN, pctl
-
 from .core import AS_SHIPPED, Contender, Env, Figures, Workload
 from .drive import Record, time_checkouts
 from .pg_rows import SELECT
-from .storm import COLUMNS, POOL_MAX
+from .storm import POOL_MAX, storm_figures, storm_workload
 
 pc = time.perf_counter
 SyncOne = Callable[[], None]
@@ -186,15 +184,7 @@ def storm_run(build: ThreadStormBuild) -> Callable[[Env], Figures]:
             elapsed = pc() - t0
             if errors:
                 raise errors[0]
-        waits.sort()
-        return {
-            "all_served_s": waits[-1] if waits else NAN,
-            "elapsed_s": elapsed,
-            "wait_p50_ms": pctl(waits, 0.5) * 1e3,
-            "wait_p99_ms": pctl(waits, 0.99) * 1e3,
-            "connects_at_once": float(connects.most),
-            "connects": float(connects.made),
-        }
+        return storm_figures(waits, elapsed, connects.most, connects.made)
 
     return measure
 
@@ -205,20 +195,15 @@ def _c(name: str, role: Any, build: ThreadStormBuild, needs: tuple[str, ...]) ->
 
 def w7_threads_pg(threads: int) -> Workload:
     pg = ("psycopg", "psycopg_pool")
-    return Workload(
-        key="W7-threads-pg",
-        group="W7",
-        title=f"storm: {threads:,} threads at an empty pool (max {POOL_MAX}), connect +50 ms, "
+    return storm_workload(
+        "W7-threads-pg",
+        f"{threads:,} threads",
         "PostgreSQL (threads)",
-        metric="all_served_s",
-        higher=False,
-        reference=f"psycopg_pool.ConnectionPool ({AS_SHIPPED})",
-        server="pg",
-        sample_every=0.01,
-        columns=COLUMNS,
-        note="Each thread: one `SELECT 1`. poolkit's builder makes one connection before it "
+        "psycopg_pool.ConnectionPool",
+        "pg",
+        "Each thread: one `SELECT 1`. poolkit's builder makes one connection before it "
         "returns (a wrong DSN fails there): that one is made before the storm, not counted.",
-        contenders=(
+        (
             _c("poolkit.backends.psycopg.create_pool", "poolkit", poolkit_psycopg, pg),
             _c("psycopg_pool.ConnectionPool", "peer", psycopg_pool, pg),
         ),
@@ -227,19 +212,14 @@ def w7_threads_pg(threads: int) -> Workload:
 
 def w7_threads_redis(threads: int) -> Workload:
     rd = ("redis",)
-    return Workload(
-        key="W7-threads-redis",
-        group="W7",
-        title=f"storm: {threads:,} threads at an empty pool (max {POOL_MAX}), connect +50 ms, "
+    return storm_workload(
+        "W7-threads-redis",
+        f"{threads:,} threads",
         "Redis (threads)",
-        metric="all_served_s",
-        higher=False,
-        reference=f"redis.BlockingConnectionPool ({AS_SHIPPED})",
-        server="redis",
-        sample_every=0.01,
-        columns=COLUMNS,
-        note="Each thread: one `GET` through one shared `redis.Redis`.",
-        contenders=(
+        "redis.BlockingConnectionPool",
+        "redis",
+        "Each thread: one `GET` through one shared `redis.Redis`.",
+        (
             _c("poolkit.backends.redis.BlockingConnectionPool", "poolkit",
                redis_blocking("poolkit"), rd),
             _c("redis.BlockingConnectionPool", "peer", redis_blocking("redis-py"), rd),

@@ -1,13 +1,13 @@
-"""What the backends' one-call builders share: setting the hooks, making the pool ready, the
-awaitable pool starter, an address fit to show."""
+"""What the backends' one-call builders share: setting the hooks, making the pool ready, an
+address fit to show (the pool starter is the seam's: :class:`poolkit.driver.PoolStarter`)."""
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from .. import AsyncPool, Hooks, Pool, PoolOptions
+from ..driver import with_default_hooks
 
 C = TypeVar("C")
 
@@ -15,17 +15,13 @@ C = TypeVar("C")
 def with_hooks(options: PoolOptions | None, chosen: Hooks, builder: str) -> PoolOptions:
     """``options`` (default ones if ``None``) with ``hooks=chosen``; refuses options whose
     ``hooks`` are set already (the builder's arguments set them)."""
-    if options is None:
-        options = PoolOptions()
-    elif not isinstance(options, PoolOptions):
-        raise TypeError(f"{builder}(options=...) must be a PoolOptions, got {options!r}")
-    if options.hooks is not None:
+    if isinstance(options, PoolOptions) and options.hooks is not None:
         raise ValueError(
             f"{builder}() sets options.hooks from its own arguments (reset=, check=, ...): "
             "leave options.hooks unset, or build the pool yourself from the backend's connect "
             "function and hooks()"
         )
-    return dataclasses.replace(options, hooks=chosen)
+    return with_default_hooks(options, chosen, builder)
 
 
 async def ready_async(pool: AsyncPool[Any]) -> None:

@@ -10,13 +10,14 @@ from datetime import timedelta
 import pytest
 
 import poolkit
+from doubles import Conn
 from poolkit import driver
 from poolkit.backends import tcp
 from poolkit.testing import FakeClock
 
 
-def _connect(ctx: poolkit.ConnectContext) -> object:
-    return socket.socket()  # (anything with close(); never used)
+def _connect(ctx: poolkit.ConnectContext) -> Conn:
+    return Conn(1)
 
 
 def test_the_seams_names_are_the_pools_own() -> None:

@@ -180,7 +180,7 @@ class PoolBase(Generic[C]):
         """The core, told whether anyone observes it now (a listener, or DEBUG logging): the one
         place that decides it. Under the lock, before every input but the fast paths'."""
         core = self._core
-        core.observed = self._sink.observed()
+        core.shared.observed = self._sink.observed()  # (the state itself: no setter to call)
         return core
 
     def _feed(self, step: Callable[[PoolCore, float], T]) -> T:

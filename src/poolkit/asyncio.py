@@ -387,7 +387,7 @@ class AsyncPool(TaskIO[C]):
         # fast paths' test already proves that nobody observes the pool)
         if quick:
             core = self._core
-            core.observed = False
+            core.shared.observed = False
         else:
             core = self._input()
         now = self._time()

@@ -65,7 +65,7 @@ def parked(core: PoolCore, now: float = 0.0) -> Conn:
 
 def timers(core: PoolCore) -> list[tuple[float, str]]:
     """The live timers, earliest first."""
-    live = [e for e in core.timers._heap if core._timer_is_live(e)]
+    live = [e for e in core.timers._heap if core.shared.timer_is_live(e)]
     return sorted((e.when, e.kind.name) for e in live)
 
 
@@ -386,7 +386,7 @@ def test_a_lease_given_back_in_time_is_never_reported() -> None:
 
 def test_a_collected_lease_is_reported_and_its_connection_closed_even_unobserved() -> None:
     core = make(leak_timeout=5.0)
-    core.observed = False
+    core.shared.observed = False
     conn = parked(core, 0.0)
     queue_or_serve(core, 0.0)
     held = Hold(conn, 0.0, "stack")

@@ -251,19 +251,24 @@ class Driver:
         core = self.core
         clocked = core.clocked
         failing = core.failures.failing
-        live = [e for e in core.timers._heap if core._timer_is_live(e)]
+        live = [e for e in core.timers._heap if core.shared.timer_is_live(e)]
         return {
             "state": (core.state, core.generation, core.checkouts, core.failures.row),
             "services": {sid: tuple(entry) for sid, entry in core.service_generations.items()},
             "conns": sorted(_conn_state(c, clocked) for c in core.conns.values()),
             "idle": [c.id for c in core.idle_connections()],
-            "open": [c.id for c in core._open],
+            "open": [c.id for c in core.idle_set.open],
             "waiters": [self.number[id(r)] for r in core.waiters()],
-            "counts": (list(core._counts), core.roles.kept, core.roles.overflow, core._next_id),
+            "counts": (
+                list(core.shared.counts),
+                core.roles.kept,
+                core.roles.overflow,
+                core.shared.next_id,
+            ),
             "stats": dataclasses.asdict(core.stats()),
             "timers": sorted((e.when, e.kind, self._target(e.target)) for e in live),
             "sweep": None if core.idle_set.sweep is None else core.idle_set.sweep.when,
-            "background": None if core._background is None else core._background.when,
+            "background": None if core.shared.background is None else core.shared.background.when,
             "failing": None
             if failing is None
             else (
@@ -477,7 +482,7 @@ class PathsMachine(RuleBasedStateMachine):
     def listen(self, on: bool) -> None:
         """A listener (or DEBUG logging) comes or goes on the mixed core: it is observed from now
         on, or takes the fast paths again."""
-        self.drivers[3].core.observed = on
+        self.drivers[3].core.shared.observed = on
         for driver in self.drivers:
             driver.step = []
             driver.events = []
@@ -565,7 +570,7 @@ def test_fast_checkout_prefers_a_free_stream_to_an_idle_connection() -> None:
         core.connected(multiplexed, _START, ConnectionObject(multiplexed.id), None, 2)
         assert first.conn is plain and second.conn is multiplexed
         assert core.release_idle(plain) is True  # available again, on top of the stack
-        assert core.idle_connections() == [plain] and list(core._open) == [multiplexed]
+        assert core.idle_connections() == [plain] and list(core.idle_set.open) == [multiplexed]
         if fast:
             conn = core.lease_idle(0.0)
         else:
@@ -573,6 +578,6 @@ def test_fast_checkout_prefers_a_free_stream_to_an_idle_connection() -> None:
             core.request(third, _START)
             conn = third.conn
         assert conn is multiplexed and multiplexed.streams == 2, (fast, conn)
-        assert plain.state is ConnState.IDLE and list(core._open) == []
+        assert plain.state is ConnState.IDLE and list(core.idle_set.open) == []
         leased.append(conn.id)
     assert leased[0] == leased[1]

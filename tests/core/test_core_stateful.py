@@ -665,7 +665,7 @@ class PoolCoreMachine(RuleBasedStateMachine):
             assert conn.state is ConnState.CLOSED, f"stale {conn} kept at check-in"
             assert conn.close_reason in ("stale", "poolClosed"), conn
         else:
-            assert conn not in self.c._open, f"stale {conn} open for new leases"
+            assert conn not in self.c.idle_set.open, f"stale {conn} open for new leases"
 
     @precondition(lambda self: self.leases and not self.c.observed)
     @rule(index=st.integers(min_value=0))
@@ -885,7 +885,8 @@ class PoolCoreMachine(RuleBasedStateMachine):
             else -1
         )
         quick = -1 if core.clocked else release
-        assert (core._lease_gen, core._release_gen, core._quick_gen) == (lease, release, quick)
+        hand = core.handout
+        assert (hand._lease_gen, hand._release_gen, hand._quick_gen) == (lease, release, quick)
 
     @invariant()
     def request_states(self) -> None:
@@ -936,7 +937,7 @@ class PoolCoreMachine(RuleBasedStateMachine):
             lost = c.state is ConnState.CLOSED and not c.abandoned
             if lost and core.state is not PoolState.CLOSED:
                 assert self.now >= c.created_at + lost_at, c
-        assert core._abandoned == stats.abandoned == abandoned
+        assert core.shared.abandoned == stats.abandoned == abandoned
         if opts.max_size:
             assert len(conns) + abandoned <= opts.max_size
         assert by_state[ConnState.CONNECTING] + abandoned <= opts.max_connecting
@@ -995,15 +996,15 @@ class PoolCoreMachine(RuleBasedStateMachine):
             assert conn.gate == -2 or (plain and conn.gate == conn.generation), conn
             if plain and conn.state in (ConnState.IDLE, ConnState.CONNECTING):
                 assert conn.gate == conn.generation, f"{conn} kept off the fast paths"
-            if conn.gate == core._quick_gen and conn.state is ConnState.LEASED:
+            if conn.gate == core.handout._quick_gen and conn.state is ConnState.LEASED:
                 assert conn.streams == 1, conn  # what release_idle relies on
         # multiplexed connections with a free stream, in use, are where leases go first
-        for conn in core._open:
+        for conn in core.idle_set.open:
             assert conn.state is ConnState.LEASED and conn.max_streams > 1, conn
             assert conn.streams < conn.max_streams, conn
         for conn in conns:
             if conn.state is ConnState.DRAINING:
-                assert conn not in core._open and conn.streams >= 1
+                assert conn not in core.idle_set.open and conn.streams >= 1
 
     @invariant()
     def service_generations(self) -> None:
@@ -1037,7 +1038,7 @@ class PoolCoreMachine(RuleBasedStateMachine):
             return
         core = self.c
         if any(_stale(core, c) and c.id not in self.arrived_stale for c in core.idle_connections()):
-            run = core._background
+            run = core.shared.background
             assert run is not None and run.when <= self.now, "stale connections left available"
 
     @invariant()
@@ -1151,7 +1152,7 @@ class PoolCoreMachine(RuleBasedStateMachine):
             return
         opts = core.options
         # (connects given up on count against both limits until their function returns)
-        abandoned = core._abandoned
+        abandoned = core.shared.abandoned
         room = not opts.max_size or core.total + abandoned < opts.max_size
         failing = core.failures.failing
         if failing is not None:

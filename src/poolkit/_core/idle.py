@@ -43,7 +43,7 @@ class IdleSet:
 
     def __init__(self, timers: TimerHeap, max_idle: float | None) -> None:
         #: available connections, longest parked first (``PoolCore`` reads it directly on its
-        #: fast paths: see "Fast paths" in ``pool``)
+        #: fast paths: see "Fast paths" in ``handout``)
         self.stack: deque[Conn] = deque()
         #: multiplexed connections in use with a stream free, oldest first (values unused)
         self.open: dict[Conn, None] = {}

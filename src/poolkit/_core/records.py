@@ -3,11 +3,11 @@
 Rules of this module
 --------------------
 * A connection's lifecycle is the explicit enum :class:`ConnState`. Its state changes only by
-  looking the pair ``(state, input)`` up in ``TRANSITIONS`` (``next_state``; the core's ``_fire``
+  looking the pair ``(state, input)`` up in ``TRANSITIONS`` (``next_state``; ``ConnectionLife.fire``
   does the same lookup through ``STEPS``); a pair that is not in the table is a bug in the core
-  and raises :class:`InvalidTransition`. Outside ``_fire``, ``Conn.state`` is assigned only on
-  the core's fast paths (checkout and check-in in ``pool``), and only with the two results
-  ``pool`` reads from ``STEPS`` at import (``_IDLE_LEASE``, ``_LEASED_IDLE``), which change no
+  and raises :class:`InvalidTransition`. Outside ``fire``, ``Conn.state`` is assigned only on
+  the core's fast paths (checkout and check-in in ``handout``), and only with the two results
+  ``handout`` reads from ``STEPS`` at import (``_IDLE_LEASE``, ``_LEASED_IDLE``), which change no
   counter.
 * Roles, stream capacity and service ids are fields of the record, never positions in a list.
 * Records hold no I/O objects the core looks at: ``connection`` and ``handle`` are opaque
@@ -207,8 +207,8 @@ class Conn:
         #: when ``max_lifetime`` retires it (``inf``: never)
         self.expires = float("inf")
         #: what the core's fast paths compare with the pool's gate values: the generation while
-        #: the connection is plain, ``_NO_GATE`` otherwise ("Gates" in ``pool`` says it all).
-        #: Kept by ``ConnectionLife._regate`` whenever generation, role, streams or state change.
+        #: the connection is plain, ``_NO_GATE`` otherwise ("Gates" in ``handout`` says it all).
+        #: Kept by ``regate`` (below) whenever generation, role, streams or state change.
         self.gate = generation
         self.close_reason: str | None = None
         #: a lease's stream came back while others were out (a multiplexed connection): the
@@ -303,5 +303,18 @@ _OVERFLOW: Final = Role.OVERFLOW
 _LEASE: Final = ConnInput.LEASE
 _RELEASE: Final = ConnInput.RELEASE
 _RELEASE_LAST: Final = ConnInput.RELEASE_LAST
-#: a connection's gate that no fast path matches (see "Gates" in ``pool``)
+#: a connection's gate that no fast path matches (see "Gates" in ``handout``)
 _NO_GATE: Final = -2
+
+
+def regate(conn: Conn) -> None:
+    """Refresh ``conn.gate`` after its generation, role, stream limit or state changed (see
+    "Gates" in ``handout``): its generation while it is plain, else ``_NO_GATE``."""
+    plain = (
+        conn.max_streams == 1
+        and conn.streams <= 1  # (a limit lowered to 1 under two leases: not yet)
+        and conn.role is not _OVERFLOW
+        and conn.state is not _DRAINING
+        and conn.state is not _S_CLOSED
+    )
+    conn.gate = conn.generation if plain else _NO_GATE

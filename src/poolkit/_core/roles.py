@@ -29,7 +29,7 @@ class Roles:
     def __init__(self, min_size: int, soft: int, regate: Callable[[Conn], None]) -> None:
         self.min_size = min_size
         self.soft = soft  #: the soft limit: connections above it are overflow
-        self.regate = regate  #: the pool's ``_regate``, called when a role changes
+        self.regate = regate  #: ``records.regate``, called when a role changes
         self.kept = 0  #: connections whose role is KEPT
         self.overflow = 0  #: connections whose role is OVERFLOW
 

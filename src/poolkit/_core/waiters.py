@@ -30,7 +30,7 @@ class WaitQueue:
 
     def __init__(self, timers: TimerHeap) -> None:
         #: the requests, oldest first (values unused). ``PoolCore`` reads it directly on its fast
-        #: paths (see "Fast paths" in ``pool``); everything else goes through the methods here.
+        #: paths (see "Fast paths" in ``handout``); everything else goes through the methods here.
         self.queue: OrderedDict[Request, None] = OrderedDict()
         self.timers = timers
 

@@ -1,9 +1,20 @@
-"""Write the blocking twin of an asyncio module: ``python tools/async_to_sync.py`` writes
-src/poolkit/mongodb/pool_sync.py from pool_async.py; ``--check`` only says whether it is up to
-date (the tests run it so). The twin is the same code without ``async``/``await``, with the
-blocking names (``AsyncMongoPool`` -> ``MongoPool``, ``AsyncPool`` -> ``Pool``...) and its own
-module docstring; then ``ruff format``. A rule that changes nothing in any source fails the
-run (``.ci/run`` runs ``--check`` in its lint step).
+"""Write the blocking twins of the asyncio modules: ``python tools/async_to_sync.py`` writes each
+``*_sync.py`` of ``PAIRS`` from its ``*_async.py``; ``--check`` only says whether they are up to
+date (``.ci/run`` runs it in its lint step). A twin is the same code without ``async``/``await``,
+with the blocking names (``AsyncMongoPool`` -> ``MongoPool``, ``AsyncPool`` -> ``Pool``...), its
+own module docstring and a "generated, do not edit" line; then ``ruff`` sorts its imports,
+drops those it no longer uses, and formats it.
+
+Where the blocking code is not the asyncio code without ``await`` (a socket for a stream, a
+thread lock for an asyncio one), the source says both, as psycopg's sources do::
+
+    if True:  # ASYNC
+        self._lock = asyncio.Lock()
+    else:
+        self._lock = threading.Lock()
+
+The twin keeps the ``else`` branch, dedented (no ``else``: nothing). A rule that changes
+nothing in any source fails the run.
 """
 
 from __future__ import annotations
@@ -15,7 +26,19 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+MONGODB = ROOT / "src/poolkit/mongodb"
 PAIRS = [
+    (
+        MONGODB / "connection_async.py",
+        MONGODB / "connection_sync.py",
+        '''"""A MongoDB connection on a blocking socket (:class:`MongoConnection`), its SCRAM
+authentication (:func:`authenticate`), and the connect function that gives it to
+:class:`poolkit.Pool` (:func:`connect_sync`).
+
+Generated from :mod:`.connection_async` by tools/async_to_sync.py: edit that one, then run the
+tool. Its rules are that module's.
+"""''',
+    ),
     (
         ROOT / "src/poolkit/mongodb/pool_async.py",
         ROOT / "src/poolkit/mongodb/pool_sync.py",
@@ -32,23 +55,39 @@ Its rules are that module's.
 
 #: (pattern, replacement), applied in order
 RULES: list[tuple[str, str]] = [
-    (r"\bAsync(MongoPool|Cursor|Session|Transaction|MongoConnection|Pool|Iterator)\b", r"\1"),
+    (
+        r"\bAsync(MongoPool|Cursor|Session|Transaction|MongoConnection|Pool|Iterator|Exchange)\b",
+        r"\1",
+    ),
     (r"from \.\.asyncio import Pool\b", "from ..threaded import Pool"),
     (r"\basync (def|with|for)\b", r"\1"),
     (r"\bawait ", ""),
     (r"\basynccontextmanager\b", "contextmanager"),
     (r"\b__a(iter|next|enter|exit)__\b", r"__\1__"),
     (r"\bStopAsyncIteration\b", "StopIteration"),
+    # Awaitable[T] -> T (T with brackets two deep at most: Awaitable[Established[Conn[X]]])
+    (r"\bAwaitable\[((?:[^\[\]]|\[(?:[^\[\]]|\[[^\[\]]*\])*\])*)\]", r"\1"),
     (r"\.connection\.connect`", ".connection.connect_sync`"),
+    (r"\basync_connect\b", "connect_sync"),
+    (r"\bon asyncio streams\b", "on a blocking socket"),
+    (r"\bauthenticate_async\b", "authenticate"),
+    (r"\baclose\b", "close"),
+    # a command interrupted mid-way: the task cancelled, or the thread's KeyboardInterrupt
+    (r"\basyncio\.CancelledError\b", "KeyboardInterrupt"),
 ]
+
+#: ``if True:  # ASYNC`` (what follows the marker is a comment)
+_ASYNC_BLOCK = re.compile(r"^(?P<indent> *)if True: +# ASYNC\b")
 
 _DOCSTRING = re.compile(r'\A"""(.*?)"""', re.DOTALL)
 
 
-def twin(source: str, docstring: str, fired: set[str] | None = None) -> str:
-    """``source`` (an asyncio module) made blocking, formatted; the patterns of the rules that
-    changed something are added to ``fired``."""
+def twin(source: str, docstring: str, fired: set[str] | None = None, origin: str = "") -> str:
+    """``source`` (an asyncio module, from the file ``origin``) made blocking, formatted; the
+    patterns of the rules that changed something are added to ``fired``."""
     text = _DOCSTRING.sub(lambda _: docstring, source, count=1)
+    text = f"# Generated from {origin} by tools/async_to_sync.py: do not edit.\n" + text
+    text = blocking_branches(text)
     for pattern, replacement in RULES:
         text, count = re.subn(pattern, replacement, text)
         if count and fired is not None:
@@ -56,9 +95,38 @@ def twin(source: str, docstring: str, fired: set[str] | None = None) -> str:
     return formatted(text)
 
 
+def blocking_branches(text: str) -> str:
+    """``text`` with each ``if True:  # ASYNC`` block replaced by its ``else`` branch (dedented),
+    or by nothing if it has none."""
+    lines = text.splitlines(keepends=True)
+    out: list[str] = []
+    i = 0
+
+    def inside(line: str, indent: int) -> bool:
+        return not line.strip() or len(line) - len(line.lstrip(" ")) > indent
+
+    while i < len(lines):
+        found = _ASYNC_BLOCK.match(lines[i])
+        if found is None:
+            out.append(lines[i])
+            i += 1
+            continue
+        indent = len(found["indent"])
+        i += 1
+        while i < len(lines) and inside(lines[i], indent):
+            i += 1  # the asyncio branch
+        if i < len(lines) and lines[i].startswith(" " * indent + "else:"):
+            i += 1
+            while i < len(lines) and inside(lines[i], indent):
+                line = lines[i]
+                out.append(line[4:] if line.startswith(" " * (indent + 4)) else line)
+                i += 1
+    return "".join(out)
+
+
 def formatted(text: str) -> str:
     """``text`` with its imports sorted and formatted, as ``ruff`` writes them."""
-    for command in (["check", "--select", "I", "--fix-only", "--quiet"], ["format"]):
+    for command in (["check", "--select", "I,F401", "--fix-only", "--quiet"], ["format"]):
         done = subprocess.run(
             [sys.executable, "-m", "ruff", *command, "--stdin-filename", "twin.py", "-"],
             input=text,
@@ -79,7 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     stale = []
     fired: set[str] = set()
     for source, target, docstring in PAIRS:
-        text = twin(source.read_text(), docstring, fired)
+        origin = str(source.relative_to(ROOT))
+        text = twin(source.read_text(), docstring, fired, origin)
         # (both formatted by the ruff at hand: another ruff's style is no difference)
         if target.exists() and formatted(target.read_text()) == text:
             continue

@@ -153,6 +153,9 @@ class PoolBase(Generic[C]):
         self._lock = lock
         self._book = RequestBook(lock)
         self._core = PoolCore(options, self.address, observed=self._sink.observed())
+        #: the core's hand-out, whose methods the fast paths call: a method call the interpreter
+        #: specializes, where the core's inputs are attributes holding bound methods
+        self._hand = self._core.handout
         self._clocked = self._core.clocked
         #: ``hooks.configure``, run on each new connection as part of its connect
         self._configure = None if options.hooks is None else options.hooks.configure
@@ -470,7 +473,7 @@ class PoolBase(Generic[C]):
         if lease._pool is not self:
             raise self._invalid_lease(lease)
         lease._pool = self._returned
-        core.release(lease._conn, now, clean)
+        self._hand.release(lease._conn, now, clean)
 
     def _release(self, lease: Lease[Any], clean: bool = False) -> None:
         """A check-in that the lease's fast path did not take (``clean``: see ``_check_in``)."""
@@ -575,10 +578,10 @@ class PoolBase(Generic[C]):
 
     def _fold_waits_locked(self) -> None:
         """Add the waits noted by fast hand-offs to the core's tally (under the lock)."""
-        core = self._core
+        hand = self._hand
         waits = self._handoff_waits
         while waits:
-            core.note_wait(waits.popleft())
+            hand.note_wait(waits.popleft())
 
     def service_generation(self, service_id: Any) -> int | None:
         """In load-balanced mode, the generation of ``service_id``'s connections now (None: the

@@ -78,8 +78,7 @@ class _AsyncLease(Lease[Any]):
         # nobody listening (no listener, DEBUG known to be off: the logger's cached answer for
         # level 10), and the core takes it back without more ado
         if pool._quick and _cached_level(10) is False:
-            core = pool._core
-            taken = core.release_idle(self._conn)
+            taken = pool._hand.release_idle(self._conn)
             if taken is not False:
                 self._pool = pool._returned
                 if taken is not True:  # handed to a waiter: wake it
@@ -112,12 +111,12 @@ class _Block(_AsyncLease, Generic[C]):
         # ``checkout``): nobody listening and a connection available
         if state is DEFAULT and pool._quick and _cached_level(10) is False:
             self._state = _ENTERED
-            core = pool._core
-            conn = core.lease_idle(pool._time() if pool._clocked else 0.0)
+            hand = pool._hand
+            conn = hand.lease_idle(pool._time() if pool._clocked else 0.0)
             if conn is not None:
                 self._conn = conn  # the block is the lease
                 self._pool = pool
-                if core.actions:
+                if hand.actions:
                     pool._after_core()  # perished connections closed on the way
                 if pool._lend is None:
                     return conn.connection  # type: ignore[no-any-return]  # (the core keeps Any)
@@ -148,7 +147,7 @@ class _Block(_AsyncLease, Generic[C]):
         pool: AsyncPool[C] = self._pool  # type: ignore[assignment]  # (or Returned)
         if error is None and pool._quick_exit and _cached_level(10) is False:
             # ``_AsyncLease.release``'s fast path, inlined (a call less)
-            taken = pool._core.release_idle(self._conn)
+            taken = pool._hand.release_idle(self._conn)
             if taken is not False:
                 self._pool = pool._returned
                 if taken is not True:  # handed to a waiter: wake it
@@ -366,7 +365,7 @@ class AsyncPool(TaskIO[C]):
         # (it would fail: a call less on the path of every checkout under contention).
         quick = self._quick and _cached_level(10) is False
         if quick and not self._waiting:
-            conn = self._core.lease_idle(self._time() if self._clocked else 0.0)
+            conn = self._hand.lease_idle(self._time() if self._clocked else 0.0)
             if conn is not None:
                 lease = _AsyncLease()  # (``new_lease`` inlined)
                 lease._conn = conn
@@ -392,7 +391,7 @@ class AsyncPool(TaskIO[C]):
             core = self._input()
         now = self._time()
         req = Request(now, None if timeout is None else now + timeout)
-        core.request(req, now)
+        self._hand.request(req, now)
         if req.queued:
             req.owner = loop.create_future()
         if core.actions or core.events or core.timers.dirty:
@@ -429,8 +428,7 @@ class AsyncPool(TaskIO[C]):
             and self._quick
             and _cached_level(10) is False
         ):
-            core = self._core
-            taken = core.release_idle(lease._conn)
+            taken = self._hand.release_idle(lease._conn)
             if taken is not False:
                 lease._pool = self._returned
                 if taken is not True:  # handed to a waiter: wake it

@@ -51,11 +51,10 @@ class _ThreadLease(Lease[Any]):
         # nobody listening (no listener, DEBUG known to be off: the logger's cached answer for
         # level 10), and the core takes it back without more ado
         if pool._quick and _cached_level(10) is False:
-            core = pool._core
             lock = pool._lock
             lock.acquire()  # by hand, not ``with``: half the cost (the ``finally`` lets it go)
             try:
-                taken = self._pool is pool and core.release_idle(self._conn)
+                taken = self._pool is pool and pool._hand.release_idle(self._conn)
                 if taken is not False:
                     self._pool = pool._returned
             finally:
@@ -101,7 +100,7 @@ class _Block(_ThreadLease, Generic[C]):
             lock.acquire()  # by hand, not ``with``: half the cost (the ``finally`` lets it go)
             try:
                 if pool._check is None:
-                    conn = core.lease_idle(pool._time() if pool._clocked else 0.0)
+                    conn = pool._hand.lease_idle(pool._time() if pool._clocked else 0.0)
                 else:  # (the check, if one is due, runs here, in the caller)
                     conn = core.lease_checking(pool._time())
                     if conn is not None and conn.state is _CHECKING:
@@ -145,7 +144,7 @@ class _Block(_ThreadLease, Generic[C]):
             lock = pool._lock
             lock.acquire()  # by hand, not ``with``: half the cost (the ``finally`` lets it go)
             try:
-                taken = self._pool is pool and pool._core.release_idle(self._conn)
+                taken = self._pool is pool and pool._hand.release_idle(self._conn)
                 if taken is not False:
                     self._pool = pool._returned
             finally:
@@ -263,7 +262,7 @@ class Pool(ThreadIO[C]):
             lock.acquire()  # by hand, not ``with``: half the cost (the ``finally`` lets it go)
             try:
                 if self._check is None:
-                    conn = core.lease_idle(self._time() if self._clocked else 0.0)
+                    conn = self._hand.lease_idle(self._time() if self._clocked else 0.0)
                 else:  # (the check, if one is due, runs here, in the caller)
                     conn = core.lease_checking(self._time())
                     if conn is not None and conn.state is _CHECKING:
@@ -289,7 +288,7 @@ class Pool(ThreadIO[C]):
             core = self._input()
             now = self._time()
             req = Request(now, None if timeout is None else now + timeout)
-            core.request(req, now)
+            self._hand.request(req, now)
             if req.queued:  # (its owner is set before the lock is let go: a connect may serve it)
                 if self._fake_signals:
                     wait, req.owner = self._new_signal()

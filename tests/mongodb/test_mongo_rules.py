@@ -9,7 +9,8 @@ from collections.abc import Callable
 import bson
 import pytest
 
-from poolkit.mongodb.connection import _Protocol, hello_command
+from poolkit.mongodb._protocol import Protocol as _Protocol
+from poolkit.mongodb.connection import hello_command
 from poolkit.mongodb.errors import (
     LOAD_BALANCER_UNSUPPORTED,
     HandshakeError,

@@ -8,7 +8,8 @@ database), with SASLprep (RFC 4013) for the password.
   negotiation (:func:`negotiate`: SCRAM-SHA-256 when the ``hello`` reply's
   ``saslSupportedMechs`` names it, else SCRAM-SHA-1, as the Auth spec says).
 * :class:`Conversation`: the commands of one authentication and the checks of their replies,
-  without I/O; :func:`authenticate` (blocking) and :func:`authenticate_async` run it over a
+  without I/O; :func:`~.connection_sync.authenticate` (blocking) and
+  :func:`~.connection_async.authenticate_async` run it over a
   connection's unmonitored exchange (the handshake's).
 * :class:`Speculation`: speculative authentication (the Handshake spec's): the ``saslStart``
   sent ahead in the ``hello`` as ``speculativeAuthenticate``; when the reply answers it, the
@@ -31,7 +32,6 @@ Rules of this module
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import collections
 import dataclasses
@@ -41,7 +41,7 @@ import secrets
 import stringprep
 import threading
 import unicodedata
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Final
 
 from .errors import AuthenticationError, OperationFailure
@@ -55,8 +55,6 @@ __all__ = [
     "ScramClient",
     "ScramError",
     "Speculation",
-    "authenticate",
-    "authenticate_async",
     "negotiate",
     "sasl_supported_mechs",
     "saslprep",
@@ -533,63 +531,15 @@ def _payload(reply: Mapping[str, Any], conversation: Conversation) -> bytes:
     return bytes(payload)
 
 
-Exchange = Callable[[str, Mapping[str, Any]], dict[str, Any]]
-AsyncExchange = Callable[[str, Mapping[str, Any]], Awaitable[dict[str, Any]]]
+def __getattr__(name: str) -> Any:
+    """The SCRAM drivers, where they were: they run over a connection, so they live with it
+    (``connection_async`` and its generated twin ``connection_sync``)."""
+    if name == "authenticate":
+        from .connection_sync import authenticate
 
+        return authenticate
+    if name == "authenticate_async":
+        from .connection_async import authenticate_async
 
-def authenticate(
-    exchange: Exchange,
-    credentials: Credentials,
-    hello: Mapping[str, Any],
-    *,
-    address: str,
-    service_id: Any = None,
-    speculation: Speculation | None = None,
-) -> str:
-    """Authenticate over ``exchange(db, command) -> reply`` (blocking; it raises
-    :class:`~.errors.OperationFailure` on ``ok: 0``), from the ``hello``'s reply to
-    ``speculation`` when it has one, else from ``saslStart``. Returns the mechanism used."""
-    conversation = Conversation(
-        credentials, hello, address=address, service_id=service_id, speculation=speculation
-    )
-    source = conversation.source
-    try:
-        first = conversation.speculated
-        if first is None:
-            first = exchange(source, conversation.start())
-        conversation.challenge(first)
-        command: dict[str, Any] | None = conversation.proof()
-        while command is not None:
-            command = conversation.finish(exchange(source, command))
-    except OperationFailure as exc:
-        raise conversation.refused(exc) from exc
-    return conversation.mechanism
-
-
-async def authenticate_async(
-    exchange: AsyncExchange,
-    credentials: Credentials,
-    hello: Mapping[str, Any],
-    *,
-    address: str,
-    service_id: Any = None,
-    speculation: Speculation | None = None,
-) -> str:
-    """:func:`authenticate` for an event loop: PBKDF2, when not cached, runs on a thread."""
-    conversation = Conversation(
-        credentials, hello, address=address, service_id=service_id, speculation=speculation
-    )
-    source = conversation.source
-    try:
-        first = conversation.speculated
-        if first is None:
-            first = await exchange(source, conversation.start())
-        if conversation.challenge(first):
-            command: dict[str, Any] | None = await asyncio.to_thread(conversation.proof)
-        else:
-            command = conversation.proof()
-        while command is not None:
-            command = conversation.finish(await exchange(source, command))
-    except OperationFailure as exc:
-        raise conversation.refused(exc) from exc
-    return conversation.mechanism
+        return authenticate_async
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

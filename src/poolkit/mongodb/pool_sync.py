@@ -1,3 +1,4 @@
+# Generated from src/poolkit/mongodb/pool_async.py by tools/async_to_sync.py: do not edit.
 """Operations over a pool of blocking MongoDB connections, for threads: commands,
 cursors, sessions and transactions, with the Load Balancer spec's pinning and error handling
 (:class:`MongoPool`; thread-safe, as :class:`~poolkit.Pool`). The rules are :mod:`.pinning`'s;

@@ -45,7 +45,7 @@ def run(main: Callable[[], Awaitable[None]]) -> None:
 
 async def connect(server: PgServer, **kwargs: Any) -> Any:
     """A connection made by the backend's connect function (as the pool makes them)."""
-    connect_one = pk_asyncpg.connect(server.dsn, application_name=server.app, **kwargs)
+    connect_one = pk_asyncpg.async_connect(server.dsn, application_name=server.app, **kwargs)
     conn = await connect_one(poolkit.ConnectContext(1, server.dsn, None, 0))
     opened.append(conn)
     return conn
@@ -234,7 +234,7 @@ def test_is_broken_is_false_for_an_sql_error(pg: PgServer) -> None:
 def test_close_is_bounded_when_the_server_no_longer_answers(pg: PgServer) -> None:
     async def main() -> None:
         async with SilentProxy(pg.dsn) as proxy:
-            connect_one = pk_asyncpg.connect(proxy.dsn, application_name=pg.app, close_timeout=0.2)
+            connect_one = pk_asyncpg.async_connect(proxy.dsn, application_name=pg.app, close_timeout=0.2)
             pool = poolkit.AsyncPool(connect_one)
             pool.ready()
             async with pool.connection() as conn:
@@ -251,17 +251,17 @@ def test_close_is_bounded_when_the_server_no_longer_answers(pg: PgServer) -> Non
 
 
 def test_hooks_are_what_was_asked_for() -> None:
-    full = pk_asyncpg.hooks()
+    full = pk_asyncpg.async_hooks()
     assert full.reset is pk_asyncpg.reset and full.end is pk_asyncpg.end_and_reset
     assert full.check is pk_asyncpg.check_closed
     assert full.is_broken is pk_asyncpg.is_broken
     assert full.check_after == 0
-    bare = pk_asyncpg.hooks(reset=False, check=None)
+    bare = pk_asyncpg.async_hooks(reset=False, check=None)
     assert bare.reset is pk_asyncpg.rollback_only  # (reset=False: only a transaction left open)
     assert bare.check is None and bare.is_broken is pk_asyncpg.is_broken
-    assert pk_asyncpg.hooks(check="ping", check_after=5).check is pk_asyncpg.check_ping
+    assert pk_asyncpg.async_hooks(check="ping", check_after=5).check is pk_asyncpg.check_ping
     with pytest.raises(ValueError, match="check must be"):
-        pk_asyncpg.hooks(check="often")  # type: ignore[arg-type]
+        pk_asyncpg.async_hooks(check="often")  # type: ignore[arg-type]
 
 
 def test_create_pool_refuses_options_with_hooks_already() -> None:
@@ -349,7 +349,7 @@ def test_the_new_users_workload_in_one_call(pg: PgServer) -> None:
 
 def bare_pool(server: PgServer) -> poolkit.AsyncPool[Any]:
     """The new user's glue: a pool of asyncpg connections with no hooks."""
-    connect_one = pk_asyncpg.connect(server.dsn, application_name=server.app)
+    connect_one = pk_asyncpg.async_connect(server.dsn, application_name=server.app)
     return poolkit.AsyncPool(connect_one, options=poolkit.PoolOptions(max_size=1))
 
 

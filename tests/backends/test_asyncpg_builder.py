@@ -214,9 +214,22 @@ def test_what_has_no_place_is_refused_at_the_call(kwargs: dict[str, Any], says: 
 
 def test_connect_refuses_what_asyncpg_connect_does_not_take() -> None:
     with pytest.raises(TypeError, match=r"max_size=\.\.\.\) is a pool option"):
-        pk_asyncpg.connect("postgresql://nowhere/db", max_size=5)
-    with pytest.raises(TypeError, match=r"got hots=: not a keyword of connect\(\) nor of asyncpg"):
-        pk_asyncpg.connect("postgresql://nowhere/db", hots="db")
+        pk_asyncpg.async_connect("postgresql://nowhere/db", max_size=5)
+    with pytest.raises(
+        TypeError, match=r"got hots=: not a keyword of async_connect\(\) nor of asyncpg"
+    ):
+        pk_asyncpg.async_connect("postgresql://nowhere/db", hots="db")
+
+
+def test_the_old_names_work_and_warn() -> None:
+    """``connect`` and ``hooks`` were asyncio's here, against the names' rule (threads'):
+    ``async_connect`` and ``async_hooks`` now; the old names still work, for a release."""
+    with pytest.warns(DeprecationWarning, match=r"asyncpg\.connect is now async_connect"):
+        connect_one = pk_asyncpg.connect("postgresql://nowhere/db", application_name="old")
+    assert callable(connect_one)
+    with pytest.warns(DeprecationWarning, match=r"asyncpg\.hooks is now async_hooks"):
+        hooks = pk_asyncpg.hooks(check="ping")
+    assert hooks.check is pk_asyncpg.async_hooks(check="ping").check is pk_asyncpg.check_ping
 
 
 def test_a_login_the_server_refuses_fails_up_front(pg: PgServer) -> None:

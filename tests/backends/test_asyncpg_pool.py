@@ -120,7 +120,7 @@ def test_connects_abandoned_by_a_close_leave_nothing_behind(pg: PgServer) -> Non
     whose error nobody retrieves). The closes land at every point of the handshake."""
 
     async def main() -> None:
-        connect_one = pk_asyncpg.connect(pg.dsn, application_name=pg.app)
+        connect_one = pk_asyncpg.async_connect(pg.dsn, application_name=pg.app)
         for n in range(20):
             pool = poolkit.AsyncPool(connect_one, options=poolkit.PoolOptions(min_size=2))
             pool.ready()

@@ -393,10 +393,10 @@ def asyncpg_flavor(pg: PgServer) -> Callable[[str], Flavor]:
             options = poolkit.PoolOptions(
                 max_size=MAX_SIZE,
                 connect_timeout=5,
-                hooks=chaotic(pk.hooks(), chaos, lambda: box[0]),
+                hooks=chaotic(pk.async_hooks(), chaos, lambda: box[0]),
             )
             return poolkit.AsyncPool(
-                pk.connect(pg.dsn, application_name=app, close_timeout=2),
+                pk.async_connect(pg.dsn, application_name=app, close_timeout=2),
                 address="chaos",
                 options=options,
                 listeners=listeners,

@@ -10,7 +10,7 @@
 ``max_size=10``...): a one-line swap. Each caller gets a :class:`PooledConnection`, a proxy of
 the connection that refuses use once its block is over, as asyncpg's pool's (the ``lend`` hook).
 
-The hooks (:func:`hooks`), what asyncpg's ``Pool`` does with its connections, as poolkit
+The hooks (:func:`async_hooks`), what asyncpg's ``Pool`` does with its connections, as poolkit
 :class:`~poolkit.Hooks`:
 
 * ``reset`` on check-in: asyncpg's ``Connection.reset()``, the same call asyncpg's pool makes: roll
@@ -18,7 +18,8 @@ The hooks (:func:`hooks`), what asyncpg's ``Pool`` does with its connections, as
   event loop's exception handler), drop the ``add_listener`` callbacks, then the connection's
   ``get_reset_query()``: ``pg_advisory_unlock_all()``, ``CLOSE ALL``, ``UNLISTEN *``,
   ``RESET ALL`` (as the server supports). Your own query replaces that one through
-  ``get_reset_query`` (asyncpg's documented way: :func:`connect` subclasses the connection class);
+  ``get_reset_query`` (asyncpg's documented way: :func:`async_connect` subclasses the connection
+  class);
   ``reset=False`` only rolls back a transaction left open (no round trip when none is, as
   asyncpg's ``is_in_transaction()`` tells: a caller never finds itself inside the last caller's
   transaction), for sessions known to be otherwise clean; an async function runs
@@ -37,7 +38,7 @@ The hooks (:func:`hooks`), what asyncpg's ``Pool`` does with its connections, as
   error). An SQL error such as a division by zero is not: the reset rolls its transaction back.
 * :func:`probe` for ``PoolOptions(keep_alive=KeepAlive(interval, probe))``: ``SELECT 1``.
 * closing: the pool calls ``conn.close()``, asyncpg's graceful close, which waits for the server
-  to hang up; :func:`connect` bounds it by ``close_timeout`` (10 s) and then aborts the
+  to hang up; :func:`async_connect` bounds it by ``close_timeout`` (10 s) and then aborts the
   connection, so a server gone silent cannot hold ``pool.close()`` (:func:`close` does the same
   for any asyncpg connection).
 * ``lend`` at a hand-out: the caller's :class:`PooledConnection` (see ``_asyncpg_proxy``); the
@@ -52,7 +53,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Literal
 
 from .. import AsyncPool, ConnectContext, Hooks, PoolOptions
-from ..driver import PoolStarter
+from ..driver import PoolStarter, renamed
 from ..events import Listener
 from ._asyncpg_args import (
     MAX_INACTIVE_CONNECTION_LIFETIME,
@@ -86,6 +87,8 @@ __all__ = [
     "PooledConnection",
     "check_closed",
     "check_ping",
+    "async_connect",
+    "async_hooks",
     "close",
     "connect",
     "create_pool",
@@ -111,7 +114,7 @@ BROKEN_ERRORS: tuple[type[BaseException], ...] = (
 Check = Literal["closed", "ping"] | None
 
 
-def connect(
+def async_connect(
     dsn: str | None = None,
     *,
     application_name: str = "poolkit",
@@ -141,7 +144,7 @@ def connect(
     Both work as asyncpg documents it, through the connection class (``connection_class``, a
     subclass of yours if you give one)."""
     if driver_connect is None:
-        refuse_elsewhere("connect", connect_kwargs, asyncpg.connect, "asyncpg.connect")
+        refuse_elsewhere("async_connect", connect_kwargs, asyncpg.connect, "asyncpg.connect")
     kwargs = dict(connect_kwargs)
     settings = {"application_name": application_name, **(kwargs.pop("server_settings", None) or {})}
     if reset_query is not None and not isinstance(reset_query, str):
@@ -212,7 +215,7 @@ def _connection_class(base: type[Any], query: str | None, close_timeout: float |
     return type(f"Poolkit{base.__name__}", (base,), methods)
 
 
-_connect = connect  # (create_pool's ``connect`` argument, asyncpg's, hides the name)
+_connect = async_connect  # (create_pool's ``connect`` argument, asyncpg's, hides ``connect``)
 
 
 async def close(
@@ -280,7 +283,7 @@ def is_broken(conn: Connection, error: BaseException) -> bool:
     return bool(conn.is_closed()) or isinstance(error, BROKEN_ERRORS)
 
 
-def hooks(
+def async_hooks(
     *,
     reset: bool | Callable[[Connection], Awaitable[Any]] = True,
     check: Check = "closed",
@@ -290,9 +293,9 @@ def hooks(
 ) -> Hooks:
     """The :class:`~poolkit.Hooks` for asyncpg connections: ``reset`` (False: none; an async
     function: run after :func:`reset`, as ``asyncpg.create_pool(reset=...)`` runs one: pair it
-    with ``connect(reset_query="")`` to replace asyncpg's reset query), ``check`` (``"closed"``,
-    ``"ping"`` or ``None``) when idle ``check_after`` seconds, ``is_broken``, your own
-    ``configure`` (run once after each connect), and :func:`lend` (``reset=False``:
+    with ``async_connect(reset_query="")`` to replace asyncpg's reset query), ``check``
+    (``"closed"``, ``"ping"`` or ``None``) when idle ``check_after`` seconds, ``is_broken``, your
+    own ``configure`` (run once after each connect), and :func:`lend` (``reset=False``:
     :func:`rollback_only`): each caller gets a
     :class:`PooledConnection` that refuses use once its lease is given back."""
     checks = {"closed": check_closed, "ping": check_ping, None: None}
@@ -354,7 +357,8 @@ def create_pool(
     address: str | None = None,
     **connect_kwargs: Any,
 ) -> PoolStarter[Connection]:
-    """An :class:`~poolkit.AsyncPool` of asyncpg connections with the :func:`hooks` set, ready:
+    """An :class:`~poolkit.AsyncPool` of asyncpg connections with the :func:`async_hooks` set,
+    ready:
     ``pool = await create_pool(dsn, ...)``, or ``async with create_pool(dsn, ...) as pool:``.
 
     It takes ``asyncpg.create_pool``'s keywords where they mean the same, so a move from it is a
@@ -374,8 +378,9 @@ def create_pool(
     ``reset``: ``True`` asyncpg's full reset, ``False`` none, a string: your reset query (run
     after the rollback), an async function: run after the rollback in place of the query (as
     asyncpg's pool runs its ``reset=``). ``check``/``check_after``/``configure``: see
-    :func:`hooks`; ``hooks_timeout``: the seconds a check or reset may take (``Hooks.timeout``).
-    ``application_name``/``close_timeout``: see :func:`connect`; ``connect_kwargs`` go to
+    :func:`async_hooks`; ``hooks_timeout``: the seconds a check or reset may take
+    (``Hooks.timeout``).
+    ``application_name``/``close_timeout``: see :func:`async_connect`; ``connect_kwargs`` go to
     ``asyncpg.connect`` (or to ``connect``). One connection is made before the pool is returned,
     so a wrong DSN or password fails here (the pool is closed again)."""
     if init is not None:
@@ -388,7 +393,7 @@ def create_pool(
     )
     options = with_hooks(
         pool_options("create_pool", options, min_size, max_size, max_inactive_connection_lifetime),
-        hooks(
+        async_hooks(
             reset=reset if callable(reset) else reset is not False,
             check=check,
             check_after=check_after,
@@ -420,3 +425,13 @@ def create_pool(
         return pool
 
     return PoolStarter(start)
+
+
+#: why ``connect`` and ``hooks`` were renamed
+_RENAMED = (
+    "asyncio's connect functions and hooks are async_connect and async_hooks, in every backend "
+    "(connect and hooks are the threads')"
+)
+#: the old names, for a release
+connect = renamed(async_connect, "connect", where="poolkit.backends.asyncpg", why=_RENAMED)
+hooks = renamed(async_hooks, "hooks", where="poolkit.backends.asyncpg", why=_RENAMED)

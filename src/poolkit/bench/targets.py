@@ -140,7 +140,7 @@ class AsyncpgWorkload(Workload):
         kwargs: dict[str, Any] = {"timeout": config.connect_timeout}
         if config.pgbouncer:
             kwargs["statement_cache_size"] = 0  # PgBouncer's transaction pooling: see docs/bench.md
-        self.connect = backend.connect(
+        self.connect = backend.async_connect(
             config.target.url, application_name=config.app_name, **kwargs
         )
 
@@ -151,7 +151,7 @@ class AsyncpgWorkload(Workload):
         await conn.fetchval(self.query, timeout=self.timeout)
 
     def async_hooks(self) -> Hooks:
-        return self.backend.hooks()
+        return self.backend.async_hooks()
 
 
 class PsycopgWorkload(Workload):

@@ -24,7 +24,13 @@ from typing import Any
 from ..driver import check_timeout
 from ._bson import bson
 from .auth import Credentials, Speculation
-from .errors import HandshakeError, LoadBalancerUnsupportedError, NetworkError, OperationFailure
+from .errors import (
+    HandshakeError,
+    LoadBalancerUnsupportedError,
+    NetworkError,
+    OperationFailure,
+    ServiceId,
+)
 from .handshake import opening_hello
 from .monitoring import (
     CommandFailedEvent,
@@ -53,7 +59,7 @@ class Protocol:
         self.reader = MessageReader()
         self.next_id = 1
         self.hello: dict[str, Any] = {}
-        self.service_id: Any = None
+        self.service_id: ServiceId = None
         self.max_wire_version = 0
         self.connection_id: Any = None
         self.auth_mechanism: str | None = None
@@ -139,7 +145,7 @@ class Protocol:
 
 
 def network_error(
-    address: str, exc: BaseException, service_id: Any, *, after_hello: bool = False
+    address: str, exc: BaseException, service_id: ServiceId, *, after_hello: bool = False
 ) -> NetworkError:
     timeout = isinstance(exc, TimeoutError | socket.timeout)
     what = "timed out" if timeout else f"failed: {type(exc).__name__}: {exc}".rstrip(": ")
@@ -178,7 +184,7 @@ class Handshaken:
         return self._protocol.address
 
     @property
-    def service_id(self) -> Any:
+    def service_id(self) -> ServiceId:
         """The ``serviceId`` of the ``hello`` reply (load-balanced mode), else None."""
         return self._protocol.service_id
 

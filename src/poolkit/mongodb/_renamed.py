@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import functools
-import warnings
 from collections.abc import Callable
 from typing import ParamSpec, TypeVar
+
+from ..driver import renamed as _renamed
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -19,18 +19,5 @@ CONNECT_RENAMED = (
 
 
 def renamed(function: Callable[P, R], old: str, why: str) -> Callable[P, R]:
-    """``function`` under its ``old`` name: the same call, with a ``DeprecationWarning`` that
-    names the new one and says ``why``."""
-
-    @functools.wraps(function)
-    def old_name(*args: P.args, **kwargs: P.kwargs) -> R:
-        warnings.warn(
-            f"poolkit.mongodb.{old} is now {function.__name__}: {why}",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return function(*args, **kwargs)
-
-    old_name.__name__ = old_name.__qualname__ = old
-    old_name.__doc__ = f"Deprecated: :func:`{function.__name__}` under its old name ({why})."
-    return old_name
+    """``function`` under its ``old`` name in ``poolkit.mongodb`` (see ``driver.renamed``)."""
+    return _renamed(function, old, where="poolkit.mongodb", why=why)

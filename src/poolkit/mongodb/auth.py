@@ -44,7 +44,7 @@ import unicodedata
 from collections.abc import Mapping
 from typing import Any, Final
 
-from .errors import AuthenticationError, OperationFailure
+from .errors import AuthenticationError, OperationFailure, ServiceId
 
 __all__ = [
     "KEY_CACHE",
@@ -432,7 +432,7 @@ class Conversation:
         hello: Mapping[str, Any],
         *,
         address: str,
-        service_id: Any,
+        service_id: ServiceId,
         speculation: Speculation | None = None,
     ) -> None:
         self.credentials = credentials

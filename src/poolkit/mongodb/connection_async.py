@@ -36,7 +36,7 @@ from ._protocol import (
     opening,
 )
 from .auth import Conversation, Credentials, Speculation
-from .errors import OperationFailure
+from .errors import OperationFailure, ServiceId
 from .monitoring import CommandListener
 from .wire import MAX_MESSAGE_SIZE
 
@@ -52,7 +52,7 @@ async def authenticate_async(
     hello: Mapping[str, Any],
     *,
     address: str,
-    service_id: Any = None,
+    service_id: ServiceId = None,
     speculation: Speculation | None = None,
 ) -> str:
     """Authenticate over ``exchange`` (it raises :class:`~.errors.OperationFailure` on

@@ -28,7 +28,7 @@ from ._protocol import (
     opening,
 )
 from .auth import Conversation, Credentials, Speculation
-from .errors import OperationFailure
+from .errors import OperationFailure, ServiceId
 from .monitoring import CommandListener
 from .wire import MAX_MESSAGE_SIZE
 
@@ -44,7 +44,7 @@ def authenticate(
     hello: Mapping[str, Any],
     *,
     address: str,
-    service_id: Any = None,
+    service_id: ServiceId = None,
     speculation: Speculation | None = None,
 ) -> str:
     """Authenticate over ``exchange`` (it raises :class:`~.errors.OperationFailure` on

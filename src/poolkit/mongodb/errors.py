@@ -12,9 +12,16 @@ Rules of this module
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from ..errors import PoolError
+
+if TYPE_CHECKING:
+    from bson import ObjectId
+
+#: a load-balanced service's id: the ``serviceId`` of the ``hello`` reply, an ``ObjectId`` (None
+#: when the connection is not load-balanced, or the error came before the ``hello``)
+ServiceId: TypeAlias = "ObjectId | None"
 
 __all__ = [
     "LOAD_BALANCER_UNSUPPORTED",
@@ -65,7 +72,7 @@ class MongoError(PoolError):
         *,
         address: str,
         labels: Iterable[str] = (),
-        service_id: Any = None,
+        service_id: ServiceId = None,
         after_hello: bool = False,
     ) -> None:
         super().__init__(message, address=address)
@@ -97,7 +104,7 @@ class NetworkError(MongoError, ConnectionError):
         *,
         address: str,
         labels: Iterable[str] = (),
-        service_id: Any = None,
+        service_id: ServiceId = None,
         timeout: bool = False,
         after_hello: bool = False,
         local: bool = False,
@@ -145,7 +152,7 @@ class AuthenticationError(MongoError):
         message: str,
         *,
         address: str,
-        service_id: Any = None,
+        service_id: ServiceId = None,
         mechanism: str = "",
         code: int | None = None,
         code_name: str = "",
@@ -165,7 +172,7 @@ class OperationFailure(MongoError):
         reply: Mapping[str, Any],
         *,
         address: str,
-        service_id: Any = None,
+        service_id: ServiceId = None,
     ) -> None:
         self.code: int | None = reply.get("code")
         self.code_name: str = str(reply.get("codeName", ""))

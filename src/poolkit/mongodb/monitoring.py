@@ -18,6 +18,8 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from .errors import ServiceId
+
 __all__ = [
     "CommandEvent",
     "CommandFailedEvent",
@@ -52,8 +54,8 @@ class CommandEvent:
     database_name: str
     request_id: int
     address: str
-    server_connection_id: Any = None
-    service_id: Any = None
+    server_connection_id: int | None = None
+    service_id: ServiceId = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

@@ -46,7 +46,7 @@ from .checks import (
     check_read_preference,
 )
 from .connection import AsyncMongoConnection, MongoConnection
-from .errors import MongoError, clear_scope
+from .errors import MongoError, ServiceId, clear_scope
 from .states import CursorState
 
 __all__ = [
@@ -247,7 +247,7 @@ class PinningRules(Generic[C]):
         if error.after_hello and clear_scope(error, handshake_done=True):
             self._clear(error.service_id, error)
 
-    def _clear(self, service_id: Any, cause: BaseException) -> None:
+    def _clear(self, service_id: ServiceId, cause: BaseException) -> None:
         """Clear the pool: in load-balanced mode ``service_id``'s connections only."""
         if self.load_balanced:
             self.pool.clear(service_id=service_id, cause=cause)

@@ -27,7 +27,21 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 MONGODB = ROOT / "src/poolkit/mongodb"
+BACKENDS = ROOT / "src/poolkit/backends"
 PAIRS = [
+    (
+        BACKENDS / "_redis_dropin_async.py",
+        BACKENDS / "_redis_dropin_sync.py",
+        '''"""The drop-in pools for redis-py's blocking clients: ``ConnectionPool`` and
+``BlockingConnectionPool``, each redis-py's class of that name served by a poolkit
+:class:`~poolkit.Pool` (``poolkit.backends.redis`` exports them).
+
+Generated from ``_redis_dropin_async`` by tools/async_to_sync.py: edit that one, then run the
+tool. Its rules are ``_redis_dropin``'s; here besides, for threads: ``_state_lock`` guards the
+poolkit pool's opening and closing, ``_book_lock`` the books; a drop-in pool garbage-collected
+unclosed has its poolkit pool closed on a thread of its own.
+"""''',
+    ),
     (
         MONGODB / "connection_async.py",
         MONGODB / "connection_sync.py",
@@ -70,6 +84,7 @@ RULES: list[tuple[str, str]] = [
     (r"\.connection\.connect`", ".connection.connect_sync`"),
     (r"\basync_connect\b", "connect_sync"),
     (r"\bon asyncio streams\b", "on a blocking socket"),
+    (r"\bredis\.asyncio\.", "redis."),
     (r"\bauthenticate_async\b", "authenticate"),
     (r"\baclose\b", "close"),
     # a command interrupted mid-way: the task cancelled, or the thread's KeyboardInterrupt

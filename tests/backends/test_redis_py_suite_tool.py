@@ -40,10 +40,10 @@ def _run(pools: str) -> list[str]:
 
 def test_plugin_puts_the_drop_ins_in_place_of_redis_py_pools() -> None:
     assert _run("poolkit")[:5] == [
-        "poolkit.backends._redis_dropin",
+        "poolkit.backends._redis_dropin_sync",
         "poolkit.backends._redis_dropin_async",
         "1",
-        "poolkit.backends._redis_dropin poolkit.backends._redis_dropin_async",
+        "poolkit.backends._redis_dropin_sync poolkit.backends._redis_dropin_async",
         "True",
     ]
     assert _run("redis")[:2] == ["redis.connection", "redis.asyncio.connection"]

@@ -1,6 +1,7 @@
-"""The drop-in pools for redis-py's own clients, served by a poolkit pool:
-``redis.Redis(connection_pool=ConnectionPool())`` and ``BlockingConnectionPool()``; the asyncio
-twins are in ``_redis_dropin_async``, on what this module's pools share.
+"""What the drop-in pools for redis-py's own clients share, and their rules:
+``redis.Redis(connection_pool=ConnectionPool())`` and ``BlockingConnectionPool()``
+(``_redis_dropin_sync``), ``redis.asyncio.Redis(connection_pool=...)`` (``_redis_dropin_async``,
+the source the blocking ones are generated from).
 
 A redis-py client takes a connection from its pool for each command (pipeline, pub/sub) and gives
 it back after. Each class here is the redis-py class of the same name (subclassed: ``from_url``,
@@ -43,11 +44,9 @@ Rules of this module
 from __future__ import annotations
 
 import dataclasses
-import os
 import threading
-import time
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from ._extras import require
@@ -58,19 +57,14 @@ import redis  # noqa: E402
 import redis.connection  # noqa: E402
 import redis.event  # noqa: E402
 
-from ..driver import ConnectContext, Lease  # noqa: E402
-from ..errors import PoolClosedError, WaitQueueTimeoutError  # noqa: E402
+from ..driver import Lease  # noqa: E402
 from ..events import Listener  # noqa: E402
 from ..options import PoolOptions  # noqa: E402
-from ..threaded import Pool  # noqa: E402
-
-__all__ = ["BlockingConnectionPool", "ConnectionPool"]
 
 #: redis-py's untyped parts, called through ``Any`` (mypy --strict refuses untyped calls); its
 #: recorders are looked up on its module at each call, as its own pools' calls are
 redis_events: Any = redis.event
 _connection_module: Any = redis.connection
-_CacheProxyConnection: Any = getattr(redis.connection, "CacheProxyConnection", None)
 try:  # (redis-py 7.1 and later record metrics)
     from redis.observability.attributes import ConnectionState
 except ImportError:  # pragma: no cover - an older redis-py: nothing to record
@@ -224,284 +218,3 @@ class Served:
         connection_kwargs.update({"retry": retry})
         for connection in self._connections_now(free=True, in_use=True):
             connection.retry = retry
-
-
-def _connector(pool: ConnectionPool) -> Callable[[ConnectContext], Slot]:
-    """The poolkit pool's connect function: ``pool``'s new connection, through a weak reference
-    (the poolkit pool must not keep ``pool`` alive)."""
-    owner = weakref.ref(pool)
-
-    def connect(ctx: ConnectContext) -> Slot:
-        pool = owner()
-        if pool is None:
-            # (collected: its finalizer is closing this poolkit pool)
-            raise PoolClosedError(address=ctx.address, operation="make a connection for")
-        return pool._new_slot()
-
-    return connect
-
-
-def _close_soon(pool: Pool[Any]) -> None:
-    """Close ``pool``, whose drop-in pool was collected, on a thread of its own."""
-    threading.Thread(target=pool.close, name="poolkit-redis-close", daemon=True).start()
-
-
-class ConnectionPool(Served, redis.ConnectionPool):
-    """redis-py's ``ConnectionPool`` served by a poolkit :class:`~poolkit.Pool`:
-    ``redis.Redis(connection_pool=ConnectionPool(max_connections=10))`` or
-    ``ConnectionPool.from_url(url, max_connections=10)``. With ``max_connections`` connections
-    out, ``get_connection`` raises ``MaxConnectionsError`` at once, as redis-py's.
-
-    ``max_connections`` (redis-py's: ``None`` or ``0`` for 100) is the poolkit pool's
-    ``max_size`` and ``max_connecting`` (replacing those of ``options``, a
-    :class:`~poolkit.PoolOptions` for the rest: ``min_size``, ``max_idle_time``,
-    ``max_lifetime``...); ``listeners`` receive the pool's events; other keyword arguments are
-    redis-py's (``host``, ``port``, ``db``, ``client_name``...).
-    """
-
-    def __init__(
-        self,
-        connection_class: type[Any] = redis.Connection,
-        max_connections: int | None = None,
-        *,
-        options: PoolOptions | None = None,
-        listeners: Iterable[Listener] = (),
-        **connection_kwargs: Any,
-    ) -> None:
-        if "timeout" in connection_kwargs and not isinstance(self, BlockingConnectionPool):
-            refuse_timeout(
-                "ConnectionPool",
-                "BlockingConnectionPool",
-                connection_class,
-                redis.connection.AbstractConnection,
-            )
-        self._pool: Pool[Slot] | None = None
-        self._finalizer: weakref.finalize[Any, Any] | None = None
-        self._state_lock = threading.Lock()
-        self._init_books()
-        super().__init__(
-            connection_class=connection_class,
-            max_connections=max_connections,
-            **connection_kwargs,
-        )
-        self._init_served(options, listeners, type(self).__name__)
-        self._weaken_handler()
-
-    def update_maint_notifications_config(self, *args: Any, **kwargs: Any) -> None:
-        super().update_maint_notifications_config(*args, **kwargs)
-        self._weaken_handler()
-
-    @property
-    def poolkit_pool(self) -> Pool[Any]:
-        """The poolkit pool serving now (opened if none is)."""
-        return self._pool or self._open()
-
-    def _open(self) -> Pool[Slot]:
-        with self._state_lock:
-            pool = self._pool
-            if pool is None:
-                pool = Pool(
-                    _connector(self),
-                    address=address_of(self.connection_kwargs),
-                    options=self._pool_options,
-                    listeners=self._listeners,
-                )
-                pool.ready()
-                self._pool = pool
-                self._finalizer = weakref.finalize(self, _close_soon, pool)
-                self._finalizer.atexit = False  # (at exit the process closes the sockets)
-            return pool
-
-    def _new_slot(self) -> Slot:
-        """A new connection, connected (the connect function's work, on the pool's thread)."""
-        started = time.monotonic()
-        connection: Any = self.make_connection()
-        try:
-            connection.connect()
-        except BaseException:
-            connection.disconnect()
-            raise
-        slot = Slot(connection, self._open_connections, self._pool_name())
-        record(
-            _connection_module,
-            "record_connection_create_time",
-            connection_pool=self,
-            duration_seconds=time.monotonic() - started,
-        )
-        return slot
-
-    def _pool_name(self) -> str:
-        return metrics_name(_connection_module, self)
-
-    def reset(self) -> None:
-        """Close the poolkit pool, if any (the next ``get_connection`` opens a new one)."""
-        if getattr(self, "_pool", None) is not None:
-            self.close()
-        self.pid = os.getpid()
-
-    def make_connection(self) -> Any:
-        """A new, unconnected redis-py connection (the poolkit pool counts them, not this)."""
-        connection = self.connection_class(**self.connection_kwargs)
-        cache = getattr(self, "cache", None)
-        if cache is not None:
-            return _CacheProxyConnection(connection, cache, self._lock)
-        return connection
-
-    def get_connection(self, *args: Any, **kwargs: Any) -> Any:
-        """A connection: an available one, else a new one; ``MaxConnectionsError`` when
-        ``max_connections`` are out."""
-        started = time.monotonic()
-        lease = self._lease()
-        slot = lease.connection
-        connection = slot.connection
-        name = slot.pool_name
-        record_moved(name, IDLE, USED)
-        try:
-            self._ensure(slot)
-        except BaseException:
-            self.release(connection)
-            raise
-        self._waited(name, started)
-        return connection
-
-    def _lease(self) -> Lease[Slot]:
-        """A lease from the poolkit pool, registered (never waiting for a connection to come
-        back: only for one being made)."""
-        with self._book_lock:
-            if len(self._leases) + self._in_flight >= self.max_connections:
-                raise MaxConnectionsError(TOO_MANY)
-            self._in_flight += 1
-        try:
-            return self._checkout(None)
-        finally:
-            with self._book_lock:
-                self._in_flight -= 1
-
-    def _checkout(self, timeout: float | None) -> Lease[Slot]:
-        while True:
-            pool = self._pool or self._open()
-            try:
-                lease = pool.checkout(timeout=timeout)
-                break
-            except WaitQueueTimeoutError as exc:
-                raise redis.ConnectionError(NO_CONNECTION) from exc
-            except PoolClosedError:
-                if self._pool is pool:  # (closed from elsewhere: not by close())
-                    raise
-        slot = lease.connection
-        slot.leased = True
-        with self._book_lock:
-            self._leases[slot.connection] = lease
-        return lease
-
-    def _waited(self, pool_name: str, started: float) -> None:
-        """Recorded after a hand-out (``BlockingConnectionPool``: the wait time)."""
-
-    def _ensure(self, slot: Slot) -> None:
-        """redis-py's check at hand-out: connected (a new connection already is), with nothing
-        unread."""
-        connection = slot.connection
-        if not slot.fresh:
-            connection.connect()
-        slot.fresh = False
-        try:
-            if connection.can_read() and self._checks_unread():
-                raise redis.ConnectionError("Connection has data")
-        except (redis.ConnectionError, redis.TimeoutError, OSError):
-            connection.disconnect()
-            connection.connect()
-            if connection.can_read() and self._checks_unread():
-                raise redis.ConnectionError("Connection not ready") from None
-
-    def _checks_unread(self) -> bool:
-        enabled = getattr(self, "maint_notifications_enabled", None)
-        return getattr(self, "cache", None) is None and not (enabled and enabled())
-
-    def release(self, connection: Any) -> None:
-        """Give ``connection`` back: to the oldest waiter, or to be closed if it is broken."""
-        with self._book_lock:
-            lease = self._leases.pop(connection, None)
-        if lease is None:
-            return
-        if not healthy(connection):
-            lease.discard()
-            return
-        dispatcher: Any = self._event_dispatcher
-        try:  # (redis-py's re-authentication runs here, while the connection is still ours)
-            dispatcher.dispatch(redis_events.AfterConnectionReleasedEvent(connection))
-        except BaseException:
-            lease.discard()
-            raise
-        slot = lease.connection
-        slot.leased = False
-        record_moved(slot.pool_name, USED, IDLE)
-        lease.release()
-
-    def disconnect(self, inuse_connections: bool = True) -> None:
-        """Drop the sockets (of connections in use too, by default), as redis-py does."""
-        for connection in self._connections_now(free=True, in_use=inuse_connections):
-            connection.disconnect()
-
-    def close(self) -> None:
-        """Disconnect every connection, in use or not, and close the poolkit pool (those in use
-        are closed when given back), as redis-py's ``close()`` disconnects them all."""
-        with self._state_lock:
-            pool, self._pool = self._pool, None
-            finalizer, self._finalizer = self._finalizer, None
-        if finalizer is not None:
-            finalizer.detach()
-        if pool is not None:
-            pool.close()
-        for connection in self._connections_now(free=False, in_use=True):
-            connection.disconnect()
-
-    def re_auth_callback(self, token: Any) -> None:
-        """Each connection re-authenticates with ``token`` when next given back."""
-        for connection in self._connections_now(free=True, in_use=True):
-            connection.set_re_auth_token(token)
-
-
-class BlockingConnectionPool(ConnectionPool, redis.BlockingConnectionPool):
-    """redis-py's ``BlockingConnectionPool`` served by a poolkit :class:`~poolkit.Pool`: with
-    ``max_connections`` (default 50) out, ``get_connection`` waits up to ``timeout`` seconds
-    (default 20; ``None``: no limit) for one, waiters served in arrival order, then raises
-    ``ConnectionError("No connection available.")`` (the poolkit error as its cause).
-
-    The other arguments are :class:`ConnectionPool`'s.
-    """
-
-    def __init__(
-        self,
-        max_connections: int | None = 50,
-        timeout: float | None = 20,
-        connection_class: type[Any] = redis.Connection,
-        *,
-        options: PoolOptions | None = None,
-        listeners: Iterable[Listener] = (),
-        **connection_kwargs: Any,
-    ) -> None:
-        connection_kwargs.pop("queue_class", None)  # (redis-py's LIFO queue: not used here)
-        super().__init__(
-            connection_class,
-            max_connections,
-            options=options,
-            listeners=listeners,
-            **connection_kwargs,
-        )
-        self.timeout = timeout
-
-    def _lease(self) -> Lease[Slot]:
-        if self.timeout == 0:  # (redis-py: no wait for a connection to come back)
-            try:
-                return super()._lease()
-            except MaxConnectionsError:
-                raise redis.ConnectionError(NO_CONNECTION) from None
-        return self._checkout(self.timeout)
-
-    def _waited(self, pool_name: str, started: float) -> None:
-        record(
-            _connection_module,
-            "record_connection_wait_time",
-            pool_name=pool_name,
-            duration_seconds=time.monotonic() - started,
-        )

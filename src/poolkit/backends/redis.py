@@ -96,10 +96,10 @@ from ..events import Listener  # noqa: E402
 from ..options import Hooks, KeepAlive, PoolOptions  # noqa: E402
 from ..threaded import Pool  # noqa: E402
 from ._common import ready_async, ready_sync  # noqa: E402
-from ._redis_dropin import BlockingConnectionPool, ConnectionPool  # noqa: E402
 from ._redis_dropin_async import BlockingConnectionPool as AsyncBlockingConnectionPool  # noqa: E402
 from ._redis_dropin_async import ConnectionPool as AsyncConnectionPool  # noqa: E402
 from ._redis_dropin_async import connected  # noqa: E402
+from ._redis_dropin_sync import BlockingConnectionPool, ConnectionPool  # noqa: E402
 from ._redis_lend import ClientReleasedError, async_lend, lend  # noqa: E402
 from ._redis_session import Verdict, session_of, tracked, tracked_async  # noqa: E402
 

@@ -234,7 +234,9 @@ def test_is_broken_is_false_for_an_sql_error(pg: PgServer) -> None:
 def test_close_is_bounded_when_the_server_no_longer_answers(pg: PgServer) -> None:
     async def main() -> None:
         async with SilentProxy(pg.dsn) as proxy:
-            connect_one = pk_asyncpg.async_connect(proxy.dsn, application_name=pg.app, close_timeout=0.2)
+            connect_one = pk_asyncpg.async_connect(
+                proxy.dsn, application_name=pg.app, close_timeout=0.2
+            )
             pool = poolkit.AsyncPool(connect_one)
             pool.ready()
             async with pool.connection() as conn:

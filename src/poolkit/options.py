@@ -286,6 +286,12 @@ class PoolOptions:
     * ``max_idle_time`` (``maxIdleTimeMS``): seconds a connection may sit available before it is
       closed as idle; ``None`` for no limit.
     * ``max_connecting`` (``maxConnecting``): connections being established at once, >= 1.
+    * ``expected_streams``: the checkouts a connection being made is counted to serve until it is
+      made, >= 1: the stream limit a multiplexed protocol's server is expected to give (HTTP/2's
+      ``SETTINGS_MAX_CONCURRENT_STREAMS``). Concurrent checkouts of a pool with no connection
+      then wait for one connection instead of each starting one. Once a connection is made, the
+      limit it reports (``Established.max_streams``) replaces it. 1 (the default): one
+      connection per waiting checkout, as CMAP's.
     * ``wait_queue_timeout`` (``waitQueueTimeoutMS``): default seconds a checkout may wait,
       > 0; ``None`` waits without limit. ``0`` is refused: CMAP's ``waitQueueTimeoutMS=0`` means
       no limit (``None`` here) while ``0`` seconds reads as "never wait", and a pool that never
@@ -328,6 +334,7 @@ class PoolOptions:
     min_size: int = 0
     max_idle_time: float | None = None
     max_connecting: int = 2
+    expected_streams: int = 1
     wait_queue_timeout: float | None = None
     background_interval: float = 1.0
     connect_timeout: float | None = 30.0
@@ -350,6 +357,7 @@ class PoolOptions:
             min_size: int = 0,
             max_idle_time: Seconds | None = None,
             max_connecting: int = 2,
+            expected_streams: int = 1,
             wait_queue_timeout: Seconds | None = None,
             background_interval: Seconds = 1.0,
             connect_timeout: Seconds | None = 30.0,
@@ -445,6 +453,7 @@ _COUNTS: Final[dict[str, int]] = {
     "max_size": 0,
     "min_size": 0,
     "max_connecting": 1,
+    "expected_streams": 1,
     "max_waiting": 0,
 }
 

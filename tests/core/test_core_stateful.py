@@ -1168,9 +1168,11 @@ class PoolCoreMachine(RuleBasedStateMachine):
             )
             return
         # (a check or a reset running, Hooks.check or Hooks.reset, covers a waiter as a connect in
-        # flight does)
+        # flight does; a connect covers as many as a connection is expected to serve: the stream
+        # limit of the last one made, PoolOptions.expected_streams before)
         checking = core.count(ConnState.CHECKING)
-        covered = core.pending + checking + core.count(ConnState.RESETTING)
+        expected = core.shared.expected_streams
+        covered = core.pending * expected + checking + core.count(ConnState.RESETTING)
         assert covered > 0 or not room or abandoned, "a waiter is stuck with no connect"
         # stronger: every waiter not covered by a connect in flight gets one while there is room
         if room and core.pending + abandoned < opts.max_connecting:

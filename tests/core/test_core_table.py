@@ -716,3 +716,40 @@ def test_a_connection_that_is_none_leaves_its_service_count_when_closed() -> Non
     assert req.conn is pending and core.service_generations == {"svc": [0, 1]}
     core.discard(pending, 1.0)
     assert core.service_generations == {}
+
+
+def test_expected_streams_counts_a_connect_for_that_many_waiters() -> None:
+    """``expected_streams``: concurrent first checkouts of a multiplexed pool wait for one
+    connection (httpcore's issue #80), and the limit the connection reports replaces the guess."""
+    core = make(max_size=5, max_connecting=2, expected_streams=4)
+    waiters = [queue(core) for _ in range(4)]
+    actions, _ = core.take()
+    (conn,) = started(actions)  # four waiters, one connect: it is counted to serve four
+    queue(core)  # a fifth is beyond what the connect covers: a second connect
+    actions, _ = core.take()
+    (second,) = started(actions)
+    core.connected(conn, 0.1, "c1", max_streams=4)
+    actions, _ = core.take()
+    assert [req.conn for req in waiters] == [conn] * 4 and conn.streams == 4
+    assert core.shared.expected_streams == 4
+    core.connected(second, 0.2, "c2", max_streams=1)  # the server allows one stream after all
+    core.take()
+    assert core.shared.expected_streams == 1
+    more = [queue(core) for _ in range(3)]  # each now needs a connect of its own (room: 3)
+    actions, _ = core.take()
+    assert len(started(actions)) == 2  # (max_connecting)
+    assert all(req.state is RequestState.WAITING for req in more)
+
+
+def test_expected_streams_one_is_cmap_one_connect_per_waiter() -> None:
+    core = make(max_size=5, max_connecting=3)
+    for _ in range(3):
+        queue(core)
+    actions, _ = core.take()
+    assert len(started(actions)) == 3
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, "2", True])
+def test_expected_streams_must_be_a_positive_int(bad: Any) -> None:
+    with pytest.raises((ValueError, TypeError), match="expected_streams"):
+        PoolOptions(expected_streams=bad)

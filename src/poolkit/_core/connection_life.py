@@ -104,7 +104,9 @@ class ConnectionLife:
         failing = st.failures.failing
         if failing is not None:
             # connect_retry: no connect but the one retried (or, none planned, the next needed)
-            covered = counts[_CONNECTING] + counts[_CHECKING] + counts[_RESETTING]
+            covered = (
+                counts[_CONNECTING] * st.expected_streams + counts[_CHECKING] + counts[_RESETTING]
+            )
             if (
                 failing.pending is None
                 and counts[_CONNECTING] + st.abandoned < opts.max_connecting
@@ -118,7 +120,9 @@ class ConnectionLife:
             and len(st.conns) + st.abandoned < st.size_limit
         ):
             missing = opts.min_size - len(st.conns) if fill_min else 0
-            covered = counts[_CONNECTING] + counts[_CHECKING] + counts[_RESETTING]
+            covered = (
+                counts[_CONNECTING] * st.expected_streams + counts[_CHECKING] + counts[_RESETTING]
+            )
             if missing <= 0 and len(st.wait_queue) <= covered:
                 return
             self._start_connect(now)
@@ -136,7 +140,7 @@ class ConnectionLife:
             counts[_CONNECTING] + st.abandoned >= st.options.max_connecting
             or len(st.conns) + st.abandoned >= st.size_limit
             or len(st.wait_queue) + 1
-            <= counts[_CONNECTING] + counts[_CHECKING] + counts[_RESETTING]
+            <= counts[_CONNECTING] * st.expected_streams + counts[_CHECKING] + counts[_RESETTING]
         ):
             return
         failing = st.failures.failing

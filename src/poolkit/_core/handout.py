@@ -288,7 +288,10 @@ class Handout:
         # (room first: a pool with waiters is most often full; a check or reset running covers one)
         if (
             len(self.conns) + self._st.abandoned < self._max_size
-            and len(waiters) > self._counts[_CONNECTING] + checking + self._counts[_RESETTING]
+            and len(waiters)
+            > self._counts[_CONNECTING] * self._st.expected_streams
+            + checking
+            + self._counts[_RESETTING]
         ):
             self._life.maybe_connect(now, fill_min=False)
 

@@ -111,6 +111,7 @@ class Health:
             entry[1] += 1
             conn.generation = entry[0]
         conn.max_streams = max_streams
+        st.expected_streams = max_streams  # (what the next connect is counted to serve)
         regate(conn)
         self._life.fire(conn, ConnInput.ESTABLISHED)
         st.tally.created += 1

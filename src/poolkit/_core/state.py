@@ -63,6 +63,7 @@ class CoreState:
         "conns",
         "counts",
         "events",
+        "expected_streams",
         "failures",
         "generation",
         "hooks",
@@ -103,6 +104,9 @@ class CoreState:
         self.size_limit: int = options.max_size or 1 << 62  #: ``max_size``; 0 is no limit
         self.lifetime = options.max_lifetime
         self.max_waiting = options.max_waiting
+        #: the checkouts a connect in flight is counted to serve (``PoolOptions.expected_streams``;
+        #: then the stream limit of the last connection made: ``Health.connected``)
+        self.expected_streams = options.expected_streams
         #: ``max_lifetime``'s jitter: a uniform draw in [0, 1) (an input, like the time)
         self.rand = rand
         #: the pool's state and generation (``Handout.set_state`` writes them, with the gates)

@@ -1,0 +1,690 @@
+"""HTTP/2 for :class:`poolkit.AsyncPool`: one connection serves as many leases as the server's
+``SETTINGS_MAX_CONCURRENT_STREAMS``, each lease one stream (``pip install 'poolkit[http2]'``:
+the ``h2`` library, over asyncio streams).
+
+    pool = await http2.create_async_pool("https://example.org", max_size=2)
+    async with pool.connection() as conn:          # one stream of a shared connection
+        response = await conn.request("GET", "/")
+        body = await response.aread()
+
+``https://`` speaks TLS with ALPN ``h2`` (the server must choose it); ``http://`` speaks HTTP/2
+with prior knowledge (h2c), as ``curl --http2-prior-knowledge`` does.
+
+Rules of this module
+--------------------
+* One task reads each connection (its reader) and feeds ``h2``; what the server says is handed to
+  the stream it is about, or to the pool: a new ``SETTINGS_MAX_CONCURRENT_STREAMS`` is the pool's
+  ``set_max_streams``; a GOAWAY is ``connection_will_close`` (the streams the server will still
+  answer, up to its last stream id, finish; the others fail with :class:`StreamRefusedError`, a
+  request the server never processed, which may be sent again on another connection).
+* Writes go through one lock: frames of two streams never interleave mid-write. A request body
+  waits for flow-control window, stream's and connection's, and is sent in frames the server
+  takes; received data is acknowledged as the caller reads it (the server sends no faster than
+  the caller reads).
+* An error of the connection (the socket, a protocol error, the end of the stream) fails every
+  stream in flight with :class:`ConnectionLostError` and closes the connection: ``is_broken``
+  then tells the pool to discard it. An error of one stream (``RST_STREAM``) fails that request
+  only (:class:`StreamResetError`).
+* A response is read within its lease: the stream stays leased until its body is read to the
+  end or the response closed (an unread response is reset, ``CANCEL``). A request cancelled
+  mid-way resets its stream too.
+* ``ping`` (PING and its acknowledgement) is the keep-alive probe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+import urllib.parse
+from collections.abc import AsyncIterable, AsyncIterator, Iterable
+from typing import Any, Final
+
+from ._extras import require
+
+require("h2", "http2", "http2")  # no h2: an ImportError naming poolkit[http2]
+
+import h2.config  # noqa: E402
+import h2.connection  # noqa: E402
+import h2.errors  # noqa: E402
+import h2.events  # noqa: E402
+import h2.exceptions  # noqa: E402
+import h2.settings  # noqa: E402
+
+from ..asyncio import AsyncPool  # noqa: E402
+from ..driver import ConnectContext, Established, PoolStarter, with_default_hooks  # noqa: E402
+from ..events import Listener  # noqa: E402
+from ..options import Hooks, KeepAlive, PoolOptions  # noqa: E402
+
+__all__ = [
+    "ConnectionLostError",
+    "H2Connection",
+    "HTTP2Error",
+    "Response",
+    "StreamRefusedError",
+    "StreamResetError",
+    "async_connect",
+    "async_hooks",
+    "create_async_pool",
+    "is_broken",
+    "ping",
+]
+
+#: the most leases a connection is given when the server sets no limit (or a huge one)
+MAX_STREAMS_CAP: Final = 1000
+#: the streams a connection being made is counted to serve (``PoolOptions.expected_streams``):
+#: RFC 9113 asks servers to allow at least 100
+EXPECTED_STREAMS: Final = 100
+#: what the client asks of the server: a window large enough for bodies to stream at speed
+_LOCAL_WINDOW: Final = 1 << 24
+_READ_SIZE: Final = 1 << 16
+
+
+class HTTP2Error(Exception):
+    """An HTTP/2 request failed; ``stream_id`` is its stream (0: the connection's error)."""
+
+    def __init__(self, message: str, *, stream_id: int = 0) -> None:
+        super().__init__(message)
+        self.stream_id = stream_id
+
+
+class StreamResetError(HTTP2Error):
+    """The server reset the request's stream (``RST_STREAM``, ``error_code``): that request
+    only failed, the connection serves on."""
+
+    def __init__(self, message: str, *, stream_id: int, error_code: int) -> None:
+        super().__init__(message, stream_id=stream_id)
+        self.error_code = error_code
+
+
+class StreamRefusedError(HTTP2Error):
+    """The server did not process the request (a GOAWAY below its stream id, or
+    ``REFUSED_STREAM``): it may be sent again, on another connection."""
+
+
+class ConnectionLostError(HTTP2Error, ConnectionError):
+    """The connection failed (the socket, a protocol error, the server gone) with the request in
+    flight. Whether the server processed it is unknown."""
+
+
+class _Stream:
+    """One request's stream: what the reader hands it, and the waits of its caller."""
+
+    __slots__ = ("chunks", "ended", "error", "headers", "id", "replied", "trailers")
+
+    def __init__(self, stream_id: int) -> None:
+        self.id = stream_id
+        self.replied: asyncio.Future[list[tuple[bytes, bytes]]] = (
+            asyncio.get_running_loop().create_future()
+        )
+        #: the body's chunks as they come (with their flow-controlled length), then ``None``
+        self.chunks: asyncio.Queue[tuple[bytes, int] | None] = asyncio.Queue()
+        self.ended = False
+        self.error: BaseException | None = None
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.trailers: list[tuple[bytes, bytes]] = []
+
+    def fail(self, error: BaseException) -> None:
+        if self.error is None and not self.ended:
+            self.error = error
+            if not self.replied.done():
+                self.replied.set_exception(error)
+                self.replied.exception()  # (retrieved: the caller may be gone)
+            self.chunks.put_nowait(None)
+
+
+class Response:
+    """An HTTP/2 response: ``status``, ``headers`` (lower-case ``bytes`` pairs, the pseudo-headers
+    left out), the body read with :meth:`aread` or :meth:`aiter_bytes`, ``trailers`` once read.
+    Close it (:meth:`aclose`, or read it to the end) before its lease ends."""
+
+    def __init__(
+        self, connection: H2Connection, stream: _Stream, headers: list[tuple[bytes, bytes]]
+    ) -> None:
+        self._connection = connection
+        self._stream = stream
+        self.stream_id = stream.id
+        self.status = 0
+        self.headers: list[tuple[bytes, bytes]] = []
+        for name, value in headers:
+            if name == b":status":
+                self.status = int(value)
+            elif not name.startswith(b":"):
+                self.headers.append((name, value))
+        self.closed = False
+
+    @property
+    def trailers(self) -> list[tuple[bytes, bytes]]:
+        return self._stream.trailers
+
+    async def aiter_bytes(self) -> AsyncIterator[bytes]:
+        """The body's chunks as the server sends them; the stream's flow-control window is given
+        back as each is read."""
+        stream = self._stream
+        while not self.closed:
+            item = await stream.chunks.get()
+            if item is None:
+                self.closed = True
+                self._connection._forget(stream)
+                if stream.error is not None:
+                    raise stream.error
+                return
+            data, flow = item
+            await self._connection._acknowledge(stream.id, flow)
+            yield data
+
+    async def aread(self) -> bytes:
+        """The whole body."""
+        return b"".join([chunk async for chunk in self.aiter_bytes()])
+
+    async def aclose(self) -> None:
+        """Done with the response: a body not read to the end is abandoned (its stream reset with
+        ``CANCEL``, the server stops sending it)."""
+        if self.closed:
+            return
+        self.closed = True
+        stream = self._stream
+        if not stream.ended and stream.error is None:
+            await self._connection._reset(stream, h2.errors.ErrorCodes.CANCEL)
+        self._connection._forget(stream)
+
+    def __repr__(self) -> str:
+        return f"<Response [{self.status}] stream {self.stream_id}>"
+
+
+class H2Connection:
+    """One HTTP/2 connection (a client's), shared by the leases of a poolkit pool: each
+    :meth:`request` is one stream. Made by :func:`async_connect`'s connect function (or
+    :meth:`open`)."""
+
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        authority: str,
+        scheme: str,
+        *,
+        pool: Any = None,
+        connection_id: int = 0,
+    ) -> None:
+        self.authority = authority
+        self.scheme = scheme
+        self._reader = reader
+        self._writer = writer
+        self._pool = pool
+        self._connection_id = connection_id
+        config = h2.config.H2Configuration(client_side=True, header_encoding=None)
+        self._h2 = h2.connection.H2Connection(config=config)
+        self._streams: dict[int, _Stream] = {}
+        self._write_lock = asyncio.Lock()
+        self._window = asyncio.Event()  #: set when the server opens flow-control window
+        self._settings = asyncio.Event()  #: set at the server's first SETTINGS
+        self._pings: dict[bytes, asyncio.Future[None]] = {}
+        self._ping_count = 0
+        self._error: BaseException | None = None
+        #: the last stream the server still answers after its GOAWAY (None: no GOAWAY)
+        self.goaway_last_stream: int | None = None
+        self._reading: asyncio.Task[None] | None = None
+
+    # ------------------------------------------------------------------ opening and closing
+
+    @classmethod
+    async def open(
+        cls,
+        host: str,
+        port: int,
+        *,
+        tls: ssl.SSLContext | None = None,
+        server_hostname: str | None = None,
+        pool: Any = None,
+        connection_id: int = 0,
+    ) -> H2Connection:
+        """Connect (TLS with ALPN ``h2`` when ``tls`` is given, else prior knowledge), send the
+        connection preface and wait for the server's SETTINGS."""
+        reader, writer = await asyncio.open_connection(
+            host,
+            port,
+            ssl=tls,
+            server_hostname=(server_hostname or host) if tls is not None else None,
+        )
+        try:
+            if tls is not None:
+                chosen = writer.get_extra_info("ssl_object").selected_alpn_protocol()
+                if chosen != "h2":
+                    raise ConnectionLostError(
+                        f"{host}:{port} did not choose HTTP/2 in TLS (ALPN: {chosen!r})"
+                    )
+            scheme = "https" if tls is not None else "http"
+            default = 443 if tls is not None else 80
+            authority = host if port == default else f"{host}:{port}"
+            conn = cls(
+                reader, writer, authority, scheme, pool=pool, connection_id=connection_id
+            )
+            await conn._start()
+        except BaseException:
+            writer.close()
+            raise
+        return conn
+
+    async def _start(self) -> None:
+        h2c = self._h2
+        h2c.local_settings = h2.settings.Settings(
+            client=True,
+            initial_values={
+                h2.settings.SettingCodes.ENABLE_PUSH: 0,
+                h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: _LOCAL_WINDOW,
+            },
+        )
+        h2c.initiate_connection()
+        h2c.increment_flow_control_window(_LOCAL_WINDOW - 65535)
+        await self._flush()
+        self._reading = asyncio.get_running_loop().create_task(self._read_loop())
+        settled = asyncio.ensure_future(self._settings.wait())
+        await asyncio.wait([settled, self._reading], return_when=asyncio.FIRST_COMPLETED)
+        if not settled.done():
+            settled.cancel()
+            raise self._error or ConnectionLostError("the server closed before its SETTINGS")
+
+    @property
+    def closed(self) -> bool:
+        return self._error is not None or self._writer.is_closing()
+
+    @property
+    def max_streams(self) -> int:
+        """The leases this connection serves at once: the server's limit, at most
+        :data:`MAX_STREAMS_CAP`."""
+        limit = self._h2.remote_settings.max_concurrent_streams
+        return max(1, min(int(limit), MAX_STREAMS_CAP))
+
+    async def aclose(self) -> None:
+        """Say goodbye (GOAWAY) and close the socket; streams in flight fail."""
+        if not self._writer.is_closing():
+            with contextlib.suppress(Exception):
+                async with self._write_lock:
+                    self._h2.close_connection()
+                    self._writer.write(self._h2.data_to_send())
+        self._lost(ConnectionLostError(f"the connection to {self.authority} was closed"))
+        if self._reading is not None:
+            self._reading.cancel()
+            with contextlib.suppress(BaseException):
+                await self._reading
+        with contextlib.suppress(OSError):
+            await self._writer.wait_closed()
+
+    # ------------------------------------------------------------------ requests
+
+    async def request(
+        self,
+        method: str,
+        target: str,
+        *,
+        headers: Iterable[tuple[str | bytes, str | bytes]] = (),
+        body: bytes | AsyncIterable[bytes] | None = None,
+    ) -> Response:
+        """Send a request on a new stream and wait for the response's headers. ``target``: the
+        path (``/index.html?q=1``) or an absolute URL of this connection's origin. The response's
+        body is then read from it, within the lease."""
+        if self._error is not None:
+            raise ConnectionLostError(str(self._error)) from self._error
+        path = _path(target)
+        sent = [
+            (b":method", method.encode()),
+            (b":scheme", self.scheme.encode()),
+            (b":authority", self.authority.encode()),
+            (b":path", path.encode()),
+        ]
+        for name, value in headers:
+            name_b = (name.encode() if isinstance(name, str) else name).lower()
+            if name_b in _CONNECTION_HEADERS:
+                continue  # (HTTP/1.1's, forbidden in HTTP/2)
+            if name_b == b"host":
+                continue  # (:authority says it)
+            sent.append((name_b, value.encode() if isinstance(value, str) else value))
+        stream: _Stream | None = None
+        try:
+            async with self._write_lock:
+                if self.goaway_last_stream is not None:
+                    raise StreamRefusedError(
+                        f"{self.authority} said GOAWAY: no new stream on this connection"
+                    )
+                stream_id = self._h2.get_next_available_stream_id()
+                stream = self._streams[stream_id] = _Stream(stream_id)
+                self._h2.send_headers(stream_id, sent, end_stream=body is None)
+                self._writer.write(self._h2.data_to_send())
+                await self._writer.drain()
+            if body is not None:
+                await self._send_body(stream, body)
+            headers_in = await stream.replied
+        except BaseException as exc:
+            if stream is not None:
+                if not stream.ended and stream.error is None and not self.closed:
+                    with contextlib.suppress(Exception):
+                        await asyncio.shield(self._reset(stream, h2.errors.ErrorCodes.CANCEL))
+                self._forget(stream)
+            if isinstance(exc, OSError | h2.exceptions.ProtocolError):
+                self._lost(ConnectionLostError(f"{self.authority}: {exc!r}"))
+                raise ConnectionLostError(f"{self.authority}: {exc!r}") from exc
+            raise
+        return Response(self, stream, headers_in)
+
+    async def _send_body(self, stream: _Stream, body: bytes | AsyncIterable[bytes]) -> None:
+        if isinstance(body, bytes | bytearray | memoryview):
+            await self._send_data(stream, bytes(body))
+        else:
+            async for chunk in body:
+                await self._send_data(stream, bytes(chunk))
+        async with self._write_lock:
+            self._check(stream)
+            self._h2.end_stream(stream.id)
+            self._writer.write(self._h2.data_to_send())
+            await self._writer.drain()
+
+    async def _send_data(self, stream: _Stream, data: bytes) -> None:
+        """``data`` on ``stream``, in frames within the flow-control windows."""
+        view = memoryview(data)
+        while view:
+            async with self._write_lock:
+                self._check(stream)
+                window = min(
+                    self._h2.local_flow_control_window(stream.id),
+                    self._h2.max_outbound_frame_size,
+                )
+                if window > 0:
+                    part, view = view[:window], view[window:]
+                    self._h2.send_data(stream.id, bytes(part))
+                    self._writer.write(self._h2.data_to_send())
+                    await self._writer.drain()
+                    continue
+                self._window.clear()
+            await self._window.wait()  # (the reader sets it at a WINDOW_UPDATE, or an error)
+
+    def _check(self, stream: _Stream) -> None:
+        if stream.error is not None:
+            raise stream.error
+        if self._error is not None:
+            raise ConnectionLostError(str(self._error)) from self._error
+
+    async def _acknowledge(self, stream_id: int, flow: int) -> None:
+        """The caller read ``flow`` bytes of the stream: the server may send as many more."""
+        if flow <= 0 or self.closed:
+            return
+        async with self._write_lock:
+            with contextlib.suppress(h2.exceptions.StreamClosedError, KeyError):
+                self._h2.acknowledge_received_data(flow, stream_id)
+            data = self._h2.data_to_send()
+            if data:
+                self._writer.write(data)
+                with contextlib.suppress(OSError):
+                    await self._writer.drain()
+
+    async def _reset(self, stream: _Stream, code: int) -> None:
+        if self.closed:
+            return
+        async with self._write_lock:
+            with contextlib.suppress(h2.exceptions.StreamClosedError, KeyError):
+                self._h2.reset_stream(stream.id, error_code=code)
+            self._writer.write(self._h2.data_to_send())
+            with contextlib.suppress(OSError):
+                await self._writer.drain()
+
+    def _forget(self, stream: _Stream) -> None:
+        self._streams.pop(stream.id, None)
+
+    async def ping(self, timeout: float | None = None) -> None:
+        """PING the server and wait for its acknowledgement (the keep-alive probe)."""
+        if self._error is not None:
+            raise ConnectionLostError(str(self._error)) from self._error
+        self._ping_count += 1
+        opaque = self._ping_count.to_bytes(8, "big")
+        answered = self._pings[opaque] = asyncio.get_running_loop().create_future()
+        try:
+            await self._flush(lambda: self._h2.ping(opaque))
+            async with asyncio.timeout(timeout):
+                await answered
+        finally:
+            self._pings.pop(opaque, None)
+
+    async def _flush(self, step: Any = None) -> None:
+        async with self._write_lock:
+            if step is not None:
+                step()
+            self._writer.write(self._h2.data_to_send())
+            await self._writer.drain()
+
+    # ------------------------------------------------------------------ the reader
+
+    async def _read_loop(self) -> None:
+        try:
+            while True:
+                data = await self._reader.read(_READ_SIZE)
+                if not data:
+                    raise ConnectionLostError(f"{self.authority} closed the connection")
+                events = self._h2.receive_data(data)
+                for event in events:
+                    self._on(event)
+                out = self._h2.data_to_send()
+                if out:
+                    self._writer.write(out)  # (acks: written at once, in order; no drain here)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            error = exc if isinstance(exc, HTTP2Error) else ConnectionLostError(
+                f"{self.authority}: {type(exc).__name__}: {exc}"
+            )
+            self._lost(error)
+
+    def _on(self, event: h2.events.Event) -> None:
+        streams = self._streams
+        if isinstance(event, h2.events.ResponseReceived):
+            stream = streams.get(event.stream_id)
+            if stream is not None and not stream.replied.done():
+                stream.replied.set_result(list(event.headers))
+        elif isinstance(event, h2.events.DataReceived):
+            stream = streams.get(event.stream_id)
+            if stream is not None:
+                stream.chunks.put_nowait((event.data, event.flow_controlled_length))
+            else:  # (a stream given up on: its window given back at once)
+                self._h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+        elif isinstance(event, h2.events.TrailersReceived):
+            stream = streams.get(event.stream_id)
+            if stream is not None:
+                stream.trailers = list(event.headers)
+        elif isinstance(event, h2.events.StreamEnded):
+            stream = streams.get(event.stream_id)
+            if stream is not None:
+                stream.ended = True
+                if not stream.replied.done():  # (ended without headers: a protocol error)
+                    stream.replied.set_exception(
+                        ConnectionLostError("a stream ended without a response")
+                    )
+                stream.chunks.put_nowait(None)
+        elif isinstance(event, h2.events.StreamReset):
+            stream = streams.get(event.stream_id)
+            if stream is not None:
+                code = int(event.error_code)
+                if code == h2.errors.ErrorCodes.REFUSED_STREAM:
+                    stream.fail(
+                        StreamRefusedError(
+                            f"{self.authority} refused stream {event.stream_id}",
+                            stream_id=event.stream_id,
+                        )
+                    )
+                else:
+                    stream.fail(
+                        StreamResetError(
+                            f"{self.authority} reset stream {event.stream_id} "
+                            f"({_code_name(code)})",
+                            stream_id=event.stream_id,
+                            error_code=code,
+                        )
+                    )
+            self._window.set()
+        elif isinstance(event, h2.events.WindowUpdated):
+            self._window.set()
+        elif isinstance(event, h2.events.RemoteSettingsChanged):
+            first = not self._settings.is_set()
+            self._settings.set()
+            changed = event.changed_settings
+            if h2.settings.SettingCodes.INITIAL_WINDOW_SIZE in changed:
+                self._window.set()
+            if not first and h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS in changed:
+                self._tell_pool("set_max_streams", self.max_streams)
+        elif isinstance(event, h2.events.PingAckReceived):
+            answered = self._pings.get(event.ping_data)
+            if answered is not None and not answered.done():
+                answered.set_result(None)
+        elif isinstance(event, h2.events.ConnectionTerminated):
+            self._goaway(int(event.last_stream_id or 0), int(event.error_code or 0))
+
+    def _goaway(self, last_stream_id: int, code: int) -> None:
+        """The server said GOAWAY: no new stream; the streams above ``last_stream_id`` were not
+        processed (sent again elsewhere by who asks); those below finish. The pool drains the
+        connection and closes it when its last lease comes back."""
+        self.goaway_last_stream = last_stream_id
+        for stream_id, stream in list(self._streams.items()):
+            if stream_id > last_stream_id:
+                stream.fail(
+                    StreamRefusedError(
+                        f"{self.authority} said GOAWAY before stream {stream_id} "
+                        f"({_code_name(code)}): not processed",
+                        stream_id=stream_id,
+                    )
+                )
+        self._tell_pool("connection_will_close")
+
+    def _tell_pool(self, what: str, *args: Any) -> None:
+        pool = self._pool
+        if pool is not None:
+            getattr(pool, what)(self._connection_id, *args)
+
+    def _lost(self, error: BaseException) -> None:
+        """The connection failed: every stream fails, the writer closes."""
+        if self._error is None:
+            self._error = error
+        for stream in list(self._streams.values()):
+            stream.fail(error)
+        for answered in self._pings.values():
+            if not answered.done():
+                answered.set_exception(error)
+                answered.exception()
+        self._settings.set()
+        self._window.set()
+        self._writer.close()
+
+    def __repr__(self) -> str:
+        state = " closed" if self.closed else ""
+        shown = f"{self.scheme}://{self.authority}"
+        return f"<H2Connection {shown} streams={len(self._streams)}{state}>"
+
+
+#: HTTP/1.1's connection-specific headers (RFC 9113, 8.2.2), never sent in HTTP/2
+_CONNECTION_HEADERS: Final = frozenset(
+    {b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"upgrade"}
+)
+
+
+def _code_name(code: int) -> str:
+    try:
+        return h2.errors.ErrorCodes(code).name
+    except ValueError:
+        return f"error code {code}"
+
+
+def _path(target: str) -> str:
+    if target.startswith("/"):
+        return target
+    parts = urllib.parse.urlsplit(target)
+    path = parts.path or "/"
+    return f"{path}?{parts.query}" if parts.query else path
+
+
+def _origin(url: str) -> tuple[str, int, bool, str]:
+    """``(host, port, tls, shown)`` of ``url`` (``https://`` or ``http://``)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"an http:// or https:// URL, not {url!r}")
+    tls = parts.scheme == "https"
+    port = parts.port or (443 if tls else 80)
+    return parts.hostname, port, tls, f"{parts.scheme}://{parts.hostname}:{port}"
+
+
+def _tls_context(tls: bool | ssl.SSLContext) -> ssl.SSLContext:
+    context = tls if isinstance(tls, ssl.SSLContext) else ssl.create_default_context()
+    context.set_alpn_protocols(["h2"])
+    return context
+
+
+def async_connect(
+    url: str, *, tls: bool | ssl.SSLContext = True, server_hostname: str | None = None
+) -> Any:
+    """A connect function for :class:`poolkit.AsyncPool`: an :class:`H2Connection` to ``url``'s
+    origin (``https://``: TLS with ALPN ``h2``, checked against ``tls``, an ``ssl.SSLContext``
+    or the system's CAs; ``http://``: prior knowledge), serving the server's
+    ``SETTINGS_MAX_CONCURRENT_STREAMS`` leases at once and telling the pool when that changes or
+    the server says GOAWAY."""
+    host, port, secure, _ = _origin(url)
+    context = _tls_context(tls) if secure else None
+
+    async def connect_h2(ctx: ConnectContext) -> Established[H2Connection]:
+        conn = await H2Connection.open(
+            host,
+            port,
+            tls=context,
+            server_hostname=server_hostname,
+            pool=ctx.pool,
+            connection_id=ctx.connection_id,
+        )
+        return Established(conn, max_streams=conn.max_streams)
+
+    return connect_h2
+
+
+async def ping(conn: H2Connection) -> None:
+    """The keep-alive probe: a PING answered."""
+    await conn.ping()
+
+
+def is_broken(conn: H2Connection, error: BaseException) -> bool:
+    """The ``is_broken`` hook: the connection failed (a stream's reset or refusal does not
+    break it)."""
+    if isinstance(error, StreamResetError | StreamRefusedError):
+        return conn.closed
+    return conn.closed or isinstance(error, OSError | ConnectionLostError)
+
+
+def async_hooks(*, keep_alive: float | None = 30.0) -> Hooks:
+    """``is_broken`` (and, with ``create_async_pool``, a PING every ``keep_alive`` seconds on
+    idle connections)."""
+    del keep_alive  # (the keep-alive is a pool option: see create_async_pool)
+    return Hooks(is_broken=is_broken)
+
+
+def create_async_pool(
+    url: str,
+    *,
+    max_size: int = 10,
+    options: PoolOptions | None = None,
+    listeners: Iterable[Listener] = (),
+    tls: bool | ssl.SSLContext = True,
+    keep_alive: float | None = 30.0,
+) -> PoolStarter[H2Connection]:
+    """A ready :class:`poolkit.AsyncPool` of HTTP/2 connections to ``url``'s origin: ``await``
+    it, or ``async with create_async_pool(url) as pool:``. ``max_size`` connections at most
+    (each serving the server's stream limit), a PING every ``keep_alive`` seconds on idle ones
+    (None: none), each connect counted to serve :data:`EXPECTED_STREAMS` checkouts until it is
+    made. ``options``, when given, replace all three."""
+    _, _, _, shown = _origin(url)
+    connect = async_connect(url, tls=tls)
+    if options is None:
+        probe = None if keep_alive is None else KeepAlive(keep_alive, ping)
+        options = PoolOptions(
+            max_size=max_size, expected_streams=EXPECTED_STREAMS, keep_alive=probe
+        )
+    final = with_default_hooks(options, async_hooks(), "create_async_pool")
+
+    async def start() -> AsyncPool[H2Connection]:
+        pool = AsyncPool(connect, address=shown, options=final, listeners=listeners)
+        pool.ready()
+        return pool
+
+    return PoolStarter(start)

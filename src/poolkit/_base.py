@@ -18,6 +18,7 @@ Rules of this module
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
 import logging
@@ -447,12 +448,19 @@ class PoolBase(Generic[C]):
     def _left(self, lease: Lease[C], error: BaseException) -> None:
         """``connection()``'s block was left by ``error``: give ``lease`` back. Left by a
         ``BaseException`` that is not an ``Exception`` (a cancellation, ``KeyboardInterrupt``)
-        the connection is discarded, since it may be mid-protocol; left by an ``Exception``, it
-        is discarded if ``hooks.is_broken`` says so, else released."""
-        if isinstance(error, Exception) and not self._is_broken(lease, error):
-            lease.release()
-        else:
-            lease.discard(error)
+        the connection is discarded, since it may be mid-protocol (unless ``hooks.cancel_safe``
+        says a cancellation leaves it usable); left by an ``Exception``, it is discarded if
+        ``hooks.is_broken`` says so, else released."""
+        if isinstance(error, Exception):
+            if not self._is_broken(lease, error):
+                lease.release()
+                return
+        elif isinstance(error, asyncio.CancelledError):
+            hooks = self.options.hooks
+            if hooks is not None and hooks.cancel_safe:
+                lease.release()
+                return
+        lease.discard(error)
 
     def _is_broken(self, lease: Lease[C], error: Exception) -> bool:
         """``hooks.is_broken(connection, error)``; one that raises counts as "broken" (and is

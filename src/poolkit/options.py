@@ -210,6 +210,10 @@ class Hooks:
     * ``is_broken(conn, error)``: asked (a plain function for both pools) when the block of
       ``pool.connection()`` raised ``error``; true: the connection is discarded instead of
       released.
+    * ``cancel_safe``: a block of ``pool.connection()`` cancelled (asyncio) leaves the connection
+      usable: the protocol ended itself what the caller abandoned (HTTP/2 resets the stream, the
+      connection's other streams go on). The lease is then released, not discarded. False (the
+      default): a cancelled block may have left its connection mid-message, and it is discarded.
     * ``timeout``: seconds a ``check`` or ``reset`` may take; ``None`` for no limit.
     * ``lend(conn, lease)``: what the caller is handed in place of ``conn`` (a plain function, for
       both pools): called once per lease, in the caller, the first time its ``connection`` is
@@ -228,6 +232,7 @@ class Hooks:
     is_broken: Callable[[Any, BaseException], Any] | None = None
     timeout: float | None = 30.0
     lend: Callable[[Any, Any], Any] | None = None
+    cancel_safe: bool = False
 
     if TYPE_CHECKING:  # what the constructor takes (durations also as timedelta; read as float)
 
@@ -242,10 +247,15 @@ class Hooks:
             is_broken: Callable[[Any, BaseException], Any] | None = None,
             timeout: Seconds | None = 30.0,
             lend: Callable[[Any, Any], Any] | None = None,
+            cancel_safe: bool = False,
         ) -> None: ...
 
     def __post_init__(self) -> None:
         seconds = _finite_seconds("Hooks", self)
+        if not isinstance(self.cancel_safe, bool):
+            raise TypeError(
+                f"Hooks.cancel_safe must be a bool, not {type(self.cancel_safe).__name__}"
+            )
         object.__setattr__(self, "check_after", seconds("check_after", none=False, zero=True))
         object.__setattr__(self, "timeout", seconds("timeout", none=True, zero=False))
         for name in _HOOK_NAMES:

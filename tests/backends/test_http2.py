@@ -14,13 +14,18 @@ import pytest
 
 from certs import Cert, trusting
 
-h2 = pytest.importorskip("h2", reason="poolkit[http2] is not installed")
+h2_errors = pytest.importorskip("h2.errors", reason="poolkit[http2] is not installed")
 hypercorn = pytest.importorskip("hypercorn", reason="the tests' HTTP/2 server is not installed")
+httpx = pytest.importorskip("httpx", reason="poolkit[http2] is not installed")
 
-import poolkit  # noqa: E402
 from hypercorn.asyncio import serve  # noqa: E402
 from hypercorn.config import Config  # noqa: E402
+
+import poolkit  # noqa: E402
+from h2_server import H2Server  # noqa: E402
+from poolkit import events as ev  # noqa: E402
 from poolkit.backends import http2  # noqa: E402
+from poolkit.driver import PoolStarter  # noqa: E402
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -35,6 +40,12 @@ class App:
         self.clients: set[tuple[str, int]] = set()
         self.release = asyncio.Event()
         self.holding = 0
+        self._held = asyncio.Condition()
+
+    async def holding_at_least(self, count: int) -> None:
+        """Until ``count`` requests are held at ``/hold``."""
+        async with self._held:
+            await self._held.wait_for(lambda: self.holding >= count)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -54,7 +65,9 @@ class App:
             if not message.get("more_body"):
                 break
         if path == "/hold":
-            self.holding += 1
+            async with self._held:
+                self.holding += 1
+                self._held.notify_all()
             await self.release.wait()
             answer = b"held"
         elif path == "/big":
@@ -92,9 +105,9 @@ class Server:
         self._task: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> Server:
-        self._task = asyncio.create_task(
-            serve(self.app, self.config, shutdown_trigger=self._stop.wait)  # type: ignore[arg-type]
-        )
+        # (hypercorn types its app as its own ASGI protocols, which App does not name)
+        served = serve(self.app, self.config, shutdown_trigger=self._stop.wait)  # type: ignore[arg-type]
+        self._task = asyncio.create_task(served)
         for _ in range(200):  # (up within a few ms; 2 s at most)
             try:
                 _, writer = await asyncio.open_connection("127.0.0.1", self.port)
@@ -114,7 +127,7 @@ class Server:
 
 
 def run(main: Callable[[], Awaitable[None]]) -> None:
-    asyncio.run(asyncio.wait_for(main(), 60))  # type: ignore[arg-type]
+    asyncio.run(asyncio.wait_for(main(), 60))
 
 
 @pytest.fixture
@@ -131,12 +144,14 @@ async def _get(pool: poolkit.AsyncPool[http2.H2Connection], path: str) -> bytes:
 
 def test_500_concurrent_requests_share_two_connections(app: App) -> None:
     async def main() -> None:
-        async with Server(app) as server:
-            async with http2.create_async_pool(server.url, max_size=2, keep_alive=None) as pool:
-                bodies = await asyncio.gather(*(_get(pool, f"/echo/{i}") for i in range(500)))
-                assert bodies == [f"/echo/{i}".encode() for i in range(500)]
-                assert len(app.clients) <= 2
-                assert pool.stats().connections_created <= 2
+        async with (
+            Server(app) as server,
+            http2.create_async_pool(server.url, max_size=2, keep_alive=None) as pool,
+        ):
+            bodies = await asyncio.gather(*(_get(pool, f"/echo/{i}") for i in range(500)))
+            assert bodies == [f"/echo/{i}".encode() for i in range(500)]
+            assert len(app.clients) <= 2
+            assert pool.stats().connections_created <= 2
 
     run(main)
 
@@ -146,12 +161,14 @@ def test_100_concurrent_first_requests_open_one_connection(app: App) -> None:
     first connect covers them all: the server allows 100 streams on it."""
 
     async def main() -> None:
-        async with Server(app) as server:
-            async with http2.create_async_pool(server.url, max_size=10, keep_alive=None) as pool:
-                bodies = await asyncio.gather(*(_get(pool, f"/echo/{i}") for i in range(100)))
-                assert len(bodies) == 100
-                assert len(app.clients) == 1
-                assert pool.stats().connections_created == 1
+        async with (
+            Server(app) as server,
+            http2.create_async_pool(server.url, max_size=10, keep_alive=None) as pool,
+        ):
+            bodies = await asyncio.gather(*(_get(pool, f"/echo/{i}") for i in range(100)))
+            assert len(bodies) == 100
+            assert len(app.clients) == 1
+            assert pool.stats().connections_created == 1
 
     run(main)
 
@@ -162,35 +179,37 @@ def test_a_stream_limit_of_two_opens_a_second_connection(app: App) -> None:
     connection with no free stream."""
 
     async def main() -> None:
-        async with Server(app, streams=2) as server:
-            async with http2.create_async_pool(server.url, max_size=2, keep_alive=None) as pool:
-                held = [asyncio.create_task(_get(pool, "/hold")) for _ in range(2)]
-                while app.holding < 2:
-                    await asyncio.sleep(0.01)
-                assert pool.stats().connections_created == 1
-                assert await asyncio.wait_for(_get(pool, "/echo/third"), 5) == b"/echo/third"
-                assert pool.stats().connections_created == 2
-                assert len(app.clients) == 2
-                app.release.set()
-                assert await asyncio.gather(*held) == [b"held", b"held"]
+        async with (
+            Server(app, streams=2) as server,
+            http2.create_async_pool(server.url, max_size=2, keep_alive=None) as pool,
+        ):
+            held = [asyncio.create_task(_get(pool, "/hold")) for _ in range(2)]
+            await app.holding_at_least(2)
+            assert pool.stats().connections_created == 1
+            assert await asyncio.wait_for(_get(pool, "/echo/third"), 5) == b"/echo/third"
+            assert pool.stats().connections_created == 2
+            assert len(app.clients) == 2
+            app.release.set()
+            assert await asyncio.gather(*held) == [b"held", b"held"]
 
     run(main)
 
 
 def test_at_max_size_the_request_waits_for_a_stream(app: App) -> None:
     async def main() -> None:
-        async with Server(app, streams=2) as server:
-            async with http2.create_async_pool(server.url, max_size=1, keep_alive=None) as pool:
-                held = [asyncio.create_task(_get(pool, "/hold")) for _ in range(2)]
-                while app.holding < 2:
-                    await asyncio.sleep(0.01)
-                third = asyncio.create_task(_get(pool, "/echo/third"))
-                await asyncio.sleep(0.1)
-                assert not third.done() and pool.stats().waiting == 1
-                app.release.set()
-                assert await asyncio.wait_for(third, 5) == b"/echo/third"
-                await asyncio.gather(*held)
-                assert pool.stats().connections_created == 1
+        async with (
+            Server(app, streams=2) as server,
+            http2.create_async_pool(server.url, max_size=1, keep_alive=None) as pool,
+        ):
+            held = [asyncio.create_task(_get(pool, "/hold")) for _ in range(2)]
+            await app.holding_at_least(2)
+            third = asyncio.create_task(_get(pool, "/echo/third"))
+            await asyncio.sleep(0.1)
+            assert not third.done() and pool.stats().waiting == 1
+            app.release.set()
+            assert await asyncio.wait_for(third, 5) == b"/echo/third"
+            await asyncio.gather(*held)
+            assert pool.stats().connections_created == 1
 
     run(main)
 
@@ -210,22 +229,24 @@ def test_tls_with_alpn_h2(app: App, cert: Cert) -> None:
 
 def test_large_bodies_respect_flow_control(app: App) -> None:
     async def main() -> None:
-        async with Server(app) as server:
-            async with http2.create_async_pool(server.url, max_size=1, keep_alive=None) as pool:
-                async with pool.connection() as conn:
-                    response = await conn.request("GET", "/big?n=3000000")
-                    assert len(await response.aread()) == 3_000_000
-                async with pool.connection() as conn:
-                    response = await conn.request("POST", "/upload", body=b"y" * 1_000_000)
-                    assert await response.aread() == b"1000000"
+        async with (
+            Server(app) as server,
+            http2.create_async_pool(server.url, max_size=1, keep_alive=None) as pool,
+        ):
+            async with pool.connection() as conn:
+                response = await conn.request("GET", "/big?n=3000000")
+                assert len(await response.aread()) == 3_000_000
+            async with pool.connection() as conn:
+                response = await conn.request("POST", "/upload", body=b"y" * 1_000_000)
+                assert await response.aread() == b"1000000"
 
-                async def chunks() -> AsyncIterator[bytes]:
-                    for _ in range(10):
-                        yield b"z" * 100_000
+            async def chunks() -> AsyncIterator[bytes]:
+                for _ in range(10):
+                    yield b"z" * 100_000
 
-                async with pool.connection() as conn:
-                    response = await conn.request("POST", "/upload", body=chunks())
-                    assert await response.aread() == b"1000000"
+            async with pool.connection() as conn:
+                response = await conn.request("POST", "/upload", body=chunks())
+                assert await response.aread() == b"1000000"
 
     run(main)
 
@@ -242,5 +263,267 @@ def test_keep_alive_pings_and_close_leaves_no_socket(app: App) -> None:
             assert pool.stats().connections_created == 1 and not held.closed
             await pool.close()
             assert held.closed
+
+    run(main)
+
+
+# ---------------------------------------------------------------------------------------------
+# what hypercorn does not do on demand: a small h2 server (tests/support/h2_server.py)
+
+
+class Recorder:
+    """The pool's events, and a wait for one of a kind."""
+
+    def __init__(self) -> None:
+        self.events: list[Any] = []
+        self._seen = asyncio.Condition()
+
+    def __call__(self, event: Any) -> None:
+        self.events.append(event)
+        asyncio.get_running_loop().create_task(self._tell())
+
+    async def _tell(self) -> None:
+        async with self._seen:
+            self._seen.notify_all()
+
+    async def seen(self, kind: type[Any]) -> Any:
+        async with self._seen:
+            await self._seen.wait_for(lambda: any(isinstance(e, kind) for e in self.events))
+        return next(e for e in self.events if isinstance(e, kind))
+
+
+def _pool(url: str, recorder: Recorder, max_size: int) -> PoolStarter[http2.H2Connection]:
+    options = poolkit.PoolOptions(max_size=max_size, expected_streams=http2.EXPECTED_STREAMS)
+    return http2.create_async_pool(url, options=options, listeners=[recorder])
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    async with asyncio.timeout(5):
+        while not condition():  # noqa: ASYNC110  # (a state of another task's socket)
+            await asyncio.sleep(0.005)
+
+
+def test_the_server_lowering_its_stream_limit_is_obeyed() -> None:
+    async def main() -> None:
+        recorder = Recorder()
+        async with H2Server(streams=10) as server, _pool(server.url, recorder, 2) as pool:
+            held = [asyncio.create_task(_get(pool, "/hold")) for _ in range(3)]
+            await _until(lambda: server.held() == 3)
+            server.set_max_streams(2)
+            changed = await recorder.seen(ev.MaxStreamsChangedEvent)
+            assert (changed.previous, changed.max_streams) == (10, 2)
+            # 3 streams in use on a connection that now allows 2: the next request goes elsewhere
+            assert await _get(pool, "/echo/next") == b"/echo/next"
+            assert pool.stats().connections_created == 2
+            server.release()
+            assert await asyncio.gather(*held) == [b"held"] * 3
+
+    run(main)
+
+
+def test_goaway_drains_the_connection_and_replaces_it_with_no_request_lost() -> None:
+    async def main() -> None:
+        recorder = Recorder()
+        async with H2Server() as server, _pool(server.url, recorder, 2) as pool:
+            held = [asyncio.create_task(_get(pool, "/hold")) for _ in range(2)]
+            await _until(lambda: server.held() == 2)
+            (first,) = server.peers
+            server.goaway(first)  # both held streams are below its last stream id: they finish
+            await recorder.seen(ev.ConnectionDrainingEvent)
+            bodies = await asyncio.gather(*(_get(pool, f"/echo/{i}") for i in range(20)))
+            assert len(bodies) == 20 and len(server.peers) == 2  # (a new connection serves)
+            server.release()
+            assert await asyncio.gather(*held) == [b"held", b"held"]
+            closed = await recorder.seen(ev.ConnectionClosedEvent)
+            assert closed.reason == ev.CLOSE_WILL_CLOSE
+            assert pool.stats().total == 1
+
+    run(main)
+
+
+def test_goaway_below_a_stream_refuses_it_to_be_sent_again() -> None:
+    async def main() -> None:
+        recorder = Recorder()
+        async with H2Server() as server, _pool(server.url, recorder, 2) as pool:
+            held = [asyncio.create_task(_get(pool, "/hold")) for _ in range(2)]
+            await _until(lambda: server.held() == 2)
+            (first,) = server.peers
+            server.goaway(first, last_stream_id=1)  # stream 3 was not processed, it says
+            (done,), (answered,) = await asyncio.wait(held, return_when=asyncio.FIRST_COMPLETED)
+            refused = done.exception()
+            assert isinstance(refused, http2.StreamRefusedError) and refused.stream_id == 3
+            assert await _get(pool, "/echo/again") == b"/echo/again"  # on a new connection
+            assert len(server.peers) == 2
+            server.release()
+            assert await answered == b"held"  # stream 1, below the last id: answered
+
+    run(main)
+
+
+def test_a_killed_connection_fails_only_its_streams_in_flight() -> None:
+    async def main() -> None:
+        recorder = Recorder()
+        async with H2Server(streams=2) as server, _pool(server.url, recorder, 2) as pool:
+            on_first = [asyncio.create_task(_get(pool, "/hold")) for _ in range(2)]
+            await _until(lambda: server.held() == 2)
+            on_second = asyncio.create_task(_get(pool, "/hold"))
+            await _until(lambda: server.held() == 3)
+            first, _ = server.peers
+            server.kill(first)
+            for task in on_first:
+                with pytest.raises(http2.ConnectionLostError, match="closed the connection"):
+                    await task
+            assert not on_second.done()
+            server.release()
+            assert await on_second == b"held"
+            assert await _get(pool, "/echo/after") == b"/echo/after"
+
+    run(main)
+
+
+def test_a_cancelled_request_resets_its_stream_and_frees_it() -> None:
+    async def main() -> None:
+        recorder = Recorder()
+        async with H2Server(streams=1) as server, _pool(server.url, recorder, 1) as pool:
+            task = asyncio.create_task(_get(pool, "/hold"))
+            await _until(lambda: server.held() == 1)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            await _until(lambda: bool(server.resets))
+            assert server.resets == [(1, h2_errors.ErrorCodes.CANCEL)]
+            assert pool.stats().in_use == 0
+            # the one stream is free again on the same connection
+            assert await _get(pool, "/echo/freed") == b"/echo/freed"
+            assert pool.stats().connections_created == 1
+
+    run(main)
+
+
+def test_after_close_no_connection_is_left_open() -> None:
+    async def main() -> None:
+        recorder = Recorder()
+        async with H2Server(streams=2) as server:
+            pool = await _pool(server.url, recorder, 3)
+            await asyncio.gather(*(_get(pool, f"/echo/{i}") for i in range(30)))
+            assert server.open >= 1
+            await pool.close()
+            async with asyncio.timeout(5):
+                await server.all_closed()
+
+    run(main)
+
+
+# ---------------------------------------------------------------------------------------------
+# the httpx transport
+
+
+def test_httpx_sends_500_concurrent_requests_over_two_connections(app: App) -> None:
+    async def main() -> None:
+        async with Server(app) as server:
+            transport = http2.AsyncTransport(max_size=2, keep_alive=None)
+            async with httpx.AsyncClient(transport=transport, base_url=server.url) as client:
+                responses = await asyncio.gather(*(client.get(f"/echo/{i}") for i in range(500)))
+                assert [r.content for r in responses] == [f"/echo/{i}".encode() for i in range(500)]
+                assert {r.http_version for r in responses} == {"HTTP/2"}
+                stats = transport.pool(server.url).stats()
+                assert stats.connections_created <= 2 and stats.in_use == 0
+                assert len(app.clients) <= 2
+
+    run(main)
+
+
+def test_httpx_streams_a_response_within_its_lease(app: App) -> None:
+    async def main() -> None:
+        async with Server(app) as server:
+            transport = http2.AsyncTransport(max_size=1, keep_alive=None)
+            pool = transport.pool(server.url)
+            async with httpx.AsyncClient(transport=transport, base_url=server.url) as client:
+                async with client.stream("GET", "/big?n=2000000") as response:
+                    assert pool.stats().in_use == 1  # (the body is being read: leased)
+                    size = 0
+                    async for chunk in response.aiter_bytes():
+                        size += len(chunk)
+                assert size == 2_000_000 and pool.stats().in_use == 0
+                async with client.stream("GET", "/big?n=2000000") as response:
+                    pass  # closed unread: its stream reset, its lease back
+                assert pool.stats().in_use == 0
+                posted = await client.post("/upload", content=b"u" * 300_000)
+                assert posted.text == "300000"
+
+    run(main)
+
+
+def test_httpx_timeouts_and_cancellation_give_the_stream_back(app: App) -> None:
+    async def main() -> None:
+        async with Server(app, streams=1) as server:
+            transport = http2.AsyncTransport(max_size=1, keep_alive=None)
+            pool = transport.pool(server.url)
+            async with httpx.AsyncClient(transport=transport, base_url=server.url) as client:
+                with pytest.raises(httpx.ReadTimeout):
+                    await client.get("/hold", timeout=httpx.Timeout(5, read=0.2))
+                assert pool.stats().in_use == 0
+                task = asyncio.create_task(client.get("/hold"))
+                await app.holding_at_least(2)
+                task.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+                assert pool.stats().in_use == 0
+                # the connection's one stream serves on (no new connection was needed)
+                assert (await client.get("/echo/after")).content == b"/echo/after"
+                assert pool.stats().connections_created == 1
+                held = asyncio.create_task(client.get("/hold"))
+                await app.holding_at_least(3)
+                with pytest.raises(httpx.PoolTimeout):
+                    await client.get("/echo/x", timeout=httpx.Timeout(5, pool=0.1))
+                app.release.set()
+                assert (await held).content == b"held"
+
+    run(main)
+
+
+async def _third_request(client: Any, app: App) -> str:  # (an httpx.AsyncClient)
+    """Two responses held on a server that allows 2 streams per connection, then a third
+    request: what becomes of it (within 3 s)."""
+    held = [asyncio.create_task(client.get("/hold")) for _ in range(2)]
+    await app.holding_at_least(2)
+    try:
+        third = await asyncio.wait_for(client.get("/echo/third"), 3)
+        outcome = f"served ({third.content.decode()})"
+    except TimeoutError:
+        outcome = "stalled (no answer in 3 s)"
+    except Exception as exc:  # (what httpx's own pool may raise)
+        outcome = f"failed: {type(exc).__name__}: {exc}"
+    app.release.set()
+    await asyncio.gather(*held, return_exceptions=True)
+    return outcome
+
+
+def test_httpcore_248_a_third_request_beyond_the_stream_limit(
+    app: App, record_property: Callable[[str, object], None]
+) -> None:
+    """httpcore's issue #248: SETTINGS_MAX_CONCURRENT_STREAMS=2, two responses held open, a third
+    request. Through poolkit's transport it is served on a second connection; what httpx's own
+    pool does in the same case is recorded (``httpx_own``), not asserted."""
+
+    async def main() -> None:
+        async with Server(app, streams=2) as server:
+            transport = http2.AsyncTransport(max_size=2, keep_alive=None)
+            async with httpx.AsyncClient(transport=transport, base_url=server.url) as client:
+                ours = await _third_request(client, app)
+                assert transport.pool(server.url).stats().connections_created == 2
+            assert ours == "served (/echo/third)"
+        app.release.clear()
+        app.holding = 0
+        async with Server(app, streams=2) as server:
+            limits = httpx.Limits(max_connections=2)
+            # (http1=False: HTTP/2 with prior knowledge on http://, as poolkit's transport)
+            own_client = httpx.AsyncClient(
+                http1=False, http2=True, limits=limits, base_url=server.url
+            )
+            async with own_client as client:
+                own = await _third_request(client, app)
+            record_property("httpx_own", own)
+            print(f"httpx's own pool: {own}")
 
     run(main)

@@ -256,6 +256,44 @@ def test_hooks_are_checked() -> None:
         poolkit.Hooks(check_after=-1)
     with pytest.raises(TypeError, match=r"PoolOptions\.hooks must be a poolkit\.Hooks"):
         poolkit.PoolOptions(hooks={"check": print})  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"Hooks\.cancel_safe must be a bool"):
+        poolkit.Hooks(cancel_safe=1)  # type: ignore[arg-type]  # (the wrong type on purpose)
+
+
+@pytest.mark.parametrize("cancel_safe", [False, True])
+def test_a_cancelled_block_discards_its_connection_unless_cancel_safe(cancel_safe: bool) -> None:
+    """A block of ``connection()`` cancelled may leave its connection mid-message: discarded,
+    unless ``Hooks.cancel_safe`` says the protocol ends what was abandoned (HTTP/2's stream reset):
+    then released, and the next block gets it again."""
+
+    async def main() -> None:
+        hooks = poolkit.Hooks(cancel_safe=cancel_safe)
+        pool = poolkit.AsyncPool(
+            lambda ctx: asyncio.sleep(0, Conn(ctx.connection_id)),
+            options=poolkit.PoolOptions(max_size=1, hooks=hooks),
+        )
+        pool.ready()
+        entered = asyncio.Event()
+
+        async def block() -> None:
+            async with pool.connection():
+                entered.set()
+                await asyncio.Event().wait()
+
+        task = asyncio.create_task(block())
+        await entered.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        stats = pool.stats()
+        assert (stats.total, stats.connections_closed) == (
+            (1, {}) if cancel_safe else (0, {"error": 1})
+        )
+        async with pool.connection() as conn:
+            assert conn.id == 1 if cancel_safe else conn.id == 2
+        await pool.close()
+
+    asyncio.run(main())
 
 
 # ---------------------------------------------------------------------- check and reset

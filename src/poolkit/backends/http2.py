@@ -43,6 +43,7 @@ from typing import Any, Final
 from ._extras import require
 
 require("h2", "http2", "http2")  # no h2: an ImportError naming poolkit[http2]
+require("httpx", "http2", "http2")  # (its transport; the same extra)
 
 import h2.config  # noqa: E402
 import h2.connection  # noqa: E402
@@ -50,13 +51,16 @@ import h2.errors  # noqa: E402
 import h2.events  # noqa: E402
 import h2.exceptions  # noqa: E402
 import h2.settings  # noqa: E402
+import httpx  # noqa: E402
 
 from ..asyncio import AsyncPool  # noqa: E402
 from ..driver import ConnectContext, Established, PoolStarter, with_default_hooks  # noqa: E402
+from ..errors import WaitQueueTimeoutError  # noqa: E402
 from ..events import Listener  # noqa: E402
 from ..options import Hooks, KeepAlive, PoolOptions  # noqa: E402
 
 __all__ = [
+    "AsyncTransport",
     "ConnectionLostError",
     "H2Connection",
     "HTTP2Error",
@@ -257,9 +261,7 @@ class H2Connection:
             scheme = "https" if tls is not None else "http"
             default = 443 if tls is not None else 80
             authority = host if port == default else f"{host}:{port}"
-            conn = cls(
-                reader, writer, authority, scheme, pool=pool, connection_id=connection_id
-            )
+            conn = cls(reader, writer, authority, scheme, pool=pool, connection_id=connection_id)
             await conn._start()
         except BaseException:
             writer.close()
@@ -361,9 +363,12 @@ class H2Connection:
                     with contextlib.suppress(Exception):
                         await asyncio.shield(self._reset(stream, h2.errors.ErrorCodes.CANCEL))
                 self._forget(stream)
-            if isinstance(exc, OSError | h2.exceptions.ProtocolError):
-                self._lost(ConnectionLostError(f"{self.authority}: {exc!r}"))
-                raise ConnectionLostError(f"{self.authority}: {exc!r}") from exc
+            if isinstance(exc, OSError | h2.exceptions.ProtocolError) and not isinstance(
+                exc, HTTP2Error
+            ):
+                error = ConnectionLostError(f"{self.authority}: {type(exc).__name__}: {exc}")
+                self._lost(error)
+                raise error from exc
             raise
         return Response(self, stream, headers_in)
 
@@ -468,8 +473,10 @@ class H2Connection:
         except asyncio.CancelledError:
             raise
         except BaseException as exc:
-            error = exc if isinstance(exc, HTTP2Error) else ConnectionLostError(
-                f"{self.authority}: {type(exc).__name__}: {exc}"
+            error = (
+                exc
+                if isinstance(exc, HTTP2Error)
+                else ConnectionLostError(f"{self.authority}: {type(exc).__name__}: {exc}")
             )
             self._lost(error)
 
@@ -512,8 +519,7 @@ class H2Connection:
                 else:
                     stream.fail(
                         StreamResetError(
-                            f"{self.authority} reset stream {event.stream_id} "
-                            f"({_code_name(code)})",
+                            f"{self.authority} reset stream {event.stream_id} ({_code_name(code)})",
                             stream_id=event.stream_id,
                             error_code=code,
                         )
@@ -541,6 +547,11 @@ class H2Connection:
         processed (sent again elsewhere by who asks); those below finish. The pool drains the
         connection and closes it when its last lease comes back."""
         self.goaway_last_stream = last_stream_id
+        if any(stream_id <= last_stream_id for stream_id in self._streams):
+            # h2 closes its side at a GOAWAY and refuses the frames that follow; RFC 9113 (6.8)
+            # has the streams up to the last id answered: h2's state machine is opened again for
+            # them (no new stream starts here: ``goaway_last_stream`` is set)
+            self._h2.state_machine.state = h2.connection.ConnectionState.CLIENT_OPEN
         for stream_id, stream in list(self._streams.items()):
             if stream_id > last_stream_id:
                 stream.fail(
@@ -652,11 +663,11 @@ def is_broken(conn: H2Connection, error: BaseException) -> bool:
     return conn.closed or isinstance(error, OSError | ConnectionLostError)
 
 
-def async_hooks(*, keep_alive: float | None = 30.0) -> Hooks:
-    """``is_broken`` (and, with ``create_async_pool``, a PING every ``keep_alive`` seconds on
-    idle connections)."""
-    del keep_alive  # (the keep-alive is a pool option: see create_async_pool)
-    return Hooks(is_broken=is_broken)
+def async_hooks() -> Hooks:
+    """``is_broken``, and ``cancel_safe``: a request cancelled resets its own stream, the
+    connection serves on (its lease is released, not discarded). The keep-alive is a pool option
+    (``create_async_pool``'s ``keep_alive``: :func:`ping`)."""
+    return Hooks(is_broken=is_broken, cancel_safe=True)
 
 
 def create_async_pool(
@@ -672,19 +683,190 @@ def create_async_pool(
     it, or ``async with create_async_pool(url) as pool:``. ``max_size`` connections at most
     (each serving the server's stream limit), a PING every ``keep_alive`` seconds on idle ones
     (None: none), each connect counted to serve :data:`EXPECTED_STREAMS` checkouts until it is
-    made. ``options``, when given, replace all three."""
-    _, _, _, shown = _origin(url)
-    connect = async_connect(url, tls=tls)
+    made. ``options``, when given, replace all three (with :func:`async_hooks` unless they have
+    hooks of their own)."""
+    _origin(url)  # (a bad URL fails here)
+    chosen = _options(max_size, options, keep_alive)
+
+    async def start() -> AsyncPool[H2Connection]:
+        return _pool(url, chosen, listeners, tls)
+
+    return PoolStarter(start)
+
+
+def _options(max_size: int, options: PoolOptions | None, keep_alive: float | None) -> PoolOptions:
     if options is None:
         probe = None if keep_alive is None else KeepAlive(keep_alive, ping)
         options = PoolOptions(
             max_size=max_size, expected_streams=EXPECTED_STREAMS, keep_alive=probe
         )
-    final = with_default_hooks(options, async_hooks(), "create_async_pool")
+    return with_default_hooks(options, async_hooks(), "create_async_pool")
 
-    async def start() -> AsyncPool[H2Connection]:
-        pool = AsyncPool(connect, address=shown, options=final, listeners=listeners)
-        pool.ready()
+
+def _pool(
+    url: str, options: PoolOptions, listeners: Iterable[Listener], tls: bool | ssl.SSLContext
+) -> AsyncPool[H2Connection]:
+    _, _, _, shown = _origin(url)
+    pool = AsyncPool(
+        async_connect(url, tls=tls), address=shown, options=options, listeners=listeners
+    )
+    pool.ready()
+    return pool
+
+
+# ------------------------------------------------------------------ httpx
+
+
+class _Body(httpx.AsyncByteStream):
+    """A response body for httpx, read within its lease: the lease goes back when the body is
+    read to the end or closed (an unread rest resets the stream)."""
+
+    def __init__(self, response: Response, lease: Any, read_timeout: float | None) -> None:
+        self._response = response
+        self._lease = lease
+        self._read_timeout = read_timeout
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        chunks = self._response.aiter_bytes()
+        try:
+            while True:
+                try:
+                    async with asyncio.timeout(self._read_timeout):
+                        chunk = await anext(chunks)
+                except StopAsyncIteration:
+                    break
+                except TimeoutError as exc:
+                    raise httpx.ReadTimeout(f"no data for {self._read_timeout} s") from exc
+                except StreamResetError as exc:
+                    raise httpx.RemoteProtocolError(str(exc)) from exc
+                except ConnectionLostError as exc:
+                    raise httpx.ReadError(str(exc)) from exc
+                yield chunk
+        finally:
+            await self.aclose()
+
+    async def aclose(self) -> None:
+        lease, self._lease = self._lease, None
+        if lease is None:
+            return
+        try:
+            await self._response.aclose()
+        finally:
+            _give_back(lease)
+
+
+class AsyncTransport(httpx.AsyncBaseTransport):
+    """An httpx transport on poolkit pools of HTTP/2 connections:
+    ``httpx.AsyncClient(transport=AsyncTransport(max_size=2))``. One pool per origin (scheme,
+    host, port), made at its first request with ``max_size``, ``keep_alive`` and ``tls`` as
+    :func:`create_async_pool` takes them (``options``: the pool's options, in their place) and
+    ``listeners``; :meth:`pool` gives an origin's pool (``stats()``, ``clear()``...).
+
+    Requests go out as HTTP/2 streams of the pool's connections (TLS with ALPN ``h2`` for
+    ``https://``, prior knowledge for ``http://``). httpx's ``pool`` timeout bounds the wait for
+    a stream, its ``read`` timeout each wait for the response and for each part of its body; the
+    pool's ``connect_timeout`` bounds a connect. A request the server did not process (a GOAWAY
+    below its stream, ``REFUSED_STREAM``) is sent again on another connection, ``retries`` times
+    at most, if its body can be sent again.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_size: int = 10,
+        options: PoolOptions | None = None,
+        listeners: Iterable[Listener] = (),
+        tls: bool | ssl.SSLContext = True,
+        keep_alive: float | None = 30.0,
+        retries: int = 2,
+    ) -> None:
+        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+            raise ValueError(f"AsyncTransport(retries=...): an int >= 0, not {retries!r}")
+        self._options = _options(max_size, options, keep_alive)
+        self._tls = tls
+        self._listeners = tuple(listeners)
+        self._retries = retries
+        self._pools: dict[str, AsyncPool[H2Connection]] = {}
+        self._closed = False
+
+    def pool(self, url: str) -> AsyncPool[H2Connection]:
+        """The pool of ``url``'s origin (made if it has none yet)."""
+        if self._closed:
+            raise httpx.TransportError("the transport is closed")
+        _, _, _, origin = _origin(url)
+        pool = self._pools.get(origin)
+        if pool is None:
+            pool = self._pools[origin] = _pool(url, self._options, self._listeners, self._tls)
         return pool
 
-    return PoolStarter(start)
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        timeouts: dict[str, float | None] = request.extensions.get("timeout", {})
+        pool = self.pool(str(request.url))
+        target = request.url.raw_path.decode("ascii")
+        headers = [(k, v) for k, v in request.headers.raw if k.lower() != b"host"]
+        has_body = "content-length" in request.headers or "transfer-encoding" in request.headers
+        body: AsyncIterable[bytes] | None = None
+        if has_body:
+            body = request.stream  # type: ignore[assignment]  # (an AsyncByteStream here)
+        for attempt in range(self._retries + 1):
+            try:
+                lease = await pool.checkout(timeout=timeouts.get("pool"))
+            except WaitQueueTimeoutError as exc:
+                raise httpx.PoolTimeout(str(exc)) from exc
+            except OSError as exc:
+                raise httpx.ConnectError(str(exc)) from exc
+            conn: H2Connection = lease.connection
+            try:
+                async with asyncio.timeout(timeouts.get("read")):
+                    response = await conn.request(
+                        request.method, target, headers=headers, body=body
+                    )
+            except StreamRefusedError as exc:
+                _give_back(lease)
+                if attempt < self._retries and (body is None or _replayable(request)):
+                    continue
+                raise httpx.RemoteProtocolError(str(exc)) from exc
+            except StreamResetError as exc:
+                _give_back(lease)
+                raise httpx.RemoteProtocolError(str(exc)) from exc
+            except ConnectionLostError as exc:
+                lease.discard(exc)
+                raise httpx.ReadError(str(exc)) from exc
+            except TimeoutError as exc:
+                _give_back(lease)  # (the request reset its stream when its wait was cancelled)
+                raise httpx.ReadTimeout("the response did not come in time") from exc
+            except BaseException:
+                _give_back(lease)
+                raise
+            return httpx.Response(
+                status_code=response.status,
+                headers=response.headers,
+                stream=_Body(response, lease, timeouts.get("read")),
+                extensions={"http_version": b"HTTP/2", "stream_id": response.stream_id},
+            )
+        raise AssertionError("unreachable")  # pragma: no cover  # (the loop returns or raises)
+
+    async def aclose(self) -> None:
+        """Close every pool (their connections in use close as their responses end)."""
+        self._closed = True
+        pools, self._pools = list(self._pools.values()), {}
+        for pool in pools:
+            await pool.close()
+
+
+def _give_back(lease: Any) -> None:
+    """A lease whose stream is done: released, or discarded if its connection failed."""
+    connection: H2Connection = lease.connection
+    if connection.closed:
+        lease.discard()
+    else:
+        lease.release()
+
+
+def _replayable(request: httpx.Request) -> bool:
+    """Whether ``request``'s body can be sent again (read into memory, not a one-off stream)."""
+    try:
+        request.content  # noqa: B018  # (raises httpx.RequestNotRead for a stream not read)
+    except httpx.RequestNotRead:
+        return False
+    return True

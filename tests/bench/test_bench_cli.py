@@ -11,6 +11,7 @@ import itertools
 import json
 import re
 import signal
+import socket
 import socketserver
 import subprocess
 import sys
@@ -180,6 +181,10 @@ def test_the_figures_agree_with_theory() -> None:
         (["--sweep", "max_size=1..99999999999"], 2, ["--sweep max_size", "at most 64 runs"]),
         (["postgresql://postgres@127.0.0.1:notaport/test"], 2, ["port 'notaport'"]),
         (["--sim", "bogus=1"], 2, ["'bogus'", "goaway_after, seed)"]),
+        (["http://127.0.0.1:1/"], 2, ["needs --http2"]),
+        (["--http2"], 2, ["--http2 is for http(s):// targets"]),
+        (["https://127.0.0.1:1/", "--http2", "--threads"], 2, ["asyncio only"]),
+        (["http://127.0.0.1:1/", "--http2"], 1, ["cannot use http://127.0.0.1:1/"]),
     ],
 )
 def test_bad_options_and_unreachable_targets_end_in_one_line(
@@ -489,3 +494,47 @@ def test_on_a_terminal_it_shows_the_live_view() -> None:
     ):
         assert words in text, words
     assert "operations in" in text  # (and the summary after it)
+
+
+HYPERCORN = """
+import asyncio, sys
+from hypercorn.asyncio import serve
+from hypercorn.config import Config
+async def app(scope, receive, send):
+    if scope["type"] != "http":
+        return
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": b"hello"})
+config = Config()
+config.bind = [f"127.0.0.1:{sys.argv[1]}"]
+config.accesslog = config.errorlog = None
+config.keep_alive_max_requests = 1 << 30  # (its GOAWAY after 1000 requests fails streams)
+asyncio.run(serve(app, config))
+"""
+
+
+def test_an_http2_target() -> None:
+    """``poolkit bench http://... --http2``: a GET of the URL per operation, HTTP/2 streams of
+    a few connections (hypercorn, h2c)."""
+    pytest.importorskip("hypercorn", reason="the tests' HTTP/2 server is not installed")
+    pytest.importorskip("h2", reason="poolkit[http2] is not installed")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-c", HYPERCORN, str(port)])
+    try:
+        for _ in range(500):  # (up in well under a second; 10 s at most)
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.02)
+        ran = bench(f"http://127.0.0.1:{port}/hello", "--http2", *SHORT, "--json")
+        assert ran.code == 0, ran.stderr
+        result = ran.result()
+        assert result["ops"] > 0 and result["errors"] == {}
+        assert 1 <= result["connections"]["client_peak"] <= 10
+        assert result["connections"]["left_open"] == 0
+    finally:
+        server.terminate()
+        server.wait(10)

@@ -37,7 +37,7 @@ import asyncio
 import contextlib
 import ssl
 import urllib.parse
-from collections.abc import AsyncIterable, AsyncIterator, Iterable
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any, Final
 
 from ._extras import require
@@ -367,8 +367,14 @@ class H2Connection:
                 exc, HTTP2Error
             ):
                 error = ConnectionLostError(f"{self.authority}: {type(exc).__name__}: {exc}")
+                reading = self._reading
+                if reading is not None and not reading.done():
+                    # (what the server sent before it went, a GOAWAY among it, is read first: it
+                    # may say this stream was never processed)
+                    await asyncio.wait({reading}, timeout=1.0)
                 self._lost(error)
-                raise error from exc
+                refused = None if stream is None else self._refused(stream.id)
+                raise (refused or error) from exc
             raise
         return Response(self, stream, headers_in)
 
@@ -563,17 +569,28 @@ class H2Connection:
                 )
         self._tell_pool("connection_will_close")
 
+    def _refused(self, stream_id: int) -> StreamRefusedError | None:
+        """The error of a stream above the last id of a GOAWAY the server sent, if it is one."""
+        last = self.goaway_last_stream
+        if last is None or stream_id <= last:
+            return None
+        return StreamRefusedError(
+            f"{self.authority} said GOAWAY before stream {stream_id}: not processed",
+            stream_id=stream_id,
+        )
+
     def _tell_pool(self, what: str, *args: Any) -> None:
         pool = self._pool
         if pool is not None:
             getattr(pool, what)(self._connection_id, *args)
 
     def _lost(self, error: BaseException) -> None:
-        """The connection failed: every stream fails, the writer closes."""
+        """The connection failed: every stream fails (one above a GOAWAY's last stream id as
+        refused: the server said it would not process it), the writer closes."""
         if self._error is None:
             self._error = error
         for stream in list(self._streams.values()):
-            stream.fail(error)
+            stream.fail(self._refused(stream.id) or error)
         for answered in self._pings.values():
             if not answered.done():
                 answered.set_exception(error)
@@ -627,7 +644,7 @@ def _tls_context(tls: bool | ssl.SSLContext) -> ssl.SSLContext:
 
 def async_connect(
     url: str, *, tls: bool | ssl.SSLContext = True, server_hostname: str | None = None
-) -> Any:
+) -> Callable[[ConnectContext], Awaitable[Established[H2Connection]]]:
     """A connect function for :class:`poolkit.AsyncPool`: an :class:`H2Connection` to ``url``'s
     origin (``https://``: TLS with ALPN ``h2``, checked against ``tls``, an ``ssl.SSLContext``
     or the system's CAs; ``http://``: prior knowledge), serving the server's

@@ -81,7 +81,8 @@ def parser() -> argparse.ArgumentParser:
         nargs="?",
         default="sim://",
         help="sim:// (default: the embedded server; settings as ?key=value or --sim), "
-        "postgresql://..., redis://..., mongodb://..., tcp://HOST:PORT (an echo server)",
+        "postgresql://..., redis://..., mongodb://..., tcp://HOST:PORT (an echo server), "
+        "https://... or http://... with --http2 (a GET of the URL)",
     )
     w = p.add_argument_group("workload")
     w.add_argument(
@@ -165,6 +166,12 @@ def parser() -> argparse.ArgumentParser:
         help="for postgresql:// (default: asyncpg, or psycopg with --threads)",
     )
     t.add_argument(
+        "--http2",
+        action="store_true",
+        help="for https:// and http:// targets: HTTP/2 (TLS with ALPN h2; http://: prior "
+        "knowledge), one stream per checkout (poolkit.backends.http2; asyncio)",
+    )
+    t.add_argument(
         "--pgbouncer",
         action="store_true",
         help="the target is PgBouncer in transaction mode: no server-side prepared "
@@ -231,6 +238,7 @@ def _config(args: argparse.Namespace) -> tuple[RunConfig, Sweep | None]:
         query=args.query,
         payload=args.payload,
         pgbouncer=args.pgbouncer,
+        http2=args.http2,
         op_timeout=args.op_timeout,
     )
     config.check()

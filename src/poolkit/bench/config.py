@@ -32,7 +32,7 @@ __all__ = [
     "parse_target",
 ]
 
-TargetKind = Literal["sim", "postgresql", "redis", "tcp", "mongodb"]
+TargetKind = Literal["sim", "postgresql", "redis", "tcp", "mongodb", "http"]
 #: the most tasks (asyncio) and threads (``--threads``) one worker process runs: ``--concurrency``
 #: is per process, and ``--processes`` (at most 64) multiplies it
 MAX_TASKS = 10_000
@@ -243,6 +243,10 @@ def parse_target(text: str, sim_pairs: dict[str, str] | None = None) -> Target:
         if not parsed.hosts:
             raise BenchUsageError("target: mongodb+srv:// needs a DNS lookup; give mongodb://")
         return Target("mongodb", text, _mask(parts))
+    if scheme in {"http", "https"}:
+        if not parts.hostname:
+            raise BenchUsageError(f"target {_mask(parts)!r}: an http(s)://HOST[:PORT]/PATH URL")
+        return Target("http", text, _mask(parts), host=parts.hostname, port=parts.port or 0)
     if scheme == "tcp":
         try:
             port = parts.port
@@ -252,8 +256,8 @@ def parse_target(text: str, sim_pairs: dict[str, str] | None = None) -> Target:
             raise BenchUsageError(f"target {_mask(parts)!r}: tcp targets are tcp://HOST:PORT")
         return Target("tcp", text, _mask(parts), host=parts.hostname, port=port)
     raise BenchUsageError(
-        f"target {text!r}: unknown scheme (use sim://, postgresql://, redis://, mongodb:// or "
-        "tcp://)"
+        f"target {text!r}: unknown scheme (use sim://, postgresql://, redis://, mongodb://, "
+        "tcp:// or https:// with --http2)"
     )
 
 
@@ -355,6 +359,8 @@ class RunConfig:
     query: str = "SELECT 1"
     payload: int = 16
     pgbouncer: bool = False
+    #: an http(s):// target spoken in HTTP/2 (``--http2``)
+    http2: bool = False
     op_timeout: float = 10.0
     #: the name the run's connections carry on the server (the runner makes it per run)
     app_name: str = "poolkit-bench"
@@ -425,6 +431,16 @@ class RunConfig:
             (
                 not (self.threads and self.driver == "asyncpg"),
                 "--threads needs --driver psycopg (asyncpg is asyncio only)",
+            ),
+            (
+                self.target.kind != "http" or self.http2,
+                "an http(s):// target needs --http2 (poolkit pools HTTP/2 connections: one "
+                "stream per checkout)",
+            ),
+            (not self.http2 or self.target.kind == "http", "--http2 is for http(s):// targets"),
+            (
+                not (self.threads and self.target.kind == "http"),
+                "--http2 runs on asyncio only (no --threads)",
             ),
         ]
         for ok, message in rules:

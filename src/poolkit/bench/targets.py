@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import urllib.parse
 import warnings
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -74,6 +75,8 @@ class Workload:
     #: what ``*_op`` raises for a request the target refused before it was sent: the operation
     #: is retried on another checkout (as an HTTP/2 client retries a request a GOAWAY refused)
     retryable: tuple[type[BaseException], ...] = ()
+    #: the pool's ``expected_streams`` (a multiplexed protocol's stream limit)
+    expected_streams = 1
 
     def async_connect(self) -> Connect:
         raise NotImplementedError
@@ -293,7 +296,7 @@ class MongoWorkload(Workload):
         self.timeout = config.op_timeout
 
     def async_connect(self) -> Connect:
-        return self.mongodb.connect(self.host, self.port, **self.kwargs)
+        return self.mongodb.async_connect(self.host, self.port, **self.kwargs)
 
     async def async_op(self, conn: Any) -> None:
         await conn.command("admin", {"ping": 1}, timeout=self.timeout)
@@ -311,6 +314,36 @@ class MongoWorkload(Workload):
         return self.mongodb.hooks()
 
 
+class HttpWorkload(Workload):
+    """HTTP/2 (``poolkit.backends.http2``): a GET of the target URL, its body read; asyncio
+    only."""
+
+    def __init__(self, config: RunConfig) -> None:
+        from ..backends import http2
+
+        self.http2 = http2
+        self.url = config.target.url
+        parts = urllib.parse.urlsplit(self.url)
+        self.path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        self.address = config.target.shown
+        self.timeout = config.op_timeout
+        self.retryable = (http2.StreamRefusedError,)  # (a GOAWAY refused it: not processed)
+        self.expected_streams = http2.EXPECTED_STREAMS
+
+    def async_connect(self) -> Connect:
+        return self.http2.async_connect(self.url)
+
+    async def async_op(self, conn: Any) -> None:
+        async with asyncio.timeout(self.timeout):
+            response = await conn.request("GET", self.path)
+            await response.aread()
+        if response.status >= 500:
+            raise ConnectionError(f"HTTP {response.status}")
+
+    def async_hooks(self) -> Hooks:
+        return self.http2.async_hooks()
+
+
 def workload(config: RunConfig) -> Workload:
     """The :class:`Workload` of ``config``'s target (drivers imported here)."""
     kind = config.target.kind
@@ -323,4 +356,6 @@ def workload(config: RunConfig) -> Workload:
         return RedisWorkload(config)
     if kind == "mongodb":
         return MongoWorkload(config)
+    if kind == "http":
+        return HttpWorkload(config)
     return TcpWorkload(config)

@@ -68,6 +68,7 @@ def pool_options(config: RunConfig, target: Workload) -> PoolOptions:
         connect_timeout=config.connect_timeout,
         hooks=hooks if config.hooks else None,
         load_balanced=target.load_balanced,
+        expected_streams=target.expected_streams,
     )
 
 

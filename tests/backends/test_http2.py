@@ -381,6 +381,24 @@ def test_a_killed_connection_fails_only_its_streams_in_flight() -> None:
     run(main)
 
 
+def test_a_stream_reset_by_the_server_fails_that_request_only() -> None:
+    async def main() -> None:
+        recorder = Recorder()
+        async with H2Server() as server, _pool(server.url, recorder, 2) as pool:
+            held = asyncio.create_task(_get(pool, "/hold"))
+            await _until(lambda: server.held() == 1)
+            with pytest.raises(http2.StreamResetError, match="INTERNAL_ERROR") as caught:
+                await _get(pool, "/reset")
+            assert caught.value.error_code == 2
+            assert await _get(pool, "/echo/next") == b"/echo/next"
+            server.release()
+            assert await held == b"held"
+            stats = pool.stats()
+            assert stats.connections_created == 1 and stats.connections_closed == {}
+
+    run(main)
+
+
 def test_a_cancelled_request_resets_its_stream_and_frees_it() -> None:
     async def main() -> None:
         recorder = Recorder()
@@ -525,5 +543,28 @@ def test_httpcore_248_a_third_request_beyond_the_stream_limit(
                 own = await _third_request(client, app)
             record_property("httpx_own", own)
             print(f"httpx's own pool: {own}")
+
+    run(main)
+
+
+def test_httpx_sends_a_request_a_goaway_refused_again_on_another_connection() -> None:
+    """A GOAWAY below a request's stream: the server never processed it, and the transport sends
+    it again on a new connection; the request below the last stream id is answered where it
+    was. No request is lost."""
+
+    async def main() -> None:
+        async with H2Server() as server:
+            transport = http2.AsyncTransport(max_size=2, keep_alive=None)
+            async with httpx.AsyncClient(transport=transport, base_url=server.url) as client:
+                held = [asyncio.create_task(client.get("/hold")) for _ in range(2)]
+                await _until(lambda: server.held() == 2)
+                (first,) = server.peers
+                server.goaway(first, last_stream_id=1)
+                await _until(lambda: server.held() == 3)  # (stream 3's request, sent again)
+                assert len(server.peers) == 2
+                server.release()
+                responses = await asyncio.gather(*held)
+                assert [r.content for r in responses] == [b"held", b"held"]
+                assert server.requests == 3
 
     run(main)

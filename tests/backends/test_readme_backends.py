@@ -24,13 +24,13 @@ README_REDIS = "redis://127.0.0.1:6379/0"
 
 
 def test_there_is_an_example_per_backend() -> None:
-    names = ["asyncpg", "psycopg", "redis", "tcp"]
+    names = ["asyncpg", "psycopg", "redis", "tcp", "http2"]
     assert len(EXAMPLES) == len(names)
     for name, example in zip(names, EXAMPLES, strict=True):
         assert f"import {name}" in example or "import redis as pk_redis" in example
 
 
-@pytest.mark.parametrize("example", EXAMPLES, ids=["asyncpg", "psycopg", "redis", "tcp"])
+@pytest.mark.parametrize("example", EXAMPLES, ids=["asyncpg", "psycopg", "redis", "tcp", "http2"])
 def test_example_runs(pg: PgServer, redis_server: RedisServer, example: str) -> None:
     code = example.replace(README_DSN, pg.dsn).replace(README_REDIS, redis_server.url)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

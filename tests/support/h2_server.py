@@ -1,7 +1,8 @@
 """A small HTTP/2 server (h2c, prior knowledge) on the h2 library, for what hypercorn will not do on
 demand: change its stream limit mid-run, say GOAWAY, die with streams in flight. It answers
-``/echo/...`` with its path at once and holds ``/hold`` until ``release()``; it records the streams
-the client reset. Only as much server as tests/backends/test_http2.py needs."""
+``/echo/...`` with its path at once, resets ``/reset``'s stream and holds ``/hold`` until
+``release()``; it records the streams the client reset. Only as much server as
+tests/backends/test_http2.py needs."""
 
 from __future__ import annotations
 
@@ -101,7 +102,9 @@ class H2Server:
         if isinstance(event, h2.events.RequestReceived):
             self.requests += 1
             path = dict(event.headers)[b":path"]
-            if path == b"/hold" and not self._released.is_set():
+            if path == b"/reset":  # (this stream only: an INTERNAL_ERROR)
+                peer.h2.reset_stream(event.stream_id, error_code=2)
+            elif path == b"/hold" and not self._released.is_set():
                 peer.held.append(event.stream_id)
                 asyncio.get_running_loop().create_task(self._hold(peer, event.stream_id))
             else:

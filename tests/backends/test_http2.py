@@ -568,3 +568,51 @@ def test_httpx_sends_a_request_a_goaway_refused_again_on_another_connection() ->
                 assert server.requests == 3
 
     run(main)
+
+
+# ---------------------------------------------------------------------------------------------
+# bad input and refusals
+
+
+def test_bad_urls_and_arguments_are_refused_at_the_call() -> None:
+    for url in ("ftp://example.org", "example.org", "https://"):
+        with pytest.raises(ValueError, match="http:// or https:// URL"):
+            http2.create_async_pool(url)
+        with pytest.raises(ValueError, match="http:// or https:// URL"):
+            http2.async_connect(url)
+    with pytest.raises(ValueError, match=r"retries=\.\.\.\): an int >= 0"):
+        http2.AsyncTransport(retries=-1)
+    with pytest.raises(ValueError, match="http:// or https:// URL"):
+        http2.AsyncTransport().pool("ftp://example.org")
+
+
+def test_a_tls_server_that_does_not_choose_h2_is_refused(app: App, cert: Cert) -> None:
+    async def main() -> None:
+        server = Server(app, cert=cert)
+        server.config.alpn_protocols = ["http/1.1"]
+        async with server:
+            url = server.url.replace("127.0.0.1", "localhost")
+            starter = http2.create_async_pool(url, max_size=1, tls=trusting(cert), keep_alive=None)
+            async with starter as pool:
+                with pytest.raises(http2.ConnectionLostError, match="did not choose HTTP/2"):
+                    await _get(pool, "/echo/x")
+                assert pool.stats().total == 0  # (nothing half open kept)
+
+    run(main)
+
+
+def test_a_closed_transport_and_a_closed_connection_refuse_requests(app: App) -> None:
+    async def main() -> None:
+        async with Server(app) as server:
+            transport = http2.AsyncTransport(max_size=1, keep_alive=None)
+            client = httpx.AsyncClient(transport=transport, base_url=server.url)
+            assert (await client.get("/echo/a")).content == b"/echo/a"
+            await client.aclose()
+            with pytest.raises(httpx.TransportError, match="closed"):
+                transport.pool(server.url)
+            conn = await http2.H2Connection.open("127.0.0.1", server.port)
+            await conn.aclose()
+            with pytest.raises(http2.ConnectionLostError, match="was closed"):
+                await conn.request("GET", "/echo/b")
+
+    run(main)

@@ -61,6 +61,8 @@ def test_any_mongodb_module_imported_first_names_the_extra(module: str) -> None:
         ("asyncpg", "asyncpg", "asyncpg"),
         ("psycopg", "psycopg", "psycopg"),
         ("redis", "redis", "redis"),
+        ("h2", "http2", "http2"),
+        ("httpx", "http2", "http2"),
     ],
 )
 def test_a_backend_without_its_driver_names_both_forms(

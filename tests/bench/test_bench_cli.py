@@ -538,3 +538,14 @@ def test_an_http2_target() -> None:
     finally:
         server.terminate()
         server.wait(10)
+
+
+def test_a_sim_schedule_changes_the_server_as_the_run_goes_on() -> None:
+    """8 cores at 1 ms serve up to 8,000 operations a second; from t=0.5 s (the warm-up's end)
+    the schedule leaves 2: at most 2,000, whatever the pool does."""
+    server = "sim://?service_time=1ms&concurrency=8&handshake=0"
+    common = ("-c", "32", "--max-size", "16", "--duration", "2", "--warmup", "0.5", "--json")
+    ran = bench(server, *common, "--sim-schedule", "0.5s:cores=2")
+    assert ran.code == 0, ran.stderr
+    assert ran.result()["throughput"] <= 1.05 * 2000, ran.result()
+    assert_one_line_error(bench("--sim-schedule", "1s:cores=none", *SHORT), 2, "cannot lift")

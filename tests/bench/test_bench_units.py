@@ -21,6 +21,7 @@ from poolkit.bench.config import (
     check_sweep,
     parse_duration,
     parse_sweep,
+    parse_schedule,
     parse_target,
 )
 from poolkit.bench.histogram import Histogram
@@ -390,3 +391,28 @@ def test_at_the_ceiling_a_queue_is_not_cured_by_larger_values() -> None:
     kept = [point(n, 3_000, min_size=40) for n in (40, 64, 128)]
     rec = recommend("max_size", kept)
     assert rec is not None and rec.value == 40 and "its min_size, 40" in rec.reason
+
+
+def test_sim_schedule_parses_changes_in_time_order() -> None:
+    changes = parse_schedule("20s:cores=8 10s:cores=4,service=exp:5ms; 30s:drop_requests=0.1")
+    assert [change.at for change in changes] == [10.0, 20.0, 30.0]
+    assert (changes[0].concurrency, changes[0].service_time) == (4, ("exp", 0.005))
+    assert changes[1].concurrency == 8 and changes[1].service_time is None
+    assert changes[2].drop_request_fraction == 0.1
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("", "no change given"),
+        ("10s", "AT:KEY=VALUE"),
+        ("soon:cores=4", "not a duration"),
+        ("10s:cores=0", "an integer >= 1"),
+        ("10s:cores=none", "cannot lift the limit"),
+        ("10s:colour=blue", "KEY one of concurrency"),
+        ("10s:drop_requests=2", "a fraction from 0 to 1"),
+    ],
+)
+def test_sim_schedule_refuses_what_it_cannot_do(text: str, says: str) -> None:
+    with pytest.raises(BenchUsageError, match=says):
+        parse_schedule(text)

@@ -468,3 +468,87 @@ def test_stream_limit_reaches_an_async_pool() -> None:
             assert pool.stats().connections_created == 2
 
     run(SimSettings(max_streams=4), body)
+
+
+# ---------------------------------------------------------------------------------------------
+# run-time changes (issue 28, point 3): cores, service time and failures change as a run goes on
+
+
+def test_the_cores_change_without_disturbing_what_is_booked() -> None:
+    from poolkit.testing.sim.server import _Cores
+
+    cores = _Cores(4)
+    ends = [cores.book(0.0, service) for service in (1.0, 2.0, 3.0, 4.0)]
+    assert ends == [1.0, 2.0, 3.0, 4.0]
+    cores.set_limit(2)  # the next request starts when only one of the four is left in service
+    assert cores.book(0.0, 1.0) == 4.0  # (starts at 3.0, when the third ends)
+    cores.set_limit(4)  # more cores: the next ones start at once while one is free
+    assert cores.book(0.0, 1.0) == 1.0
+    assert cores.book(0.0, 1.0) == 1.0
+
+
+def test_a_schedule_changes_cores_and_service_time_at_its_times() -> None:
+    """On virtual time (``poolkit.testing.loop``): 4 requests at once on 1 core take 1 s each,
+    one after another; from t=10 the server has 2 cores and from t=20 takes 0.5 s a request."""
+    from poolkit.testing.loop import run as run_virtual
+    from poolkit.testing.sim import SimChange
+
+    settings = SimSettings(
+        service_time=1.0,
+        concurrency=1,
+        schedule=(SimChange(at=10.0, concurrency=2), SimChange(at=20.0, service_time=0.5)),
+    )
+
+    async def burst(server: SimServer, conns: list[SimConnection], at: float) -> list[float]:
+        loop = asyncio.get_running_loop()
+        await asyncio.sleep(at - loop.time())
+        start = loop.time()
+        ends: list[float] = []
+
+        async def one(conn: SimConnection) -> None:
+            await conn.request(b"x")
+            ends.append(round(loop.time() - start, 3))
+
+        await asyncio.gather(*(one(conn) for conn in conns))
+        return sorted(ends)
+
+    async def main() -> None:
+        async with SimServer(settings) as server:
+            conns = [await SimConnection.connect(HOST, server.port, timeout=5) for _ in range(4)]
+            assert await burst(server, conns, 1.0) == [1.0, 2.0, 3.0, 4.0]
+            assert server.concurrency == 1
+            assert await burst(server, conns, 11.0) == [1.0, 1.0, 2.0, 2.0]
+            assert server.concurrency == 2
+            assert await burst(server, conns, 21.0) == [0.5, 0.5, 1.0, 1.0]
+            for conn in conns:
+                await conn.aclose()
+
+    run_virtual(main())
+
+
+def test_a_change_at_once_and_bad_changes() -> None:
+    from poolkit.testing.sim import SimChange
+
+    for bad in (
+        {"at": -1.0},
+        {"concurrency": 0},
+        {"service_time": ("normal", 1.0)},
+        {"drop_request_fraction": 2.0},
+    ):
+        with pytest.raises(ValueError):
+            SimChange(**bad)  # type: ignore[arg-type]  # (the wrong values on purpose)
+    with pytest.raises(ValueError, match="SimChange items"):
+        SimSettings(schedule=({"at": 1},))  # type: ignore[arg-type]  # (not a SimChange)
+
+    async def body(server: SimServer) -> None:
+        conn = await SimConnection.connect(HOST, server.port, timeout=5)
+        assert await conn.request(b"a") == b"a"
+        server.change(SimChange(drop_request_fraction=1.0))  # every request from now: reset
+        with pytest.raises((ConnectionError, EOFError, OSError)):
+            await conn.request(b"b")
+        server.change(SimChange(drop_request_fraction=0.0, concurrency=3))
+        again = await SimConnection.connect(HOST, server.port, timeout=5)
+        assert await again.request(b"c") == b"c" and server.concurrency == 3
+        await again.aclose()
+
+    run(SimSettings(), body)

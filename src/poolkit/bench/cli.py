@@ -12,6 +12,7 @@ Rules of this module
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import json
 import sys
@@ -25,6 +26,7 @@ from .config import (
     Sweep,
     check_sweep,
     parse_duration,
+    parse_schedule,
     parse_sweep,
     parse_target,
 )
@@ -37,6 +39,7 @@ examples:
   poolkit bench                                   # the embedded server, 10 s
   poolkit bench --sweep max_size=1..64:x2 --plot sizes.png
   poolkit bench 'sim://?service_time=2ms&concurrency=4' --max-size 8 --json
+  poolkit bench --duration 30 --sim-schedule '10s:cores=4 20s:cores=8'
   poolkit bench postgresql://postgres@127.0.0.1/test --concurrency 64 --processes 4
   poolkit bench redis://127.0.0.1:6379 --threads --concurrency 16
   poolkit bench tcp://127.0.0.1:7000 --payload 64
@@ -187,6 +190,14 @@ def parser() -> argparse.ArgumentParser:
         "uniform:1ms:3ms), handshake, concurrency, max_connections, streams, "
         "drop_requests, drop_connections, goaway_after, seed",
     )
+    t.add_argument(
+        "--sim-schedule",
+        default=None,
+        metavar="CHANGES",
+        help="the embedded server changes as the run goes on: 'AT:KEY=VALUE[,...] ...' with "
+        "AT from its start and KEY concurrency (cores), service_time (service), drop_requests "
+        "or drop_connections, e.g. '10s:cores=4 20s:cores=8'",
+    )
     r = p.add_argument_group("output")
     r.add_argument(
         "--sweep",
@@ -219,6 +230,11 @@ def _fail(message: str, code: int) -> int:
 
 def _config(args: argparse.Namespace) -> tuple[RunConfig, Sweep | None]:
     target = parse_target(args.target, dict(args.sim) if args.sim else None)
+    if args.sim_schedule is not None:
+        if target.sim is None:
+            raise BenchUsageError("--sim-schedule: only for the embedded server (target sim://)")
+        changes = parse_schedule(args.sim_schedule)
+        target = dataclasses.replace(target, sim=dataclasses.replace(target.sim, schedule=changes))
     config = RunConfig(
         target=target,
         concurrency=args.concurrency,

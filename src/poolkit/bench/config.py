@@ -17,7 +17,7 @@ import urllib.parse
 from typing import Literal
 
 from ..testing.sim.protocol import MAX_PAYLOAD
-from ..testing.sim.settings import ServiceTime, SimSettings
+from ..testing.sim.settings import ServiceTime, SimChange, SimSettings
 
 __all__ = [
     "MAX_POOL_SIZE",
@@ -189,6 +189,53 @@ def sim_settings(pairs: dict[str, str]) -> SimSettings:
                 f"sim setting {key}{alias}: {text!r} is not {_SIM_RULES[name]}"
             ) from None
     return SimSettings(**values)  # type: ignore[arg-type]  # (values checked above)
+
+
+#: what ``--sim-schedule`` may change as a run goes on (SimChange's fields), by documented key
+_SCHEDULE_KEYS: dict[str, str] = {
+    "concurrency": "concurrency",
+    "cores": "concurrency",
+    "service_time": "service_time",
+    "service": "service_time",
+    "drop_requests": "drop_request_fraction",
+    "drop_connections": "drop_connection_fraction",
+}
+
+
+def parse_schedule(text: str) -> tuple[SimChange, ...]:
+    """``--sim-schedule``: changes of the embedded server as a run goes on, as
+    ``AT:KEY=VALUE[,KEY=VALUE...]`` entries separated by spaces or ``;`` (``10s:cores=4
+    20s:cores=8``, ``5s:service=exp:5ms 10s:service=exp:1ms``). AT counts from the server's
+    start (the warm-up included). Keys: concurrency (cores), service_time (service),
+    drop_requests, drop_connections; values as ``--sim`` takes them."""
+    changes: list[SimChange] = []
+    for entry in text.replace(";", " ").split():
+        at_text, sep, rest = entry.partition(":")
+        if not sep or not rest:
+            raise BenchUsageError(
+                f"--sim-schedule: {entry!r} is not AT:KEY=VALUE[,KEY=VALUE] (e.g. 10s:cores=4)"
+            )
+        fields: dict[str, object] = {"at": parse_duration(at_text, "--sim-schedule")}
+        for pair in rest.split(","):
+            key, eq, value = pair.partition("=")
+            name = _SCHEDULE_KEYS.get(key.strip())
+            if not eq or name is None:
+                known = ", ".join(sorted(_SCHEDULE_KEYS))
+                raise BenchUsageError(
+                    f"--sim-schedule: {pair!r} in {entry!r}: KEY=VALUE with KEY one of {known}"
+                )
+            try:
+                fields[name] = _sim_value(name, value)
+            except ValueError:
+                raise BenchUsageError(
+                    f"--sim-schedule: {key}: {value!r} is not {_SIM_RULES[name]}"
+                ) from None
+            if fields[name] is None:
+                raise BenchUsageError(f"--sim-schedule: {key}: a schedule cannot lift the limit")
+        changes.append(SimChange(**fields))  # type: ignore[arg-type]  # (values checked above)
+    if not changes:
+        raise BenchUsageError("--sim-schedule: no change given (e.g. 10s:cores=4 20s:cores=8)")
+    return tuple(sorted(changes, key=lambda change: change.at))
 
 
 def _mask(parts: urllib.parse.SplitResult) -> str:

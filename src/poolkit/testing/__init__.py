@@ -10,6 +10,7 @@ from .clock import FakeClock, SettleTimeout
 from .loop import VirtualTimeLoop, run
 from .proxy import FaultProxy, ProxyStats
 from .sim import (
+    SimChange,
     SimConnection,
     SimServer,
     SimSettings,
@@ -30,6 +31,7 @@ __all__ = [
     "SettleTimeout",
     "SimConnection",
     "SimServer",
+    "SimChange",
     "SimSettings",
     "SimSocketConnection",
     "SimStats",

@@ -14,13 +14,14 @@ from .client import (
     sim_is_broken,
 )
 from .server import SimServer
-from .settings import SimSettings, SimStats
+from .settings import SimChange, SimSettings, SimStats
 
 __all__ = [
     "SimConnection",
     "SimGoingAwayError",
     "SimRefusedError",
     "SimServer",
+    "SimChange",
     "SimSettings",
     "SimSocketConnection",
     "SimStats",

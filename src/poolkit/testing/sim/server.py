@@ -33,7 +33,7 @@ from typing import Any
 
 from .._serving import LoopbackServer, stop_accepting
 from .protocol import HEADER, FrameType, ProtocolError, encode, parse_header, u32
-from .settings import SimSettings, SimStats, draw_service_time
+from .settings import SimChange, SimSettings, SimStats, draw_service_time
 
 __all__ = ["SimServer"]
 
@@ -85,6 +85,16 @@ class _Cores:
 
     def finish(self) -> None:
         self.outstanding -= 1
+
+    def set_limit(self, limit: int | None) -> None:
+        """``limit`` cores from now. Fewer: the requests booked keep their times, and the next
+        one starts when no more than ``limit - 1`` of them are left in service (the heap keeps
+        the ``limit`` latest ends). More: the next ones start at once while cores are free."""
+        self.limit = limit
+        if limit is not None:
+            free_at = self.free_at
+            while len(free_at) > limit:
+                heapq.heappop(free_at)
 
     @property
     def in_service(self) -> int:
@@ -138,6 +148,11 @@ class SimServer(LoopbackServer):
         self._rng = random.Random(self.settings.seed)
         self._max_streams = self.settings.max_streams
         self._cores = _Cores(self.settings.concurrency)
+        # what a SimChange may change while the server runs (the settings are where it starts)
+        self._service_time = self.settings.service_time
+        self._drop_request = self.settings.drop_request_fraction
+        self._drop_connection = self.settings.drop_connection_fraction
+        self._scheduled: list[asyncio.TimerHandle] = []
         self._late = 0.0  # how late the loop's timers fire, on average (compensated)
         self._sessions: set[_Session] = set()
         self._handlers: set[asyncio.Task[Any]] = set()
@@ -156,10 +171,15 @@ class SimServer(LoopbackServer):
         now = loop.time()
         self._stalls = [(now + s, now + s + d) for s, d in self.settings.stall_windows]
         self._refusals = [(now + s, now + s + d) for s, d in self.settings.refuse_windows]
+        self._scheduled = [
+            loop.call_at(now + change.at, self.change, change) for change in self.settings.schedule
+        ]
 
     async def close(self) -> None:
         """Stop listening and close every connection (requests in flight are not answered)."""
         self._closing = True
+        for handle in self._scheduled:
+            handle.cancel()
         if self._server is not None:
             await stop_accepting(self._server)
         for session in list(self._sessions):
@@ -183,6 +203,23 @@ class SimServer(LoopbackServer):
         self._max_streams = n
         for session in self._sessions:
             session.send(FrameType.SETTINGS, 0, u32(n))
+
+    def change(self, change: SimChange) -> None:
+        """Apply ``change`` now (its ``at`` is the schedule's, not read here): new cores, service
+        time or failure rates for the requests and connections that come from now on."""
+        if change.concurrency is not None:
+            self._cores.set_limit(change.concurrency)
+        if change.service_time is not None:
+            self._service_time = change.service_time
+        if change.drop_request_fraction is not None:
+            self._drop_request = change.drop_request_fraction
+        if change.drop_connection_fraction is not None:
+            self._drop_connection = change.drop_connection_fraction
+
+    @property
+    def concurrency(self) -> int | None:
+        """The server's cores now."""
+        return self._cores.limit
 
     def goaway(self, reason: str = "server closing") -> None:
         """Every open connection announces ``GOAWAY``, then closes once its requests are done."""
@@ -263,7 +300,7 @@ class SimServer(LoopbackServer):
 
     async def _session(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._counts["accepted"] += 1
-        doomed = self._rng.random() < self.settings.drop_connection_fraction
+        doomed = self._rng.random() < self._drop_connection
         session = _Session(writer, doomed)
         self._sessions.add(session)
         self._peak_open = max(self._peak_open, len(self._sessions))
@@ -290,7 +327,7 @@ class SimServer(LoopbackServer):
             session.close()
 
     def _request(self, session: _Session, stream_id: int, payload: bytes) -> None:
-        if session.doomed or self._rng.random() < self.settings.drop_request_fraction:
+        if session.doomed or self._rng.random() < self._drop_request:
             self._counts["connections_dropped" if session.doomed else "requests_dropped"] += 1
             session.closed = True
             reset(session.writer)
@@ -308,7 +345,7 @@ class SimServer(LoopbackServer):
         if session.closer is not None:  # (going away: sent before its client read the GOAWAY)
             session.closer.cancel()
             session.closer = None
-        service = draw_service_time(self.settings.service_time, self._rng)
+        service = draw_service_time(self._service_time, self._rng)
         loop = asyncio.get_running_loop()
         now = loop.time()
         done = self._cores.book(self._stall_end(now) or now, service)

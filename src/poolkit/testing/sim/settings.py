@@ -20,7 +20,7 @@ import dataclasses
 import math
 import random
 
-__all__ = ["ServiceTime", "SimSettings", "SimStats", "draw_service_time"]
+__all__ = ["ServiceTime", "SimChange", "SimSettings", "SimStats", "draw_service_time"]
 
 ServiceTime = float | tuple[str, float] | tuple[str, float, float]
 Window = tuple[float, float]
@@ -62,6 +62,37 @@ def draw_service_time(spec: ServiceTime, rng: random.Random) -> float:
     return rng.uniform(spec[1], spec[2])  # type: ignore[misc]  # (a "uniform" tuple)
 
 
+def _check_fraction(name: str, value: object) -> None:
+    if isinstance(value, bool) or not (isinstance(value, int | float) and 0.0 <= value <= 1.0):
+        raise ValueError(f"SimSettings({name}=...) must be between 0 and 1")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SimChange:
+    """What changes ``at`` seconds after the server starts (``SimSettings.schedule``, or at once
+    with ``SimServer.change``): its cores, its service time, its failures. A field left ``None``
+    stays as it is (so a schedule cannot lift the core limit: give one)."""
+
+    at: float = 0.0
+    concurrency: int | None = None
+    service_time: ServiceTime | None = None
+    drop_request_fraction: float | None = None
+    drop_connection_fraction: float | None = None
+
+    def __post_init__(self) -> None:
+        _check_time("schedule", self.at)
+        value = self.concurrency
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 1
+        ):
+            raise ValueError(f"SimSettings(concurrency=...) must be an int >= 1, got {value!r}")
+        if self.service_time is not None:
+            _check_service_time(self.service_time)
+        for name in ("drop_request_fraction", "drop_connection_fraction"):
+            if getattr(self, name) is not None:
+                _check_fraction(name, getattr(self, name))
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class SimSettings:
     """How a :class:`~poolkit.testing.sim.SimServer` behaves.
@@ -84,6 +115,8 @@ class SimSettings:
     ``refuse_windows``: ``(start, duration)`` pairs: new connections are refused meanwhile.
     ``goaway_after_requests``: a connection that has served this many requests announces
     ``GOAWAY``, finishes what it has in flight and closes; None: never.
+    ``schedule``: :class:`SimChange` s applied at their times (seconds after ``start()``): a
+    database that loses cores, slows down or fails for a while, as a run goes on.
     """
 
     handshake_latency: float = 0.0
@@ -97,6 +130,7 @@ class SimSettings:
     stall_windows: tuple[Window, ...] = ()
     refuse_windows: tuple[Window, ...] = ()
     goaway_after_requests: int | None = None
+    schedule: tuple[SimChange, ...] = ()
 
     def __post_init__(self) -> None:
         _check_time("handshake_latency", self.handshake_latency)
@@ -110,9 +144,9 @@ class SimSettings:
         if self.max_streams < 1:
             raise ValueError("SimSettings(max_streams=...) must be an int >= 1")
         for name in ("drop_request_fraction", "drop_connection_fraction"):
-            value = getattr(self, name)
-            if not (isinstance(value, int | float) and 0.0 <= value <= 1.0):
-                raise ValueError(f"SimSettings({name}=...) must be between 0 and 1")
+            _check_fraction(name, getattr(self, name))
+        if not all(isinstance(change, SimChange) for change in self.schedule):
+            raise ValueError("SimSettings(schedule=...): SimChange items")
         for name in ("stall_windows", "refuse_windows"):
             for window in getattr(self, name):
                 if len(window) != 2:

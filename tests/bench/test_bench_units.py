@@ -20,8 +20,8 @@ from poolkit.bench.config import (
     RunConfig,
     check_sweep,
     parse_duration,
-    parse_sweep,
     parse_schedule,
+    parse_sweep,
     parse_target,
 )
 from poolkit.bench.histogram import Histogram

@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -529,14 +530,15 @@ def test_a_schedule_changes_cores_and_service_time_at_its_times() -> None:
 def test_a_change_at_once_and_bad_changes() -> None:
     from poolkit.testing.sim import SimChange
 
-    for bad in (
-        {"at": -1.0},
-        {"concurrency": 0},
-        {"service_time": ("normal", 1.0)},
-        {"drop_request_fraction": 2.0},
+    bad: dict[str, Any]
+    for bad, says in (
+        ({"at": -1.0}, "schedule"),
+        ({"concurrency": 0}, "concurrency"),
+        ({"service_time": ("normal", 1.0)}, "service_time"),
+        ({"drop_request_fraction": 2.0}, "drop_request_fraction"),
     ):
-        with pytest.raises(ValueError):
-            SimChange(**bad)  # type: ignore[arg-type]  # (the wrong values on purpose)
+        with pytest.raises(ValueError, match=says):
+            SimChange(**bad)
     with pytest.raises(ValueError, match="SimChange items"):
         SimSettings(schedule=({"at": 1},))  # type: ignore[arg-type]  # (not a SimChange)
 

@@ -1,0 +1,137 @@
+"""The adaptive limit's controller (``poolkit._core.adaptive``, issue 28), against a model of the
+embedded server: its cores' queue (``poolkit.testing.sim``'s own) with seeded exponential service
+times, callers that always want a connection (a closed loop), and a pool that lets no more than
+the limit be in use. Virtual time: the runs are exact and repeatable. What the issue asks of the
+pool, in model form: the knee found, a change followed, an overload shed."""
+
+from __future__ import annotations
+
+import heapq
+import random
+import statistics
+from dataclasses import dataclass
+
+import pytest
+
+from poolkit._core.adaptive import GAINS, AdaptiveLimit
+from poolkit.testing.sim.server import _Cores
+
+
+@dataclass
+class Run:
+    times: list[float]  #: when each operation ended
+    limits: list[int]  #: the limit after it
+
+    def limits_between(self, start: float, end: float) -> list[int]:
+        return [lim for t, lim in zip(self.times, self.limits, strict=True) if start <= t < end]
+
+    def throughput(self, start: float, end: float) -> float:
+        return sum(1 for t in self.times if start <= t < end) / (end - start)
+
+
+def simulate(
+    tasks: int,
+    cores: int,
+    service: float,
+    duration: float,
+    *,
+    changes: tuple[tuple[float, int | None, float | None], ...] = (),
+    ceiling: int = 64,
+    seed: int = 7,
+) -> Run:
+    """``tasks`` callers on a pool of at most ``ceiling`` connections over a server of ``cores``
+    cores and ``service`` seconds a request (exponential); ``changes``: (at, cores, service)."""
+    rng = random.Random(seed)
+    server = _Cores(cores)
+    controller = AdaptiveLimit(1, ceiling, initial=2)
+    pending = sorted(changes)
+    ends: list[tuple[float, int, float]] = []  # (end, id, start)
+    in_use = 0
+    now = 0.0
+    ids = 0
+    run = Run([], [])
+
+    def start_more() -> None:
+        nonlocal in_use, ids
+        while in_use < min(tasks, controller.limit):
+            in_use += 1
+            ids += 1
+            end = server.book(now, rng.expovariate(1.0 / service))
+            heapq.heappush(ends, (end, ids, now))
+
+    start_more()
+    while ends and now < duration:
+        end, _, began = heapq.heappop(ends)
+        while pending and pending[0][0] <= end:
+            _, new_cores, new_service = pending.pop(0)
+            if new_cores is not None:
+                server.set_limit(new_cores)
+            if new_service is not None:
+                service = new_service
+        now = end
+        server.finish()
+        in_use -= 1
+        controller.sample(end - began, end)
+        run.times.append(end)
+        run.limits.append(controller.limit)
+        start_more()
+    return run
+
+
+def test_steady_load_finds_the_knee() -> None:
+    """32 callers, 8 cores, 1 ms: the best throughput is 8,000 a second, from 8 connections on;
+    the limit holds near 8 (at most 1.5 times it), not the 32 a static pool of 32 would hold."""
+    run = simulate(32, 8, 0.001, 10.0)
+    limits = run.limits_between(2.0, 10.0)
+    assert 8 <= statistics.median(limits) <= 12, statistics.median(limits)
+    assert max(limits) <= 16
+    assert run.throughput(2.0, 10.0) >= 0.95 * 8000
+    # (seeded draws: the same run each time; other seeds the same way)
+    for seed in (1, 2, 3):
+        other = simulate(32, 8, 0.001, 5.0, seed=seed)
+        assert 7 <= statistics.median(other.limits_between(1.0, 5.0)) <= 12
+
+
+def test_a_change_of_cores_is_followed_within_a_second_each_way() -> None:
+    run = simulate(32, 8, 0.001, 30.0, changes=((10.0, 4, None), (20.0, 8, None)))
+    assert 8 <= statistics.median(run.limits_between(5.0, 10.0)) <= 12
+    after_drop = run.limits_between(11.0, 20.0)
+    assert 4 <= statistics.median(after_drop) <= 6, statistics.median(after_drop)
+    assert statistics.median(run.limits_between(21.0, 23.0)) >= 7  # (back within 3 s)
+    assert run.throughput(11.0, 20.0) >= 0.95 * 4000
+    back = run.limits_between(21.0, 30.0)
+    assert 8 <= statistics.median(back) <= 12, statistics.median(back)
+    # (one round in eight drains to 3/4 of the knee, and the model's server has no slack above
+    # its cores: at least 93 % here; the issue's 95 % is measured on the embedded server)
+    assert run.throughput(21.0, 30.0) >= 0.93 * 8000
+
+
+def test_an_overload_sheds_connections_rather_than_adding_them() -> None:
+    """The service time times 5 for 5 s: the pool holds no more connections than before (the
+    server's parallelism did not change: each request is slower), fewer at first."""
+    run = simulate(32, 8, 0.001, 20.0, changes=((10.0, None, 0.005), (15.0, None, 0.001)))
+    before = statistics.median(run.limits_between(5.0, 10.0))
+    during = run.limits_between(10.0, 15.0)
+    assert statistics.median(during) <= before
+    assert min(during) < before  # (shed at once: the window still holds the fast times)
+    assert max(during) <= round(before * GAINS[0]) + 1  # (no more than a probe above it)
+    assert 8 <= statistics.median(run.limits_between(17.0, 20.0)) <= 12
+
+
+def test_few_callers_keep_a_small_limit() -> None:
+    """4 callers on 8 cores: the server could take more, the callers do not need it."""
+    run = simulate(4, 8, 0.001, 5.0)
+    assert max(run.limits_between(1.0, 5.0)) <= 6
+
+
+def test_the_limit_stays_within_its_bounds_and_probes_in_a_cycle() -> None:
+    controller = AdaptiveLimit(2, 5, initial=99)
+    assert controller.limit == 5
+    for i in range(1, 400):
+        controller.sample(0.001, i * 0.0001)  # (as fast as anything: the ceiling)
+        assert 2 <= controller.limit <= 5
+    assert controller.estimate is not None and controller.estimate.gain in GAINS
+    with pytest.raises(ValueError, match="floor <= ceiling"):
+        AdaptiveLimit(3, 2)
+    with pytest.raises(ValueError, match="hold at least one"):
+        AdaptiveLimit(1, 2, window=0)

@@ -22,11 +22,12 @@ from .errors import (
     WaitQueueTimeoutError,
 )
 from .events import PoolListener
-from .options import Backoff, Hooks, KeepAlive, PoolOptions
+from .options import Adaptive, Backoff, Hooks, KeepAlive, PoolOptions
 from .stats import PoolState, PoolStats
 from .threaded import Pool
 
 __all__ = [
+    "Adaptive",
     "AsyncPool",
     "Backoff",
     "CircuitOpenError",

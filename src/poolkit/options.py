@@ -285,6 +285,25 @@ def _count(name: str, value: object, minimum: int) -> int:
     return value
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Adaptive:
+    """``PoolOptions(adaptive=Adaptive())``: the pool finds its limit on connections in use as it
+    runs (the server's knee: more in use would only queue inside it), from the operation times
+    it sees (check-out to check-in), and follows it as the server changes. The estimate is
+    BBR's (``poolkit._core.adaptive`` says how and why): rounds of at least ``round_ops``
+    operations, the extremes of the last ``window`` rounds.
+    """
+
+    window: int = 10
+    round_ops: int = 64
+
+    def __post_init__(self) -> None:
+        for name in ("window", "round_ops"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"Adaptive.{name} must be an int >= 1, got {value!r}")
+
+
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class PoolOptions:
     """How a pool behaves. Frozen; build a new one with :func:`dataclasses.replace`.
@@ -336,6 +355,11 @@ class PoolOptions:
       (watching records a stack at each checkout and turns the fast paths off: a diagnostic
       setting). Watched or not, a lease garbage-collected while out is reported and its
       connection closed, never lost.
+    * ``adaptive``: an :class:`Adaptive` to let the pool find how many connections may be in use
+      at once (between ``min_size``, or 1, and ``max_size``, which must be set) from the
+      operation times it sees; checkouts beyond that limit wait in the same FIFO queue.
+      ``None`` (the default): ``max_size`` is the limit. (Experimental: its measurements are
+      issue 28's.)
     * ``hooks``: a :class:`Hooks` (configure after connect, check before hand-out, reset on
       check-in, is_broken after an error); ``None``: connections go in and out as they are.
     """
@@ -357,6 +381,7 @@ class PoolOptions:
     connect_retry: Backoff | None = None
     leak_timeout: float | None = None
     hooks: Hooks | None = None
+    adaptive: Adaptive | None = None
 
     if TYPE_CHECKING:  # what the constructor takes (durations also as timedelta; read as float)
 
@@ -380,6 +405,7 @@ class PoolOptions:
             connect_retry: Backoff | None = None,
             leak_timeout: Seconds | None = None,
             hooks: Hooks | None = None,
+            adaptive: Adaptive | None = None,
         ) -> None: ...
 
     def __post_init__(self) -> None:
@@ -424,7 +450,16 @@ class PoolOptions:
                 "PoolOptions.connect_retry must be a poolkit.Backoff or None, not "
                 f"{type(self.connect_retry).__name__}"
             )
+        if self.adaptive is not None and not isinstance(self.adaptive, Adaptive):
+            raise TypeError(
+                "PoolOptions.adaptive must be a poolkit.Adaptive or None, not "
+                f"{type(self.adaptive).__name__}"
+            )
         # Then the rules between options.
+        if self.adaptive is not None and not self.max_size:
+            raise ValueError(
+                "PoolOptions.adaptive needs max_size set (> 0): the limit it finds stays below it"
+            )
         if self.max_size and self.min_size > self.max_size:
             raise ValueError(
                 f"PoolOptions.min_size ({self.min_size}) must be <= max_size ({self.max_size}) "

@@ -135,3 +135,83 @@ def test_the_limit_stays_within_its_bounds_and_probes_in_a_cycle() -> None:
         AdaptiveLimit(3, 2)
     with pytest.raises(ValueError, match="hold at least one"):
         AdaptiveLimit(1, 2, window=0)
+
+
+# ---------------------------------------------------------------------------------------------
+# in the pool's core: the limit holds checkouts back, and check-ins feed it
+
+
+from poolkit import Adaptive, PoolOptions  # noqa: E402
+from poolkit._core import PoolCore, Request, RequestState, StartConnect  # noqa: E402
+
+
+def _core(**options: object) -> PoolCore:
+    core = PoolCore(
+        PoolOptions(background_interval=float("inf"), connect_timeout=None, **options),  # type: ignore[arg-type]  # (test options)
+        "adaptive",
+    )
+    core.ready(0.0)
+    core.take()
+    return core
+
+
+def _checkout(core: PoolCore, now: float) -> Request:
+    req = Request(started=now, deadline=None)
+    core.request(req, now)
+    for action in core.take()[0]:
+        if isinstance(action, StartConnect):
+            core.connected(action.conn, now, object())
+    core.take()
+    return req
+
+
+def _state(req: Request) -> RequestState:
+    return req.state  # (read anew: the core changed it since the last assert)
+
+
+def test_an_adaptive_pool_lets_no_more_than_its_limit_be_in_use() -> None:
+    """The limit starts at ``max_connecting`` (2): a third checkout waits in the queue though
+    ``max_size`` has room, and no connect starts for it; a check-in hands it the connection."""
+    core = _core(max_size=10, max_connecting=2, adaptive=Adaptive(round_ops=1000))
+    assert core.shared.adaptive is not None and core.shared.adaptive.limit == 2
+    first, second, third = (_checkout(core, 0.0) for _ in range(3))
+    assert first.state is second.state is RequestState.SERVED
+    assert third.state is RequestState.WAITING and core.total == 2 and core.in_use == 2
+    assert core.lease_idle(0.0) is None  # (the fast path too: at the limit)
+    assert first.conn is not None
+    core.release(first.conn, 0.5)
+    core.take()
+    assert _state(third) is RequestState.SERVED and third.conn is first.conn
+    assert core.in_use == 2
+
+
+def test_an_adaptive_pool_takes_no_fast_path_and_learns_from_check_ins() -> None:
+    """Every check-in is a sample; after a round (here 4 operations) the limit is the knee the
+    samples show: 2 operations at a time, each 1 s, finishing at 2 a second: 2 x 1 s = 2, and
+    the first round's gain (1.25) probes one more."""
+    core = _core(max_size=10, max_connecting=2, adaptive=Adaptive(round_ops=4))
+    assert (core.handout._lease_gen, core.handout._quick_gen) == (-1, -1)
+    now = 0.0
+    reqs = [_checkout(core, now) for _ in range(2)]
+    for _ in range(2):
+        now += 1.0
+        for req in reqs:
+            assert req.conn is not None
+            assert core.release_idle(req.conn) is False  # (no fast check-in)
+            core.release(req.conn, now)
+            core.take()
+        reqs = [_checkout(core, now) for _ in range(2)]
+    adaptive = core.shared.adaptive
+    assert adaptive is not None and adaptive.estimate is not None
+    assert adaptive.estimate.op_min == 1.0 and adaptive.estimate.rate_max == 2.0
+    assert adaptive.limit == 3  # round(2 x 1.25)
+    assert _checkout(core, now).state is RequestState.SERVED  # (room for a third now)
+
+
+def test_adaptive_needs_max_size_and_is_checked() -> None:
+    with pytest.raises(ValueError, match="adaptive needs max_size"):
+        PoolOptions(max_size=0, adaptive=Adaptive())
+    with pytest.raises(TypeError, match=r"PoolOptions\.adaptive must be a poolkit\.Adaptive"):
+        PoolOptions(adaptive=True)  # type: ignore[arg-type]  # (the wrong type on purpose)
+    with pytest.raises(ValueError, match=r"Adaptive\.round_ops must be an int >= 1"):
+        Adaptive(round_ops=0)

@@ -101,6 +101,8 @@ class ConnectionLife:
             return
         opts = st.options
         counts = st.counts
+        # (an adaptive pool makes no more connections than its limit lets be in use)
+        cap = st.size_limit if st.adaptive is None else st.adaptive.limit
         failing = st.failures.failing
         if failing is not None:
             # connect_retry: no connect but the one retried (or, none planned, the next needed)
@@ -110,14 +112,14 @@ class ConnectionLife:
             if (
                 failing.pending is None
                 and counts[_CONNECTING] + st.abandoned < opts.max_connecting
-                and len(st.conns) + st.abandoned < st.size_limit
+                and len(st.conns) + st.abandoned < cap
                 and ((fill_min and len(st.conns) < opts.min_size) or len(st.wait_queue) > covered)
             ):
                 st.failures.attempt(self._start_connect(now))
             return
         while (
             counts[_CONNECTING] + st.abandoned < opts.max_connecting
-            and len(st.conns) + st.abandoned < st.size_limit
+            and len(st.conns) + st.abandoned < cap
         ):
             missing = opts.min_size - len(st.conns) if fill_min else 0
             covered = (
@@ -138,7 +140,8 @@ class ConnectionLife:
         counts = st.counts
         if (
             counts[_CONNECTING] + st.abandoned >= st.options.max_connecting
-            or len(st.conns) + st.abandoned >= st.size_limit
+            or len(st.conns) + st.abandoned
+            >= (st.size_limit if st.adaptive is None else st.adaptive.limit)
             or len(st.wait_queue) + 1
             <= counts[_CONNECTING] * st.expected_streams + counts[_CHECKING] + counts[_RESETTING]
         ):

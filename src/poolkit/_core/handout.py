@@ -240,9 +240,12 @@ class Handout:
             idle.append(conn)  # (put back where it was: the full check below decides)
         if self._st.state is not _READY or self._check_after is not None:
             return None  # (with a check hook, ``request`` decides: a check may start)
+        if self._st.adaptive is not None and self.full():
+            return None  # (at the adaptive limit: ``request`` queues it)
         found = self._take(now)  # the full check; closes perished ones on the way
         if found is not None:
             self.lease(found)
+            found.leased_at = now
             self.checkouts += 1
         return found
 
@@ -258,7 +261,7 @@ class Handout:
                 self.fail(req, self.cleared_error(), CHECKOUT_CONNECTION_ERROR, now)
             return
         waiters = self._waiters
-        if not waiters:
+        if not waiters and (self._st.adaptive is None or not self.full()):
             conn = self._take(now)
             if conn is not None:
                 self.serve(req, conn, now)
@@ -355,6 +358,8 @@ class Handout:
         front end to take: false only on the plain path, where the connection just goes back."""
         if clean:
             self.tally.hook_ended(False, failed=False)  # (a reset all the same, run by the caller)
+        if self._st.adaptive is not None:
+            return self._adapted(conn, now, clean)
         if self._st.observed:
             self.events.append(
                 ConnectionCheckedInEvent(address=self.address, connection_id=conn.id)
@@ -362,6 +367,36 @@ class Handout:
             self.give_back(conn, now, now, used=not clean)
             return True
         return self.give_back(conn, now, now, used=not clean)
+
+    def _adapted(self, conn: Conn, now: float, clean: bool) -> bool:
+        """``release`` in an adaptive pool: the operation's time is a sample of the limit (a
+        single-stream connection's: a multiplexed one's streams share its ``leased_at``); a
+        limit raised serves waiters at once."""
+        adaptive = self._st.adaptive
+        assert adaptive is not None
+        if self._st.observed:
+            self.events.append(
+                ConnectionCheckedInEvent(address=self.address, connection_id=conn.id)
+            )
+        sampled = conn.max_streams == 1 and conn.state is _LEASED
+        op_time = now - conn.leased_at  # (before give_back: a waiter served restamps it)
+        self.give_back(conn, now, now, used=not clean)
+        if sampled and adaptive.sample(op_time, now):
+            self.dispatch(now)  # (raised: waiters get connections; lowered: nothing taken back)
+        return True
+
+    def full(self) -> bool:
+        """Whether the connections in use reached the adaptive limit (only asked when the pool
+        has one)."""
+        adaptive = self._st.adaptive
+        return adaptive is not None and self.in_use >= adaptive.limit
+
+    def room_with(self, conn: Conn) -> bool:
+        """Whether ``conn``, established or back and not yet parked (so counted as in use),
+        may serve a waiter under the adaptive limit (always, without one)."""
+        del conn  # (named for the reader: it is the one the count includes)
+        adaptive = self._st.adaptive
+        return adaptive is None or self.in_use <= adaptive.limit
 
     def give_back(self, conn: Conn, now: float, idle_since: float, *, used: bool = True) -> bool:
         """One stream of ``conn`` came back (a lease's, or, not ``used``, a keep-alive probe's);
@@ -402,7 +437,7 @@ class Handout:
                 self._start_reset(conn, now)
                 return True
         conn.idle_since = idle_since
-        if self._waiters:
+        if self._waiters and (self._st.adaptive is None or self.room_with(conn)):
             self.serve(self.wait_queue.pop_oldest(), conn, now)
             return True
         self._idle.append(conn)
@@ -444,7 +479,7 @@ class Handout:
         derive from them ("Gates" above)."""
         self._st.state = state
         self._st.generation = generation
-        plain = not self._lb
+        plain = not self._lb and self._st.adaptive is None
         self._lease_gen = generation if plain and not self.clocked and state is _READY else -1
         plain_release = (
             plain and state is not _CLOSED and self._lifetime is None and not self.hooks.resets
@@ -496,6 +531,7 @@ class Handout:
 
     def serve(self, req: Request, conn: Conn, now: float) -> None:
         self.lease(conn)
+        conn.leased_at = now
         req.state = _SERVED
         req.conn = conn
         self.checkouts += 1
@@ -515,6 +551,8 @@ class Handout:
         waiters = self._waiters
         counts = self._counts
         while waiters and (self._idle or self._open) and len(waiters) > counts[_CHECKING]:
+            if self._st.adaptive is not None and self.full():
+                break
             conn = self._take(now)
             if conn is not None:
                 self.serve(self.wait_queue.pop_oldest(), conn, now)

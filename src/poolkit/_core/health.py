@@ -129,7 +129,12 @@ class Health:
                 )
             )
         conn.idle_since = now
-        if st.wait_queue and st.state is _READY and self._life.perished(conn, now) is None:
+        if (
+            st.wait_queue
+            and st.state is _READY
+            and self._life.perished(conn, now) is None
+            and (st.adaptive is None or self._hand.room_with(conn))
+        ):
             self._hand.serve(st.wait_queue.pop_oldest(), conn, now)
         elif conn.role is _OVERFLOW and st.state is not _CLOSED:
             self._life.close(conn, CLOSE_IDLE)  # made for a waiter that is gone: idle at once
@@ -377,6 +382,8 @@ class Health:
         st = self._st
         if st.wait_queue.queue or st.idle_set.open or st.state is not _READY:
             return None
+        if st.adaptive is not None and self._hand.full():
+            return None  # (at the adaptive limit: ``request`` queues it)
         idle = st.idle_set.stack
         hooks = st.hooks
         closed = False
@@ -392,6 +399,7 @@ class Health:
                 self._hand.begin_check(conn, now)
             else:
                 self._hand.lease(conn)
+                conn.leased_at = now
                 self._hand.checkouts += 1
             found = conn
             break
@@ -409,6 +417,7 @@ class Health:
         if not self._hook_passed(conn, now, error, True) or self._closed_if_perished(conn, now):
             return False
         self._hand.lease(conn)
+        conn.leased_at = now
         self._hand.checkouts += 1
         if self._st.wait_queue.queue:
             self._hand.dispatch(now)
@@ -421,7 +430,7 @@ class Health:
         st = self._st
         if self._closed_if_perished(conn, now):
             return
-        if st.wait_queue:
+        if st.wait_queue and (st.adaptive is None or self._hand.room_with(conn)):
             self._hand.serve(st.wait_queue.pop_oldest(), conn, now)
         else:
             self._hand.push_idle(conn, now)

@@ -176,6 +176,7 @@ class Conn:
         "id",
         "idle_since",
         "ka_timer",
+        "leased_at",
         "max_streams",
         "probe_started",
         "role",
@@ -204,6 +205,8 @@ class Conn:
         self.handle: Any = None  #: the front end's own data (connect context, task)
         self.created_at = now
         self.idle_since = now
+        #: when its last checkout was served (an adaptive pool's operation time starts there)
+        self.leased_at = now
         #: when ``max_lifetime`` retires it (``inf``: never)
         self.expires = float("inf")
         #: what the core's fast paths compare with the pool's gate values: the generation while

@@ -36,6 +36,7 @@ from ..events import PoolEvent
 from ..options import PoolOptions
 from ..stats import PoolState
 from .actions import Action
+from .adaptive import AdaptiveLimit
 from .failures import ConnectFailures
 from .hooks import HookRuns
 from .idle import IdleSet
@@ -55,6 +56,7 @@ class CoreState:
     __slots__ = (
         "abandoned",
         "actions",
+        "adaptive",
         "address",
         "background",
         "check_after",
@@ -142,7 +144,19 @@ class CoreState:
             or options.max_lifetime is not None
             or options.keep_alive is not None
             or self.check_after is not None  # (idle times decide the checks)
+            or options.adaptive is not None  # (a checkout's time starts its operation's)
         )
+        #: the limit on connections in use, when the pool finds it (``PoolOptions.adaptive``)
+        self.adaptive: AdaptiveLimit | None = None
+        if options.adaptive is not None:
+            floor = min(max(options.min_size, 1), self.size_limit)
+            self.adaptive = AdaptiveLimit(
+                floor,
+                self.size_limit,
+                initial=max(floor, options.max_connecting),
+                window=options.adaptive.window,
+                round_ops=options.adaptive.round_ops,
+            )
         soft = options.soft_max_size
         self.roles = Roles(options.min_size, self.size_limit if soft is None else soft, regate)
         #: what the front end must do and what listeners must see (``take``)

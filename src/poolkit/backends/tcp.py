@@ -220,7 +220,6 @@ def async_hooks(*, check_after: float = 1.0, timeout: float | None = 5.0) -> Hoo
     return Hooks(check=async_check, check_after=check_after, is_broken=is_broken, timeout=timeout)
 
 
-
 def create_pool(
     host: str,
     port: int,

@@ -161,9 +161,7 @@ class AsyncMongoConnection(Handshaken):
 
     if True:  # ASYNC
 
-        def _deadline(
-            self, timeout: float | None, *, connecting: bool = False
-        ) -> asyncio.Timeout:
+        def _deadline(self, timeout: float | None, *, connecting: bool = False) -> asyncio.Timeout:
             """``timeout`` seconds for what runs under it (None: no limit)."""
             return asyncio.timeout(timeout)
     else:

@@ -358,26 +358,24 @@ class Handout:
         front end to take: false only on the plain path, where the connection just goes back."""
         if clean:
             self.tally.hook_ended(False, failed=False)  # (a reset all the same, run by the caller)
-        if self._st.adaptive is not None:
-            return self._adapted(conn, now, clean)
-        if self._st.observed:
+        observed = self._st.observed
+        if observed:
             self.events.append(
                 ConnectionCheckedInEvent(address=self.address, connection_id=conn.id)
             )
+        if self._st.adaptive is not None:
+            return self._adapted(conn, now, clean)
+        if observed:
             self.give_back(conn, now, now, used=not clean)
             return True
         return self.give_back(conn, now, now, used=not clean)
 
     def _adapted(self, conn: Conn, now: float, clean: bool) -> bool:
-        """``release`` in an adaptive pool: the operation's time is a sample of the limit (a
-        single-stream connection's: a multiplexed one's streams share its ``leased_at``); a
-        limit raised serves waiters at once."""
+        """``release``'s giving back in an adaptive pool: the operation's time is a sample of the
+        limit (a single-stream connection's: a multiplexed one's streams share its
+        ``leased_at``); a limit raised serves waiters at once."""
         adaptive = self._st.adaptive
         assert adaptive is not None
-        if self._st.observed:
-            self.events.append(
-                ConnectionCheckedInEvent(address=self.address, connection_id=conn.id)
-            )
         sampled = conn.max_streams == 1 and conn.state is _LEASED
         op_time = now - conn.leased_at  # (before give_back: a waiter served restamps it)
         self.give_back(conn, now, now, used=not clean)
@@ -391,10 +389,10 @@ class Handout:
         adaptive = self._st.adaptive
         return adaptive is not None and self.in_use >= adaptive.limit
 
-    def room_with(self, conn: Conn) -> bool:
-        """Whether ``conn``, established or back and not yet parked (so counted as in use),
-        may serve a waiter under the adaptive limit (always, without one)."""
-        del conn  # (named for the reader: it is the one the count includes)
+    def room_for_held(self) -> bool:
+        """Whether a connection held in hand (established, or back from its check, reset or
+        lease, and not yet parked: ``in_use`` counts it) may serve a waiter under the adaptive
+        limit (always, without one)."""
         adaptive = self._st.adaptive
         return adaptive is None or self.in_use <= adaptive.limit
 
@@ -437,7 +435,7 @@ class Handout:
                 self._start_reset(conn, now)
                 return True
         conn.idle_since = idle_since
-        if self._waiters and (self._st.adaptive is None or self.room_with(conn)):
+        if self._waiters and (self._st.adaptive is None or self.room_for_held()):
             self.serve(self.wait_queue.pop_oldest(), conn, now)
             return True
         self._idle.append(conn)

@@ -133,7 +133,7 @@ class Health:
             st.wait_queue
             and st.state is _READY
             and self._life.perished(conn, now) is None
-            and (st.adaptive is None or self._hand.room_with(conn))
+            and (st.adaptive is None or self._hand.room_for_held())
         ):
             self._hand.serve(st.wait_queue.pop_oldest(), conn, now)
         elif conn.role is _OVERFLOW and st.state is not _CLOSED:
@@ -430,7 +430,7 @@ class Health:
         st = self._st
         if self._closed_if_perished(conn, now):
             return
-        if st.wait_queue and (st.adaptive is None or self._hand.room_with(conn)):
+        if st.wait_queue and (st.adaptive is None or self._hand.room_for_held()):
             self._hand.serve(st.wait_queue.pop_oldest(), conn, now)
         else:
             self._hand.push_idle(conn, now)

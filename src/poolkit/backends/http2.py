@@ -417,26 +417,26 @@ class H2Connection:
 
     async def _acknowledge(self, stream_id: int, flow: int) -> None:
         """The caller read ``flow`` bytes of the stream: the server may send as many more."""
-        if flow <= 0 or self.closed:
+        if flow > 0:
+            await self._send_quietly(lambda: self._h2.acknowledge_received_data(flow, stream_id))
+
+    async def _reset(self, stream: _Stream, code: int) -> None:
+        await self._send_quietly(lambda: self._h2.reset_stream(stream.id, error_code=code))
+
+    async def _send_quietly(self, step: Callable[[], object]) -> None:
+        """``step`` (a frame about one stream) sent, unless the connection is gone: a stream
+        ended meanwhile or a socket that fails is no error of the caller's (what failed the
+        connection is the reader's to report)."""
+        if self.closed:
             return
         async with self._write_lock:
             with contextlib.suppress(h2.exceptions.StreamClosedError, KeyError):
-                self._h2.acknowledge_received_data(flow, stream_id)
+                step()
             data = self._h2.data_to_send()
             if data:
                 self._writer.write(data)
                 with contextlib.suppress(OSError):
                     await self._writer.drain()
-
-    async def _reset(self, stream: _Stream, code: int) -> None:
-        if self.closed:
-            return
-        async with self._write_lock:
-            with contextlib.suppress(h2.exceptions.StreamClosedError, KeyError):
-                self._h2.reset_stream(stream.id, error_code=code)
-            self._writer.write(self._h2.data_to_send())
-            with contextlib.suppress(OSError):
-                await self._writer.drain()
 
     def _forget(self, stream: _Stream) -> None:
         self._streams.pop(stream.id, None)

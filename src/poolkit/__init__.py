@@ -23,11 +23,12 @@ from .errors import (
 )
 from .events import PoolListener
 from .options import Adaptive, Backoff, Hooks, KeepAlive, PoolOptions
-from .stats import PoolState, PoolStats
+from .stats import AdaptiveStats, PoolState, PoolStats
 from .threaded import Pool
 
 __all__ = [
     "Adaptive",
+    "AdaptiveStats",
     "AsyncPool",
     "Backoff",
     "CircuitOpenError",

@@ -23,6 +23,7 @@ from typing import Any, ClassVar, Final
 
 __all__ = [
     "CHECKOUT_CANCELLED",
+    "AdaptiveLimitChangedEvent",
     "CHECKOUT_CONNECTION_ERROR",
     "CHECKOUT_POOL_CLOSED",
     "CHECKOUT_TIMEOUT",
@@ -322,6 +323,21 @@ class LeaseLeakedEvent(PoolEvent):
     collected: bool
 
 
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class AdaptiveLimitChangedEvent(PoolEvent):
+    """An adaptive pool's limit on connections in use (``PoolOptions.adaptive``) changed by more
+    than ``Adaptive.report_change`` of the one last reported (``previous``: at first the initial
+    limit). ``knee``, ``rate_max``, ``op_min``: what it was decided from (the operations the
+    server works on at once, estimated, as the most operations a second of the last rounds
+    times the least mean operation time of theirs, in seconds)."""
+
+    limit: int
+    previous: int
+    knee: float
+    rate_max: float
+    op_min: float
+
+
 Listener = Callable[[PoolEvent], object]
 
 
@@ -356,6 +372,7 @@ class PoolListener:
     def circuit_opened(self, event: CircuitOpenedEvent) -> None: ...
     def circuit_closed(self, event: CircuitClosedEvent) -> None: ...
     def lease_leaked(self, event: LeaseLeakedEvent) -> None: ...
+    def adaptive_limit_changed(self, event: AdaptiveLimitChangedEvent) -> None: ...
 
     def __call__(self, event: PoolEvent) -> None:
         getattr(self, _METHODS[type(event)])(event)
@@ -387,6 +404,7 @@ _METHODS: Final[dict[type[PoolEvent], str]] = {
     CircuitOpenedEvent: "circuit_opened",
     CircuitClosedEvent: "circuit_closed",
     LeaseLeakedEvent: "lease_leaked",
+    AdaptiveLimitChangedEvent: "adaptive_limit_changed",
 }
 
 _log = logging.getLogger("poolkit.events")

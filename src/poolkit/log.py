@@ -202,8 +202,8 @@ _POOL_LOGGER: Final = logging.getLogger("poolkit.pool")
 
 def log_event(event: ev.PoolEvent) -> None:
     """Log ``event`` as its CMAP message if DEBUG is on for ``poolkit.connection``; a leaked
-    lease and connects failing unseen also as a warning on ``poolkit.pool``, their recovery at
-    INFO."""
+    lease and connects failing unseen also as a warning on ``poolkit.pool``, their recovery and
+    an adaptive limit's change at INFO."""
     if type(event) is ev.LeaseLeakedEvent:
         if event.collected:
             how = "was garbage-collected while out (its connection is closed)"
@@ -244,6 +244,17 @@ def log_event(event: ev.PoolEvent) -> None:
             event.address,
             event.failures,
             event.failing_for,
+        )
+    elif type(event) is ev.AdaptiveLimitChangedEvent:
+        _POOL_LOGGER.info(
+            "poolkit: the adaptive limit of %s went from %d to %d connections in use (knee %.1f: "
+            "%.0f operations/s at most x %.3f ms each at least)",
+            event.address,
+            event.previous,
+            event.limit,
+            event.knee,
+            event.rate_max,
+            event.op_min * 1000.0,
         )
     if LOGGER.isEnabledFor(_DEBUG):
         message = build(event)

@@ -13,7 +13,9 @@ Metric names (Prometheus; OpenTelemetry uses the same with dots: ``poolkit.conne
 * gauges ``poolkit_connections{state=available|pending|in_use|backing_off|checking|resetting}``,
   ``poolkit_connections_by_role{role=kept|demand|overflow}``, ``poolkit_waiting``,
   ``poolkit_streams_in_use``, ``poolkit_stream_capacity``, ``poolkit_circuit_open``,
-  ``poolkit_checkout_wait_max_seconds``;
+  ``poolkit_checkout_wait_max_seconds``; in an adaptive pool (``PoolOptions.adaptive``) also
+  ``poolkit_adaptive_limit``, ``poolkit_adaptive_knee``, ``poolkit_adaptive_rate_max`` (operations
+  a second) and ``poolkit_adaptive_op_min_seconds`` (see :class:`~poolkit.AdaptiveStats`);
 * counters ``poolkit_connections_created_total``, ``poolkit_connections_closed_total{reason}``,
   ``poolkit_connect_attempts_total``, ``poolkit_connect_failures_total``,
   ``poolkit_checkouts_total``, ``poolkit_checkout_failures_total{reason}``,
@@ -79,6 +81,30 @@ _GAUGES: tuple[tuple[str, str, Callable[[PoolStats], Any], str | None], ...] = (
         None,
     ),
     ("checkout_wait_max_seconds", "Longest wait of a checkout", lambda s: s.wait_time_max, None),
+    (
+        "adaptive_limit",
+        "Connections that may be in use at once, as the adaptive pool decided",
+        lambda s: None if s.adaptive is None else s.adaptive.limit,
+        None,
+    ),
+    (
+        "adaptive_knee",
+        "Operations the server works on at once, as the adaptive pool estimates it",
+        lambda s: None if s.adaptive is None else s.adaptive.knee,
+        None,
+    ),
+    (
+        "adaptive_rate_max",
+        "The most operations a second of the adaptive pool's last rounds",
+        lambda s: None if s.adaptive is None else s.adaptive.rate_max,
+        None,
+    ),
+    (
+        "adaptive_op_min_seconds",
+        "The least mean operation time of the adaptive pool's last rounds",
+        lambda s: None if s.adaptive is None else s.adaptive.op_min,
+        None,
+    ),
 )
 
 #: the same for every counter (Prometheus names without the ``_total`` suffix)
@@ -143,6 +169,8 @@ def read_stats(pool: AsyncPool[Any] | Pool[Any], timeout: float = 5.0) -> PoolSt
 
 
 def _series(value: Any, label: str | None) -> Iterator[tuple[dict[str, str], float]]:
+    if value is None:
+        return  # (a figure this pool does not have: an adaptive one's in a static pool)
     if label is None:
         yield {}, float(value)
         return
@@ -180,8 +208,11 @@ def prometheus_collector(
                     metric = family(
                         f"{prefix}_{name}", doc, labels=names + ([label] if label else [])
                     )
-                    for extra, value in _series(read(stats), label):
-                        metric.add_metric([const[k] for k in names] + list(extra.values()), value)
+                    value = read(stats)
+                    if value is None:
+                        continue
+                    for extra, count in _series(value, label):
+                        metric.add_metric([const[k] for k in names] + list(extra.values()), count)
                     yield metric
 
     return PoolCollector()

@@ -292,16 +292,24 @@ class Adaptive:
     it sees (check-out to check-in), and follows it as the server changes. The estimate is
     BBR's (``poolkit._core.adaptive`` says how and why): rounds of at least ``round_ops``
     operations, the extremes of the last ``window`` rounds.
+
+    The limit and what it was decided from are in ``stats().adaptive``; a change of more than
+    ``report_change`` of the limit last reported (0.2: a fifth) is an
+    ``AdaptiveLimitChangedEvent`` and a line at INFO on the ``poolkit.pool`` logger.
     """
 
     window: int = 10
     round_ops: int = 64
+    report_change: float = 0.2
 
     def __post_init__(self) -> None:
         for name in ("window", "round_ops"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"Adaptive.{name} must be an int >= 1, got {value!r}")
+        change = self.report_change
+        if isinstance(change, bool) or not isinstance(change, int | float) or not change >= 0:
+            raise ValueError(f"Adaptive.report_change must be a number >= 0, got {change!r}")
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

@@ -6,7 +6,7 @@ import dataclasses
 import enum
 from collections.abc import Mapping
 
-__all__ = ["PoolState", "PoolStats"]
+__all__ = ["AdaptiveStats", "PoolState", "PoolStats"]
 
 
 class PoolState(enum.Enum):
@@ -15,6 +15,31 @@ class PoolState(enum.Enum):
     PAUSED = "paused"
     READY = "ready"
     CLOSED = "closed"
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class AdaptiveStats:
+    """An adaptive pool's limit (``PoolOptions.adaptive``) and what it was decided from.
+
+    * ``limit``: connections that may be in use at once now, within ``[floor, ceiling]``
+      (``min_size`` or 1, and ``max_size``).
+    * ``knee``: the operations the server works on at once, estimated: ``rate_max * op_min``;
+      the limit is it times ``gain`` (1.25 a round to probe, 0.75 the next to drain, else 1).
+    * ``rate_max``: the most operations a second of the last rounds; ``op_min``: the least mean
+      operation time (check-out to check-in, seconds) of theirs. All three are 0.0 until the
+      first round ended (``rounds`` 0).
+    * ``changes``: the changes reported so far (``AdaptiveLimitChangedEvent``).
+    """
+
+    limit: int
+    floor: int
+    ceiling: int
+    knee: float = 0.0
+    rate_max: float = 0.0
+    op_min: float = 0.0
+    gain: float = 1.0
+    rounds: int = 0
+    changes: int = 0
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -37,6 +62,8 @@ class PoolStats:
     * ``streams_in_use``: leases out (and probes running); ``stream_capacity``: the streams the
       established connections that take leases can serve at once (sum of their limits).
     * ``circuit_open``: whether checkouts are refused by ``connect_retry``'s circuit breaker.
+    * ``adaptive``: the limit on connections in use and what it was decided from
+      (:class:`AdaptiveStats`), in an adaptive pool (``PoolOptions.adaptive``); else ``None``.
 
     Since the pool was created:
 
@@ -83,7 +110,9 @@ class PoolStats:
     waits: int = 0
     wait_time_total: float = 0.0
     wait_time_max: float = 0.0
+    adaptive: AdaptiveStats | None = None
 
 
+AdaptiveStats.__module__ = "poolkit"
 PoolState.__module__ = "poolkit"
 PoolStats.__module__ = "poolkit"

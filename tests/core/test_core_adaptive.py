@@ -137,6 +137,51 @@ def test_the_limit_stays_within_its_bounds_and_probes_in_a_cycle() -> None:
         AdaptiveLimit(1, 2, window=0)
 
 
+def test_changes_are_reported_from_cruise_rounds_beyond_a_fraction() -> None:
+    """A report (the pool's event and log line) is due when a round at gain 1 decides a limit
+    more than ``report_change`` away from the one last reported: never for the probe's and the
+    drain's excursions, never twice for one change."""
+    controller = AdaptiveLimit(1, 64, initial=2, round_ops=8, report_change=0.2)
+    server = _Cores(8)
+    rng = random.Random(5)
+    ends: list[tuple[float, int, float]] = []
+    now, ids, in_use, reports = 0.0, 0, 0, 0
+    while now < 3.0:
+        while in_use < controller.limit:
+            in_use += 1
+            ids += 1
+            heapq.heappush(ends, (server.book(now, rng.expovariate(1000.0)), ids, now))
+        end, _, began = heapq.heappop(ends)
+        now = end
+        server.finish()
+        in_use -= 1
+        reported = controller.reported
+        if not controller.sample(end - began, end):
+            assert controller.take_report() is None  # (only a round's end decides)
+            continue
+        previous = controller.take_report()
+        assert controller.take_report() is None
+        est = controller.estimate
+        assert est is not None
+        if previous is None:
+            assert est.gain != 1.0 or abs(controller.limit - reported) <= 0.2 * reported
+            continue
+        reports += 1
+        assert est.gain == 1.0 and previous == reported and controller.reported == controller.limit
+        assert abs(controller.limit - previous) > 0.2 * previous
+    assert controller.estimate is not None
+    assert 1 <= reports == controller.changes < controller.estimate.rounds / 10
+    stats = controller.stats()
+    assert (stats.limit, stats.rounds, stats.changes) == (
+        controller.limit,
+        controller.estimate.rounds,
+        reports,
+    )
+    assert stats.knee == controller.estimate.rate_max * controller.estimate.op_min
+    with pytest.raises(ValueError, match="report_change >= 0"):
+        AdaptiveLimit(1, 2, report_change=-1.0)
+
+
 # ---------------------------------------------------------------------------------------------
 # in the pool's core: the limit holds checkouts back, and check-ins feed it
 
@@ -215,3 +260,5 @@ def test_adaptive_needs_max_size_and_is_checked() -> None:
         PoolOptions(adaptive=True)  # type: ignore[arg-type]  # (the wrong type on purpose)
     with pytest.raises(ValueError, match=r"Adaptive\.round_ops must be an int >= 1"):
         Adaptive(round_ops=0)
+    with pytest.raises(ValueError, match=r"Adaptive\.report_change must be a number >= 0"):
+        Adaptive(report_change=-0.1)

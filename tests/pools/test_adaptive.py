@@ -6,9 +6,14 @@ instead of holding ``max_size``; when the server loses half its cores, the limit
 from __future__ import annotations
 
 import asyncio
+import itertools
+import logging
 import statistics
 
+import pytest
+
 import poolkit
+import poolkit.events
 from poolkit.testing.loop import run
 from poolkit.testing.sim import SimChange, SimConnection, SimServer, SimSettings, sim_connect
 
@@ -16,9 +21,6 @@ from poolkit.testing.sim import SimChange, SimConnection, SimServer, SimSettings
 async def _load(pool: poolkit.AsyncPool[SimConnection], tasks: int, until: float) -> list[int]:
     """``tasks`` callers, each a request at a time until ``until``; the limit every 10 ms."""
     loop = asyncio.get_running_loop()
-    core = pool._core  # (the limit is not in stats() yet: issue 28, point 2)
-    adaptive = core.shared.adaptive
-    assert adaptive is not None
     limits: list[int] = []
 
     async def caller() -> None:
@@ -29,6 +31,8 @@ async def _load(pool: poolkit.AsyncPool[SimConnection], tasks: int, until: float
     async def watch() -> None:
         while loop.time() < until:
             await asyncio.sleep(0.01)
+            adaptive = pool.stats().adaptive
+            assert adaptive is not None
             limits.append(adaptive.limit)
             # (a limit lowered takes no lease back: in use may stay above it until they return)
 
@@ -36,7 +40,11 @@ async def _load(pool: poolkit.AsyncPool[SimConnection], tasks: int, until: float
     return limits
 
 
-def test_an_adaptive_pool_finds_the_knee_and_follows_the_server() -> None:
+def test_an_adaptive_pool_finds_the_knee_and_follows_the_server(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The limit in ``stats()``, found and followed; its changes told to listeners and logged
+    at INFO, the probe's and the drain's excursions not."""
     settings = SimSettings(
         service_time=("exp", 0.001),
         concurrency=8,
@@ -47,16 +55,46 @@ def test_an_adaptive_pool_finds_the_knee_and_follows_the_server() -> None:
     async def main() -> None:
         async with SimServer(settings) as server:
             options = poolkit.PoolOptions(max_size=32, adaptive=poolkit.Adaptive())
+            changes: list[poolkit.events.AdaptiveLimitChangedEvent] = []
             pool = poolkit.AsyncPool(
-                sim_connect("127.0.0.1", server.port), address="sim", options=options
+                sim_connect("127.0.0.1", server.port),
+                address="sim",
+                options=options,
+                listeners=[
+                    lambda e: (
+                        changes.append(e)
+                        if isinstance(e, poolkit.events.AdaptiveLimitChangedEvent)
+                        else None
+                    )
+                ],
             )
             pool.ready()
-            limits = await _load(pool, 32, 12.0)
+            initial = pool.stats().adaptive
+            assert initial == poolkit.AdaptiveStats(limit=2, floor=1, ceiling=32)
+            with caplog.at_level(logging.INFO, logger="poolkit.pool"):
+                limits = await _load(pool, 32, 12.0)
             steady = limits[300:600]  # (t = 3..6 s)
             after = limits[900:]  # (t = 9..12 s, cores 8 -> 4 at 6 s)
             assert 7 <= statistics.median(steady) <= 12, statistics.median(steady)
             assert 3 <= statistics.median(after) <= 6, statistics.median(after)
-            assert pool.stats().total < 32
+            stats = pool.stats()
+            assert stats.total < 32
+            found = stats.adaptive
+            assert found is not None and found.rounds > 100 and found.ceiling == 32
+            assert found.knee == pytest.approx(found.rate_max * found.op_min)
+            assert 3 <= found.knee <= 6 and 0.0008 <= found.op_min <= 0.0013, found
+            # the changes: from the initial 2 up to the knee, down after the cores went, each
+            # one by more than a fifth of the one before it; far fewer than the rounds
+            assert changes and changes[0].previous == 2 and found.changes == len(changes)
+            assert len(changes) < found.rounds / 10
+            for earlier, later in itertools.pairwise(changes):
+                assert later.previous == earlier.limit
+            for change in changes:
+                assert abs(change.limit - change.previous) > 0.2 * change.previous
+            assert max(c.limit for c in changes) >= 7 and changes[-1].limit <= 6
+            logged = [r for r in caplog.records if "adaptive limit" in r.getMessage()]
+            assert len(logged) == len(changes) and logged[0].levelno == logging.INFO
+            assert f"went from 2 to {changes[0].limit} connections" in logged[0].getMessage()
             await pool.close()
 
     run(main())

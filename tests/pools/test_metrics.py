@@ -111,3 +111,41 @@ def test_opentelemetry_instruments_report_the_stats() -> None:
     assert points[("poolkit.connections", by_state)] == 1
     provider.shutdown()
     pool.close()
+
+
+def test_an_adaptive_pool_publishes_its_limit() -> None:
+    """``poolkit_adaptive_*`` only for an adaptive pool: the limit, and the knee it was decided
+    from (0 until the first round ended)."""
+    pool: poolkit.Pool[Conn] = poolkit.Pool(
+        lambda ctx: Conn(ctx.connection_id),
+        address="db:3",
+        options=poolkit.PoolOptions(
+            max_size=8, max_connecting=3, adaptive=poolkit.Adaptive(), background_interval=60.0
+        ),
+    )
+    static = busy_pool()
+    registry = prometheus_client.CollectorRegistry()
+    poolkit.metrics.bind_prometheus(pool, registry=registry)
+    poolkit.metrics.bind_prometheus(static, registry=registry)
+    assert registry.get_sample_value("poolkit_adaptive_limit", {"address": "db:3"}) == 3
+    assert registry.get_sample_value("poolkit_adaptive_knee", {"address": "db:3"}) == 0
+    assert registry.get_sample_value("poolkit_adaptive_limit", {"address": "db:1"}) is None
+    text = prometheus_client.generate_latest(registry).decode()
+    assert text.count("# TYPE poolkit_adaptive_limit gauge") == 1  # (none for the static pool)
+    reader = sdk_export.InMemoryMetricReader()
+    provider = sdk_metrics.MeterProvider(metric_readers=[reader])
+    poolkit.metrics.bind_opentelemetry(pool, meter=provider.get_meter("test"))
+    poolkit.metrics.bind_opentelemetry(static, meter=provider.get_meter("test"))
+    points = {
+        (metric.name, point.attributes["address"]): point.value
+        for resource in reader.get_metrics_data().resource_metrics
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+        for point in metric.data.data_points
+    }
+    assert points[("poolkit.adaptive_limit", "db:3")] == 3
+    assert points[("poolkit.adaptive_op_min_seconds", "db:3")] == 0
+    assert ("poolkit.adaptive_limit", "db:1") not in points
+    provider.shutdown()
+    pool.close()
+    static.close()

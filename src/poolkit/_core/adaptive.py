@@ -25,6 +25,10 @@ Rules of this module
 --------------------
 * Pure: samples and ``now`` come from the caller; no I/O, no clock, no randomness.
 * ``limit`` changes only at a round's end; it is a whole number within ``[floor, ceiling]``.
+* A change is *reported* (:meth:`AdaptiveLimit.take_report`: the pool's event and log line) when
+  a cruise round's limit (gain 1: the probe and the drain are the cycle's own excursions, a
+  quarter either way each cycle) differs from the one last reported by more than
+  ``report_change`` of it.
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 from typing import Final
+
+from ..stats import AdaptiveStats
 
 #: the gain of each round, in turn (BBR's ProbeBW cycle): the drain at 0.75 takes the pool below
 #: the knee for a round, where the operation time is the server's own, unqueued (a drain that
@@ -48,22 +54,31 @@ class Estimate:
     gain: float  #: this round's gain
     rounds: int  #: rounds ended so far
 
+    @property
+    def knee(self) -> float:
+        """Operations the server works on at once, estimated: ``rate_max * op_min``."""
+        return self.rate_max * self.op_min
+
 
 class AdaptiveLimit:
     """The limit on connections in use, decided round by round."""
 
     __slots__ = (
+        "_due",
         "_gain_at",
         "_op_sum",
         "_ops",
         "_rates",
+        "_report_change",
         "_round_ops",
         "_round_start",
         "_times",
         "ceiling",
+        "changes",
         "estimate",
         "floor",
         "limit",
+        "reported",
     )
 
     def __init__(
@@ -74,16 +89,24 @@ class AdaptiveLimit:
         initial: int | None = None,
         window: int = 10,
         round_ops: int = 64,
+        report_change: float = 0.2,
     ) -> None:
         if not 1 <= floor <= ceiling:
             raise ValueError(f"AdaptiveLimit: 1 <= floor <= ceiling, got {floor}, {ceiling}")
         if window < 1 or round_ops < 1:
             raise ValueError("AdaptiveLimit: the window and a round hold at least one")
+        if not report_change >= 0.0:
+            raise ValueError(f"AdaptiveLimit: report_change >= 0, got {report_change!r}")
         self.floor = floor
         self.ceiling = ceiling
         #: connections that may be in use at once
         self.limit = floor if initial is None else min(max(initial, floor), ceiling)
         self.estimate: Estimate | None = None
+        #: the limit last reported (at first, the initial one), and how many reports were made
+        self.reported = self.limit
+        self.changes = 0
+        self._report_change = report_change
+        self._due: int | None = None
         self._rates: deque[float] = deque(maxlen=window)
         self._times: deque[float] = deque(maxlen=window)
         self._round_ops = round_ops
@@ -93,8 +116,8 @@ class AdaptiveLimit:
         self._op_sum = 0.0
 
     def sample(self, op_time: float, now: float) -> bool:
-        """An operation that took ``op_time`` seconds ended at ``now``. Returns whether
-        ``limit`` changed (at a round's end)."""
+        """An operation that took ``op_time`` seconds ended at ``now``. Returns whether a round
+        ended (``limit`` was decided anew: the same, or another)."""
         if self._round_start is None:
             self._round_start = now - op_time  # (the first round began with this operation)
         if not op_time >= 0.0:
@@ -109,9 +132,10 @@ class AdaptiveLimit:
         self._round_start = now
         self._ops = 0
         self._op_sum = 0.0
-        return self._decide()
+        self._decide()
+        return True
 
-    def _decide(self) -> bool:
+    def _decide(self) -> None:
         rate_max = max(self._rates)
         op_min = min(self._times)
         gain = GAINS[self._gain_at]
@@ -122,9 +146,36 @@ class AdaptiveLimit:
         limit = min(max(round(knee * gain), self.floor), self.ceiling)
         if gain > 1.0 and limit == round(knee):
             limit = min(limit + 1, self.ceiling)  # (a probe tries one more at least)
-        previous = self.limit
         self.limit = limit
-        return limit != previous
+        reported = self.reported
+        if gain == 1.0 and abs(limit - reported) > self._report_change * reported:
+            self._due = reported
+            self.reported = limit
+            self.changes += 1
+
+    def take_report(self) -> int | None:
+        """The limit reported before, if a change is due to be reported (then no longer)."""
+        due, self._due = self._due, None
+        return due
+
+    def stats(self) -> AdaptiveStats:
+        """The limit and what it was decided from, now."""
+        est = self.estimate
+        if est is None:
+            return AdaptiveStats(
+                limit=self.limit, floor=self.floor, ceiling=self.ceiling, changes=self.changes
+            )
+        return AdaptiveStats(
+            limit=self.limit,
+            floor=self.floor,
+            ceiling=self.ceiling,
+            knee=est.knee,
+            rate_max=est.rate_max,
+            op_min=est.op_min,
+            gain=est.gain,
+            rounds=est.rounds,
+            changes=self.changes,
+        )
 
     def __repr__(self) -> str:
         return f"<AdaptiveLimit {self.limit} in [{self.floor}, {self.ceiling}] {self.estimate}>"

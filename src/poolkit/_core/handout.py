@@ -96,6 +96,7 @@ from ..events import (
     CLOSE_ERROR,
     CLOSE_IDLE,
     CLOSE_WILL_CLOSE,
+    AdaptiveLimitChangedEvent,
     ConnectionCheckedInEvent,
     ConnectionCheckedOutEvent,
     ConnectionCheckOutFailedEvent,
@@ -379,8 +380,24 @@ class Handout:
         sampled = conn.max_streams == 1 and conn.state is _LEASED
         op_time = now - conn.leased_at  # (before give_back: a waiter served restamps it)
         self.give_back(conn, now, now, used=not clean)
-        if sampled and adaptive.sample(op_time, now):
-            self.dispatch(now)  # (raised: waiters get connections; lowered: nothing taken back)
+        before = adaptive.limit
+        if sampled and adaptive.sample(op_time, now):  # (a round ended: the limit decided)
+            if adaptive.limit > before:
+                self.dispatch(now)  # (raised: waiters get connections; lowered: none taken back)
+            previous = adaptive.take_report()
+            if previous is not None:
+                est = adaptive.estimate
+                assert est is not None
+                self.events.append(  # (observed or not: the front end logs it at INFO)
+                    AdaptiveLimitChangedEvent(
+                        address=self.address,
+                        limit=adaptive.limit,
+                        previous=previous,
+                        knee=est.knee,
+                        rate_max=est.rate_max,
+                        op_min=est.op_min,
+                    )
+                )
         return True
 
     def full(self) -> bool:
@@ -569,6 +586,7 @@ class Handout:
             abandoned=self._st.abandoned,
             checkouts=self.checkouts,
             circuit_open=self.failures.circuit_open,
+            adaptive=None if self._st.adaptive is None else self._st.adaptive.stats(),
         )
 
     def push_idle(self, conn: Conn, now: float) -> None:

@@ -156,6 +156,7 @@ class CoreState:
                 initial=max(floor, options.max_connecting),
                 window=options.adaptive.window,
                 round_ops=options.adaptive.round_ops,
+                report_change=options.adaptive.report_change,
             )
         soft = options.soft_max_size
         self.roles = Roles(options.min_size, self.size_limit if soft is None else soft, regate)

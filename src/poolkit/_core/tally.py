@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import final
 
-from ..stats import PoolState, PoolStats
+from ..stats import AdaptiveStats, PoolState, PoolStats
 from .records import Conn, ConnState, Role
 
 
@@ -82,6 +82,7 @@ class Tally:
         abandoned: int,
         checkouts: int,
         circuit_open: bool,
+        adaptive: AdaptiveStats | None = None,
     ) -> PoolStats:
         """The statistics now, from these counts and the pool's facts given (O(connections))."""
         kept = demand = overflow = 0
@@ -129,4 +130,5 @@ class Tally:
             wait_time_total=self.wait_total,
             wait_time_max=self.wait_max,
             circuit_open=circuit_open,
+            adaptive=adaptive,
         )

@@ -112,6 +112,35 @@ def test_a_sweep_recommends_a_size_and_plots_it(tmp_path: Path) -> None:
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
 
 
+def test_adaptive_shows_the_limit_against_time(tmp_path: Path) -> None:
+    """``--adaptive``: the pools find their limit; the JSON has it over the measured phase and the
+    run against time (from the embedded server's start: its schedule's clock), the summary names
+    it, ``--plot`` draws it against time."""
+    png = tmp_path / "limit.png"
+    args = ("--adaptive", "--max-size", "32", "--duration", "3", "--warmup", "0.5")
+    ran = bench(*args, "--sim-schedule", "2s:cores=4", "--json", "--plot", str(png))
+    assert ran.code == 0, ran.stderr
+    document = ran.json()
+    jsonschema.validate(document, schema())
+    assert document["settings"]["adaptive"] is True
+    (result,) = document["results"]
+    limit = result["adaptive"]
+    assert 1 <= limit["min"] <= limit["median"] <= limit["max"] <= 32, limit
+    timeline = result["timeline"]
+    assert len(timeline) >= 8 and all(p["limit"] is not None for p in timeline)
+    ts = [p["t"] for p in timeline]
+    assert ts == sorted(ts) and ts[0] > 0.1  # (the server started before the run)
+    measured = [p for p in timeline if p["measured"]]
+    assert measured and all(p["throughput"] > 0 and p["op_p99_ms"] >= 1.0 for p in measured[1:])
+    assert not any(p["measured"] for p in timeline[: len(timeline) - len(measured)])
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
+    text = bench(*args)
+    assert text.code == 0, text.stderr
+    assert "adaptive limit" in text.stdout and "of max_size 32" in text.stdout
+    static = bench(*SHORT, "--json").json()["results"][0]
+    assert static["adaptive"] is None and {p["limit"] for p in static["timeline"]} == {None}
+
+
 def test_a_sweep_table_marks_the_recommendation() -> None:
     ran = bench(*SHORT, "--sweep", "max_size=1..3")
     assert ran.code == 0, ran.stderr
@@ -165,7 +194,7 @@ def test_the_figures_agree_with_theory() -> None:
         (["--concurrency", "many"], 2, ["--concurrency"]),
         (["--sweep", "pool=1,2"], 2, ["--sweep"]),
         (["--sweep", "max_size=8..1"], 2, ["--sweep", "empty"]),
-        (["--plot", "x.png"], 2, ["--plot", "--sweep"]),
+        (["--plot", "/nonexistent/x.png"], 2, ["--plot /nonexistent/x.png", "no folder"]),
         (["ftp://example.com"], 2, ["scheme"]),
         (["sim://?service_time=fast"], 2, ["service_time"]),
         (["sim://?cores=0"], 2, ["concurrency"]),

@@ -15,6 +15,7 @@ import argparse
 import dataclasses
 import importlib.util
 import json
+import os
 import sys
 from collections.abc import Callable
 from typing import NoReturn
@@ -40,6 +41,8 @@ examples:
   poolkit bench --sweep max_size=1..64:x2 --plot sizes.png
   poolkit bench 'sim://?service_time=2ms&concurrency=4' --max-size 8 --json
   poolkit bench --duration 30 --sim-schedule '10s:cores=4 20s:cores=8'
+  poolkit bench --adaptive --max-size 64 --duration 30 --plot limit.png \
+      --sim-schedule '10s:cores=4 20s:cores=8'
   poolkit bench postgresql://postgres@127.0.0.1/test --concurrency 64 --processes 4
   poolkit bench redis://127.0.0.1:6379 --threads --concurrency 16
   poolkit bench tcp://127.0.0.1:7000 --payload 64
@@ -158,6 +161,13 @@ def parser() -> argparse.ArgumentParser:
     )
     o.add_argument("--connect-timeout", type=_duration(), default=10.0, help="default 10s")
     o.add_argument(
+        "--adaptive",
+        action="store_true",
+        help="the pools find their limit on connections in use as they run (PoolOptions("
+        "adaptive=Adaptive()), up to --max-size): shown live, in the summary and, with --plot, "
+        "against time",
+    )
+    o.add_argument(
         "--no-hooks",
         action="store_true",
         help="no check, reset or is_broken hooks (the backend's are on by default)",
@@ -213,7 +223,8 @@ def parser() -> argparse.ArgumentParser:
         "--plot",
         default=None,
         metavar="FILE.png",
-        help="with --sweep: draw throughput and waits against the value (needs poolkit[plot])",
+        help="draw the sweep's throughput and waits against the value, or one run's throughput, "
+        "connections (and --adaptive's limit) and times against time (needs poolkit[plot])",
     )
     r.add_argument(
         "--json",
@@ -256,13 +267,16 @@ def _config(args: argparse.Namespace) -> tuple[RunConfig, Sweep | None]:
         pgbouncer=args.pgbouncer,
         http2=args.http2,
         op_timeout=args.op_timeout,
+        adaptive=args.adaptive,
     )
     config.check()
+    if args.plot is not None:
+        folder = os.path.dirname(os.path.abspath(args.plot))
+        if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+            raise BenchUsageError(f"--plot {args.plot}: no folder {folder} to write it in")
     sweep = parse_sweep(args.sweep) if args.sweep is not None else None
     if sweep is not None:
         check_sweep(config, sweep)
-    if args.plot is not None and sweep is None:
-        raise BenchUsageError("--plot draws a sweep: add --sweep NAME=VALUES")
     return config, sweep
 
 
@@ -304,10 +318,13 @@ def bench(argv: list[str]) -> int:
 
         print_summary(result)
     if args.plot is not None and result.points:
-        from .plot import plot_sweep
+        from .plot import plot_sweep, plot_timeline
 
         try:
-            plot_sweep(result, args.plot)
+            if result.sweep is not None:
+                plot_sweep(result, args.plot)
+            else:
+                plot_timeline(result, args.plot)
         except (OSError, ValueError) as exc:
             return _fail(f"--plot {args.plot}: {exc}", 1)
         if not args.json:

@@ -409,6 +409,8 @@ class RunConfig:
     #: an http(s):// target spoken in HTTP/2 (``--http2``)
     http2: bool = False
     op_timeout: float = 10.0
+    #: the pools find their limit on connections in use (``PoolOptions.adaptive``; ``--adaptive``)
+    adaptive: bool = False
     #: the name the run's connections carry on the server (the runner makes it per run)
     app_name: str = "poolkit-bench"
 

@@ -51,7 +51,7 @@ def describe(config: RunConfig, swept: str | None = None, target: bool = True) -
         f"{name}={getattr(config, name)}"
         for name in ("max_size", "min_size", "max_connecting")
         if name != swept
-    )
+    ) + (" adaptive" if config.adaptive else "")
     if swept == "concurrency":
         mode = "threads" if config.threads else "tasks"
     where = f"{config.target.shown}  " if target else ""
@@ -151,6 +151,9 @@ class Display:
                 f"{g.total} total, {g.in_use} in use, {g.pending} pending, "
                 f"{g.waiting} checkouts waiting{server}",
             )
+            if config.adaptive:
+                pools = f" (the {config.processes} pools' added up)" if config.processes > 1 else ""
+                grid.add_row("adaptive limit", f"{g.limit} connections in use at most{pools}")
             grid.add_row("errors", Text(_errors(t.errors), style="red" if t.errors else ""))
         return Group(grid, self._progress)
 
@@ -225,6 +228,15 @@ def print_summary(result: BenchResult, console: Console | None = None) -> None:
             f"{p.ops:,} operations in {p.seconds:.1f} s; errors: {_errors(p.tally.errors)}; "
             f"connections made {p.connections_created}, left open {p.left_open}"
         )
+    for p in result.points:
+        found = p.limit()
+        if found is not None:
+            median, least, most, last = found
+            where = f"{p.value(param)}: " if param is not None else ""
+            out.print(
+                f"{where}adaptive limit {median:g} (median; {least}..{most}, last {last}) "
+                f"connections in use, of max_size {p.max_size * p.processes}"
+            )
     if rec is not None:
         out.print(f"[bold green]recommended: {rec.param}={rec.value}[/] — {rec.reason}")
     advice = hint(c, {kind for p in result.points for kind in p.tally.errors})

@@ -51,6 +51,8 @@ class Gauges:
     waiting: int = 0
     peak_total: int = 0
     created: int = 0
+    #: the adaptive limit (``--adaptive``; 0 without)
+    limit: int = 0
 
     def __add__(self, other: Gauges) -> Gauges:
         return Gauges(*(a + b for a, b in zip(self.fields(), other.fields(), strict=True)))

@@ -1,4 +1,5 @@
-"""``--plot FILE.png``: a sweep's throughput and waits against the swept value (matplotlib, the
+"""``--plot FILE.png``: a sweep's throughput and waits against the swept value, or one run's
+throughput, connections (the adaptive limit) and times against time (matplotlib, the
 ``poolkit[plot]`` extra).
 
 Rules of this module
@@ -12,7 +13,7 @@ from __future__ import annotations
 from .display import describe
 from .report import BenchResult
 
-__all__ = ["plot_sweep"]
+__all__ = ["plot_sweep", "plot_timeline"]
 
 
 def plot_sweep(result: BenchResult, path: str) -> None:
@@ -90,5 +91,86 @@ def plot_sweep(result: BenchResult, path: str) -> None:
     c = result.config
     fig.text(0.5, 0.005, describe(c, param), ha="center", va="bottom", fontsize=8, color="0.35")
     fig.tight_layout(rect=(0, 0.03, 1, 0.97))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_timeline(result: BenchResult, path: str) -> None:
+    """One run against time (its timeline): throughput; the pools' connections, the server's
+    count and the adaptive limit; checkout wait and operation time p99. The embedded server's
+    scheduled changes are marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
+
+    point = result.points[0]
+    line = list(point.timeline)
+    if not line:
+        raise ValueError("the run was too short to draw against time")
+    ts = [p.t for p in line]
+    measured = [p for p in line if p.measured]
+    fig, (top, middle, bottom) = plt.subplots(3, 1, figsize=(9, 8), sharex=True)
+    top.plot([p.t for p in measured], [p.throughput for p in measured], color="tab:blue")
+    top.set_ylabel("throughput (operations/s)")
+    top.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
+    top.set_ylim(bottom=0)
+
+    middle.plot(ts, [p.connections for p in line], color="tab:green", label="pool connections")
+    middle.plot(ts, [p.in_use for p in line], color="tab:olive", alpha=0.6, label="in use")
+    if any(p.server is not None for p in line):
+        middle.plot(
+            ts,
+            [p.server if p.server is not None else float("nan") for p in line],
+            color="tab:gray",
+            linestyle=":",
+            label="server sees",
+        )
+    if point.adaptive:
+        middle.step(
+            ts,
+            [p.limit if p.limit is not None else float("nan") for p in line],
+            where="post",
+            color="tab:red",
+            linewidth=2,
+            label="adaptive limit",
+        )
+    middle.set_ylabel("connections")
+    middle.set_ylim(bottom=0)
+    middle.legend(loc="upper right", fontsize="small")
+
+    ms = 1e3
+    bottom.plot(
+        [p.t for p in measured],
+        [p.op_p99 * ms for p in measured],
+        color="tab:purple",
+        label="operation p99",
+    )
+    bottom.plot(
+        [p.t for p in measured],
+        [p.wait_p99 * ms for p in measured],
+        color="tab:orange",
+        label="checkout wait p99",
+    )
+    bottom.set_ylabel("ms")
+    bottom.set_ylim(bottom=0)
+    bottom.set_xlabel(
+        "seconds since the embedded server started"
+        if result.config.target.sim is not None
+        else "seconds since the run started"
+    )
+    bottom.legend(loc="upper right", fontsize="small")
+    sim = result.config.target.sim
+    for axis in (top, middle, bottom):
+        axis.grid(alpha=0.3)
+        if measured:
+            axis.axvspan(ts[0], measured[0].t, color="0.9", zorder=0)  # (the warm-up)
+        for change in sim.schedule if sim is not None else ():
+            axis.axvline(change.at, color="black", linestyle="--", linewidth=0.8)
+    title = "adaptive limit against time" if point.adaptive else "the run against time"
+    fig.suptitle(f"poolkit bench: {title}")
+    fig.text(0.01, 0.005, describe(result.config), fontsize=7)
+    fig.tight_layout(rect=(0, 0.02, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)

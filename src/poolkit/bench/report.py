@@ -27,6 +27,7 @@ from typing import Any
 from .config import RunConfig, Sweep
 from .histogram import Histogram
 from .measure import Tally
+from .timeline import TimelinePoint, limit_summary
 
 __all__ = ["SCHEMA", "BenchResult", "PointResult", "Recommendation", "recommend"]
 
@@ -66,6 +67,10 @@ class PointResult:
     left_open: int
     server_left_open: int | None
     interrupted: bool
+    #: the pools found their limit (``--adaptive``)
+    adaptive: bool = False
+    #: the run against time (see ``timeline``)
+    timeline: tuple[TimelinePoint, ...] = ()
 
     @property
     def ops(self) -> int:
@@ -86,6 +91,11 @@ class PointResult:
 
     def value(self, param: str) -> int:
         return int(getattr(self, param))
+
+    def limit(self) -> tuple[float, int, int, int] | None:
+        """The adaptive limit over the measured phase (the pools' added up): (median, least,
+        most, last); ``None`` without ``--adaptive``."""
+        return limit_summary(list(self.timeline)) if self.adaptive else None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -109,7 +119,15 @@ class PointResult:
                 "server_left_open": self.server_left_open,
             },
             "interrupted": self.interrupted,
+            "adaptive": self._limit_json(),
+            "timeline": [p.to_json() for p in self.timeline],
         }
+
+    def _limit_json(self) -> dict[str, Any] | None:
+        if not self.adaptive:
+            return None
+        median, least, most, last = self.limit() or (None, None, None, None)
+        return {"median": median, "min": least, "max": most, "last": last}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -313,6 +331,7 @@ class BenchResult:
                 "wait_queue_timeout": c.wait_queue_timeout,
                 "connect_timeout": c.connect_timeout,
                 "hooks": c.hooks,
+                "adaptive": c.adaptive,
                 "sim": sim,
             },
             "sweep": (

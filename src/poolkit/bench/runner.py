@@ -35,6 +35,7 @@ from .observe import Observer, observer_for
 from .report import BenchResult, PointResult, recommend
 from .sim_process import SimProcess
 from .targets import APPLICATION_NAME, Workload, hint, workload
+from .timeline import Timeline
 from .worker import TICK, pool_options, worker_main
 
 __all__ = ["BenchError", "Interrupt", "Live", "QuietSink", "Sink", "run_bench"]
@@ -183,7 +184,8 @@ def run_bench(
             if config.min_size > config.max_size:
                 config = dataclasses.replace(config, min_size=config.max_size)
             sink.start_point(label, config)
-            point = _run_point(label, config, context, observer, sink, interrupt)
+            origin = None if sim is None else sim.started_at
+            point = _run_point(label, config, context, observer, sink, interrupt, origin)
             points.append(point)
             sink.end_point(label, point)
     finally:
@@ -213,7 +215,10 @@ def _run_point(
     observer: Observer | None,
     sink: Sink,
     interrupt: Interrupt,
+    origin: float | None = None,
 ) -> PointResult:
+    """One run; ``origin``: the ``perf_counter`` its timeline counts from (the embedded
+    server's start), else the moment the workers are told to go."""
     channels: list[Connection] = []
     processes = []
     for index in range(config.processes):
@@ -237,6 +242,7 @@ def _run_point(
     recent: collections.deque[tuple[float, int]] = collections.deque()
     client_peak = 0
     server_now: int | None = None
+    timeline: Timeline | None = None
     if observer is not None:
         observer.take_peak()
     try:
@@ -262,6 +268,7 @@ def _run_point(
                     ready.add(index)
                     if len(ready) == len(channels):
                         started = time.perf_counter()
+                        timeline = Timeline(started if origin is None else origin, config.adaptive)
                         for other in channels:
                             _send(other, "stop" if stopping else "go")
                 elif kind == "report":
@@ -276,12 +283,15 @@ def _run_point(
                 now = time.perf_counter()
                 rate = _rate(recent, now, tally.ops)
                 server_now = observer.latest if observer is not None else None
+                warming = any(r.warming for r in reports.values())
+                if timeline is not None:
+                    timeline.sample(now, warming, tally, gauges, server_now)
                 sink.update(
                     Live(
                         label,
                         config,
                         now - started,
-                        any(r.warming for r in reports.values()),
+                        warming,
                         max(r.measured for r in reports.values()),
                         tally,
                         gauges,
@@ -323,6 +333,8 @@ def _run_point(
         left_open=sum(r.left_open for r in reports.values()),
         server_left_open=server_left,
         interrupted=bool(interrupt) or len(finals) < len(channels),
+        adaptive=config.adaptive,
+        timeline=() if timeline is None else tuple(timeline.points),
     )
 
 

@@ -14,6 +14,7 @@ import contextlib
 import selectors
 import signal
 import threading
+import time
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -82,6 +83,8 @@ class SimProcess:
             self.stop()
             raise RuntimeError("the embedded server did not start within 30 s")
         self.port: int = self._channel.recv()
+        #: when it started (``time.perf_counter``, within the pipe's latency): its schedule's 0
+        self.started_at = time.perf_counter()
 
     def stats(self) -> SimStats | None:
         with self._lock:

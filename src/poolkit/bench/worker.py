@@ -34,7 +34,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from ..asyncio import AsyncPool
-from ..options import PoolOptions
+from ..options import Adaptive, PoolOptions
 from ..threaded import Pool
 from .config import RunConfig
 from .measure import Gauges, Tally, WorkerReport
@@ -69,6 +69,7 @@ def pool_options(config: RunConfig, target: Workload) -> PoolOptions:
         hooks=hooks if config.hooks else None,
         load_balanced=target.load_balanced,
         expected_streams=target.expected_streams,
+        adaptive=Adaptive() if config.adaptive else None,
     )
 
 
@@ -154,6 +155,7 @@ def _gauges(stats: Any, before: Gauges) -> Gauges:
         waiting=stats.waiting,
         peak_total=max(before.peak_total, stats.total),
         created=stats.connections_created,
+        limit=0 if stats.adaptive is None else stats.adaptive.limit,
     )
 
 

@@ -296,11 +296,17 @@ class Adaptive:
     The limit and what it was decided from are in ``stats().adaptive``; a change of more than
     ``report_change`` of the limit last reported (0.2: a fifth) is an
     ``AdaptiveLimitChangedEvent`` and a line at INFO on the ``poolkit.pool`` logger.
+
+    Connections the pool holds beyond what its next probe could use (the knee times the probe's
+    gain, and one) that sit available for ``shed_after`` seconds are closed (reason ``"idle"``,
+    longest parked first; ``min_size``'s never): a limit that went down gives its connections
+    back to the server. ``None``: only ``max_idle_time`` closes them.
     """
 
     window: int = 10
     round_ops: int = 64
     report_change: float = 0.2
+    shed_after: float | None = 1.0
 
     def __post_init__(self) -> None:
         for name in ("window", "round_ops"):
@@ -310,6 +316,11 @@ class Adaptive:
         change = self.report_change
         if isinstance(change, bool) or not isinstance(change, int | float) or not change >= 0:
             raise ValueError(f"Adaptive.report_change must be a number >= 0, got {change!r}")
+        after = self.shed_after
+        if after is not None and (
+            isinstance(after, bool) or not isinstance(after, int | float) or not after >= 0
+        ):
+            raise ValueError(f"Adaptive.shed_after must be seconds >= 0 or None, got {after!r}")
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

@@ -253,6 +253,33 @@ def test_an_adaptive_pool_takes_no_fast_path_and_learns_from_check_ins() -> None
     assert _checkout(core, now).state is RequestState.SERVED  # (room for a third now)
 
 
+def test_connections_beyond_the_next_probe_are_closed_once_idle_for_shed_after() -> None:
+    """Six in use at first, then one at a time (the knee is 1): the connections beyond what
+    the next probe could use (ceil(1 x 1.25) + 1 = 3) are closed once available for
+    ``shed_after`` (1 s), longest parked first, at a round's end; not before."""
+    core = _core(
+        max_size=10, max_connecting=6, adaptive=Adaptive(window=1, round_ops=4, shed_after=1.0)
+    )
+    reqs = [_checkout(core, 0.0) for _ in range(6)]
+    for req in reqs:
+        assert req.conn is not None
+        core.release(req.conn, 0.1)
+        core.take()
+    now = 0.1
+    totals = []
+    while now < 2.0:
+        req = _checkout(core, now)
+        assert req.conn is not None
+        now = round(now + 0.1, 6)
+        core.release(req.conn, now)
+        core.take()
+        totals.append((now, core.stats().total))
+    assert [n for t, n in totals if t <= 1.0] == [6] * 9  # (none idle for 1 s yet)
+    assert totals[-1][1] == 3 and core.stats().connections_closed == {"idle": 3}
+    adaptive = core.stats().adaptive
+    assert adaptive is not None and adaptive.knee == pytest.approx(1.0)
+
+
 def test_adaptive_needs_max_size_and_is_checked() -> None:
     with pytest.raises(ValueError, match="adaptive needs max_size"):
         PoolOptions(max_size=0, adaptive=Adaptive())
@@ -262,3 +289,5 @@ def test_adaptive_needs_max_size_and_is_checked() -> None:
         Adaptive(round_ops=0)
     with pytest.raises(ValueError, match=r"Adaptive\.report_change must be a number >= 0"):
         Adaptive(report_change=-0.1)
+    with pytest.raises(ValueError, match=r"Adaptive\.shed_after must be seconds >= 0 or None"):
+        Adaptive(shed_after=-1)

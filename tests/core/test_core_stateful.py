@@ -33,7 +33,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-from poolkit import Backoff, Hooks, KeepAlive, PoolOptions
+from poolkit import Adaptive, Backoff, Hooks, KeepAlive, PoolOptions
 from poolkit._core import (
     CloseConnection,
     CompleteRequest,
@@ -133,7 +133,18 @@ def pool_options(draw: st.DrawFn) -> PoolOptions:
         leak_timeout=draw(st.sampled_from([None, None, 1.0])),
         load_balanced=draw(st.sampled_from([False, False, True])),
         hooks=draw(st.sampled_from(_HOOKS)),
+        adaptive=draw(st.sampled_from(_ADAPTIVE)) if max_size else None,
     )
+
+
+#: adaptive pools among the drawn ones: rounds of two operations, so that the limit moves within
+#: a run's few steps (and its surplus is shed after half a second)
+_ADAPTIVE: tuple[Adaptive | None, ...] = (
+    None,
+    None,
+    None,
+    Adaptive(window=2, round_ops=2, shed_after=0.5),
+)
 
 
 #: the service ids a load-balanced connect reports (``None``: a connect function that returned
@@ -871,7 +882,8 @@ class PoolCoreMachine(RuleBasedStateMachine):
     def fast_path_generations(self) -> None:
         """What the hot paths compare with is what the state, generation and options say."""
         core = self.c
-        plain = not core.options.load_balanced
+        # (an adaptive pool takes no fast path: each check-in is a sample of its limit)
+        plain = not core.options.load_balanced and core.options.adaptive is None
         ready = core.state is PoolState.READY
         lease = core.generation if plain and not core.clocked and ready else -1
         hooks = core.options.hooks
@@ -1154,6 +1166,13 @@ class PoolCoreMachine(RuleBasedStateMachine):
         # (connects given up on count against both limits until their function returns)
         abandoned = core.shared.abandoned
         room = not opts.max_size or core.total + abandoned < opts.max_size
+        # (an adaptive pool makes no connection beyond its limit, and serves none beyond it:
+        # at the limit, waiters wait for a check-in)
+        adaptive = core.shared.adaptive
+        if adaptive is not None:
+            room = room and core.total + abandoned < adaptive.limit
+            if core.in_use >= adaptive.limit:
+                return
         failing = core.failures.failing
         if failing is not None:
             # connect_retry: one attempt at a time, backing off or connecting

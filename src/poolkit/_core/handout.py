@@ -78,6 +78,7 @@ measures the pools). Everything else goes through the collaborators' methods.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Final
 
 from ..errors import (
@@ -104,6 +105,7 @@ from ..events import (
 )
 from ..stats import PoolState, PoolStats
 from .actions import CompleteRequest, StartCheck, StartReset
+from .adaptive import GAINS
 from .connection_life import ConnectionLife
 from .records import (
     _BACKING_OFF,
@@ -112,6 +114,7 @@ from .records import (
     _CONNECTING,
     _DRAINING,
     _IDLE,
+    _KEPT,
     _LEASE,
     _LEASED,
     _OVERFLOW,
@@ -384,6 +387,7 @@ class Handout:
         if sampled and adaptive.sample(op_time, now):  # (a round ended: the limit decided)
             if adaptive.limit > before:
                 self.dispatch(now)  # (raised: waiters get connections; lowered: none taken back)
+            self._shed(now)
             previous = adaptive.take_report()
             if previous is not None:
                 est = adaptive.estimate
@@ -399,6 +403,27 @@ class Handout:
                     )
                 )
         return True
+
+    def _shed(self, now: float) -> None:
+        """At an adaptive round's end: close the available connections beyond what the next
+        probe could use (``Adaptive.shed_after``), longest parked first."""
+        adaptive = self._st.adaptive
+        after = self._st.options.adaptive.shed_after if self._st.options.adaptive else None
+        if adaptive is None or after is None or adaptive.estimate is None:
+            return
+        probe = math.ceil(adaptive.estimate.knee * GAINS[0]) + 1
+        excess = len(self.conns) - max(probe, adaptive.limit, adaptive.floor)
+        if excess <= 0 or not self._idle:
+            return
+
+        def surplus(conn: Conn) -> str | None:
+            nonlocal excess
+            if excess > 0 and conn.role is not _KEPT and now - conn.idle_since >= after:
+                excess -= 1
+                return CLOSE_IDLE
+            return None
+
+        self.idle_set.take_if(surplus, self._life.close)
 
     def full(self) -> bool:
         """Whether the connections in use reached the adaptive limit (only asked when the pool

@@ -1,0 +1,318 @@
+"""The adaptive pool against the static sweep, in one run (issue 28, point 4): every scenario is
+``poolkit bench --json`` on the embedded server (and on PostgreSQL with ``--pg``), as a user
+runs it; the script only reads the documents and checks the issue's criteria.
+
+    python benchmarks/adaptive.py [--duration 10] [--pg postgresql://postgres@127.0.0.1/test]
+                                  [--plots DIR] [--only steady,change,overload,fleet,pg]
+
+Scenarios (32 tasks a process, the server's 8 cores at 1 ms exponential, ``--max-size 64``):
+
+* steady: a static sweep of ``max_size`` and an adaptive pool. The adaptive pool reaches 95 % of
+  the best static throughput, holds at most 1.5 x the recommended size's connections, and its
+  checkout wait p99 is within 1.5 x the recommended size's.
+* change: cores 8 -> 4 at 10 s and back at 20 s. The limit comes within a quarter of the new
+  knee (the static sweep's recommendation on 4 cores, then on 8) within 3 s each way; the
+  operation time p99 after the drop is within 2 x that of the best static size for 4 cores.
+* overload: the service time x 5 from 10 s to 15 s. The limit does not rise above the one
+  before, and no checkout waits longer than 5 x the wait p99 outside the overload.
+* fleet: ``--processes 4``, each pool adaptive: their limits added up settle within 2 x the
+  single pool's knee (four static pools of the recommended size hold 4 x it).
+* pg (with ``--pg``): ``SELECT 1`` on PostgreSQL, a static sweep and an adaptive pool: the
+  adaptive limit within a factor 2 of the sweep's recommended size.
+
+The timeline's times are from the embedded server's start (its schedule's clock). Each interval
+(about 0.25 s) has its own p99s: the criteria over a span take their median (a span's p99 as
+the run's histograms would give it is not in the JSON), and the report also shows the worst.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+SIM = "sim://?service_time=exp:1ms&concurrency=8"
+SIZES_8 = "max_size=2,4,6,8,10,12,16,24,32,64"
+SIZES_4 = "max_size=2,3,4,5,6,8,12,16,32"
+
+
+def bench(*args: str) -> dict[str, Any]:
+    """``poolkit bench ARGS --json``, its document."""
+    command = [sys.executable, "-m", "poolkit", "bench", *args, "--json"]
+    print("$", " ".join(command[1:]), file=sys.stderr, flush=True)
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"poolkit bench failed ({done.returncode}): {done.stderr.strip()}")
+    document: dict[str, Any] = json.loads(done.stdout)
+    return document
+
+
+def plot(path: str | None, *args: str) -> None:
+    """The same run again, drawn (``--plot``): only when asked for plots."""
+    if path is not None:
+        subprocess.run(
+            [sys.executable, "-m", "poolkit", "bench", *args, "--plot", path],
+            capture_output=True,
+            check=True,
+        )
+
+
+@dataclass
+class Check:
+    scenario: str
+    what: str
+    measured: str
+    bound: str
+    ok: bool
+
+
+def span(timeline: list[dict[str, Any]], start: float, end: float) -> list[dict[str, Any]]:
+    return [p for p in timeline if p["measured"] and start <= p["t"] < end]
+
+
+def median_of(points: list[dict[str, Any]], key: str) -> float:
+    values = [p[key] for p in points if p[key] is not None]
+    return statistics.median(values) if values else float("nan")
+
+
+def follow_time(
+    timeline: list[dict[str, Any]], at: float, target: float, until: float
+) -> float | None:
+    """Seconds from ``at`` until the limit is within a quarter of ``target`` and its median over
+    the next second is too (one interval's probe or drain is not following)."""
+    after = [p for p in timeline if at <= p["t"] < until]
+    for i, p in enumerate(after):
+        ahead = [q["limit"] for q in after[i : i + 4]]
+        near = abs(p["limit"] - target) <= 0.25 * target
+        if near and len(ahead) >= 2 and abs(statistics.median(ahead) - target) <= 0.25 * target:
+            return p["t"] - at
+    return None
+
+
+def sweep(server: str, sizes: str, duration: str, extra: tuple[str, ...] = ()) -> dict[str, Any]:
+    return bench(server, "--sweep", sizes, "--duration", duration, *extra)
+
+
+def best_and_recommended(document: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    results = document["results"]
+    best = max(results, key=lambda r: r["throughput"])
+    value = document["recommendation"]["value"]
+    rec = next(r for r in results if r["max_size"] == value)
+    return best, rec
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--duration", default="10", help="seconds of each static run")
+    parser.add_argument("--pg", default=None, help="a PostgreSQL URL for the pg scenario")
+    parser.add_argument("--plots", default=None, help="a folder for the adaptive runs' plots")
+    parser.add_argument("--only", default="steady,change,overload,fleet,pg")
+    parser.add_argument("--json", default=None, help="write every document to this file")
+    args = parser.parse_args()
+    only = set(args.only.split(","))
+    checks: list[Check] = []
+    documents: dict[str, Any] = {}
+    plots = args.plots
+    if plots is not None:
+        os.makedirs(plots, exist_ok=True)
+
+    def png(name: str) -> str | None:
+        return None if plots is None else os.path.join(plots, f"adaptive-{name}.png")
+
+    adaptive = ("--adaptive", "--max-size", "64")
+    static8 = sweep(SIM, SIZES_8, args.duration)
+    documents["static8"] = static8
+    best8, rec8 = best_and_recommended(static8)
+    knee8 = rec8["max_size"]
+    print(
+        f"static, 8 cores: best max_size={best8['max_size']} {best8['throughput']:,.0f} ops/s; "
+        f"recommended {knee8} {rec8['throughput']:,.0f} ops/s",
+        file=sys.stderr,
+    )
+
+    if "steady" in only:
+        run = (SIM, *adaptive, "--duration", "20", "--warmup", "3")
+        doc = bench(*run)
+        plot(png("steady"), *run)
+        documents["steady"] = doc
+        (r,) = doc["results"]
+        held = median_of(span(r["timeline"], 0.0, 1e9), "connections")
+        checks += [
+            Check(
+                "steady",
+                "throughput vs the best static size",
+                f"{r['throughput']:,.0f} = {r['throughput'] / best8['throughput']:.1%} of "
+                f"{best8['throughput']:,.0f} (max_size={best8['max_size']})",
+                ">= 95%",
+                r["throughput"] >= 0.95 * best8["throughput"],
+            ),
+            Check(
+                "steady",
+                "connections held (median; peak) vs the recommended size",
+                f"{held:g}; {r['connections']['pool_peak']} vs {knee8} "
+                f"(limit median {r['adaptive']['median']:g})",
+                f"<= {1.5 * knee8:g}",
+                held <= 1.5 * knee8,
+            ),
+            Check(
+                "steady",
+                "checkout wait p99 vs the recommended size's",
+                f"{r['wait_ms']['p99']:.2f} ms vs {rec8['wait_ms']['p99']:.2f} ms",
+                "<= 1.5x",
+                r["wait_ms"]["p99"] <= 1.5 * rec8["wait_ms"]["p99"],
+            ),
+        ]
+
+    if "change" in only:
+        static4 = sweep(SIM.replace("concurrency=8", "concurrency=4"), SIZES_4, args.duration)
+        documents["static4"] = static4
+        best4, rec4 = best_and_recommended(static4)
+        knee4 = rec4["max_size"]
+        run = (SIM, *adaptive, "--duration", "30", "--sim-schedule", "10s:cores=4 20s:cores=8")
+        doc = bench(*run)
+        plot(png("change"), *run)
+        documents["change"] = doc
+        (r,) = doc["results"]
+        line = r["timeline"]
+        down = follow_time(line, 10.0, knee4, 20.0)
+        up = follow_time(line, 20.0, knee8, 1e9)
+        after = span(line, 13.0, 20.0)
+        p99 = median_of(after, "op_p99_ms")
+        worst = max(p["op_p99_ms"] for p in after)
+        checks += [
+            Check(
+                "change",
+                "8 -> 4 cores at 10 s: the limit near the 4-core knee after",
+                "never" if down is None else f"{down:.2f} s (knee {knee4})",
+                "<= 3 s",
+                down is not None and down <= 3.0,
+            ),
+            Check(
+                "change",
+                "4 -> 8 cores at 20 s: the limit near the 8-core knee after",
+                "never" if up is None else f"{up:.2f} s (knee {knee8})",
+                "<= 3 s",
+                up is not None and up <= 3.0,
+            ),
+            Check(
+                "change",
+                "operation p99, 13-20 s, vs the best static size for 4 cores",
+                f"{p99:.2f} ms (worst interval {worst:.2f}) vs {best4['latency_ms']['p99']:.2f} "
+                f"ms (max_size={best4['max_size']})",
+                "<= 2x",
+                p99 <= 2.0 * best4["latency_ms"]["p99"],
+            ),
+        ]
+
+    if "overload" in only:
+        run = (
+            SIM,
+            *adaptive,
+            "--duration",
+            "24",
+            "--sim-schedule",
+            "10s:service=exp:5ms 15s:service=exp:1ms",
+        )
+        doc = bench(*run)
+        plot(png("overload"), *run)
+        documents["overload"] = doc
+        (r,) = doc["results"]
+        line = r["timeline"]
+        before = span(line, 5.0, 10.0)
+        during = span(line, 10.0, 15.0)
+        outside = before + span(line, 18.0, 1e9)
+        limit_before = median_of(before, "limit")
+        most_during = max(p["limit"] for p in during)
+        conns_before = median_of(before, "connections")
+        conns_during = max(p["connections"] for p in during)
+        wait_p99 = median_of(outside, "wait_p99_ms")
+        wait_max = max(p["wait_max_ms"] for p in during)
+        checks += [
+            Check(
+                "overload",
+                "limit during the overload (most) vs before (median)",
+                f"{most_during} vs {limit_before:g} (median during {median_of(during, 'limit'):g})",
+                f"<= {round(limit_before * 1.25) + 1} (a probe above)",
+                most_during <= round(limit_before * 1.25) + 1,
+            ),
+            Check(
+                "overload",
+                "connections during (most) vs before (median)",
+                f"{conns_during} vs {conns_before:g}",
+                "no more",
+                conns_during <= conns_before,
+            ),
+            Check(
+                "overload",
+                "longest checkout wait in the overload vs the wait p99 outside",
+                f"{wait_max:.2f} ms vs {wait_p99:.2f} ms",
+                "<= 5x",
+                wait_max <= 5.0 * wait_p99,
+            ),
+        ]
+
+    if "fleet" in only:
+        run = (SIM, *adaptive, "--processes", "4", "--duration", "40", "--warmup", "2")
+        doc = bench(*run)
+        plot(png("fleet"), *run)
+        documents["fleet"] = doc
+        (r,) = doc["results"]
+        line = r["timeline"]
+        settled = span(line, line[-1]["t"] - 20.0, 1e9)
+        total = median_of(settled, "limit")
+        static = bench(
+            SIM, "--max-size", str(knee8), "--processes", "4", "--duration", args.duration
+        )
+        documents["fleet_static"] = static
+        (s,) = static["results"]
+        checks += [
+            Check(
+                "fleet",
+                "4 adaptive pools: their limits added up (median, last 20 s)",
+                f"{total:g} (connections {median_of(settled, 'connections'):g}, "
+                f"{r['throughput']:,.0f} ops/s) vs knee {knee8}; 4 static pools of {knee8}: "
+                f"{s['connections']['client_peak']} connections, {s['throughput']:,.0f} ops/s",
+                f"<= {2 * knee8}",
+                total <= 2 * knee8,
+            )
+        ]
+
+    if "pg" in only and args.pg:
+        pg_sweep = sweep(args.pg, "max_size=1..64:x2", args.duration)
+        documents["pg_static"] = pg_sweep
+        best, rec = best_and_recommended(pg_sweep)
+        run = (args.pg, *adaptive, "--duration", "20", "--warmup", "3")
+        doc = bench(*run)
+        plot(png("pg"), *run)
+        documents["pg"] = doc
+        (r,) = doc["results"]
+        limit = r["adaptive"]["median"]
+        knee = rec["max_size"]
+        checks.append(
+            Check(
+                "pg",
+                "PostgreSQL: adaptive limit (median) vs the sweep's recommended size",
+                f"{limit:g} ({r['throughput']:,.0f} ops/s) vs {knee} ({rec['throughput']:,.0f} "
+                f"ops/s; best {best['max_size']}: {best['throughput']:,.0f})",
+                "within 2x",
+                knee / 2 <= limit <= knee * 2,
+            )
+        )
+
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump(documents, out, indent=1)
+    width = max(len(c.what) for c in checks) if checks else 0
+    for c in checks:
+        mark = "ok  " if c.ok else "FAIL"
+        print(f"{mark} {c.scenario:8} {c.what:{width}}  {c.measured}  [{c.bound}]")
+    return 0 if all(c.ok for c in checks) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

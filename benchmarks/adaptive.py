@@ -90,7 +90,7 @@ def follow_time(
         ahead = [q["limit"] for q in after[i : i + 4]]
         near = abs(p["limit"] - target) <= 0.25 * target
         if near and len(ahead) >= 2 and abs(statistics.median(ahead) - target) <= 0.25 * target:
-            return p["t"] - at
+            return float(p["t"]) - at
     return None
 
 
@@ -136,7 +136,7 @@ def main() -> int:
     )
 
     if "steady" in only:
-        run = (SIM, *adaptive, "--duration", "20", "--warmup", "3")
+        run: tuple[str, ...] = (SIM, *adaptive, "--duration", "20", "--warmup", "3")
         doc = bench(*run)
         plot(png("steady"), *run)
         documents["steady"] = doc

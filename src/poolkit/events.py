@@ -327,15 +327,18 @@ class LeaseLeakedEvent(PoolEvent):
 class AdaptiveLimitChangedEvent(PoolEvent):
     """An adaptive pool's limit on connections in use (``PoolOptions.adaptive``) changed by more
     than ``Adaptive.report_change`` of the one last reported (``previous``: at first the initial
-    limit). ``knee``, ``rate_max``, ``op_min``: what it was decided from (the operations the
-    server works on at once, estimated, as the most operations a second of the last rounds
-    times the least mean operation time of theirs, in seconds)."""
+    limit). What it was decided from (see :class:`~poolkit.AdaptiveStats`): ``knee``, the
+    connections worth holding by the throughput's ``elasticity``; ``share``, the most the
+    server's queueing allows; ``op_time`` (typical) against ``base_op_time`` (on a server the
+    pool left), seconds."""
 
     limit: int
     previous: int
     knee: float
-    rate_max: float
-    op_min: float
+    elasticity: float | None
+    share: float
+    op_time: float
+    base_op_time: float
 
 
 Listener = Callable[[PoolEvent], object]

@@ -247,14 +247,16 @@ def log_event(event: ev.PoolEvent) -> None:
         )
     elif type(event) is ev.AdaptiveLimitChangedEvent:
         _POOL_LOGGER.info(
-            "poolkit: the adaptive limit of %s went from %d to %d connections in use (knee %.1f: "
-            "%.0f operations/s at most x %.3f ms each at least)",
+            "poolkit: the adaptive limit of %s went from %d to %d connections in use (knee %.1f "
+            "at elasticity %s, share %.1f; operations take %.3f ms, %.3f ms on a server left)",
             event.address,
             event.previous,
             event.limit,
             event.knee,
-            event.rate_max,
-            event.op_min * 1000.0,
+            "?" if event.elasticity is None else f"{event.elasticity:.2f}",
+            event.share,
+            event.op_time * 1000.0,
+            event.base_op_time * 1000.0,
         )
     if LOGGER.isEnabledFor(_DEBUG):
         message = build(event)

@@ -14,8 +14,9 @@ Metric names (Prometheus; OpenTelemetry uses the same with dots: ``poolkit.conne
   ``poolkit_connections_by_role{role=kept|demand|overflow}``, ``poolkit_waiting``,
   ``poolkit_streams_in_use``, ``poolkit_stream_capacity``, ``poolkit_circuit_open``,
   ``poolkit_checkout_wait_max_seconds``; in an adaptive pool (``PoolOptions.adaptive``) also
-  ``poolkit_adaptive_limit``, ``poolkit_adaptive_knee``, ``poolkit_adaptive_rate_max`` (operations
-  a second) and ``poolkit_adaptive_op_min_seconds`` (see :class:`~poolkit.AdaptiveStats`);
+  ``poolkit_adaptive_limit``, ``poolkit_adaptive_knee``, ``poolkit_adaptive_share``,
+  ``poolkit_adaptive_op_time_seconds`` and ``poolkit_adaptive_base_op_time_seconds`` (see
+  :class:`~poolkit.AdaptiveStats`);
 * counters ``poolkit_connections_created_total``, ``poolkit_connections_closed_total{reason}``,
   ``poolkit_connect_attempts_total``, ``poolkit_connect_failures_total``,
   ``poolkit_checkouts_total``, ``poolkit_checkout_failures_total{reason}``,
@@ -89,20 +90,26 @@ _GAUGES: tuple[tuple[str, str, Callable[[PoolStats], Any], str | None], ...] = (
     ),
     (
         "adaptive_knee",
-        "Operations the server works on at once, as the adaptive pool estimates it",
+        "Connections the adaptive pool finds worth holding, by the throughput's elasticity",
         lambda s: None if s.adaptive is None else s.adaptive.knee,
         None,
     ),
     (
-        "adaptive_rate_max",
-        "The most operations a second of the adaptive pool's last rounds",
-        lambda s: None if s.adaptive is None else s.adaptive.rate_max,
+        "adaptive_share",
+        "The most connections the server's queueing lets the adaptive pool hold",
+        lambda s: None if s.adaptive is None else s.adaptive.share,
         None,
     ),
     (
-        "adaptive_op_min_seconds",
-        "The least mean operation time of the adaptive pool's last rounds",
-        lambda s: None if s.adaptive is None else s.adaptive.op_min,
+        "adaptive_op_time_seconds",
+        "The typical operation time of the adaptive pool's last rounds",
+        lambda s: None if s.adaptive is None else s.adaptive.op_time,
+        None,
+    ),
+    (
+        "adaptive_base_op_time_seconds",
+        "The operation time on a server the adaptive pool left (its last base round)",
+        lambda s: None if s.adaptive is None else s.adaptive.base_op_time,
         None,
     ),
 )

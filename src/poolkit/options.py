@@ -289,9 +289,19 @@ def _count(name: str, value: object, minimum: int) -> int:
 class Adaptive:
     """``PoolOptions(adaptive=Adaptive())``: the pool finds its limit on connections in use as it
     runs (the server's knee: more in use would only queue inside it), from the operation times
-    it sees (check-out to check-in), and follows it as the server changes. The estimate is
-    BBR's (``poolkit._core.adaptive`` says how and why): rounds of at least ``round_ops``
-    operations, the extremes of the last ``window`` rounds.
+    it sees (check-out to check-in), and follows it as the server changes (``docs/adaptive.md``
+    and ``poolkit._core.adaptive`` say how and why). Experimental.
+
+    * ``target``: the knee is where one more connection in ten brings less than ``target`` of
+      one in ten more throughput (0.2); lower holds more connections for a little more
+      throughput, higher fewer.
+    * ``tolerance``: the share of the server the pool takes falls while operations take more
+      than ``1 + tolerance`` times what they take on a server the pool left (0.25): the pools
+      of a fleet, and an overload, do not pile up connections on a server already queueing.
+    * ``base_every``: seconds between the rounds at the floor that measure that time (10);
+      pools on one host measure together (the rounds are aligned on the monotonic clock).
+    * ``round_ops``: the least operations a round is measured over (64); ``window``: the rounds
+      ``op_time`` is the median of (10).
 
     The limit and what it was decided from are in ``stats().adaptive``; a change of more than
     ``report_change`` of the limit last reported (0.2: a fifth) is an
@@ -303,6 +313,9 @@ class Adaptive:
     back to the server. ``None``: only ``max_idle_time`` closes them.
     """
 
+    target: float = 0.2
+    tolerance: float = 0.25
+    base_every: float = 10.0
     window: int = 10
     round_ops: int = 64
     report_change: float = 0.2
@@ -313,6 +326,20 @@ class Adaptive:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"Adaptive.{name} must be an int >= 1, got {value!r}")
+        for name, low, high in (
+            ("target", 0.0, 1.0),
+            ("tolerance", 0.0, math.inf),
+            ("base_every", 0.0, math.inf),
+        ):
+            value = getattr(self, name)
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not low < value < high
+            ):
+                raise ValueError(
+                    f"Adaptive.{name} must be a number in ({low:g}, {high:g}), got {value!r}"
+                )
         change = self.report_change
         if isinstance(change, bool) or not isinstance(change, int | float) or not change >= 0:
             raise ValueError(f"Adaptive.report_change must be a number >= 0, got {change!r}")

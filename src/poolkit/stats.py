@@ -22,21 +22,33 @@ class AdaptiveStats:
     """An adaptive pool's limit (``PoolOptions.adaptive``) and what it was decided from.
 
     * ``limit``: connections that may be in use at once now, within ``[floor, ceiling]``
-      (``min_size`` or 1, and ``max_size``).
-    * ``knee``: the operations the server works on at once, estimated: ``rate_max * op_min``;
-      the limit is it times ``gain`` (1.25 a round to probe, 0.75 the next to drain, else 1).
-    * ``rate_max``: the most operations a second of the last rounds; ``op_min``: the least mean
-      operation time (check-out to check-in, seconds) of theirs. All three are 0.0 until the
-      first round ended (``rounds`` 0).
-    * ``changes``: the changes reported so far (``AdaptiveLimitChangedEvent``).
+      (``min_size`` or 1, and ``max_size``): ``min(knee, share)`` times ``gain`` (1.25 for a
+      round to probe, 0.75 the next to drain, 1 the six after; 0 for a round at the floor that
+      measures the base).
+    * ``knee``: the connections the pool finds worth holding, where one more in ten brings less
+      than ``Adaptive.target`` of one in ten more throughput; ``elasticity``: the smoothed
+      answer of the throughput to the connections (``None`` until measured): near 1 below the
+      server's knee, near 0 past it.
+    * ``share``: the most the server's queueing lets the pool hold: it falls while the typical
+      operation time (``op_time``) is more than ``1 + Adaptive.tolerance`` times the base
+      (``base_op_time``, measured at the floor every ``Adaptive.base_every`` seconds): another
+      pool, or an overload, makes the server queue.
+    * ``rate_max``, ``op_min``, ``op_time``: the most operations a second, the least and the
+      median mean operation time (check-out to check-in, seconds) of the last rounds.
+    * ``rounds``: rounds ended (the figures are 0.0 before the first); ``changes``: the changes
+      reported so far (``AdaptiveLimitChangedEvent``).
     """
 
     limit: int
     floor: int
     ceiling: int
     knee: float = 0.0
+    elasticity: float | None = None
+    share: float = 0.0
     rate_max: float = 0.0
     op_min: float = 0.0
+    op_time: float = 0.0
+    base_op_time: float = 0.0
     gain: float = 1.0
     rounds: int = 0
     changes: int = 0

@@ -118,6 +118,56 @@ def test_an_overload_sheds_connections_rather_than_adding_them() -> None:
     assert 8 <= statistics.median(run.limits_between(17.0, 20.0)) <= 12
 
 
+def fleet(
+    pools: int, tasks: int, cores: int, service: float, duration: float, *, stagger: float = 0.0
+) -> list[tuple[float, list[int]]]:
+    """``pools`` pools (the ``i``-th from ``i * stagger`` s) of ``tasks`` callers each, on one
+    server of ``cores`` cores; every pool's limit, sampled every 0.5 s."""
+    rng = random.Random(11)
+    server = _Cores(cores)
+    controllers = [AdaptiveLimit(1, 64, initial=2) for _ in range(pools)]
+    in_use = [0] * pools
+    ends: list[tuple[float, int, float, int]] = []  # (end, id, start, pool; -1: it starts)
+    ids = 0
+    now = 0.0
+    samples: list[tuple[float, list[int]]] = []
+
+    def start_more(i: int) -> None:
+        nonlocal ids
+        while in_use[i] < min(tasks, controllers[i].limit):
+            in_use[i] += 1
+            ids += 1
+            heapq.heappush(ends, (server.book(now, rng.expovariate(1.0 / service)), ids, now, i))
+
+    start_more(0)
+    for i in range(1, pools):
+        heapq.heappush(ends, (i * stagger, -i, 0.0, -1))
+    while ends and now < duration:
+        end, key, began, i = heapq.heappop(ends)
+        now = end
+        if i < 0:
+            start_more(-key)
+            continue
+        server.finish()
+        in_use[i] -= 1
+        controllers[i].sample(end - began, end)
+        if not samples or now - samples[-1][0] >= 0.5:
+            samples.append((now, [c.limit for c in controllers]))
+        start_more(i)
+    return samples
+
+
+@pytest.mark.parametrize("stagger", [0.0, 5.0])
+def test_a_fleet_shares_the_server_instead_of_piling_up(stagger: float) -> None:
+    """Four pools of 32 callers on one server of 8 cores (together, or joining 5 s apart): each
+    one's probes take throughput from the others, so each alone would climb without end; the
+    share holds the sum of their limits within twice the knee (8), the server busy."""
+    samples = fleet(4, 32, 8, 0.001, 90.0, stagger=stagger)
+    late = [sum(limits) for t, limits in samples if t >= 30.0]
+    assert statistics.median(late) <= 16, statistics.median(late)
+    assert statistics.median(late) >= 8  # (and the server kept busy)
+
+
 def test_few_callers_keep_a_small_limit() -> None:
     """4 callers on 8 cores: the server could take more, the callers do not need it."""
     run = simulate(4, 8, 0.001, 5.0)
@@ -177,7 +227,7 @@ def test_changes_are_reported_from_cruise_rounds_beyond_a_fraction() -> None:
         controller.estimate.rounds,
         reports,
     )
-    assert stats.knee == controller.estimate.rate_max * controller.estimate.op_min
+    assert stats.knee == controller.estimate.knee and stats.share == controller.estimate.share
     with pytest.raises(ValueError, match="report_change >= 0"):
         AdaptiveLimit(1, 2, report_change=-1.0)
 
@@ -231,11 +281,13 @@ def test_an_adaptive_pool_lets_no_more_than_its_limit_be_in_use() -> None:
 
 
 def test_an_adaptive_pool_takes_no_fast_path_and_learns_from_check_ins() -> None:
-    """Every check-in is a sample; after a round (here 4 operations) the limit is the knee the
-    samples show: 2 operations at a time, each 1 s, finishing at 2 a second: 2 x 1 s = 2, and
-    the first round's gain (1.25) probes one more."""
+    """Every check-in is a sample; a round (here 4 operations) measures the throughput and the
+    operation time (2 at a time, each 1 s: 2 a second, 1 s); the first rounds cruise at the
+    initial limit, and a third checkout waits for a check-in."""
     core = _core(max_size=10, max_connecting=2, adaptive=Adaptive(round_ops=4))
     assert (core.handout._lease_gen, core.handout._quick_gen) == (-1, -1)
+    adaptive = core.shared.adaptive
+    assert adaptive is not None
     now = 0.0
     reqs = [_checkout(core, now) for _ in range(2)]
     for _ in range(2):
@@ -246,17 +298,22 @@ def test_an_adaptive_pool_takes_no_fast_path_and_learns_from_check_ins() -> None
             core.release(req.conn, now)
             core.take()
         reqs = [_checkout(core, now) for _ in range(2)]
-    adaptive = core.shared.adaptive
-    assert adaptive is not None and adaptive.estimate is not None
+    assert adaptive.estimate is not None and adaptive.estimate.rounds == 1
     assert adaptive.estimate.op_min == 1.0 and adaptive.estimate.rate_max == 2.0
-    assert adaptive.limit == 3  # round(2 x 1.25)
-    assert _checkout(core, now).state is RequestState.SERVED  # (room for a third now)
+    assert adaptive.limit == 2 and adaptive.estimate.gain == 1.0  # (cruising first)
+    third = _checkout(core, now)
+    assert third.state is RequestState.WAITING
+    assert reqs[0].conn is not None
+    core.release(reqs[0].conn, now + 1.0)
+    core.take()
+    assert _state(third) is RequestState.SERVED
 
 
 def test_connections_beyond_the_next_probe_are_closed_once_idle_for_shed_after() -> None:
-    """Six in use at first, then one at a time (the knee is 1): the connections beyond what
-    the next probe could use (ceil(1 x 1.25) + 1 = 3) are closed once available for
-    ``shed_after`` (1 s), longest parked first, at a round's end; not before."""
+    """Six in use at first, then one at a time: the first probe (a round at 2 or more) finds
+    the callers use one, and the knee falls to 1: the connections beyond what the next probe
+    could use (ceil(1 x 1.25) + 1 = 3) are closed once available for ``shed_after`` (1 s),
+    longest parked first, at a round's end; not before."""
     core = _core(
         max_size=10, max_connecting=6, adaptive=Adaptive(window=1, round_ops=4, shed_after=1.0)
     )
@@ -267,7 +324,7 @@ def test_connections_beyond_the_next_probe_are_closed_once_idle_for_shed_after()
         core.take()
     now = 0.1
     totals = []
-    while now < 2.0:
+    while now < 6.0:
         req = _checkout(core, now)
         assert req.conn is not None
         now = round(now + 0.1, 6)

@@ -115,7 +115,7 @@ def test_opentelemetry_instruments_report_the_stats() -> None:
 
 def test_an_adaptive_pool_publishes_its_limit() -> None:
     """``poolkit_adaptive_*`` only for an adaptive pool: the limit, and the knee it was decided
-    from (0 until the first round ended)."""
+    from (the initial limit until the first rounds ended; the operation times 0 until then)."""
     pool: poolkit.Pool[Conn] = poolkit.Pool(
         lambda ctx: Conn(ctx.connection_id),
         address="db:3",
@@ -128,7 +128,7 @@ def test_an_adaptive_pool_publishes_its_limit() -> None:
     poolkit.metrics.bind_prometheus(pool, registry=registry)
     poolkit.metrics.bind_prometheus(static, registry=registry)
     assert registry.get_sample_value("poolkit_adaptive_limit", {"address": "db:3"}) == 3
-    assert registry.get_sample_value("poolkit_adaptive_knee", {"address": "db:3"}) == 0
+    assert registry.get_sample_value("poolkit_adaptive_knee", {"address": "db:3"}) == 3
     assert registry.get_sample_value("poolkit_adaptive_limit", {"address": "db:1"}) is None
     text = prometheus_client.generate_latest(registry).decode()
     assert text.count("# TYPE poolkit_adaptive_limit gauge") == 1  # (none for the static pool)
@@ -144,7 +144,7 @@ def test_an_adaptive_pool_publishes_its_limit() -> None:
         for point in metric.data.data_points
     }
     assert points[("poolkit.adaptive_limit", "db:3")] == 3
-    assert points[("poolkit.adaptive_op_min_seconds", "db:3")] == 0
+    assert points[("poolkit.adaptive_op_time_seconds", "db:3")] == 0
     assert ("poolkit.adaptive_limit", "db:1") not in points
     provider.shutdown()
     pool.close()

@@ -1,84 +1,127 @@
 """The adaptive limit (issue 28): how many connections may be in use at once, decided from the
-operation times the pool is told (check-out to check-in) and the time they end, nothing else.
+operation times the pool is told (check-out to check-in) and the times they end, nothing else.
 
-The estimate is BBR's (TCP's "bottleneck bandwidth and round-trip time"), for a pool: the most
-operations the server completes per second (``rate_max``, the highest of the last rounds') times
-the time an operation takes when nothing queues (``op_min``, the lowest of the last rounds' mean
-operation times) is how many operations the server works on at once: its knee. Fewer in use and
-it idles; more and they queue inside it, each slower, for no more throughput. The limit is that
-product, scaled each round by a gain that cycles: one round at 1.25 (probe: does more go
-faster?), one at 0.75 (drain what the probe queued), six at 1. A round ends once as many
-operations as the limit completed, and at least ``round_ops``: a round's mean and rate are then
-steady enough that the window's extremes are not its noise (the mean of 64 exponential draws
-varies by an eighth).
+Two loops decide it, both on *rounds* (at least ``round_ops`` operations, and at least as many
+as the limit: a round's rate and mean are then steady enough to compare).
 
-Why this and not a gradient on the operation time (Netflix's Gradient2, Envoy's filter): with
-callers waiting, a pool is a closed loop, where the operation time grows with the limit past
-the knee; an average of it drifts up with the limit and the limit creeps up with it. A minimum
-of single operation times (Vegas) fails on servers whose times vary (the minimum of many draws
-of an exponential is near 0). Rounds' means and rates are robust to both, and over the same
-window (``window`` rounds, a whole gain cycle and more) the low bias of the least mean and the
-high one of the most rate cancel. The window lets a server that changes (fewer cores, a slower
-query) be seen: what is older is forgotten.
+**The knee: a hill climb on the throughput's elasticity.** The rounds run in a cycle of eight
+(BBR's): one at 1.25 x the level (a *probe*), one at 0.75 x (a *drain*), six at it. A probe and
+the drain after it measure how the throughput answers the connections in use: the elasticity
+``e = ln(rate_probe / rate_drain) / ln(busy_probe / busy_drain)``, ``busy`` being the round's
+mean connections in use (Little's law: the sum of its operation times over its length). Below
+the server's knee the throughput grows as the connections do (``e`` near 1); past it, it does
+not (``e`` near 0), each operation only waits longer inside the server. The level moves by
+``exp(0.4 * (e - target))`` a cycle, ``e`` smoothed over about four cycles: it settles where one
+more connection in ten brings ``target`` (0.2) of one in ten more throughput. On a server with a
+hard knee (cores, each busy or not) that is about 1.2 x the knee; on a soft one (a client or a
+network on the way, queues in several places) where the curve has flattened, which is where a
+sweep's "smallest size within 5 % of the best throughput" lies. A probe whose limit the callers
+did not fill (fewer want a connection) caps the level at what they used; a pair of rounds whose
+operation times say the server changed between them (slower with fewer in use, or slower with
+more than their number explains) is not a sample.
+
+Why not BBR's own estimate (the window's most operations a second times its least mean
+operation time): it settles where the elasticity is about 0.56, well short of a soft knee (on
+PostgreSQL on this machine: 2 connections for a curve that flattens at 8); and a gradient on the
+operation time (Netflix's Gradient2, Envoy's filter) creeps up with the limit in a closed loop,
+where the operation time grows with the connections past the knee.
+
+**The share: what a fleet may put on one server.** Every pool of a fleet (processes, hosts, each
+with its pool, one database) sees the others only as a slower server; each one's probes take
+throughput from the others, so each sees an elasticity of about ``1 - its share`` and the sum of
+their limits climbs without end. What tells them apart from a server with more room is the
+operation time against the server's own, unloaded: the *base*, measured every ``base_every``
+seconds (10) in one round at the floor (one connection, or ``min_size``), the rounds aligned on
+the clock so that pools on one host (one monotonic clock) measure it together, on a server they
+all left. While the window's typical (median) round operation time is more than ``1 +
+tolerance`` times the base (0.25: a quarter spent queueing in the server), the *share* decays
+(``exp(-dt / 15 s)``); else it grows back (``exp(dt / 2 s)``), never far above the level. The
+limit holds ``min(level, share)``. A base measured higher than the last one is taken at most
+twice it: a few seconds of overload (everything slower) are not the new normal and the pool
+sheds rather than adds; a server slower for good is learnt within a few base rounds.
 
 Rules of this module
 --------------------
 * Pure: samples and ``now`` come from the caller; no I/O, no clock, no randomness.
 * ``limit`` changes only at a round's end; it is a whole number within ``[floor, ceiling]``.
 * A change is *reported* (:meth:`AdaptiveLimit.take_report`: the pool's event and log line) when
-  a cruise round's limit (gain 1: the probe and the drain are the cycle's own excursions, a
-  quarter either way each cycle) differs from the one last reported by more than
-  ``report_change`` of it.
+  a cruise round's limit (gain 1: the probe and the drain are the cycle's own excursions, and
+  the base round the floor's) differs from the one last reported by more than ``report_change``
+  of it.
 """
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass
 from typing import Final
 
 from ..stats import AdaptiveStats
 
-#: the gain of each round, in turn (BBR's ProbeBW cycle): the drain at 0.75 takes the pool below
-#: the knee for a round, where the operation time is the server's own, unqueued (a drain that
-#: stays above the knee lets the least mean, and then the limit, creep up)
+#: the gain of each round, in turn (BBR's ProbeBW cycle)
 GAINS: Final = (1.25, 0.75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
+_PROBE: Final = 0
+_DRAIN: Final = 1
+#: the level's step a cycle, per unit of elasticity off target; the elasticity's smoothing
+_STEP: Final = 0.4
+_SMOOTH: Final = 0.25
+#: the share's decay (while the server queues) and growth (while it does not), seconds
+_SHARE_DOWN: Final = 15.0
+_SHARE_UP: Final = 2.0
+#: a base measured higher than the last is taken at most this many times it
+_BASE_RISE: Final = 2.0
+#: two rounds whose operation times differ by more than this (beyond what their connections in
+#: use explain) ran on a changed server: no elasticity sample
+_SAME_SERVER: Final = 1.5
 
 
 @dataclass(frozen=True, slots=True)
 class Estimate:
     """What the last round's decision was made from."""
 
+    knee: float  #: the level: connections the pool holds between probes (before the share)
+    elasticity: float | None  #: smoothed; None until the first probe and drain
     rate_max: float  #: operations a second, the most of the window's rounds
     op_min: float  #: seconds, the least of the window's rounds' mean operation times
-    gain: float  #: this round's gain
+    op_time: float  #: seconds, the median of the window's rounds' mean operation times
+    base: float  #: seconds, the operation time on a server the pool left (the last base round)
+    share: float  #: the most connections the server's queueing lets the pool hold
+    gain: float  #: the round now running: 1.25 probe, 0.75 drain, 1 cruise, 0 base
     rounds: int  #: rounds ended so far
-
-    @property
-    def knee(self) -> float:
-        """Operations the server works on at once, estimated: ``rate_max * op_min``."""
-        return self.rate_max * self.op_min
 
 
 class AdaptiveLimit:
     """The limit on connections in use, decided round by round."""
 
     __slots__ = (
+        "_at",
+        "_base_period",
+        "_base_round",
+        "_decided_at",
         "_due",
-        "_gain_at",
+        "_elasticity",
+        "_every",
         "_op_sum",
         "_ops",
+        "_probe",
         "_rates",
         "_report_change",
         "_round_ops",
         "_round_start",
+        "_skip",
+        "_target",
         "_times",
+        "_tolerance",
+        "base",
         "ceiling",
         "changes",
         "estimate",
         "floor",
+        "level",
         "limit",
         "reported",
+        "share",
     )
 
     def __init__(
@@ -90,6 +133,9 @@ class AdaptiveLimit:
         window: int = 10,
         round_ops: int = 64,
         report_change: float = 0.2,
+        target: float = 0.2,
+        tolerance: float = 0.25,
+        base_every: float = 10.0,
     ) -> None:
         if not 1 <= floor <= ceiling:
             raise ValueError(f"AdaptiveLimit: 1 <= floor <= ceiling, got {floor}, {ceiling}")
@@ -97,23 +143,37 @@ class AdaptiveLimit:
             raise ValueError("AdaptiveLimit: the window and a round hold at least one")
         if not report_change >= 0.0:
             raise ValueError(f"AdaptiveLimit: report_change >= 0, got {report_change!r}")
+        if not (0.0 < target < 1.0 and tolerance > 0.0 and base_every > 0.0):
+            raise ValueError("AdaptiveLimit: 0 < target < 1, tolerance > 0, base_every > 0")
         self.floor = floor
         self.ceiling = ceiling
         #: connections that may be in use at once
         self.limit = floor if initial is None else min(max(initial, floor), ceiling)
+        self.level = float(self.limit)
+        self.share = float(ceiling)
+        self.base: float | None = None
         self.estimate: Estimate | None = None
         #: the limit last reported (at first, the initial one), and how many reports were made
         self.reported = self.limit
         self.changes = 0
         self._report_change = report_change
+        self._target = target
+        self._tolerance = tolerance
+        self._every = base_every
         self._due: int | None = None
         self._rates: deque[float] = deque(maxlen=window)
         self._times: deque[float] = deque(maxlen=window)
         self._round_ops = round_ops
-        self._gain_at = 0
+        self._at = 2  # (the first rounds cruise: a probe needs a level to probe from)
         self._round_start: float | None = None
         self._ops = 0
         self._op_sum = 0.0
+        self._skip = 0
+        self._probe: tuple[float, float, int, float] | None = None
+        self._elasticity: float | None = None
+        self._decided_at: float | None = None
+        self._base_period: int | None = None
+        self._base_round = False
 
     def sample(self, op_time: float, now: float) -> bool:
         """An operation that took ``op_time`` seconds ended at ``now``. Returns whether a round
@@ -122,36 +182,113 @@ class AdaptiveLimit:
             self._round_start = now - op_time  # (the first round began with this operation)
         if not op_time >= 0.0:
             return False
+        if self._skip:
+            # (the operations a change of limit leaves over from before it are not the round's)
+            self._skip -= 1
+            if not self._skip:
+                self._round_start = now
+            return False
         self._ops += 1
         self._op_sum += op_time
         elapsed = now - self._round_start
         if self._ops < max(self.limit, self._round_ops) or elapsed <= 0.0:
             return False
-        self._rates.append(self._ops / elapsed)
-        self._times.append(self._op_sum / self._ops)
+        rate = self._ops / elapsed
+        mean = self._op_sum / self._ops
+        busy = self._op_sum / elapsed  # (the round's mean connections in use: Little's law)
+        self._rates.append(rate)
+        self._times.append(mean)
         self._round_start = now
         self._ops = 0
         self._op_sum = 0.0
-        self._decide()
+        self._decide(rate, mean, busy, now)
         return True
 
-    def _decide(self) -> None:
-        rate_max = max(self._rates)
-        op_min = min(self._times)
-        gain = GAINS[self._gain_at]
-        self._gain_at = (self._gain_at + 1) % len(GAINS)
-        rounds = 1 if self.estimate is None else self.estimate.rounds + 1
-        self.estimate = Estimate(rate_max, op_min, gain, rounds)
-        knee = rate_max * op_min
-        limit = min(max(round(knee * gain), self.floor), self.ceiling)
-        if gain > 1.0 and limit == round(knee):
-            limit = min(limit + 1, self.ceiling)  # (a probe tries one more at least)
+    def _decide(self, rate: float, mean: float, busy: float, now: float) -> None:
+        ran = self.limit
+        if self._base_round:
+            self._base_round = False
+            base = self.base
+            self.base = mean if base is None else min(mean, base * _BASE_RISE)
+        else:
+            if self.base is None:
+                self.base = mean  # (until the first base round: the first round's)
+            if self._at == _PROBE:
+                self._probe = (busy, rate, ran, mean)
+            elif self._at == _DRAIN and self._probe is not None:
+                self._climb(busy, rate, mean)
+        base = self.base
+        assert base is not None
+        times = sorted(self._times)
+        typical = times[len(times) // 2]
+        if self._decided_at is not None:
+            dt = now - self._decided_at
+            if typical > (1.0 + self._tolerance) * base:
+                self.share *= math.exp(-dt / _SHARE_DOWN)
+            else:
+                self.share *= math.exp(dt / _SHARE_UP)
+        self._decided_at = now
+        floor, ceiling = self.floor, self.ceiling
+        level = min(max(self.level, floor), ceiling)
+        self.share = min(max(self.share, floor), level * GAINS[_PROBE] + 1.0, ceiling)
+        self.level = level = min(level, self.share * GAINS[_PROBE])  # (no run-away above it)
+        hold = min(level, self.share)
+        period = math.floor(now / self._every)
+        if self._base_period is None:
+            self._base_period = period
+        if period != self._base_period:
+            self._base_period = period
+            self._base_round = True
+            gain = 0.0
+            limit = floor
+        else:
+            self._at = (self._at + 1) % len(GAINS)
+            gain = GAINS[self._at]
+            limit = round(hold * gain)
+            if self._at == _PROBE:
+                limit = max(limit, round(hold) + 1)  # (a probe tries one more at least)
+            elif self._at == _DRAIN:
+                limit = min(limit, round(hold) - 1)
+            limit = min(max(limit, floor), ceiling)
+        self._skip = max(ran - limit, 0)
         self.limit = limit
+        rounds = 1 if self.estimate is None else self.estimate.rounds + 1
+        self.estimate = Estimate(
+            knee=level,
+            elasticity=self._elasticity,
+            rate_max=max(self._rates),
+            op_min=times[0],
+            op_time=typical,
+            base=base,
+            share=self.share,
+            gain=gain,
+            rounds=rounds,
+        )
         reported = self.reported
         if gain == 1.0 and abs(limit - reported) > self._report_change * reported:
             self._due = reported
             self.reported = limit
             self.changes += 1
+
+    def _climb(self, busy: float, rate: float, mean: float) -> None:
+        """A drain round (``busy``, ``rate``, ``mean``) ended after a probe: the level climbs or
+        descends by the elasticity between them."""
+        assert self._probe is not None
+        busy_p, rate_p, ran_p, mean_p = self._probe
+        self._probe = None
+        if busy_p < ran_p - 0.5:
+            # (the probe's limit was not filled: the callers want no more than they used)
+            self.level = min(self.level, max(busy_p, float(self.floor)))
+            return
+        same = mean <= _SAME_SERVER * mean_p and mean_p <= _SAME_SERVER * mean * busy_p / busy
+        if busy_p <= 1.05 * busy or not same or rate <= 0.0:
+            return
+        e = math.log(rate_p / rate) / math.log(busy_p / busy)
+        e = min(max(e, -0.5), 1.5)  # (one pair's noise moves the level a step at most)
+        smooth = self._elasticity
+        smooth = e if smooth is None else smooth + _SMOOTH * (e - smooth)
+        self._elasticity = smooth
+        self.level *= math.exp(_STEP * (smooth - self._target))
 
     def take_report(self) -> int | None:
         """The limit reported before, if a change is due to be reported (then no longer)."""
@@ -163,15 +300,24 @@ class AdaptiveLimit:
         est = self.estimate
         if est is None:
             return AdaptiveStats(
-                limit=self.limit, floor=self.floor, ceiling=self.ceiling, changes=self.changes
+                limit=self.limit,
+                floor=self.floor,
+                ceiling=self.ceiling,
+                knee=self.level,
+                share=self.share,
+                changes=self.changes,
             )
         return AdaptiveStats(
             limit=self.limit,
             floor=self.floor,
             ceiling=self.ceiling,
             knee=est.knee,
+            elasticity=est.elasticity,
             rate_max=est.rate_max,
             op_min=est.op_min,
+            op_time=est.op_time,
+            base_op_time=est.base,
+            share=est.share,
             gain=est.gain,
             rounds=est.rounds,
             changes=self.changes,

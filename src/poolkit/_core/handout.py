@@ -398,8 +398,10 @@ class Handout:
                         limit=adaptive.limit,
                         previous=previous,
                         knee=est.knee,
-                        rate_max=est.rate_max,
-                        op_min=est.op_min,
+                        elasticity=est.elasticity,
+                        share=est.share,
+                        op_time=est.op_time,
+                        base_op_time=est.base,
                     )
                 )
         return True

@@ -157,6 +157,9 @@ class CoreState:
                 window=options.adaptive.window,
                 round_ops=options.adaptive.round_ops,
                 report_change=options.adaptive.report_change,
+                target=options.adaptive.target,
+                tolerance=options.adaptive.tolerance,
+                base_every=options.adaptive.base_every,
             )
         soft = options.soft_max_size
         self.roles = Roles(options.min_size, self.size_limit if soft is None else soft, regate)

@@ -9,7 +9,9 @@ Scenarios (32 tasks a process, the server's 8 cores at 1 ms exponential, ``--max
 
 * steady: a static sweep of ``max_size`` and an adaptive pool. The adaptive pool reaches 95 % of
   the best static throughput, holds at most 1.5 x the recommended size's connections, and its
-  checkout wait p99 is within 1.5 x the recommended size's.
+  checkout wait p99 is within 1.5 x the recommended size's. (The sweep's *knee*, used below, is
+  its smallest size within 5 % of the best throughput; its *recommendation* also asks that
+  callers wait no longer for a connection than they hold one.)
 * change: cores 8 -> 4 at 10 s and back at 20 s. The limit comes within a quarter of the new
   knee (the static sweep's recommendation on 4 cores, then on 8) within 3 s each way; the
   operation time p99 after the drop is within 2 x that of the best static size for 4 cores.
@@ -18,7 +20,7 @@ Scenarios (32 tasks a process, the server's 8 cores at 1 ms exponential, ``--max
 * fleet: ``--processes 4``, each pool adaptive: their limits added up settle within 2 x the
   single pool's knee (four static pools of the recommended size hold 4 x it).
 * pg (with ``--pg``): ``SELECT 1`` on PostgreSQL, a static sweep and an adaptive pool: the
-  adaptive limit within a factor 2 of the sweep's recommended size.
+  adaptive limit within a factor 2 of the sweep's knee.
 
 The timeline's times are from the embedded server's start (its schedule's clock). Each interval
 (about 0.25 s) has its own p99s: the criteria over a span take their median (a span's p99 as
@@ -106,6 +108,15 @@ def best_and_recommended(document: dict[str, Any]) -> tuple[dict[str, Any], dict
     return best, rec
 
 
+def knee_of(document: dict[str, Any]) -> int:
+    """The sweep's knee: the smallest size within 5 % of the best throughput (the
+    recommendation also asks that callers wait no longer than they hold a connection, which
+    with more callers than the knee moves it well past it)."""
+    results = document["results"]
+    best = max(r["throughput"] for r in results)
+    return min(r["max_size"] for r in results if r["throughput"] >= 0.95 * best)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--duration", default="10", help="seconds of each static run")
@@ -128,10 +139,10 @@ def main() -> int:
     static8 = sweep(SIM, SIZES_8, args.duration)
     documents["static8"] = static8
     best8, rec8 = best_and_recommended(static8)
-    knee8 = rec8["max_size"]
+    knee8 = knee_of(static8)
     print(
         f"static, 8 cores: best max_size={best8['max_size']} {best8['throughput']:,.0f} ops/s; "
-        f"recommended {knee8} {rec8['throughput']:,.0f} ops/s",
+        f"recommended {rec8['max_size']} {rec8['throughput']:,.0f} ops/s; knee {knee8}",
         file=sys.stderr,
     )
 
@@ -142,6 +153,9 @@ def main() -> int:
         documents["steady"] = doc
         (r,) = doc["results"]
         held = median_of(span(r["timeline"], 0.0, 1e9), "connections")
+        rec_size = rec8["max_size"]
+        total = r["wait_ms"]["mean"] + r["latency_ms"]["mean"]
+        rec_total = rec8["wait_ms"]["mean"] + rec8["latency_ms"]["mean"]
         checks += [
             Check(
                 "steady",
@@ -154,15 +168,16 @@ def main() -> int:
             Check(
                 "steady",
                 "connections held (median; peak) vs the recommended size",
-                f"{held:g}; {r['connections']['pool_peak']} vs {knee8} "
-                f"(limit median {r['adaptive']['median']:g})",
-                f"<= {1.5 * knee8:g}",
-                held <= 1.5 * knee8,
+                f"{held:g}; {r['connections']['pool_peak']} vs {rec_size} "
+                f"(limit median {r['adaptive']['median']:g}; the knee {knee8})",
+                f"<= {1.5 * rec_size:g}",
+                held <= 1.5 * rec_size,
             ),
             Check(
                 "steady",
                 "checkout wait p99 vs the recommended size's",
-                f"{r['wait_ms']['p99']:.2f} ms vs {rec8['wait_ms']['p99']:.2f} ms",
+                f"{r['wait_ms']['p99']:.2f} ms vs {rec8['wait_ms']['p99']:.2f} ms (wait + "
+                f"operation, mean: {total:.2f} ms vs {rec_total:.2f} ms)",
                 "<= 1.5x",
                 r["wait_ms"]["p99"] <= 1.5 * rec8["wait_ms"]["p99"],
             ),
@@ -171,8 +186,8 @@ def main() -> int:
     if "change" in only:
         static4 = sweep(SIM.replace("concurrency=8", "concurrency=4"), SIZES_4, args.duration)
         documents["static4"] = static4
-        best4, rec4 = best_and_recommended(static4)
-        knee4 = rec4["max_size"]
+        best4, _ = best_and_recommended(static4)
+        knee4 = knee_of(static4)
         run = (SIM, *adaptive, "--duration", "30", "--sim-schedule", "10s:cores=4 20s:cores=8")
         doc = bench(*run)
         plot(png("change"), *run)
@@ -232,6 +247,7 @@ def main() -> int:
         conns_during = max(p["connections"] for p in during)
         wait_p99 = median_of(outside, "wait_p99_ms")
         wait_max = max(p["wait_max_ms"] for p in during)
+        inside = median_of(during, "wait_p99_ms")
         checks += [
             Check(
                 "overload",
@@ -250,7 +266,7 @@ def main() -> int:
             Check(
                 "overload",
                 "longest checkout wait in the overload vs the wait p99 outside",
-                f"{wait_max:.2f} ms vs {wait_p99:.2f} ms",
+                f"{wait_max:.2f} ms vs {wait_p99:.2f} ms (the wait p99 inside: {inside:.2f} ms)",
                 "<= 5x",
                 wait_max <= 5.0 * wait_p99,
             ),
@@ -266,7 +282,13 @@ def main() -> int:
         settled = span(line, line[-1]["t"] - 20.0, 1e9)
         total = median_of(settled, "limit")
         static = bench(
-            SIM, "--max-size", str(knee8), "--processes", "4", "--duration", args.duration
+            SIM,
+            "--max-size",
+            str(rec8["max_size"]),
+            "--processes",
+            "4",
+            "--duration",
+            args.duration,
         )
         documents["fleet_static"] = static
         (s,) = static["results"]
@@ -275,7 +297,8 @@ def main() -> int:
                 "fleet",
                 "4 adaptive pools: their limits added up (median, last 20 s)",
                 f"{total:g} (connections {median_of(settled, 'connections'):g}, "
-                f"{r['throughput']:,.0f} ops/s) vs knee {knee8}; 4 static pools of {knee8}: "
+                f"{r['throughput']:,.0f} ops/s) vs knee {knee8}; 4 static pools of "
+                f"{rec8['max_size']} (recommended): "
                 f"{s['connections']['client_peak']} connections, {s['throughput']:,.0f} ops/s",
                 f"<= {2 * knee8}",
                 total <= 2 * knee8,
@@ -286,19 +309,20 @@ def main() -> int:
         pg_sweep = sweep(args.pg, "max_size=1..64:x2", args.duration)
         documents["pg_static"] = pg_sweep
         best, rec = best_and_recommended(pg_sweep)
+        knee = knee_of(pg_sweep)
         run = (args.pg, *adaptive, "--duration", "20", "--warmup", "3")
         doc = bench(*run)
         plot(png("pg"), *run)
         documents["pg"] = doc
         (r,) = doc["results"]
         limit = r["adaptive"]["median"]
-        knee = rec["max_size"]
         checks.append(
             Check(
                 "pg",
-                "PostgreSQL: adaptive limit (median) vs the sweep's recommended size",
-                f"{limit:g} ({r['throughput']:,.0f} ops/s) vs {knee} ({rec['throughput']:,.0f} "
-                f"ops/s; best {best['max_size']}: {best['throughput']:,.0f})",
+                "PostgreSQL: adaptive limit (median) vs the sweep's knee",
+                f"{limit:g} ({r['throughput']:,.0f} ops/s) vs {knee} (recommended "
+                f"{rec['max_size']}: {rec['throughput']:,.0f} ops/s; best {best['max_size']}: "
+                f"{best['throughput']:,.0f})",
                 "within 2x",
                 knee / 2 <= limit <= knee * 2,
             )

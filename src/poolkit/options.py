@@ -296,9 +296,9 @@ class Adaptive:
       one in ten more throughput (0.2); lower holds more connections for a little more
       throughput, higher fewer.
     * ``tolerance``: the share of the server the pool takes falls while operations take more
-      than ``1 + tolerance`` times what they take on a server the pool left (0.25): the pools
+      than ``1 + tolerance`` times what they take on a server the pool left (0.3): the pools
       of a fleet, and an overload, do not pile up connections on a server already queueing.
-    * ``base_every``: seconds between the rounds at the floor that measure that time (10);
+    * ``base_every``: seconds between the short rounds at the floor that measure that time (10);
       pools on one host measure together (the rounds are aligned on the monotonic clock).
     * ``round_ops``: the least operations a round is measured over (64); ``window``: the rounds
       ``op_time`` is the median of (10).
@@ -314,7 +314,7 @@ class Adaptive:
     """
 
     target: float = 0.2
-    tolerance: float = 0.25
+    tolerance: float = 0.3
     base_every: float = 10.0
     window: int = 10
     round_ops: int = 64

@@ -23,8 +23,8 @@ class AdaptiveStats:
 
     * ``limit``: connections that may be in use at once now, within ``[floor, ceiling]``
       (``min_size`` or 1, and ``max_size``): ``min(knee, share)`` times ``gain`` (1.25 for a
-      round to probe, 0.75 the next to drain, 1 the six after; 0 for a round at the floor that
-      measures the base).
+      round to probe, 0.75 the next to drain, 1 the six after; 0 for a short round at the floor
+      that measures the base).
     * ``knee``: the connections the pool finds worth holding, where one more in ten brings less
       than ``Adaptive.target`` of one in ten more throughput; ``elasticity``: the smoothed
       answer of the throughput to the connections (``None`` until measured): near 1 below the

@@ -31,14 +31,15 @@ with its pool, one database) sees the others only as a slower server; each one's
 throughput from the others, so each sees an elasticity of about ``1 - its share`` and the sum of
 their limits climbs without end. What tells them apart from a server with more room is the
 operation time against the server's own, unloaded: the *base*, measured every ``base_every``
-seconds (10) in one round at the floor (one connection, or ``min_size``), the rounds aligned on
-the clock so that pools on one host (one monotonic clock) measure it together, on a server they
-all left. While the window's typical (median) round operation time is more than ``1 +
-tolerance`` times the base (0.25: a quarter spent queueing in the server), the *share* decays
-(``exp(-dt / 15 s)``); else it grows back (``exp(dt / 2 s)``), never far above the level. The
-limit holds ``min(level, share)``. A base measured higher than the last one is taken at most
-twice it: a few seconds of overload (everything slower) are not the new normal and the pool
-sheds rather than adds; a server slower for good is learnt within a few base rounds.
+seconds (10) in a short round at the floor (one connection, or ``min_size``; half a round's
+operations), aligned on the clock so that pools on one host (one monotonic clock) measure it
+together, on a server they all left; the base is the median of the last five (a round that short
+is noisy; a few seconds of overload, everything slower, are not the new normal, and a server
+slower for good is believed after three, some 30 s). While the window's typical (median) round
+operation time is more than ``1 + tolerance`` times the base (0.3: 30 % spent queueing in the
+server), the *share* decays (``exp(-dt / 15 s)``); else it grows back (``exp(dt / 2 s)``), never
+far above the level. The limit holds ``min(level, share)``: an overload sheds a little, a fleet
+holds its sum near the knee.
 
 Rules of this module
 --------------------
@@ -69,8 +70,10 @@ _SMOOTH: Final = 0.25
 #: the share's decay (while the server queues) and growth (while it does not), seconds
 _SHARE_DOWN: Final = 15.0
 _SHARE_UP: Final = 2.0
-#: a base measured higher than the last is taken at most this many times it
-_BASE_RISE: Final = 2.0
+#: the base is the median of the last this many base rounds' (a base round is short, and its
+#: mean noisy; a server slower for good is believed after half of them, some 30 s; an overload
+#: of a few seconds, never)
+_BASES: Final = 5
 #: two rounds whose operation times differ by more than this (beyond what their connections in
 #: use explain) ran on a changed server: no elasticity sample
 _SAME_SERVER: Final = 1.5
@@ -87,7 +90,7 @@ class Estimate:
     op_time: float  #: seconds, the median of the window's rounds' mean operation times
     base: float  #: seconds, the operation time on a server the pool left (the last base round)
     share: float  #: the most connections the server's queueing lets the pool hold
-    gain: float  #: the round now running: 1.25 probe, 0.75 drain, 1 cruise, 0 base
+    gain: float  #: the round now running: 1.25 probe, 0.75 drain, 1 cruise, 0 base (at the floor)
     rounds: int  #: rounds ended so far
 
 
@@ -98,6 +101,7 @@ class AdaptiveLimit:
         "_at",
         "_base_period",
         "_base_round",
+        "_bases",
         "_decided_at",
         "_due",
         "_elasticity",
@@ -134,7 +138,7 @@ class AdaptiveLimit:
         round_ops: int = 64,
         report_change: float = 0.2,
         target: float = 0.2,
-        tolerance: float = 0.25,
+        tolerance: float = 0.3,
         base_every: float = 10.0,
     ) -> None:
         if not 1 <= floor <= ceiling:
@@ -174,6 +178,7 @@ class AdaptiveLimit:
         self._decided_at: float | None = None
         self._base_period: int | None = None
         self._base_round = False
+        self._bases: deque[float] = deque(maxlen=_BASES)
 
     def sample(self, op_time: float, now: float) -> bool:
         """An operation that took ``op_time`` seconds ended at ``now``. Returns whether a round
@@ -191,7 +196,8 @@ class AdaptiveLimit:
         self._ops += 1
         self._op_sum += op_time
         elapsed = now - self._round_start
-        if self._ops < max(self.limit, self._round_ops) or elapsed <= 0.0:
+        least = self._round_ops if not self._base_round else max(self._round_ops // 2, 8)
+        if self._ops < max(self.limit, least) or elapsed <= 0.0:
             return False
         rate = self._ops / elapsed
         mean = self._op_sum / self._ops
@@ -208,11 +214,13 @@ class AdaptiveLimit:
         ran = self.limit
         if self._base_round:
             self._base_round = False
-            base = self.base
-            self.base = mean if base is None else min(mean, base * _BASE_RISE)
+            self._bases.append(mean)
+            bases = sorted(self._bases)
+            self.base = bases[(len(bases) - 1) // 2]  # (of two, the lower)
         else:
             if self.base is None:
-                self.base = mean  # (until the first base round: the first round's)
+                self.base = mean  # (until the first base rounds: the first round's)
+                self._bases.append(mean)
             if self._at == _PROBE:
                 self._probe = (busy, rate, ran, mean)
             elif self._at == _DRAIN and self._probe is not None:

@@ -413,7 +413,8 @@ class Handout:
         after = self._st.options.adaptive.shed_after if self._st.options.adaptive else None
         if adaptive is None or after is None or adaptive.estimate is None:
             return
-        probe = math.ceil(adaptive.estimate.knee * GAINS[0]) + 1
+        est = adaptive.estimate
+        probe = math.ceil(min(est.knee, est.share) * GAINS[0]) + 1
         excess = len(self.conns) - max(probe, adaptive.limit, adaptive.floor)
         if excess <= 0 or not self._idle:
             return

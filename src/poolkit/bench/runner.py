@@ -285,7 +285,8 @@ def _run_point(
                 server_now = observer.latest if observer is not None else None
                 warming = any(r.warming for r in reports.values())
                 if timeline is not None:
-                    timeline.sample(now, warming, tally, gauges, server_now)
+                    measured = max(r.measured for r in reports.values())
+                    timeline.sample(now, warming, tally, gauges, server_now, measured)
                 sink.update(
                     Live(
                         label,

@@ -92,15 +92,26 @@ class Timeline:
         self.points: list[TimelinePoint] = []
         self._last_at: float | None = None
         self._last_ops = 0
+        self._last_measured = 0.0
         self._wait = Histogram()
         self._op = Histogram()
 
     def sample(
-        self, now: float, warming: bool, tally: Tally, gauges: Gauges, server: int | None
+        self,
+        now: float,
+        warming: bool,
+        tally: Tally,
+        gauges: Gauges,
+        server: int | None,
+        measured: float = 0.0,
     ) -> None:
+        """The run at ``now`` (``measured``: the workers' measured seconds, the clock their
+        counts are on: a rate over the parent's own would jump with the reports' arrival)."""
         if self._last_at is not None and now - self._last_at < INTERVAL:
             return
-        elapsed = 0.0 if self._last_at is None else now - self._last_at
+        elapsed = measured - self._last_measured
+        if elapsed <= 0.0:
+            elapsed = 0.0 if self._last_at is None else now - self._last_at
         wait = since(tally.wait, self._wait)
         op = since(tally.latency, self._op)
         ops = tally.ops - self._last_ops
@@ -121,6 +132,7 @@ class Timeline:
             )
         )
         self._last_at = now
+        self._last_measured = measured
         self._last_ops = tally.ops
         self._wait = tally.wait.copy()
         self._op = tally.latency.copy()

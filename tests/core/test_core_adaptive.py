@@ -2,7 +2,7 @@
 embedded server: its cores' queue (``poolkit.testing.sim``'s own) with seeded exponential service
 times, callers that always want a connection (a closed loop), and a pool that lets no more than
 the limit be in use. Virtual time: the runs are exact and repeatable. What the issue asks of the
-pool, in model form: the knee found, a change followed, an overload shed."""
+pool, in model form: the knee found, a change followed, an overload shed, a fleet held."""
 
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ def simulate(
         now = end
         server.finish()
         in_use -= 1
-        controller.sample(end - began, end)
+        controller.sample(end - began, end, tasks > in_use + 1)  # (callers waited for it)
         run.times.append(end)
         run.limits.append(controller.limit)
         start_more()
@@ -107,8 +107,8 @@ def test_a_change_of_cores_is_followed_within_a_second_each_way() -> None:
 
 
 def test_an_overload_sheds_connections_rather_than_adding_them() -> None:
-    """The service time times 5 for 5 s: the pool holds no more connections than before (the
-    server's parallelism did not change: each request is slower), fewer at first."""
+    """The service time times 5 for 5 s: the pool holds no more connections than before, fewer
+    as it goes on (operations take more than 1.3 x the base: the share decays); back after."""
     run = simulate(32, 8, 0.001, 20.0, changes=((10.0, None, 0.005), (15.0, None, 0.001)))
     before = statistics.median(run.limits_between(5.0, 10.0))
     during = run.limits_between(10.0, 15.0)
@@ -150,7 +150,7 @@ def fleet(
             continue
         server.finish()
         in_use[i] -= 1
-        controllers[i].sample(end - began, end)
+        controllers[i].sample(end - began, end, tasks > in_use[i] + 1)
         if not samples or now - samples[-1][0] >= 0.5:
             samples.append((now, [c.limit for c in controllers]))
         start_more(i)

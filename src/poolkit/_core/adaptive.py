@@ -70,6 +70,10 @@ _SMOOTH: Final = 0.25
 #: the share's decay (while the server queues) and growth (while it does not), seconds
 _SHARE_DOWN: Final = 15.0
 _SHARE_UP: Final = 2.0
+#: the operations of a base round, at least: at the floor (the pools of a fleet, together, leave
+#: the server), its callers wait for all of them: a few; fewer, and its mean is too noisy to hold a
+#: fleet (the median of five rounds notwithstanding)
+_BASE_OPS: Final = 32
 #: the base is the median of the last this many base rounds' (a base round is short, and its
 #: mean noisy; a server slower for good is believed after half of them, some 30 s; an overload
 #: of a few seconds, never)
@@ -109,6 +113,7 @@ class AdaptiveLimit:
         "_op_sum",
         "_ops",
         "_probe",
+        "_queued",
         "_rates",
         "_report_change",
         "_round_ops",
@@ -173,16 +178,18 @@ class AdaptiveLimit:
         self._ops = 0
         self._op_sum = 0.0
         self._skip = 0
-        self._probe: tuple[float, float, int, float] | None = None
+        self._probe: tuple[float, float, bool, float] | None = None
+        self._queued = 0
         self._elasticity: float | None = None
         self._decided_at: float | None = None
         self._base_period: int | None = None
         self._base_round = False
         self._bases: deque[float] = deque(maxlen=_BASES)
 
-    def sample(self, op_time: float, now: float) -> bool:
-        """An operation that took ``op_time`` seconds ended at ``now``. Returns whether a round
-        ended (``limit`` was decided anew: the same, or another)."""
+    def sample(self, op_time: float, now: float, queued: bool = True) -> bool:
+        """An operation that took ``op_time`` seconds ended at ``now``; ``queued``: checkouts
+        were waiting for a connection then (the callers want more than the limit). Returns
+        whether a round ended (``limit`` was decided anew: the same, or another)."""
         if self._round_start is None:
             self._round_start = now - op_time  # (the first round began with this operation)
         if not op_time >= 0.0:
@@ -195,22 +202,25 @@ class AdaptiveLimit:
             return False
         self._ops += 1
         self._op_sum += op_time
+        self._queued += queued
         elapsed = now - self._round_start
-        least = self._round_ops if not self._base_round else max(self._round_ops // 2, 8)
+        least = self._round_ops if not self._base_round else min(self._round_ops, _BASE_OPS)
         if self._ops < max(self.limit, least) or elapsed <= 0.0:
             return False
         rate = self._ops / elapsed
         mean = self._op_sum / self._ops
         busy = self._op_sum / elapsed  # (the round's mean connections in use: Little's law)
+        wanted = self._queued * 2 >= self._ops  # (checkouts waited at half its check-ins)
         self._rates.append(rate)
         self._times.append(mean)
         self._round_start = now
         self._ops = 0
         self._op_sum = 0.0
-        self._decide(rate, mean, busy, now)
+        self._queued = 0
+        self._decide(rate, mean, busy, wanted, now)
         return True
 
-    def _decide(self, rate: float, mean: float, busy: float, now: float) -> None:
+    def _decide(self, rate: float, mean: float, busy: float, wanted: bool, now: float) -> None:
         ran = self.limit
         if self._base_round:
             self._base_round = False
@@ -222,7 +232,7 @@ class AdaptiveLimit:
                 self.base = mean  # (until the first base rounds: the first round's)
                 self._bases.append(mean)
             if self._at == _PROBE:
-                self._probe = (busy, rate, ran, mean)
+                self._probe = (busy, rate, wanted, mean)
             elif self._at == _DRAIN and self._probe is not None:
                 self._climb(busy, rate, mean)
         base = self.base
@@ -282,10 +292,10 @@ class AdaptiveLimit:
         """A drain round (``busy``, ``rate``, ``mean``) ended after a probe: the level climbs or
         descends by the elasticity between them."""
         assert self._probe is not None
-        busy_p, rate_p, ran_p, mean_p = self._probe
+        busy_p, rate_p, wanted, mean_p = self._probe
         self._probe = None
-        if busy_p < ran_p - 0.5:
-            # (the probe's limit was not filled: the callers want no more than they used)
+        if not wanted:
+            # (no checkout waited through the probe: the callers want no more than they used)
             self.level = min(self.level, max(busy_p, float(self.floor)))
             return
         same = mean <= _SAME_SERVER * mean_p and mean_p <= _SAME_SERVER * mean * busy_p / busy

@@ -382,9 +382,10 @@ class Handout:
         assert adaptive is not None
         sampled = conn.max_streams == 1 and conn.state is _LEASED
         op_time = now - conn.leased_at  # (before give_back: a waiter served restamps it)
+        queued = bool(self._waiters)
         self.give_back(conn, now, now, used=not clean)
         before = adaptive.limit
-        if sampled and adaptive.sample(op_time, now):  # (a round ended: the limit decided)
+        if sampled and adaptive.sample(op_time, now, queued):  # (a round ended: decided)
             if adaptive.limit > before:
                 self.dispatch(now)  # (raised: waiters get connections; lowered: none taken back)
             self._shed(now)

@@ -41,6 +41,16 @@ from .threaded import Pool
 
 __all__ = ["bind_opentelemetry", "bind_prometheus", "prometheus_collector", "read_stats"]
 
+
+def _adaptive(field: str) -> Callable[[PoolStats], Any]:
+    """Reads ``stats.adaptive.<field>``: ``None`` (no series) for a pool that is not adaptive."""
+
+    def read(stats: PoolStats) -> Any:
+        return None if stats.adaptive is None else getattr(stats.adaptive, field)
+
+    return read
+
+
 #: (name, description, what to read, label name or None) of every gauge
 _GAUGES: tuple[tuple[str, str, Callable[[PoolStats], Any], str | None], ...] = (
     (
@@ -82,35 +92,35 @@ _GAUGES: tuple[tuple[str, str, Callable[[PoolStats], Any], str | None], ...] = (
         None,
     ),
     ("checkout_wait_max_seconds", "Longest wait of a checkout", lambda s: s.wait_time_max, None),
-    (
-        "adaptive_limit",
-        "Connections that may be in use at once, as the adaptive pool decided",
-        lambda s: None if s.adaptive is None else s.adaptive.limit,
-        None,
-    ),
-    (
-        "adaptive_knee",
-        "Connections the adaptive pool finds worth holding, by the throughput's elasticity",
-        lambda s: None if s.adaptive is None else s.adaptive.knee,
-        None,
-    ),
-    (
-        "adaptive_share",
-        "The most connections the server's queueing lets the adaptive pool hold",
-        lambda s: None if s.adaptive is None else s.adaptive.share,
-        None,
-    ),
-    (
-        "adaptive_op_time_seconds",
-        "The typical operation time of the adaptive pool's last rounds",
-        lambda s: None if s.adaptive is None else s.adaptive.op_time,
-        None,
-    ),
-    (
-        "adaptive_base_op_time_seconds",
-        "The operation time on a server the adaptive pool left (its last base round)",
-        lambda s: None if s.adaptive is None else s.adaptive.base_op_time,
-        None,
+    *(
+        (f"adaptive_{name}", doc, _adaptive(field), None)
+        for name, field, doc in (
+            (
+                "limit",
+                "limit",
+                "Connections that may be in use at once, as the adaptive pool decided",
+            ),
+            (
+                "knee",
+                "knee",
+                "Connections the adaptive pool finds worth holding, by the throughput's elasticity",
+            ),
+            (
+                "share",
+                "share",
+                "The most connections the server's queueing lets the adaptive pool hold",
+            ),
+            (
+                "op_time_seconds",
+                "op_time",
+                "The typical operation time of the adaptive pool's last rounds",
+            ),
+            (
+                "base_op_time_seconds",
+                "base_op_time",
+                "The operation time on a server the adaptive pool left (its last base round)",
+            ),
+        )
     ),
 )
 

@@ -115,7 +115,7 @@ def knee_of(document: dict[str, Any]) -> int:
     with more callers than the knee moves it well past it)."""
     results = document["results"]
     best = max(r["throughput"] for r in results)
-    return min(r["max_size"] for r in results if r["throughput"] >= 0.95 * best)
+    return int(min(r["max_size"] for r in results if r["throughput"] >= 0.95 * best))
 
 
 def main() -> int:

@@ -55,7 +55,6 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass
 from typing import Final
 
 from ..stats import AdaptiveStats
@@ -81,21 +80,6 @@ _BASES: Final = 5
 #: two rounds whose operation times differ by more than this (beyond what their connections in
 #: use explain) ran on a changed server: no elasticity sample
 _SAME_SERVER: Final = 1.5
-
-
-@dataclass(frozen=True, slots=True)
-class Estimate:
-    """What the last round's decision was made from."""
-
-    knee: float  #: the level: connections the pool holds between probes (before the share)
-    elasticity: float | None  #: smoothed; None until the first probe and drain
-    rate_max: float  #: operations a second, the most of the window's rounds
-    op_min: float  #: seconds, the least of the window's rounds' mean operation times
-    op_time: float  #: seconds, the median of the window's rounds' mean operation times
-    base: float  #: seconds, the operation time on a server the pool left (the last base round)
-    share: float  #: the most connections the server's queueing lets the pool hold
-    gain: float  #: the round now running: 1.25 probe, 0.75 drain, 1 cruise, 0 base (at the floor)
-    rounds: int  #: rounds ended so far
 
 
 class AdaptiveLimit:
@@ -161,7 +145,8 @@ class AdaptiveLimit:
         self.level = float(self.limit)
         self.share = float(ceiling)
         self.base: float | None = None
-        self.estimate: Estimate | None = None
+        #: the last round's decision and what it was made from (``stats()``; None before one)
+        self.estimate: AdaptiveStats | None = None
         #: the limit last reported (at first, the initial one), and how many reports were made
         self.reported = self.limit
         self.changes = 0
@@ -270,23 +255,26 @@ class AdaptiveLimit:
             limit = min(max(limit, floor), ceiling)
         self._skip = max(ran - limit, 0)
         self.limit = limit
-        rounds = 1 if self.estimate is None else self.estimate.rounds + 1
-        self.estimate = Estimate(
-            knee=level,
-            elasticity=self._elasticity,
-            rate_max=max(self._rates),
-            op_min=times[0],
-            op_time=typical,
-            base=base,
-            share=self.share,
-            gain=gain,
-            rounds=rounds,
-        )
         reported = self.reported
         if gain == 1.0 and abs(limit - reported) > self._report_change * reported:
             self._due = reported
             self.reported = limit
             self.changes += 1
+        self.estimate = AdaptiveStats(
+            limit=limit,
+            floor=floor,
+            ceiling=ceiling,
+            knee=level,
+            elasticity=self._elasticity,
+            share=self.share,
+            rate_max=max(self._rates),
+            op_min=times[0],
+            op_time=typical,
+            base_op_time=base,
+            gain=gain,
+            rounds=1 if self.estimate is None else self.estimate.rounds + 1,
+            changes=self.changes,
+        )
 
     def _climb(self, busy: float, rate: float, mean: float) -> None:
         """A drain round (``busy``, ``rate``, ``mean``) ended after a probe: the level climbs or
@@ -314,30 +302,16 @@ class AdaptiveLimit:
         return due
 
     def stats(self) -> AdaptiveStats:
-        """The limit and what it was decided from, now."""
-        est = self.estimate
-        if est is None:
-            return AdaptiveStats(
-                limit=self.limit,
-                floor=self.floor,
-                ceiling=self.ceiling,
-                knee=self.level,
-                share=self.share,
-                changes=self.changes,
-            )
+        """The limit and what it was decided from, now (the limit changes only at a round's
+        end: the last decision's record, or before the first the initial limit)."""
+        if self.estimate is not None:
+            return self.estimate
         return AdaptiveStats(
             limit=self.limit,
             floor=self.floor,
             ceiling=self.ceiling,
-            knee=est.knee,
-            elasticity=est.elasticity,
-            rate_max=est.rate_max,
-            op_min=est.op_min,
-            op_time=est.op_time,
-            base_op_time=est.base,
-            share=est.share,
-            gain=est.gain,
-            rounds=est.rounds,
+            knee=self.level,
+            share=self.share,
             changes=self.changes,
         )
 

@@ -101,8 +101,7 @@ class ConnectionLife:
             return
         opts = st.options
         counts = st.counts
-        # (an adaptive pool makes no more connections than its limit lets be in use)
-        cap = st.size_limit if st.adaptive is None else st.adaptive.limit
+        cap = st.connect_cap()
         failing = st.failures.failing
         if failing is not None:
             # connect_retry: no connect but the one retried (or, none planned, the next needed)
@@ -140,8 +139,7 @@ class ConnectionLife:
         counts = st.counts
         if (
             counts[_CONNECTING] + st.abandoned >= st.options.max_connecting
-            or len(st.conns) + st.abandoned
-            >= (st.size_limit if st.adaptive is None else st.adaptive.limit)
+            or len(st.conns) + st.abandoned >= st.connect_cap()
             or len(st.wait_queue) + 1
             <= counts[_CONNECTING] * st.expected_streams + counts[_CHECKING] + counts[_RESETTING]
         ):

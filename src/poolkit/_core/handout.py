@@ -248,8 +248,7 @@ class Handout:
             return None  # (at the adaptive limit: ``request`` queues it)
         found = self._take(now)  # the full check; closes perished ones on the way
         if found is not None:
-            self.lease(found)
-            found.leased_at = now
+            self.lease(found, now)
             self.checkouts += 1
         return found
 
@@ -402,7 +401,7 @@ class Handout:
                         elasticity=est.elasticity,
                         share=est.share,
                         op_time=est.op_time,
-                        base_op_time=est.base,
+                        base_op_time=est.base_op_time,
                     )
                 )
         return True
@@ -542,8 +541,10 @@ class Handout:
             del open_[conn]  # no new leases; closed when its last lease comes back
         return self._pop_idle(now)
 
-    def lease(self, conn: Conn) -> None:
-        """One more lease on ``conn`` (idle, or multiplexed with a stream free)."""
+    def lease(self, conn: Conn, now: float) -> None:
+        """One more lease on ``conn`` (idle, or multiplexed with a stream free), from ``now``
+        (an adaptive pool's operation time starts there)."""
+        conn.leased_at = now
         if conn.state is _IDLE:
             conn.state = _IDLE_LEASE  # fire(conn, LEASE) inlined: no counter (see _IDLE_LEASE)
             if conn.ka_timer is not None:  # (no call on the usual path)
@@ -574,8 +575,7 @@ class Handout:
         return None
 
     def serve(self, req: Request, conn: Conn, now: float) -> None:
-        self.lease(conn)
-        conn.leased_at = now
+        self.lease(conn, now)
         req.state = _SERVED
         req.conn = conn
         self.checkouts += 1

@@ -248,7 +248,7 @@ class Health:
             self._life.close(conn, reason)
             self._hand.dispatch(now)
             return
-        self._hand.lease(conn)
+        self._hand.lease(conn, now)
         st.probes.start(conn, now)
         if st.observed:
             st.events.append(KeepAliveStartedEvent(address=st.address, connection_id=conn.id))
@@ -398,8 +398,7 @@ class Health:
             if hooks.needs_check(conn, now):
                 self._hand.begin_check(conn, now)
             else:
-                self._hand.lease(conn)
-                conn.leased_at = now
+                self._hand.lease(conn, now)
                 self._hand.checkouts += 1
             found = conn
             break
@@ -416,8 +415,7 @@ class Health:
         needed."""
         if not self._hook_passed(conn, now, error, True) or self._closed_if_perished(conn, now):
             return False
-        self._hand.lease(conn)
-        conn.leased_at = now
+        self._hand.lease(conn, now)
         self._hand.checkouts += 1
         if self._st.wait_queue.queue:
             self._hand.dispatch(now)

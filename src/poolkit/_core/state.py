@@ -181,6 +181,12 @@ class CoreState:
         events.clear()
         return taken
 
+    def connect_cap(self) -> int:
+        """The most connections the pool makes: ``max_size``, or an adaptive pool's limit (it
+        makes no more than it lets be in use)."""
+        adaptive = self.adaptive
+        return self.size_limit if adaptive is None else adaptive.limit
+
     def timer_is_live(self, entry: TimerEntry) -> bool:
         """Whether ``entry`` still matters (the timer heap's ``is_live``): asked of its owner."""
         kind = entry.kind

@@ -416,3 +416,19 @@ def test_sim_schedule_parses_changes_in_time_order() -> None:
 def test_sim_schedule_refuses_what_it_cannot_do(text: str, says: str) -> None:
     with pytest.raises(BenchUsageError, match=says):
         parse_schedule(text)
+
+
+def test_a_histogram_since_an_earlier_copy_holds_what_came_after() -> None:
+    """The timeline's intervals: what was recorded after the copy, within a bucket's width."""
+    h = Histogram()
+    for v in (0.001, 0.002, 0.004):
+        h.record(v)
+    earlier = h.copy()
+    for v in (0.010, 0.020, 0.020, 0.030):
+        h.record(v)
+    later = h.since(earlier)
+    assert later.count == 4 and later.total == pytest.approx(0.080)
+    assert later.min == pytest.approx(0.010, rel=0.011) and later.min <= 0.010
+    assert later.max == pytest.approx(0.030, rel=0.011) and later.max <= h.max
+    assert later.quantile(0.5) == pytest.approx(0.020, rel=0.011)
+    assert h.since(h.copy()).count == 0 and h.since(h.copy()).max == 0.0

@@ -16,6 +16,12 @@ __all__ = ["Histogram"]
 SCALE = 100.0  # buckets per factor e: each about 1 % wide
 
 
+def _at(key: int, within: float) -> float:
+    """Seconds at ``within`` (0: its low edge, 1: its high one) of bucket ``key`` (0: values
+    of a nanosecond or less)."""
+    return math.exp((key + within) / SCALE) / 1e9 if key else 0.0
+
+
 class Histogram:
     """Counts of values by bucket; picklable (sent from a worker process to the parent)."""
 
@@ -53,6 +59,21 @@ class Histogram:
         out.merge(self)
         return out
 
+    def since(self, earlier: Histogram) -> Histogram:
+        """The values recorded after ``earlier`` (a copy of this histogram) was taken: ``min``
+        and ``max`` are then its lowest and highest buckets' edges (``max`` at most this one's)."""
+        out = Histogram()
+        for key, n in self.buckets.items():
+            left = n - earlier.buckets.get(key, 0)
+            if left > 0:
+                out.buckets[key] = left
+                out.count += left
+        out.total = max(self.total - earlier.total, 0.0)
+        if out.count:
+            out.min = _at(min(out.buckets), 0.0)
+            out.max = min(_at(max(out.buckets), 1.0), self.max)
+        return out
+
     @property
     def mean(self) -> float:
         return self.total / self.count if self.count else 0.0
@@ -68,8 +89,7 @@ class Histogram:
         for key in sorted(self.buckets):
             seen += self.buckets[key]
             if seen >= rank:
-                value = math.exp((key + 0.5) / SCALE) / 1e9 if key else 0.0
-                return min(max(value, self.min), self.max)
+                return min(max(_at(key, 0.5), self.min), self.max)
         return self.max
 
     def __getstate__(self) -> tuple[dict[int, int], int, float, float, float]:

@@ -284,8 +284,8 @@ def _run_point(
                 rate = _rate(recent, now, tally.ops)
                 server_now = observer.latest if observer is not None else None
                 warming = any(r.warming for r in reports.values())
+                measured = max(r.measured for r in reports.values())
                 if timeline is not None:
-                    measured = max(r.measured for r in reports.values())
                     timeline.sample(now, warming, tally, gauges, server_now, measured)
                 sink.update(
                     Live(
@@ -293,7 +293,7 @@ def _run_point(
                         config,
                         now - started,
                         warming,
-                        max(r.measured for r in reports.values()),
+                        measured,
                         tally,
                         gauges,
                         rate,

@@ -15,33 +15,16 @@ Rules of this module
 from __future__ import annotations
 
 import dataclasses
-import math
 import statistics
 from typing import Any
 
-from .histogram import SCALE, Histogram
+from .histogram import Histogram
 from .measure import Gauges, Tally
 
 __all__ = ["INTERVAL", "Timeline", "TimelinePoint"]
 
 #: seconds between two samples
 INTERVAL = 0.25
-
-
-def since(now: Histogram, then: Histogram) -> Histogram:
-    """The values ``now`` holds that ``then`` (an earlier copy of it) did not."""
-    out = Histogram()
-    for key, n in now.buckets.items():
-        left = n - then.buckets.get(key, 0)
-        if left > 0:
-            out.buckets[key] = left
-            out.count += left
-    out.total = max(now.total - then.total, 0.0)
-    if out.count:
-        top = max(out.buckets)
-        out.min = math.exp(min(out.buckets) / SCALE) / 1e9 if min(out.buckets) else 0.0
-        out.max = min(math.exp((top + 1) / SCALE) / 1e9 if top else 0.0, now.max)
-    return out
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -103,7 +86,7 @@ class Timeline:
         tally: Tally,
         gauges: Gauges,
         server: int | None,
-        measured: float = 0.0,
+        measured: float,
     ) -> None:
         """The run at ``now`` (``measured``: the workers' measured seconds, the clock their
         counts are on: a rate over the parent's own would jump with the reports' arrival)."""
@@ -112,8 +95,8 @@ class Timeline:
         elapsed = measured - self._last_measured
         if elapsed <= 0.0:
             elapsed = 0.0 if self._last_at is None else now - self._last_at
-        wait = since(tally.wait, self._wait)
-        op = since(tally.latency, self._op)
+        wait = tally.wait.since(self._wait)
+        op = tally.latency.since(self._op)
         ops = tally.ops - self._last_ops
         self.points.append(
             TimelinePoint(

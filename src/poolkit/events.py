@@ -23,7 +23,6 @@ from typing import Any, ClassVar, Final
 
 __all__ = [
     "CHECKOUT_CANCELLED",
-    "AdaptiveLimitChangedEvent",
     "CHECKOUT_CONNECTION_ERROR",
     "CHECKOUT_POOL_CLOSED",
     "CHECKOUT_TIMEOUT",
@@ -35,6 +34,7 @@ __all__ = [
     "CLOSE_WILL_CLOSE",
     "CLOSE_POOL_CLOSED",
     "CLOSE_STALE",
+    "AdaptiveLimitChangedEvent",
     "CircuitClosedEvent",
     "ConnectFailingEvent",
     "ConnectLostEvent",

@@ -44,25 +44,17 @@ SIZES_8 = "max_size=2,4,6,8,10,12,16,24,32,64"
 SIZES_4 = "max_size=2,3,4,5,6,8,12,16,32"
 
 
-def bench(*args: str) -> dict[str, Any]:
-    """``poolkit bench ARGS --json``, its document."""
-    command = [sys.executable, "-m", "poolkit", "bench", *args, "--json"]
+def bench(*args: str, plot: str | None = None) -> dict[str, Any]:
+    """``poolkit bench ARGS --json``, its document; with ``plot``, the same run drawn there
+    (``--plot``: the figures checked are the ones drawn)."""
+    drawn = ("--plot", plot) if plot is not None else ()
+    command = [sys.executable, "-m", "poolkit", "bench", *args, *drawn, "--json"]
     print("$", " ".join(command[1:]), file=sys.stderr, flush=True)
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"poolkit bench failed ({done.returncode}): {done.stderr.strip()}")
     document: dict[str, Any] = json.loads(done.stdout)
     return document
-
-
-def plot(path: str | None, *args: str) -> None:
-    """The same run again, drawn (``--plot``): only when asked for plots."""
-    if path is not None:
-        subprocess.run(
-            [sys.executable, "-m", "poolkit", "bench", *args, "--plot", path],
-            capture_output=True,
-            check=True,
-        )
 
 
 @dataclass
@@ -149,8 +141,7 @@ def main() -> int:
 
     if "steady" in only:
         run: tuple[str, ...] = (SIM, *adaptive, "--duration", "20", "--warmup", "3")
-        doc = bench(*run)
-        plot(png("steady"), *run)
+        doc = bench(*run, plot=png("steady"))
         documents["steady"] = doc
         (r,) = doc["results"]
         held = median_of(span(r["timeline"], 0.0, 1e9), "connections")
@@ -190,8 +181,7 @@ def main() -> int:
         best4, _ = best_and_recommended(static4)
         knee4 = knee_of(static4)
         run = (SIM, *adaptive, "--duration", "30", "--sim-schedule", "10s:cores=4 20s:cores=8")
-        doc = bench(*run)
-        plot(png("change"), *run)
+        doc = bench(*run, plot=png("change"))
         documents["change"] = doc
         (r,) = doc["results"]
         line = r["timeline"]
@@ -240,8 +230,7 @@ def main() -> int:
             "--sim-schedule",
             "10s:service=exp:5ms 15s:service=exp:1ms",
         )
-        doc = bench(*run)
-        plot(png("overload"), *run)
+        doc = bench(*run, plot=png("overload"))
         documents["overload"] = doc
         (r,) = doc["results"]
         line = r["timeline"]
@@ -281,8 +270,7 @@ def main() -> int:
 
     if "fleet" in only:
         run = (SIM, *adaptive, "--processes", "4", "--duration", "40", "--warmup", "2")
-        doc = bench(*run)
-        plot(png("fleet"), *run)
+        doc = bench(*run, plot=png("fleet"))
         documents["fleet"] = doc
         (r,) = doc["results"]
         line = r["timeline"]
@@ -318,8 +306,7 @@ def main() -> int:
         best, rec = best_and_recommended(pg_sweep)
         knee = knee_of(pg_sweep)
         run = (args.pg, *adaptive, "--duration", "20", "--warmup", "3")
-        doc = bench(*run)
-        plot(png("pg"), *run)
+        doc = bench(*run, plot=png("pg"))
         documents["pg"] = doc
         (r,) = doc["results"]
         limit = r["adaptive"]["median"]

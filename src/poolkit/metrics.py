@@ -15,7 +15,8 @@ Metric names (Prometheus; OpenTelemetry uses the same with dots: ``poolkit.conne
   ``poolkit_streams_in_use``, ``poolkit_stream_capacity``, ``poolkit_circuit_open``,
   ``poolkit_checkout_wait_max_seconds``; in an adaptive pool (``PoolOptions.adaptive``) also
   ``poolkit_adaptive_limit``, ``poolkit_adaptive_knee``, ``poolkit_adaptive_share``,
-  ``poolkit_adaptive_op_time_seconds`` and ``poolkit_adaptive_base_op_time_seconds`` (see
+  ``poolkit_adaptive_op_time_seconds``, ``poolkit_adaptive_base_op_time_seconds`` and
+  ``poolkit_adaptive_queued`` (see
   :class:`~poolkit.AdaptiveStats`);
 * counters ``poolkit_connections_created_total``, ``poolkit_connections_closed_total{reason}``,
   ``poolkit_connect_attempts_total``, ``poolkit_connect_failures_total``,
@@ -119,6 +120,11 @@ _GAUGES: tuple[tuple[str, str, Callable[[PoolStats], Any], str | None], ...] = (
                 "base_op_time_seconds",
                 "base_op_time",
                 "The operation time on a server the adaptive pool left (its last base round)",
+            ),
+            (
+                "queued",
+                "queued",
+                "Connections in use whose time the adaptive pool reads as queueing in the server",
             ),
         )
     ),

@@ -293,11 +293,13 @@ class Adaptive:
     and ``poolkit._core.adaptive`` say how and why). Experimental.
 
     * ``target``: the knee is where one more connection in ten brings less than ``target`` of
-      one in ten more throughput (0.2); lower holds more connections for a little more
+      one in ten more throughput (0.1); lower holds more connections for a little more
       throughput, higher fewer.
-    * ``tolerance``: the share of the server the pool takes falls while operations take more
-      than ``1 + tolerance`` times what they take on a server the pool left (0.3): the pools
-      of a fleet, and an overload, do not pile up connections on a server already queueing.
+    * ``queue``: the share of the server the pool takes falls while more than ``queue`` of its
+      connections in use are, by their operation times against those on a server the pool left,
+      queueing inside it (2; TCP Vegas's estimate): the pools of a fleet, and an overload, do
+      not pile up connections on a server already queueing, and a fleet's pools share it
+      evenly.
     * ``base_every``: seconds between the short rounds at the floor that measure that time (10);
       pools on one host measure together (the rounds are aligned on the monotonic clock).
     * ``round_ops``: the least operations a round is measured over (64); ``window``: the rounds
@@ -313,8 +315,8 @@ class Adaptive:
     back to the server. ``None``: only ``max_idle_time`` closes them.
     """
 
-    target: float = 0.2
-    tolerance: float = 0.3
+    target: float = 0.1
+    queue: float = 2.0
     base_every: float = 10.0
     window: int = 10
     round_ops: int = 64
@@ -328,7 +330,7 @@ class Adaptive:
                 raise ValueError(f"Adaptive.{name} must be an int >= 1, got {value!r}")
         for name, low, high in (
             ("target", 0.0, 1.0),
-            ("tolerance", 0.0, math.inf),
+            ("queue", 0.0, math.inf),
             ("base_every", 0.0, math.inf),
         ):
             value = getattr(self, name)

@@ -29,10 +29,11 @@ class AdaptiveStats:
       than ``Adaptive.target`` of one in ten more throughput; ``elasticity``: the smoothed
       answer of the throughput to the connections (``None`` until measured): near 1 below the
       server's knee, near 0 past it.
-    * ``share``: the most the server's queueing lets the pool hold: it falls while the typical
-      operation time (``op_time``) is more than ``1 + Adaptive.tolerance`` times the base
-      (``base_op_time``, measured at the floor every ``Adaptive.base_every`` seconds): another
-      pool, or an overload, makes the server queue.
+    * ``share``: the most the server's queueing lets the pool hold: it falls while ``queued``,
+      the connections in use whose time is spent queueing in the server (their number times
+      ``1 - base_op_time / op_time``; the base measured at the floor every
+      ``Adaptive.base_every`` seconds), is more than ``Adaptive.queue``: another pool, or an
+      overload, makes the server queue.
     * ``rate_max``, ``op_min``, ``op_time``: the most operations a second, the least and the
       median mean operation time (check-out to check-in, seconds) of the last rounds.
     * ``rounds``: rounds ended (the figures are 0.0 before the first); ``changes``: the changes
@@ -49,6 +50,7 @@ class AdaptiveStats:
     op_min: float = 0.0
     op_time: float = 0.0
     base_op_time: float = 0.0
+    queued: float = 0.0
     gain: float = 1.0
     rounds: int = 0
     changes: int = 0

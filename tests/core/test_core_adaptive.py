@@ -160,18 +160,49 @@ def fleet(
 @pytest.mark.parametrize("stagger", [0.0, 5.0])
 def test_a_fleet_shares_the_server_instead_of_piling_up(stagger: float) -> None:
     """Four pools of 32 callers on one server of 8 cores (together, or joining 5 s apart): each
-    one's probes take throughput from the others, so each alone would climb without end; the
-    share holds the sum of their limits within twice the knee (8), the server busy."""
+    one's probes take throughput from the others, so each alone would climb without end. The
+    share holds each pool's queue in the server near ``Adaptive.queue`` (2): the sum of their
+    connections in use near the cores and 4 x 2 more, 16 (twice the knee, 8), and their limits,
+    whole numbers at or above what is in use, a connection above it; the server busy. Each pool
+    queues as much as the others (Vegas's fairness): none is starved."""
     samples = fleet(4, 32, 8, 0.001, 90.0, stagger=stagger)
-    late = [sum(limits) for t, limits in samples if t >= 30.0]
-    assert statistics.median(late) <= 16, statistics.median(late)
-    assert statistics.median(late) >= 8  # (and the server kept busy)
+    late = [limits for t, limits in samples if t >= 30.0]
+    total = statistics.median(sum(limits) for limits in late)
+    assert 8 <= total <= 16 + 2, total
+    each = [statistics.median(limits[i] for limits in late) for i in range(4)]
+    assert min(each) >= max(each) / 2, each
 
 
 def test_few_callers_keep_a_small_limit() -> None:
     """4 callers on 8 cores: the server could take more, the callers do not need it."""
     run = simulate(4, 8, 0.001, 5.0)
     assert max(run.limits_between(1.0, 5.0)) <= 6
+
+
+def base_round_length(op_time: float) -> int:
+    """Operations of ``op_time`` (one at a time: the floor) until the first base round ends,
+    after rounds of 1 ms ones; those a round left over from the limit before it included."""
+    controller = AdaptiveLimit(1, 64, initial=8, base_every=1.0)
+    now = 0.0
+    while controller.estimate is None or controller.estimate.gain != 0.0:
+        now += 0.001 / controller.limit  # (limit at once, each 1 ms)
+        controller.sample(0.001, now)
+    ops = 1
+    while not controller.sample(op_time, now + ops * op_time):
+        ops += 1
+    return ops
+
+
+def test_a_base_round_is_cut_short_when_operations_are_slow() -> None:
+    """A base round (at the floor: its callers wait for it) ends after 32 operations, or, when
+    they are slower than the base (an overload), once it has lasted as long as 32 at the base's
+    time, after 4 at least: 5 ms ones end it after 7 (35 ms), not after 32 (160 ms)."""
+    normal = base_round_length(0.001)
+    slow = base_round_length(0.005)
+    left_over = normal - 32
+    assert 0 <= left_over < 64  # (the limit before it, less the floor)
+    assert slow == left_over + 7
+    assert base_round_length(0.1) == left_over + 4  # (4 at least: a sample of the base)
 
 
 def test_the_limit_stays_within_its_bounds_and_probes_in_a_cycle() -> None:

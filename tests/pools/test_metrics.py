@@ -129,6 +129,7 @@ def test_an_adaptive_pool_publishes_its_limit() -> None:
     poolkit.metrics.bind_prometheus(static, registry=registry)
     assert registry.get_sample_value("poolkit_adaptive_limit", {"address": "db:3"}) == 3
     assert registry.get_sample_value("poolkit_adaptive_knee", {"address": "db:3"}) == 3
+    assert registry.get_sample_value("poolkit_adaptive_queued", {"address": "db:3"}) == 0
     assert registry.get_sample_value("poolkit_adaptive_limit", {"address": "db:1"}) is None
     text = prometheus_client.generate_latest(registry).decode()
     assert text.count("# TYPE poolkit_adaptive_limit gauge") == 1  # (none for the static pool)

@@ -12,7 +12,7 @@ mean connections in use (Little's law: the sum of its operation times over its l
 the server's knee the throughput grows as the connections do (``e`` near 1); past it, it does
 not (``e`` near 0), each operation only waits longer inside the server. The level moves by
 ``exp(0.4 * (e - target))`` a cycle, ``e`` smoothed over about four cycles: it settles where one
-more connection in ten brings ``target`` (0.2) of one in ten more throughput. On a server with a
+more connection in ten brings ``target`` (0.1) of one in ten more throughput. On a server with a
 hard knee (cores, each busy or not) that is about 1.2 x the knee; on a soft one (a client or a
 network on the way, queues in several places) where the curve has flattened, which is where a
 sweep's "smallest size within 5 % of the best throughput" lies. A probe whose limit the callers
@@ -31,15 +31,24 @@ with its pool, one database) sees the others only as a slower server; each one's
 throughput from the others, so each sees an elasticity of about ``1 - its share`` and the sum of
 their limits climbs without end. What tells them apart from a server with more room is the
 operation time against the server's own, unloaded: the *base*, measured every ``base_every``
-seconds (10) in a short round at the floor (one connection, or ``min_size``; half a round's
-operations), aligned on the clock so that pools on one host (one monotonic clock) measure it
-together, on a server they all left; the base is the median of the last five (a round that short
-is noisy; a few seconds of overload, everything slower, are not the new normal, and a server
-slower for good is believed after three, some 30 s). While the window's typical (median) round
-operation time is more than ``1 + tolerance`` times the base (0.3: 30 % spent queueing in the
-server), the *share* decays (``exp(-dt / 15 s)``); else it grows back (``exp(dt / 2 s)``), never
-far above the level. The limit holds ``min(level, share)``: an overload sheds a little, a fleet
-holds its sum near the knee.
+seconds (10) in a short round at the floor (one connection, or ``min_size``; 32 operations, or
+fewer when they are slow: its callers wait no longer than 32 take on the base's server),
+aligned on the clock so that pools on one host (one monotonic clock) measure it together, on a
+server they all left; the base is the median of the last five (a round that short is noisy; a
+few seconds of overload, everything slower, are not the new normal, and a server slower for
+good is believed after three, some 30 s). From the base, TCP Vegas's estimate: of the
+connections the pool has in use (the window's median), the part whose time is spent queueing in
+the server, ``busy * (1 - base / op_time)`` (``op_time`` the window's median round mean). While
+it is more than ``queue`` (2), the *share* decays (``exp(-dt / 15 s)``); else it grows back
+(``exp(dt / 2 s)``), never far above the level. The limit holds ``min(level, share)``: an
+overload sheds a little; a fleet holds the sum of its connections in use near the server's cores
+plus ``queue`` each, and fairly (as Vegas's flows: every pool sees the same operation time, so
+each holds the same number in use at that point; a guard on the operation time alone, the same
+for every pool, would keep whatever split they started from, one pool starved). Why a queue and
+not a ratio of times: a client that is its own bottleneck (one event loop, PostgreSQL's answers
+parsed in Python) makes its operations slower as it holds more, as a server queueing does; a
+ratio held near 1 (1.3 x) keeps it at 2 or 3 connections where its throughput grows to 6 or 8,
+and a ratio loose enough for it lets a fleet pile up, where a queue of 2 does both.
 
 Rules of this module
 --------------------
@@ -73,6 +82,9 @@ _SHARE_UP: Final = 2.0
 #: the server), its callers wait for all of them: a few; fewer, and its mean is too noisy to hold a
 #: fleet (the median of five rounds notwithstanding)
 _BASE_OPS: Final = 32
+#: ... and at least this many, when they take longer than _BASE_OPS at the base's time (an
+#: overload: a base round's callers wait no longer than a round on the base's server)
+_BASE_LEAST: Final = 4
 #: the base is the median of the last this many base rounds' (a base round is short, and its
 #: mean noisy; a server slower for good is believed after half of them, some 30 s; an overload
 #: of a few seconds, never)
@@ -90,6 +102,7 @@ class AdaptiveLimit:
         "_base_period",
         "_base_round",
         "_bases",
+        "_busies",
         "_decided_at",
         "_due",
         "_elasticity",
@@ -97,7 +110,7 @@ class AdaptiveLimit:
         "_op_sum",
         "_ops",
         "_probe",
-        "_queued",
+        "_queue_max",
         "_rates",
         "_report_change",
         "_round_ops",
@@ -105,7 +118,7 @@ class AdaptiveLimit:
         "_skip",
         "_target",
         "_times",
-        "_tolerance",
+        "_waited",
         "base",
         "ceiling",
         "changes",
@@ -126,8 +139,8 @@ class AdaptiveLimit:
         window: int = 10,
         round_ops: int = 64,
         report_change: float = 0.2,
-        target: float = 0.2,
-        tolerance: float = 0.3,
+        target: float = 0.1,
+        queue: float = 2.0,
         base_every: float = 10.0,
     ) -> None:
         if not 1 <= floor <= ceiling:
@@ -136,8 +149,8 @@ class AdaptiveLimit:
             raise ValueError("AdaptiveLimit: the window and a round hold at least one")
         if not report_change >= 0.0:
             raise ValueError(f"AdaptiveLimit: report_change >= 0, got {report_change!r}")
-        if not (0.0 < target < 1.0 and tolerance > 0.0 and base_every > 0.0):
-            raise ValueError("AdaptiveLimit: 0 < target < 1, tolerance > 0, base_every > 0")
+        if not (0.0 < target < 1.0 and queue > 0.0 and base_every > 0.0):
+            raise ValueError("AdaptiveLimit: 0 < target < 1, queue > 0, base_every > 0")
         self.floor = floor
         self.ceiling = ceiling
         #: connections that may be in use at once
@@ -152,11 +165,12 @@ class AdaptiveLimit:
         self.changes = 0
         self._report_change = report_change
         self._target = target
-        self._tolerance = tolerance
+        self._queue_max = queue
         self._every = base_every
         self._due: int | None = None
         self._rates: deque[float] = deque(maxlen=window)
         self._times: deque[float] = deque(maxlen=window)
+        self._busies: deque[float] = deque(maxlen=window)
         self._round_ops = round_ops
         self._at = 2  # (the first rounds cruise: a probe needs a level to probe from)
         self._round_start: float | None = None
@@ -164,7 +178,7 @@ class AdaptiveLimit:
         self._op_sum = 0.0
         self._skip = 0
         self._probe: tuple[float, float, bool, float] | None = None
-        self._queued = 0
+        self._waited = 0
         self._elasticity: float | None = None
         self._decided_at: float | None = None
         self._base_period: int | None = None
@@ -187,21 +201,32 @@ class AdaptiveLimit:
             return False
         self._ops += 1
         self._op_sum += op_time
-        self._queued += queued
+        self._waited += queued
         elapsed = now - self._round_start
-        least = self._round_ops if not self._base_round else min(self._round_ops, _BASE_OPS)
-        if self._ops < max(self.limit, least) or elapsed <= 0.0:
+        if self._base_round:
+            # (its callers wait for it: at most _BASE_OPS operations, and no longer than they
+            # take on the base's server, unless fewer than _BASE_LEAST ended)
+            least = min(self._round_ops, _BASE_OPS)
+            base = self.base
+            ended = self._ops >= least or (
+                base is not None and self._ops >= _BASE_LEAST and elapsed >= least * base
+            )
+            if not ended or elapsed <= 0.0:
+                return False
+        elif self._ops < max(self.limit, self._round_ops) or elapsed <= 0.0:
             return False
         rate = self._ops / elapsed
         mean = self._op_sum / self._ops
         busy = self._op_sum / elapsed  # (the round's mean connections in use: Little's law)
-        wanted = self._queued * 2 >= self._ops  # (checkouts waited at half its check-ins)
+        wanted = self._waited * 2 >= self._ops  # (checkouts waited at half its check-ins)
         self._rates.append(rate)
         self._times.append(mean)
+        if not self._base_round:
+            self._busies.append(busy)
         self._round_start = now
         self._ops = 0
         self._op_sum = 0.0
-        self._queued = 0
+        self._waited = 0
         self._decide(rate, mean, busy, wanted, now)
         return True
 
@@ -224,9 +249,12 @@ class AdaptiveLimit:
         assert base is not None
         times = sorted(self._times)
         typical = times[len(times) // 2]
+        busies = sorted(self._busies)
+        # (Vegas: of the connections in use, the part whose time is queueing in the server)
+        queued = busies[len(busies) // 2] * max(1.0 - base / typical, 0.0) if busies else 0.0
         if self._decided_at is not None:
             dt = now - self._decided_at
-            if typical > (1.0 + self._tolerance) * base:
+            if queued > self._queue_max:
                 self.share *= math.exp(-dt / _SHARE_DOWN)
             else:
                 self.share *= math.exp(dt / _SHARE_UP)
@@ -271,6 +299,7 @@ class AdaptiveLimit:
             op_min=times[0],
             op_time=typical,
             base_op_time=base,
+            queued=queued,
             gain=gain,
             rounds=1 if self.estimate is None else self.estimate.rounds + 1,
             changes=self.changes,

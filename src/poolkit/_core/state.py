@@ -158,7 +158,7 @@ class CoreState:
                 round_ops=options.adaptive.round_ops,
                 report_change=options.adaptive.report_change,
                 target=options.adaptive.target,
-                tolerance=options.adaptive.tolerance,
+                queue=options.adaptive.queue,
                 base_every=options.adaptive.base_every,
             )
         soft = options.soft_max_size

@@ -4,7 +4,8 @@ and where the others go.
 Rules of this module
 --------------------
 * A keyword of ``asyncpg.create_pool`` that means the same in poolkit is taken under its own name
-  (a move from asyncpg's pool is a one-line swap); the builder's defaults are asyncpg's pool's.
+  (the call that makes asyncpg's pool is a one-line swap); the builder's defaults are asyncpg's
+  pool's.
 * Any other keyword is refused at the call, with a ``TypeError`` that says where it goes: a pool
   option into ``options=``, what poolkit has no equivalent for to the nearest thing it has, and
   what ``asyncpg.connect`` does not take is named as such. Nothing is left to fail at the first

@@ -7,8 +7,10 @@
 
 (or ``async with poolkit.backends.asyncpg.create_pool(...) as pool:``, as with asyncpg's pool).
 :func:`create_pool` takes ``asyncpg.create_pool``'s keywords and defaults (``min_size=10``,
-``max_size=10``...): a one-line swap. Each caller gets a :class:`PooledConnection`, a proxy of
-the connection that refuses use once its block is over, as asyncpg's pool's (the ``lend`` hook).
+``max_size=10``...): the call is a one-line swap; the pool is poolkit's (``pool.connection()``
+where asyncpg has ``pool.acquire()``; ``docs/backends-postgres.md`` lists the others). Each
+caller gets a :class:`PooledConnection`, a proxy of the connection that refuses use once its
+block is over, as asyncpg's pool's (the ``lend`` hook).
 
 The hooks (:func:`async_hooks`), what asyncpg's ``Pool`` does with its connections, as poolkit
 :class:`~poolkit.Hooks`:
@@ -361,8 +363,9 @@ def create_pool(
     ready:
     ``pool = await create_pool(dsn, ...)``, or ``async with create_pool(dsn, ...) as pool:``.
 
-    It takes ``asyncpg.create_pool``'s keywords where they mean the same, so a move from it is a
-    one-line swap: ``min_size`` (10), ``max_size`` (10), ``max_inactive_connection_lifetime``
+    It takes ``asyncpg.create_pool``'s keywords where they mean the same, so the call that makes
+    the pool is a one-line swap (the pool's methods are poolkit's, not ``asyncpg.Pool``'s):
+    ``min_size`` (10), ``max_size`` (10), ``max_inactive_connection_lifetime``
     (300 seconds; ``PoolOptions.max_idle_time``, ``0``: none), ``init`` (``configure``),
     ``reset`` (below), ``connect``, ``connection_class``, ``record_class``, ``loop`` (the running
     loop, or ``None``); the defaults are asyncpg's pool's (``min_size`` lower when ``max_size``

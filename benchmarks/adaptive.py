@@ -314,7 +314,8 @@ def main() -> int:
             Check(
                 "pg",
                 "PostgreSQL: adaptive limit (median) vs the sweep's knee",
-                f"{limit:g} ({r['throughput']:,.0f} ops/s) vs {knee} (recommended "
+                f"{limit:g} ({r['throughput']:,.0f} ops/s, "
+                f"{r['throughput'] / best['throughput']:.0%} of the best) vs {knee} (recommended "
                 f"{rec['max_size']}: {rec['throughput']:,.0f} ops/s; best {best['max_size']}: "
                 f"{best['throughput']:,.0f})",
                 "within 2x",

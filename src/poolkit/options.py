@@ -300,8 +300,9 @@ class Adaptive:
       queueing inside it (2; TCP Vegas's estimate): the pools of a fleet, and an overload, do
       not pile up connections on a server already queueing, and a fleet's pools share it
       evenly.
-    * ``base_every``: seconds between the short rounds at the floor that measure that time (10);
-      pools on one host measure together (the rounds are aligned on the monotonic clock).
+    * ``base_every``: seconds (or a ``timedelta``, as ``shed_after``) between the short rounds at
+      the floor that measure that time (10); pools on one host measure together (the rounds are
+      aligned on the monotonic clock).
     * ``round_ops``: the least operations a round is measured over (64); ``window``: the rounds
       ``op_time`` is the median of (10).
 
@@ -323,7 +324,23 @@ class Adaptive:
     report_change: float = 0.2
     shed_after: float | None = 1.0
 
+    if TYPE_CHECKING:  # what the constructor takes (durations also as timedelta; read as float)
+
+        def __init__(
+            self,
+            target: float = 0.1,
+            queue: float = 2.0,
+            base_every: Seconds = 10.0,
+            window: int = 10,
+            round_ops: int = 64,
+            report_change: float = 0.2,
+            shed_after: Seconds | None = 1.0,
+        ) -> None: ...
+
     def __post_init__(self) -> None:
+        seconds = _finite_seconds("Adaptive", self)
+        object.__setattr__(self, "base_every", seconds("base_every", none=False, zero=False))
+        object.__setattr__(self, "shed_after", seconds("shed_after", none=True, zero=True))
         for name in ("window", "round_ops"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -331,7 +348,6 @@ class Adaptive:
         for name, low, high in (
             ("target", 0.0, 1.0),
             ("queue", 0.0, math.inf),
-            ("base_every", 0.0, math.inf),
         ):
             value = getattr(self, name)
             if (
@@ -345,11 +361,6 @@ class Adaptive:
         change = self.report_change
         if isinstance(change, bool) or not isinstance(change, int | float) or not change >= 0:
             raise ValueError(f"Adaptive.report_change must be a number >= 0, got {change!r}")
-        after = self.shed_after
-        if after is not None and (
-            isinstance(after, bool) or not isinstance(after, int | float) or not after >= 0
-        ):
-            raise ValueError(f"Adaptive.shed_after must be seconds >= 0 or None, got {after!r}")
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

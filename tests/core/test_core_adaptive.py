@@ -10,6 +10,7 @@ import heapq
 import random
 import statistics
 from dataclasses import dataclass
+from datetime import timedelta
 
 import pytest
 
@@ -377,5 +378,15 @@ def test_adaptive_needs_max_size_and_is_checked() -> None:
         Adaptive(round_ops=0)
     with pytest.raises(ValueError, match=r"Adaptive\.report_change must be a number >= 0"):
         Adaptive(report_change=-0.1)
-    with pytest.raises(ValueError, match=r"Adaptive\.shed_after must be seconds >= 0 or None"):
+    with pytest.raises(ValueError, match=r"Adaptive\.shed_after must be >= 0 seconds or None"):
         Adaptive(shed_after=-1)
+    with pytest.raises(ValueError, match=r"Adaptive\.base_every must be > 0 seconds, got 0"):
+        Adaptive(base_every=0)
+    with pytest.raises(TypeError, match=r"Adaptive\.base_every must be seconds as a float or a"):
+        Adaptive(base_every="10s")  # type: ignore[arg-type]  # (the wrong type on purpose)
+    with pytest.raises(ValueError, match=r"Adaptive\.queue must be a number in \(0, inf\)"):
+        Adaptive(queue=0)
+    # (durations as the other options take them: seconds, or a timedelta; read as float)
+    adaptive = Adaptive(base_every=timedelta(seconds=5), shed_after=timedelta(milliseconds=500))
+    assert (adaptive.base_every, adaptive.shed_after) == (5.0, 0.5)
+    assert Adaptive(shed_after=None).shed_after is None

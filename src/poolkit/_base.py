@@ -154,6 +154,7 @@ class PoolBase(Generic[C]):
         self._lock = lock
         self._book = RequestBook(lock)
         self._core = PoolCore(options, self.address, observed=self._sink.observed())
+        self._align_to_wall()
         #: the core's hand-out, whose methods the fast paths call: a method call the interpreter
         #: specializes, where the core's inputs are attributes holding bound methods
         self._hand = self._core.handout
@@ -174,6 +175,14 @@ class PoolBase(Generic[C]):
 
     def _check_connect(self, connect: Callable[..., Any]) -> None:
         """Refuse a connect function of the other front end's kind."""
+
+    def _align_to_wall(self) -> None:
+        """Tell the core the wall clock's offset from ``_time`` (an adaptive pool's base rounds
+        align on the wall clock: pools on other hosts measure with it), when ``_time`` is
+        ``time.monotonic``; another (a test clock, a loop's own) keeps time of its own."""
+        if self.options.adaptive is not None:
+            real = self._time is time.monotonic
+            self._core.align_to_wall(time.time() - time.monotonic() if real else 0.0)
 
     def _check_options(self, options: PoolOptions) -> None:
         """Refuse options the front end cannot run."""

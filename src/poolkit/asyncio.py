@@ -275,6 +275,7 @@ class AsyncPool(TaskIO[C]):
                 # The loop's clock; time.monotonic itself when that is what loop.time() reads.
                 base = type(loop).time is asyncio.BaseEventLoop.time
                 self._time = time.monotonic if base else loop.time
+                self._align_to_wall()
         elif self._loop is not loop:
             raise RuntimeError(
                 f"AsyncPool.{operation}(): an AsyncPool belongs to the event loop it first ran "

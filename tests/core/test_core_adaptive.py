@@ -120,13 +120,26 @@ def test_an_overload_sheds_connections_rather_than_adding_them() -> None:
 
 
 def fleet(
-    pools: int, tasks: int, cores: int, service: float, duration: float, *, stagger: float = 0.0
+    pools: int,
+    tasks: int,
+    cores: int,
+    service: float,
+    duration: float,
+    *,
+    stagger: float = 0.0,
+    clocks: tuple[float, ...] = (),
+    aligned: bool = True,
 ) -> list[tuple[float, list[int]]]:
     """``pools`` pools (the ``i``-th from ``i * stagger`` s) of ``tasks`` callers each, on one
-    server of ``cores`` cores; every pool's limit, sampled every 0.5 s."""
+    server of ``cores`` cores; every pool's limit, sampled every 0.5 s. ``clocks``: each pool's
+    clock reads the time plus this (pools on different hosts); ``aligned``: each is told its
+    offset from the wall clock (the time), as a front end does (``align_to_wall``)."""
     rng = random.Random(11)
     server = _Cores(cores)
     controllers = [AdaptiveLimit(1, 64, initial=2) for _ in range(pools)]
+    clocks = clocks or (0.0,) * pools
+    for controller, clock in zip(controllers, clocks, strict=True):
+        controller.epoch = -clock if aligned else 0.0
     in_use = [0] * pools
     ends: list[tuple[float, int, float, int]] = []  # (end, id, start, pool; -1: it starts)
     ids = 0
@@ -151,7 +164,7 @@ def fleet(
             continue
         server.finish()
         in_use[i] -= 1
-        controllers[i].sample(end - began, end, tasks > in_use[i] + 1)
+        controllers[i].sample(end - began, end + clocks[i], tasks > in_use[i] + 1)
         if not samples or now - samples[-1][0] >= 0.5:
             samples.append((now, [c.limit for c in controllers]))
         start_more(i)
@@ -172,6 +185,20 @@ def test_a_fleet_shares_the_server_instead_of_piling_up(stagger: float) -> None:
     assert 8 <= total <= 16 + 2, total
     each = [statistics.median(limits[i] for limits in late) for i in range(4)]
     assert min(each) >= max(each) / 2, each
+
+
+def test_pools_on_hosts_whose_clocks_differ_measure_their_base_together() -> None:
+    """Four pools whose monotonic clocks are far apart (four hosts): told their clocks' offsets
+    from the wall clock (NTP's, shared), their base rounds fall together, on a server they all
+    left, and the fleet is held as on one host; on their own clocks, each measures its base on a
+    server the others load, reads less of its operations' time as queueing, and holds more."""
+    clocks = (0.0, 1234.567, 98765.4321, 3.3)
+    on_wall = fleet(4, 32, 8, 0.001, 90.0, clocks=clocks)
+    apart = fleet(4, 32, 8, 0.001, 90.0, clocks=clocks, aligned=False)
+    held = statistics.median(sum(limits) for t, limits in on_wall if t >= 30.0)
+    drifted = statistics.median(sum(limits) for t, limits in apart if t >= 30.0)
+    assert 8 <= held <= 16 + 2, held
+    assert drifted > held, (drifted, held)
 
 
 def test_few_callers_keep_a_small_limit() -> None:

@@ -9,6 +9,7 @@ import asyncio
 import itertools
 import logging
 import statistics
+import time
 
 import pytest
 
@@ -101,3 +102,45 @@ def test_an_adaptive_pool_finds_the_knee_and_follows_the_server(
             await pool.close()
 
     run(main())
+
+
+def test_the_base_rounds_align_on_the_wall_clock_where_the_pool_keeps_monotonic_time() -> None:
+    """On ``time.monotonic`` (a thread pool, an AsyncPool on asyncio's own loop) the pool tells
+    its core the wall clock's offset, on which the base rounds of pools on other hosts align;
+    on a clock of its own (a test clock, a loop's virtual time) its time is the only one."""
+    options = poolkit.PoolOptions(max_size=4, adaptive=poolkit.Adaptive())
+
+    def connect(ctx: poolkit.ConnectContext) -> object:
+        return object()
+
+    def epoch(pool: poolkit.Pool[object] | poolkit.AsyncPool[SimConnection]) -> float:
+        adaptive = pool._core.shared.adaptive
+        assert adaptive is not None
+        return adaptive.epoch
+
+    before = time.time() - time.monotonic()
+    pool = poolkit.Pool(connect, options=options)
+    after = time.time() - time.monotonic()
+    assert min(before, after) - 0.01 <= epoch(pool) <= max(before, after) + 0.01
+    pool.close()
+
+    async def main() -> None:  # (virtual time: the loop's own clock)
+        async with SimServer(SimSettings()) as server, poolkit.AsyncPool(
+            sim_connect("127.0.0.1", server.port), options=options
+        ) as virtual:
+            async with virtual.connection():
+                pass
+            assert epoch(virtual) == 0.0
+
+    run(main())
+
+    async def on_asyncio() -> None:  # (asyncio's own loop: time.monotonic)
+        async with SimServer(SimSettings()) as server, poolkit.AsyncPool(
+            sim_connect("127.0.0.1", server.port), options=options
+        ) as real:
+            async with real.connection():
+                pass
+            offset = time.time() - time.monotonic()
+            assert abs(epoch(real) - offset) <= 0.01
+
+    asyncio.run(on_asyncio())

@@ -33,8 +33,9 @@ their limits climbs without end. What tells them apart from a server with more r
 operation time against the server's own, unloaded: the *base*, measured every ``base_every``
 seconds (10) in a short round at the floor (one connection, or ``min_size``; 32 operations, or
 fewer when they are slow: its callers wait no longer than 32 take on the base's server),
-aligned on the clock so that pools on one host (one monotonic clock) measure it together, on a
-server they all left; the base is the median of the last five (a round that short is noisy; a
+aligned on the wall clock (``epoch``: the front end gives its clock's offset) so that pools on
+one host, or on hosts whose clocks NTP keeps within a few milliseconds, measure it together, on
+a server they all left; the base is the median of the last five (a round that short is noisy; a
 few seconds of overload, everything slower, are not the new normal, and a server slower for
 good is believed after three, some 30 s). From the base, TCP Vegas's estimate: of the
 connections the pool has in use (the window's median), the part whose time is spent queueing in
@@ -122,6 +123,7 @@ class AdaptiveLimit:
         "base",
         "ceiling",
         "changes",
+        "epoch",
         "estimate",
         "floor",
         "level",
@@ -167,6 +169,10 @@ class AdaptiveLimit:
         self._target = target
         self._queue_max = queue
         self._every = base_every
+        #: the wall clock's reading at this clock's zero (the front end's): the base rounds align
+        #: on the wall clock, so that pools on different hosts (their clocks kept by NTP, their
+        #: monotonic clocks apart) measure together; 0.0: on this clock
+        self.epoch = 0.0
         self._due: int | None = None
         self._rates: deque[float] = deque(maxlen=window)
         self._times: deque[float] = deque(maxlen=window)
@@ -264,7 +270,7 @@ class AdaptiveLimit:
         self.share = min(max(self.share, floor), level * GAINS[_PROBE] + 1.0, ceiling)
         self.level = level = min(level, self.share * GAINS[_PROBE])  # (no run-away above it)
         hold = min(level, self.share)
-        period = math.floor(now / self._every)
+        period = math.floor((now + self.epoch) / self._every)
         if self._base_period is None:
             self._base_period = period
         if period != self._base_period:

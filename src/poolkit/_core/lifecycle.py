@@ -178,6 +178,14 @@ class Lifecycle:
         if st.observed:
             st.events.append(PoolClosedEvent(address=st.address))
 
+    def align_to_wall(self, offset: float) -> None:
+        """The wall clock's reading less the front end's clock's (``time.time() - now``): what
+        keeps time across hosts; the adaptive limit's base rounds align on it. Not called (a
+        test clock): they align on the front end's clock."""
+        adaptive = self._st.adaptive
+        if adaptive is not None:
+            adaptive.epoch = offset
+
     def reset_after_fork(self) -> None:
         """Forget every connection and waiter without closing anything (they belong to the
         parent process) and move to a new generation; the pool keeps its state.

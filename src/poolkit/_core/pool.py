@@ -52,6 +52,7 @@ class PoolCore:
     __slots__ = (
         "actions",
         "address",
+        "align_to_wall",
         "cancel",
         "check_done",
         "checked",
@@ -157,6 +158,7 @@ class PoolCore:
         self.clear = cycle.clear
         self.close = cycle.close
         self.reset_after_fork = cycle.reset_after_fork
+        self.align_to_wall = cycle.align_to_wall
         self.fire_timers = cycle.fire_timers
         if observed:
             shared.events.append(PoolCreatedEvent(address=address, options=options.cmap_options()))

@@ -279,6 +279,7 @@ def main() -> int:
         line = r["timeline"]
         settled = span(line, line[-1]["t"] - 20.0, 1e9)
         total = median_of(settled, "limit")
+        pools = r["adaptive"]["pools"]
         static = bench(
             SIM,
             "--max-size",
@@ -300,7 +301,14 @@ def main() -> int:
                 f"{s['connections']['client_peak']} connections, {s['throughput']:,.0f} ops/s",
                 f"<= {2 * knee8}",
                 total <= 2 * knee8,
-            )
+            ),
+            Check(
+                "fleet",
+                "each pool's limit (median; poolkit's own: none starved)",
+                ", ".join(f"{x:g}" for x in pools),
+                "least >= most / 2",
+                bool(pools) and min(pools) >= max(pools) / 2,
+            ),
         ]
 
     if "pg" in only and args.pg:

@@ -133,7 +133,19 @@ def test_adaptive_shows_the_limit_against_time(tmp_path: Path) -> None:
     measured = [p for p in timeline if p["measured"]]
     assert measured and all(p["throughput"] > 0 and p["op_p99_ms"] >= 1.0 for p in measured[1:])
     assert not any(p["measured"] for p in timeline[: len(timeline) - len(measured)])
+    assert all(p["limits"] == [p["limit"]] for p in timeline)  # (one process: its pool's)
+    assert limit["pools"] == [limit["median"]]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
+    # a fleet: each process's pool's limit, beside their sum (how they share the server)
+    shown = bench(*args, "--processes", "2")
+    assert shown.code == 0, shown.stderr
+    assert "of max_size 64; by pool " in shown.stdout, shown.stdout
+    fleet = bench(*args, "--processes", "2", "--json").json()["results"][0]
+    points = [p for p in fleet["timeline"] if p["measured"]]
+    assert points and all(len(p["limits"]) == 2 == fleet["processes"] for p in points)
+    assert all(sum(p["limits"]) == p["limit"] for p in points)
+    pools = fleet["adaptive"]["pools"]
+    assert len(pools) == 2 and all(1 <= pool <= 32 for pool in pools), pools
     text = bench(*args)
     assert text.code == 0, text.stderr
     assert "adaptive limit" in text.stdout and "of max_size 32" in text.stdout

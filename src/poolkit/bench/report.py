@@ -27,7 +27,7 @@ from typing import Any
 from .config import RunConfig, Sweep
 from .histogram import Histogram
 from .measure import Tally
-from .timeline import TimelinePoint, limit_summary
+from .timeline import TimelinePoint, limit_summary, pool_limits
 
 __all__ = ["SCHEMA", "BenchResult", "PointResult", "Recommendation", "recommend"]
 
@@ -127,7 +127,8 @@ class PointResult:
         if not self.adaptive:
             return None
         median, least, most, last = self.limit() or (None, None, None, None)
-        return {"median": median, "min": least, "max": most, "last": last}
+        pools = pool_limits(list(self.timeline))
+        return {"median": median, "min": least, "max": most, "last": last, "pools": pools}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

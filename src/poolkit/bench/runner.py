@@ -286,7 +286,8 @@ def _run_point(
                 warming = any(r.warming for r in reports.values())
                 measured = max(r.measured for r in reports.values())
                 if timeline is not None:
-                    timeline.sample(now, warming, tally, gauges, server_now, measured)
+                    limits = tuple(reports[i].gauges.limit for i in sorted(reports))
+                    timeline.sample(now, warming, tally, gauges, server_now, measured, limits)
                 sink.update(
                     Live(
                         label,

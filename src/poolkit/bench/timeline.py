@@ -21,7 +21,7 @@ from typing import Any
 from .histogram import Histogram
 from .measure import Gauges, Tally
 
-__all__ = ["INTERVAL", "Timeline", "TimelinePoint"]
+__all__ = ["INTERVAL", "Timeline", "TimelinePoint", "limit_summary", "pool_limits"]
 
 #: seconds between two samples
 INTERVAL = 0.25
@@ -30,13 +30,15 @@ INTERVAL = 0.25
 @dataclasses.dataclass(frozen=True, slots=True)
 class TimelinePoint:
     """One interval, ending at ``t``. ``limit``: the adaptive pools' limits added up (``None``
-    without ``--adaptive``); ``connections``, ``in_use``, ``waiting``: the pools' (added up) at
+    without ``--adaptive``), ``limits``: each one's, by process (a fleet's share of the server);
+    ``connections``, ``in_use``, ``waiting``: the pools' (added up) at
     its end; ``server``: the run's connections the server counts (``None``: it cannot say);
     ``throughput``: operations a second over it; times in seconds."""
 
     t: float
     measured: bool
     limit: int | None
+    limits: tuple[int, ...] | None
     connections: int
     in_use: int
     waiting: int
@@ -53,6 +55,7 @@ class TimelinePoint:
             "t": round(self.t, 3),
             "measured": self.measured,
             "limit": self.limit,
+            "limits": None if self.limits is None else list(self.limits),
             "connections": self.connections,
             "in_use": self.in_use,
             "waiting": self.waiting,
@@ -87,9 +90,11 @@ class Timeline:
         gauges: Gauges,
         server: int | None,
         measured: float,
+        limits: tuple[int, ...] = (),
     ) -> None:
         """The run at ``now`` (``measured``: the workers' measured seconds, the clock their
-        counts are on: a rate over the parent's own would jump with the reports' arrival)."""
+        counts are on: a rate over the parent's own would jump with the reports' arrival;
+        ``limits``: each process's pool's, in process order)."""
         if self._last_at is not None and now - self._last_at < INTERVAL:
             return
         elapsed = measured - self._last_measured
@@ -103,6 +108,7 @@ class Timeline:
                 t=now - self.origin,
                 measured=not warming,
                 limit=gauges.limit if self.adaptive else None,
+                limits=limits if self.adaptive else None,
                 connections=gauges.total,
                 in_use=gauges.in_use,
                 waiting=gauges.waiting,
@@ -119,6 +125,16 @@ class Timeline:
         self._last_ops = tally.ops
         self._wait = tally.wait.copy()
         self._op = tally.latency.copy()
+
+
+def pool_limits(points: list[TimelinePoint]) -> list[float]:
+    """Each process's pool's limit, the median over the measured intervals, in process order
+    (empty without ``--adaptive``): how a fleet shares the server."""
+    rows = [p.limits for p in points if p.measured and p.limits]
+    if not rows:
+        return []
+    pools = max(len(row) for row in rows)
+    return [statistics.median(row[i] for row in rows if len(row) > i) for i in range(pools)]
 
 
 def limit_summary(points: list[TimelinePoint]) -> tuple[float, int, int, int] | None:

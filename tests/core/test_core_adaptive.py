@@ -233,6 +233,18 @@ def test_a_base_round_is_cut_short_when_operations_are_slow() -> None:
     assert base_round_length(0.1) == left_over + 4  # (4 at least: a sample of the base)
 
 
+def test_operations_a_coarse_clock_sees_take_no_time_are_no_queue() -> None:
+    """A clock too coarse to see an operation (Windows' event loop ticks every 15.6 ms) reports
+    op times of 0: rounds still end on the time that passes between them, nothing divides by
+    the zero, and the server is not read as queueing."""
+    controller = AdaptiveLimit(1, 16, initial=4, round_ops=8, base_every=1.0)
+    for i in range(1, 2000):
+        controller.sample(0.0, i * 0.0156)  # (the clock moves between operations, not in them)
+        assert 1 <= controller.limit <= 16
+    est = controller.estimate
+    assert est is not None and est.rounds > 100 and est.queued == 0.0 and est.op_time == 0.0
+
+
 def test_the_limit_stays_within_its_bounds_and_probes_in_a_cycle() -> None:
     controller = AdaptiveLimit(2, 5, initial=99)
     assert controller.limit == 5

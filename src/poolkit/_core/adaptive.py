@@ -256,8 +256,11 @@ class AdaptiveLimit:
         times = sorted(self._times)
         typical = times[len(times) // 2]
         busies = sorted(self._busies)
-        # (Vegas: of the connections in use, the part whose time is queueing in the server)
-        queued = busies[len(busies) // 2] * max(1.0 - base / typical, 0.0) if busies else 0.0
+        # (Vegas: of the connections in use, the part whose time is queueing in the server; none
+        # where the clock did not see the operations take any time)
+        queued = 0.0
+        if busies and typical > 0.0:
+            queued = busies[len(busies) // 2] * max(1.0 - base / typical, 0.0)
         if self._decided_at is not None:
             dt = now - self._decided_at
             if queued > self._queue_max:
@@ -321,8 +324,10 @@ class AdaptiveLimit:
             # (no checkout waited through the probe: the callers want no more than they used)
             self.level = min(self.level, max(busy_p, float(self.floor)))
             return
+        if busy <= 0.0 or busy_p <= 1.05 * busy or rate <= 0.0:
+            return  # (no more in use in the probe, or a clock that saw no time pass in them)
         same = mean <= _SAME_SERVER * mean_p and mean_p <= _SAME_SERVER * mean * busy_p / busy
-        if busy_p <= 1.05 * busy or not same or rate <= 0.0:
+        if not same:
             return
         e = math.log(rate_p / rate) / math.log(busy_p / busy)
         e = min(max(e, -0.5), 1.5)  # (one pair's noise moves the level a step at most)

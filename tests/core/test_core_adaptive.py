@@ -245,6 +245,24 @@ def test_operations_a_coarse_clock_sees_take_no_time_are_no_queue() -> None:
     assert est is not None and est.rounds > 100 and est.queued == 0.0 and est.op_time == 0.0
 
 
+def test_a_pool_idle_for_hours_takes_up_its_rounds_again() -> None:
+    """The share grows back with the time since the last round: after hours idle (a night),
+    the next round's growth is bounded (``math.exp`` overflows past 709) and the limit is
+    decided as before."""
+    controller = AdaptiveLimit(1, 16, initial=4, round_ops=8)
+    now = 0.0
+    for _ in range(500):
+        now += 0.001
+        controller.sample(0.001, now)
+    rounds = controller.estimate.rounds if controller.estimate else 0
+    now += 8 * 3600.0
+    for _ in range(500):
+        now += 0.001
+        controller.sample(0.001, now)
+        assert 1 <= controller.limit <= 16
+    assert controller.estimate is not None and controller.estimate.rounds > rounds + 10
+
+
 def test_the_limit_stays_within_its_bounds_and_probes_in_a_cycle() -> None:
     controller = AdaptiveLimit(2, 5, initial=99)
     assert controller.limit == 5

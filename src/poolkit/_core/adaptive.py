@@ -79,6 +79,9 @@ _SMOOTH: Final = 0.25
 #: the share's decay (while the server queues) and growth (while it does not), seconds
 _SHARE_DOWN: Final = 15.0
 _SHARE_UP: Final = 2.0
+#: the most the share's growth is a power of e at once (``math.exp`` overflows past 709: a round
+#: ending after half an hour idle would raise)
+_GROW_MOST: Final = 30.0
 #: the operations of a base round, at least: at the floor (the pools of a fleet, together, leave
 #: the server), its callers wait for all of them: a few; fewer, and its mean is too noisy to hold a
 #: fleet (the median of five rounds notwithstanding)
@@ -266,7 +269,8 @@ class AdaptiveLimit:
             if queued > self._queue_max:
                 self.share *= math.exp(-dt / _SHARE_DOWN)
             else:
-                self.share *= math.exp(dt / _SHARE_UP)
+                # (a pool idle for long grows it back at most this much: clamped below anyway)
+                self.share *= math.exp(min(dt / _SHARE_UP, _GROW_MOST))
         self._decided_at = now
         floor, ceiling = self.floor, self.ceiling
         level = min(max(self.level, floor), ceiling)

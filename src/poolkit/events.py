@@ -329,8 +329,9 @@ class AdaptiveLimitChangedEvent(PoolEvent):
     than ``Adaptive.report_change`` of the one last reported (``previous``: at first the initial
     limit). What it was decided from (see :class:`~poolkit.AdaptiveStats`): ``knee``, the
     connections worth holding by the throughput's ``elasticity``; ``share``, the most the
-    server's queueing allows; ``op_time`` (typical) against ``base_op_time`` (on a server the
-    pool left), seconds."""
+    server's queueing allows, from ``queued`` (the connections in use whose time is queueing
+    in the server, by ``op_time``, typical, against ``base_op_time``, on a server the pool left;
+    seconds)."""
 
     limit: int
     previous: int
@@ -339,6 +340,7 @@ class AdaptiveLimitChangedEvent(PoolEvent):
     share: float
     op_time: float
     base_op_time: float
+    queued: float = 0.0
 
 
 Listener = Callable[[PoolEvent], object]

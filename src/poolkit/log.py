@@ -248,7 +248,8 @@ def log_event(event: ev.PoolEvent) -> None:
     elif type(event) is ev.AdaptiveLimitChangedEvent:
         _POOL_LOGGER.info(
             "poolkit: the adaptive limit of %s went from %d to %d connections in use (knee %.1f "
-            "at elasticity %s, share %.1f; operations take %.3f ms, %.3f ms on a server left)",
+            "at elasticity %s, share %.1f; operations take %.3f ms, %.3f ms on a server left: "
+            "%.1f queueing)",
             event.address,
             event.previous,
             event.limit,
@@ -257,6 +258,7 @@ def log_event(event: ev.PoolEvent) -> None:
             event.share,
             event.op_time * 1000.0,
             event.base_op_time * 1000.0,
+            event.queued,
         )
     if LOGGER.isEnabledFor(_DEBUG):
         message = build(event)

@@ -99,6 +99,8 @@ def test_an_adaptive_pool_finds_the_knee_and_follows_the_server(
             logged = [r for r in caplog.records if "adaptive limit" in r.getMessage()]
             assert len(logged) == len(changes) and logged[0].levelno == logging.INFO
             assert f"went from 2 to {changes[0].limit} connections" in logged[0].getMessage()
+            assert all(c.queued >= 0.0 for c in changes)
+            assert logged[0].getMessage().endswith(f"{changes[0].queued:.1f} queueing)")
             await pool.close()
 
     run(main())

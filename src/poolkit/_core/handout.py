@@ -402,6 +402,7 @@ class Handout:
                         share=est.share,
                         op_time=est.op_time,
                         base_op_time=est.base_op_time,
+                        queued=est.queued,
                     )
                 )
         return True

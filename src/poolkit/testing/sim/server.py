@@ -289,8 +289,13 @@ class SimServer(LoopbackServer):
                 with contextlib.suppress(OSError):
                     await writer.drain()
                 writer.close()
-                return
-            await self._session(reader, writer)
+            else:
+                await self._session(reader, writer)
+            # Its end retrieved: a connection the client reset leaves its error on the stream's
+            # close future too, which asyncio reports as "never retrieved" when the cycle
+            # collector frees the future before the protocol that would have read it.
+            with contextlib.suppress(OSError, TimeoutError):
+                await asyncio.wait_for(writer.wait_closed(), 1.0)
         except asyncio.CancelledError:
             if not self._closing:
                 raise

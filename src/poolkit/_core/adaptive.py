@@ -220,9 +220,9 @@ class AdaptiveLimit:
             ended = self._ops >= least or (
                 base is not None and self._ops >= _BASE_LEAST and elapsed >= least * base
             )
-            if not ended or elapsed <= 0.0:
-                return False
-        elif self._ops < max(self.limit, self._round_ops) or elapsed <= 0.0:
+        else:
+            ended = self._ops >= max(self.limit, self._round_ops)
+        if not ended or elapsed <= 0.0:
             return False
         rate = self._ops / elapsed
         mean = self._op_sum / self._ops

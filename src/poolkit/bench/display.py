@@ -25,7 +25,6 @@ from .histogram import Histogram
 from .report import BenchResult, PointResult
 from .runner import Live
 from .targets import hint
-from .timeline import pool_limits
 
 __all__ = ["Display", "print_summary"]
 
@@ -234,7 +233,7 @@ def print_summary(result: BenchResult, console: Console | None = None) -> None:
         if found is not None:
             median, least, most, last = found
             where = f"{p.value(param)}: " if param is not None else ""
-            pools = pool_limits(list(p.timeline)) if p.processes > 1 else []
+            pools = p.pool_limits() if p.processes > 1 else []
             each = f"; by pool {', '.join(f'{x:g}' for x in pools)}" if pools else ""
             out.print(
                 f"{where}adaptive limit {median:g} (median; {least}..{most}, last {last}) "

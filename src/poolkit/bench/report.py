@@ -97,6 +97,11 @@ class PointResult:
         most, last); ``None`` without ``--adaptive``."""
         return limit_summary(list(self.timeline)) if self.adaptive else None
 
+    def pool_limits(self) -> list[float]:
+        """Each process's pool's adaptive limit, its median over the measured phase, in process
+        order (empty without ``--adaptive``)."""
+        return pool_limits(list(self.timeline)) if self.adaptive else []
+
     def to_json(self) -> dict[str, Any]:
         return {
             "max_size": self.max_size,
@@ -127,7 +132,7 @@ class PointResult:
         if not self.adaptive:
             return None
         median, least, most, last = self.limit() or (None, None, None, None)
-        pools = pool_limits(list(self.timeline))
+        pools = self.pool_limits()
         return {"median": median, "min": least, "max": most, "last": last, "pools": pools}
 
 

@@ -300,9 +300,10 @@ class Adaptive:
       queueing inside it (2; TCP Vegas's estimate): the pools of a fleet, and an overload, do
       not pile up connections on a server already queueing, and a fleet's pools share it
       evenly.
-    * ``base_every``: seconds (or a ``timedelta``, as ``shed_after``) between the short rounds at
-      the floor that measure that time (10); a fleet's pools measure together (the rounds are
-      aligned on the wall clock, which NTP keeps across hosts).
+    * ``base_every``: seconds (or a ``timedelta``, as ``shed_after``) between the short rounds
+      that measure that time, at half the connections the server serves unqueued (10); a
+      fleet's pools measure together (the rounds are aligned on the wall clock, which NTP keeps
+      across hosts).
     * ``round_ops``: the least operations a round is measured over (64); ``window``: the rounds
       ``op_time`` is the median of (10).
 

@@ -23,15 +23,15 @@ class AdaptiveStats:
 
     * ``limit``: connections that may be in use at once now, within ``[floor, ceiling]``
       (``min_size`` or 1, and ``max_size``): ``min(knee, share)`` times ``gain`` (1.25 for a
-      round to probe, 0.75 the next to drain, 1 the six after; 0 for a short round at the floor
-      that measures the base).
+      round to probe, 0.75 the next to drain, 1 the six after; 0 for a short round that measures
+      the base, at half the connections in use less ``queued``).
     * ``knee``: the connections the pool finds worth holding, where one more in ten brings less
       than ``Adaptive.target`` of one in ten more throughput; ``elasticity``: the smoothed
       answer of the throughput to the connections (``None`` until measured): near 1 below the
       server's knee, near 0 past it.
     * ``share``: the most the server's queueing lets the pool hold: it falls while ``queued``,
       the connections in use whose time is spent queueing in the server (their number times
-      ``1 - base_op_time / op_time``; the base measured at the floor every
+      ``1 - base_op_time / op_time``; the base measured on a server left unloaded every
       ``Adaptive.base_every`` seconds), is more than ``Adaptive.queue``: another pool, or an
       overload, makes the server queue.
     * ``rate_max``, ``op_min``, ``op_time``: the most operations a second, the least and the

@@ -29,27 +29,30 @@ where the operation time grows with the connections past the knee.
 **The share: what a fleet may put on one server.** Every pool of a fleet (processes, hosts, each
 with its pool, one database) sees the others only as a slower server; each one's probes take
 throughput from the others, so each sees an elasticity of about ``1 - its share`` and the sum of
-their limits climbs without end. What tells them apart from a server with more room is the
-operation time against the server's own, unloaded: the *base*, measured every ``base_every``
-seconds (10) in a short round at the floor (one connection, or ``min_size``; 32 operations, or
-fewer when they are slow: its callers wait no longer than 32 take on the base's server),
-aligned on the wall clock (``epoch``: the front end gives its clock's offset) so that pools on
-one host, or on hosts whose clocks NTP keeps within a few milliseconds, measure it together, on
-a server they all left; the base is the median of the last five (a round that short is noisy; a
-few seconds of overload, everything slower, are not the new normal, and a server slower for
-good is believed after three, some 30 s). From the base, TCP Vegas's estimate: of the
-connections the pool has in use (the window's median), the part whose time is spent queueing in
-the server, ``busy * (1 - base / op_time)`` (``op_time`` the window's median round mean). While
-it is more than ``queue`` (2), the *share* decays (``exp(-dt / 15 s)``); else it grows back
-(``exp(dt / 2 s)``), never far above the level. The limit holds ``min(level, share)``: an
-overload sheds a little; a fleet holds the sum of its connections in use near the server's cores
-plus ``queue`` each, and fairly (as Vegas's flows: every pool sees the same operation time, so
-each holds the same number in use at that point; a guard on the operation time alone, the same
-for every pool, would keep whatever split they started from, one pool starved). Why a queue and
-not a ratio of times: a client that is its own bottleneck (one event loop, PostgreSQL's answers
-parsed in Python) makes its operations slower as it holds more, as a server queueing does; a
-ratio held near 1 (1.3 x) keeps it at 2 or 3 connections where its throughput grows to 6 or 8,
-and a ratio loose enough for it lets a fleet pile up, where a queue of 2 does both.
+their limits climbs without end. What tells them apart from a server with more room is the operation
+time against the server's own, unloaded: the *base*, measured every ``base_every`` seconds (10) in a
+short *base round* (as long as 32 operations take one after another at the base's time, at least 4
+measured) that holds half the connections the server serves the pool unqueued (``busy - queued``
+below; the floor at least): the pools of a fleet together hold half the server's cores, which leaves
+it unloaded as a round at the floor does, and the callers wait a fraction of what the floor made
+them wait (BBR v2's ProbeRTT at half its window, not BBR's 4 packets: measured in the model, the
+longest wait every 10 s from 31-45 ms to 12-18 ms). The rounds are aligned on the wall clock
+(``epoch``: the front end gives its clock's offset) so that pools on one host, or on hosts whose
+clocks NTP keeps within a few milliseconds, measure it together, on a server they all left; the base
+is the median of the last five (a round that short is noisy; a few seconds of overload, everything
+slower, are not the new normal, and a server slower for good is believed after three, some 30 s).
+From the base, TCP Vegas's estimate: of the connections the pool has in use (the window's median),
+the part whose time is spent queueing in the server, ``busy * (1 - base / op_time)`` (``op_time``
+the window's median round mean). While it is more than ``queue`` (2), the *share* decays (``exp(-dt
+/ 15 s)``); else it grows back (``exp(dt / 2 s)``), never far above the level. The limit holds
+``min(level, share)``: an overload sheds a little; a fleet holds the sum of its connections in use
+near the server's cores plus ``queue`` each, and fairly (as Vegas's flows: every pool sees the same
+operation time, so each holds the same number in use at that point; a guard on the operation time
+alone, the same for every pool, would keep whatever split they started from, one pool starved). Why
+a queue and not a ratio of times: a client that is its own bottleneck (one event loop, PostgreSQL's
+answers parsed in Python) makes its operations slower as it holds more, as a server queueing does; a
+ratio held near 1 (1.3 x) keeps it at 2 or 3 connections where its throughput grows to 6 or 8, and a
+ratio loose enough for it lets a fleet pile up, where a queue of 2 does both.
 
 Rules of this module
 --------------------
@@ -57,8 +60,8 @@ Rules of this module
 * ``limit`` changes only at a round's end; it is a whole number within ``[floor, ceiling]``.
 * A change is *reported* (:meth:`AdaptiveLimit.take_report`: the pool's event and log line) when
   a cruise round's limit (gain 1: the probe and the drain are the cycle's own excursions, and
-  the base round the floor's) differs from the one last reported by more than ``report_change``
-  of it.
+  the base round is the base's measure) differs from the one last reported by more than
+  ``report_change`` of it.
 """
 
 from __future__ import annotations
@@ -82,13 +85,20 @@ _SHARE_UP: Final = 2.0
 #: the most the share's growth is a power of e at once (``math.exp`` overflows past 709: a round
 #: ending after half an hour idle would raise)
 _GROW_MOST: Final = 30.0
-#: the operations of a base round, at least: at the floor (the pools of a fleet, together, leave
-#: the server), its callers wait for all of them: a few; fewer, and its mean is too noisy to hold a
-#: fleet (the median of five rounds notwithstanding)
+#: a base round lasts as long as this many operations take one after another at the base's
+#: time (its callers wait through it: short; shorter, and its mean is too noisy to hold a fleet,
+#: the median of five rounds notwithstanding; a time, not a count, so that the rounds of a
+#: fleet's pools, which begin a round apart, overlap however many connections each holds)
 _BASE_OPS: Final = 32
-#: ... and at least this many, when they take longer than _BASE_OPS at the base's time (an
-#: overload: a base round's callers wait no longer than a round on the base's server)
+#: ... and measures this many at least (slower operations, an overload: its callers wait no
+#: longer than a round on the base's server)
 _BASE_LEAST: Final = 4
+#: a base round holds this part of the connections the pool has in use unqueued (Vegas's
+#: estimate: ``busy - queued``, the server's cores a pool of a fleet gets), the floor at least:
+#: the pools of a fleet, together, hold half the server's cores, unloaded (a base inflated by
+#: queueing would take twice the cores to feed itself); its callers wait a fraction of what a
+#: round at the floor made them (BBR v2's ProbeRTT, at half the estimated window, not 4 packets)
+_BASE_GAIN: Final = 0.5
 #: the base is the median of the last this many base rounds' (a base round is short, and its
 #: mean noisy; a server slower for good is believed after half of them, some 30 s; an overload
 #: of a few seconds, never)
@@ -213,13 +223,15 @@ class AdaptiveLimit:
         self._waited += queued
         elapsed = now - self._round_start
         if self._base_round:
-            # (its callers wait for it: at most _BASE_OPS operations, and no longer than they
-            # take on the base's server, unless fewer than _BASE_LEAST ended)
+            # (as long as _BASE_OPS operations take one after another on the base's server,
+            # whatever it holds: the rounds of a fleet's pools, which end a round apart,
+            # overlap; at least _BASE_LEAST measured)
             least = min(self._round_ops, _BASE_OPS)
             base = self.base
-            ended = self._ops >= least or (
-                base is not None and self._ops >= _BASE_LEAST and elapsed >= least * base
-            )
+            if base is None:
+                ended = self._ops >= least
+            else:
+                ended = self._ops >= _BASE_LEAST and elapsed >= least * base
         else:
             ended = self._ops >= max(self.limit, self._round_ops)
         if not ended or elapsed <= 0.0:
@@ -284,7 +296,9 @@ class AdaptiveLimit:
             self._base_period = period
             self._base_round = True
             gain = 0.0
-            limit = floor
+            # (BBR v2's ProbeRTT: not the floor but half of what the server serves unqueued)
+            served = busies[len(busies) // 2] - queued if busies else 0.0
+            limit = min(max(math.floor(_BASE_GAIN * served), floor), ceiling)
         else:
             self._at = (self._at + 1) % len(GAINS)
             gain = GAINS[self._at]

@@ -15,6 +15,7 @@ from datetime import timedelta
 
 import pytest
 
+from poolkit import Adaptive
 from poolkit._core.adaptive import GAINS, AdaptiveLimit
 from poolkit.testing.sim.server import _Cores
 
@@ -236,7 +237,7 @@ def test_few_callers_keep_a_small_limit() -> None:
 def base_round_length(op_time: float) -> int:
     """Operations of ``op_time`` (one at a time: the floor) until the first base round ends,
     after rounds of 1 ms ones; those a round left over from the limit before it included."""
-    controller = AdaptiveLimit(1, 64, initial=8, base_every=1.0)
+    controller = AdaptiveLimit(1, 64, Adaptive(base_every=1.0), initial=8)
     now = 0.0
     while controller.estimate is None or controller.estimate.gain != 0.0:
         now += 0.001 / controller.limit  # (limit at once, each 1 ms)
@@ -263,7 +264,7 @@ def test_operations_a_coarse_clock_sees_take_no_time_are_no_queue() -> None:
     """A clock too coarse to see an operation (Windows' event loop ticks every 15.6 ms) reports
     op times of 0: rounds still end on the time that passes between them, nothing divides by
     the zero, and the server is not read as queueing."""
-    controller = AdaptiveLimit(1, 16, initial=4, round_ops=8, base_every=1.0)
+    controller = AdaptiveLimit(1, 16, Adaptive(round_ops=8, base_every=1.0), initial=4)
     for i in range(1, 2000):
         controller.sample(0.0, i * 0.0156)  # (the clock moves between operations, not in them)
         assert 1 <= controller.limit <= 16
@@ -275,7 +276,7 @@ def test_a_pool_idle_for_hours_takes_up_its_rounds_again() -> None:
     """The share grows back with the time since the last round: after hours idle (a night),
     the next round's growth is bounded (``math.exp`` overflows past 709) and the limit is
     decided as before."""
-    controller = AdaptiveLimit(1, 16, initial=4, round_ops=8)
+    controller = AdaptiveLimit(1, 16, Adaptive(round_ops=8), initial=4)
     now = 0.0
     for _ in range(500):
         now += 0.001
@@ -298,15 +299,15 @@ def test_the_limit_stays_within_its_bounds_and_probes_in_a_cycle() -> None:
     assert controller.estimate is not None and controller.estimate.gain in GAINS
     with pytest.raises(ValueError, match="floor <= ceiling"):
         AdaptiveLimit(3, 2)
-    with pytest.raises(ValueError, match="hold at least one"):
-        AdaptiveLimit(1, 2, window=0)
+    with pytest.raises(ValueError, match=r"Adaptive\.window must be an int >= 1"):
+        AdaptiveLimit(1, 2, Adaptive(window=0))
 
 
 def test_changes_are_reported_from_cruise_rounds_beyond_a_fraction() -> None:
     """A report (the pool's event and log line) is due when a round at gain 1 decides a limit
     more than ``report_change`` away from the one last reported: never for the probe's and the
     drain's excursions, never twice for one change."""
-    controller = AdaptiveLimit(1, 64, initial=2, round_ops=8, report_change=0.2)
+    controller = AdaptiveLimit(1, 64, Adaptive(round_ops=8, report_change=0.2), initial=2)
     server = _Cores(8)
     rng = random.Random(5)
     ends: list[tuple[float, int, float]] = []
@@ -343,15 +344,15 @@ def test_changes_are_reported_from_cruise_rounds_beyond_a_fraction() -> None:
         reports,
     )
     assert stats.knee == controller.estimate.knee and stats.share == controller.estimate.share
-    with pytest.raises(ValueError, match="report_change >= 0"):
-        AdaptiveLimit(1, 2, report_change=-1.0)
+    with pytest.raises(ValueError, match=r"Adaptive\.report_change must be a number >= 0"):
+        AdaptiveLimit(1, 2, Adaptive(report_change=-1.0))
 
 
 # ---------------------------------------------------------------------------------------------
 # in the pool's core: the limit holds checkouts back, and check-ins feed it
 
 
-from poolkit import Adaptive, PoolOptions  # noqa: E402
+from poolkit import PoolOptions  # noqa: E402
 from poolkit._core import PoolCore, Request, RequestState, StartConnect  # noqa: E402
 
 

@@ -70,6 +70,7 @@ import math
 from collections import deque
 from typing import Final
 
+from ..options import Adaptive
 from ..stats import AdaptiveStats
 
 #: the gain of each round, in turn (BBR's ProbeBW cycle)
@@ -149,23 +150,17 @@ class AdaptiveLimit:
         self,
         floor: int,
         ceiling: int,
+        options: Adaptive | None = None,
         *,
         initial: int | None = None,
-        window: int = 10,
-        round_ops: int = 64,
-        report_change: float = 0.2,
-        target: float = 0.1,
-        queue: float = 2.0,
-        base_every: float = 10.0,
     ) -> None:
+        """Between ``floor`` and ``ceiling``, as ``options`` say (checked there; their defaults
+        when None), from ``initial`` (the floor when None)."""
         if not 1 <= floor <= ceiling:
             raise ValueError(f"AdaptiveLimit: 1 <= floor <= ceiling, got {floor}, {ceiling}")
-        if window < 1 or round_ops < 1:
-            raise ValueError("AdaptiveLimit: the window and a round hold at least one")
-        if not report_change >= 0.0:
-            raise ValueError(f"AdaptiveLimit: report_change >= 0, got {report_change!r}")
-        if not (0.0 < target < 1.0 and queue > 0.0 and base_every > 0.0):
-            raise ValueError("AdaptiveLimit: 0 < target < 1, queue > 0, base_every > 0")
+        if options is None:
+            options = Adaptive()
+        window = options.window
         self.floor = floor
         self.ceiling = ceiling
         #: connections that may be in use at once
@@ -178,10 +173,10 @@ class AdaptiveLimit:
         #: the limit last reported (at first, the initial one), and how many reports were made
         self.reported = self.limit
         self.changes = 0
-        self._report_change = report_change
-        self._target = target
-        self._queue_max = queue
-        self._every = base_every
+        self._report_change = options.report_change
+        self._target = options.target
+        self._queue_max = options.queue
+        self._every = options.base_every
         #: the wall clock's reading at this clock's zero (the front end's): the base rounds align
         #: on the wall clock, so that pools on different hosts (their clocks kept by NTP, their
         #: monotonic clocks apart) measure together; 0.0: on this clock
@@ -190,7 +185,7 @@ class AdaptiveLimit:
         self._rates: deque[float] = deque(maxlen=window)
         self._times: deque[float] = deque(maxlen=window)
         self._busies: deque[float] = deque(maxlen=window)
-        self._round_ops = round_ops
+        self._round_ops = options.round_ops
         self._at = 2  # (the first rounds cruise: a probe needs a level to probe from)
         self._round_start: float | None = None
         self._ops = 0
@@ -226,12 +221,9 @@ class AdaptiveLimit:
             # (as long as _BASE_OPS operations take one after another on the base's server,
             # whatever it holds: the rounds of a fleet's pools, which end a round apart,
             # overlap; at least _BASE_LEAST measured)
-            least = min(self._round_ops, _BASE_OPS)
             base = self.base
-            if base is None:
-                ended = self._ops >= least
-            else:
-                ended = self._ops >= _BASE_LEAST and elapsed >= least * base
+            assert base is not None  # (set at the first round's end, before any base round)
+            ended = self._ops >= _BASE_LEAST and elapsed >= min(self._round_ops, _BASE_OPS) * base
         else:
             ended = self._ops >= max(self.limit, self._round_ops)
         if not ended or elapsed <= 0.0:

@@ -153,13 +153,8 @@ class CoreState:
             self.adaptive = AdaptiveLimit(
                 floor,
                 self.size_limit,
+                options.adaptive,
                 initial=max(floor, options.max_connecting),
-                window=options.adaptive.window,
-                round_ops=options.adaptive.round_ops,
-                report_change=options.adaptive.report_change,
-                target=options.adaptive.target,
-                queue=options.adaptive.queue,
-                base_every=options.adaptive.base_every,
             )
         soft = options.soft_max_size
         self.roles = Roles(options.min_size, self.size_limit if soft is None else soft, regate)

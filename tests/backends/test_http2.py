@@ -616,3 +616,99 @@ def test_a_closed_transport_and_a_closed_connection_refuse_requests(app: App) ->
                 await conn.request("GET", "/echo/b")
 
     run(main)
+
+
+# ---------------------------------------------------------------------------------------------
+# failure modes (compared with httpx's own pool in test_http2_failures.py): the parts of them
+# only poolkit's side has
+
+
+def test_a_request_http2_forbids_takes_no_stream_and_sends_nothing() -> None:
+    async def main() -> None:
+        async with H2Server() as server:
+            conn = await http2.H2Connection.open("127.0.0.1", server.port)
+            try:
+                for bad in ([("te", "gzip")], [(":custom", "x")], [("", "x")]):
+                    with pytest.raises(http2.InvalidRequestError, match="HTTP/2 forbids"):
+                        await conn.request("GET", "/echo/bad", headers=bad)
+                # the connection serves on, its first stream still free and HPACK state intact
+                response = await conn.request("GET", "/echo/ok", headers=[("x-a", "1")])
+                assert (response.stream_id, await response.aread()) == (1, b"/echo/ok")
+                response = await conn.request("GET", "/echo/ok2", headers=[("x-a", "1")])
+                assert await response.aread() == b"/echo/ok2"
+                assert server.requests == 2 and not conn.closed
+            finally:
+                await conn.aclose()
+
+    run(main)
+
+
+def test_a_slow_server_that_answers_pings_keeps_its_connection() -> None:
+    """A response slower than the read timeout, from a server that is there (it answers the PING
+    sent half-way): that request times out, the connection serves on."""
+
+    async def main() -> None:
+        async with H2Server() as server:
+            transport = http2.AsyncTransport(max_size=2, keep_alive=None)
+            async with httpx.AsyncClient(transport=transport, base_url=server.url) as client:
+                with pytest.raises(httpx.ReadTimeout):
+                    await client.get("/hold", timeout=httpx.Timeout(5, read=0.3))
+                assert (await client.get("/echo/after")).content == b"/echo/after"
+                stats = transport.pool(server.url).stats()
+                assert stats.connections_created == 1 and stats.total == 1
+                assert len(server.peers) == 1
+
+    run(main)
+
+
+def test_a_keep_alive_ping_unanswered_closes_the_connection() -> None:
+    async def main() -> None:
+        recorder = Recorder()
+        async with H2Server() as server:
+            starter = http2.create_async_pool(
+                server.url, max_size=1, keep_alive=0.2, listeners=[recorder]
+            )
+            async with starter as pool:
+                assert await _get(pool, "/echo/a") == b"/echo/a"
+                server.freeze()
+                async with asyncio.timeout(5):
+                    closed = await recorder.seen(ev.ConnectionClosedEvent)
+                assert closed.reason == ev.CLOSE_ERROR
+                assert pool.stats().total == 0
+                assert await _get(pool, "/echo/b") == b"/echo/b"  # (a new connection)
+                assert len(server.peers) == 2
+
+    run(main)
+
+
+def test_a_request_on_a_connection_found_closed_is_sent_again_on_another() -> None:
+    """The race the pool cannot see: a connection handed out before its reader read the end of
+    the stream. Nothing of the request was sent, so it goes to another connection, whatever its
+    body."""
+
+    async def main() -> None:
+        async with H2Server() as server:
+            transport = http2.AsyncTransport(max_size=2, keep_alive=None)
+            pool = transport.pool(server.url)
+            async with httpx.AsyncClient(transport=transport, base_url=server.url) as client:
+                assert (await client.get("/echo/a")).status_code == 200
+                lease = await pool.checkout()
+                conn: http2.H2Connection = lease.connection
+                lease.release()
+                conn._pool = None  # (the pool is not told: as if it handed it out first)
+                (peer,) = server.peers
+                server.drop(peer)
+                await _until(lambda: conn.closed)
+                with pytest.raises(http2.RequestNotSentError) as caught:
+                    await conn.request("GET", "/echo/direct")
+                assert isinstance(caught.value, http2.ConnectionLostError)
+
+                async def body() -> AsyncIterator[bytes]:  # (a one-off stream: never resent)
+                    yield b"u" * 10
+
+                posted = await client.post("/upload", content=body())
+                assert posted.content == b"/upload"
+                assert len(server.peers) == 2
+                assert pool.stats().connections_closed.get(ev.CLOSE_ERROR) == 1
+
+    run(main)

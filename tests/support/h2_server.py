@@ -1,8 +1,9 @@
 """A small HTTP/2 server (h2c, prior knowledge) on the h2 library, for what hypercorn will not do on
-demand: change its stream limit mid-run, say GOAWAY, die with streams in flight. It answers
-``/echo/...`` with its path at once, resets ``/reset``'s stream and holds ``/hold`` until
-``release()``; it records the streams the client reset. Only as much server as
-tests/backends/test_http2.py needs."""
+demand: change its stream limit mid-run, say GOAWAY, die with streams in flight or mid-response,
+go silent. It answers ``/echo/...`` with its path at once, resets ``/reset``'s stream, refuses
+``/refuse-once``'s the first time (``REFUSED_STREAM``), holds ``/hold`` until ``release()``, and
+dies after the headers and part of ``/partial``'s body; it records the streams the client reset.
+Only as much server as tests/backends/test_http2*.py need."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ class _Peer:
         )
         self.held: list[int] = []
         self.goaway_sent = False
+        self.frozen = False  #: reads what comes and answers nothing (a frozen process)
 
     def flush(self) -> None:
         data = self.h2.data_to_send()
@@ -48,6 +50,7 @@ class H2Server:
         self.peers: list[_Peer] = []
         self.resets: list[tuple[int, int]] = []  #: (stream id, error code) the client reset
         self.requests = 0
+        self.refused = 0  #: streams refused (``/refuse-once``)
         self.open = 0  #: connections open now (the server side's view)
         self._closed = asyncio.Condition()
         self._released = asyncio.Event()
@@ -82,6 +85,8 @@ class H2Server:
         peer.flush()
         try:
             while data := await reader.read(65536):
+                if peer.frozen:
+                    continue
                 for event in peer.h2.receive_data(data):
                     self._on(peer, event)
                 peer.flush()
@@ -104,6 +109,14 @@ class H2Server:
             path = dict(event.headers)[b":path"]
             if path == b"/reset":  # (this stream only: an INTERNAL_ERROR)
                 peer.h2.reset_stream(event.stream_id, error_code=2)
+            elif path == b"/refuse-once" and not self.refused:
+                self.refused += 1
+                peer.h2.reset_stream(event.stream_id, error_code=7)  # (REFUSED_STREAM)
+            elif path == b"/partial":  # (the headers and part of the body, then the server dies)
+                peer.h2.send_headers(event.stream_id, [(b":status", b"200")])
+                peer.h2.send_data(event.stream_id, b"part of it")
+                peer.flush()
+                self.kill(peer)
             elif path == b"/hold" and not self._released.is_set():
                 peer.held.append(event.stream_id)
                 asyncio.get_running_loop().create_task(self._hold(peer, event.stream_id))
@@ -142,6 +155,17 @@ class H2Server:
         peer.flush()
         peer.writer.write(frame.serialize())
         peer.goaway_sent = True
+
+    def freeze(self) -> None:
+        """The connections open now go silent, their sockets open: what comes is read and
+        nothing answered (a frozen process, a flow a NAT dropped). New ones are served."""
+        for peer in self.peers:
+            peer.frozen = True
+
+    def drop(self, peer: _Peer) -> None:
+        """The connection is closed (a FIN), with no GOAWAY: a restart, a load balancer's idle
+        timeout."""
+        peer.writer.close()
 
     def kill(self, peer: _Peer) -> None:
         """The connection dies (no GOAWAY, streams in flight)."""

@@ -21,10 +21,18 @@ Rules of this module
   waits for flow-control window, stream's and connection's, and is sent in frames the server
   takes; received data is acknowledged as the caller reads it (the server sends no faster than
   the caller reads).
-* An error of the connection (the socket, a protocol error, the end of the stream) fails every
-  stream in flight with :class:`ConnectionLostError` and closes the connection: ``is_broken``
-  then tells the pool to discard it. An error of one stream (``RST_STREAM``) fails that request
+* An error of the connection (the socket, a protocol error, the end of the stream, silence
+  through a whole timeout with a PING unanswered) fails every stream in flight with
+  :class:`ConnectionLostError`, closes the connection and tells the pool
+  (``connection_will_close``: closed now if idle, never handed out again); ``is_broken`` then
+  tells it to discard the leases. An error of one stream (``RST_STREAM``) fails that request
   only (:class:`StreamResetError`).
+* Nothing is sent before it is known to be sendable: a request's headers are checked against
+  HTTP/2's rules before h2 sees them (:class:`InvalidRequestError`: h2 checks them as its HPACK
+  encoder takes them, and one refused there corrupts the connection's header table); a request
+  on a connection already closed, past a GOAWAY or beyond the server's stream limit is refused
+  with nothing written (:class:`RequestNotSentError`, :class:`StreamRefusedError`), to be sent
+  on another connection.
 * A response is read within its lease: the stream stays leased until its body is read to the
   end or the response closed (an unread response is reset, ``CANCEL``). A request cancelled
   mid-way resets its stream too.
@@ -51,11 +59,18 @@ import h2.errors  # noqa: E402
 import h2.events  # noqa: E402
 import h2.exceptions  # noqa: E402
 import h2.settings  # noqa: E402
+import h2.utilities  # noqa: E402
 import httpx  # noqa: E402
 
 from ..asyncio import AsyncPool  # noqa: E402
 from ..driver import ConnectContext, Established, PoolStarter, with_default_hooks  # noqa: E402
-from ..errors import WaitQueueTimeoutError  # noqa: E402
+from ..errors import (  # noqa: E402
+    ConnectTimeoutError,
+    PoolClosedError,
+    PoolError,
+    TooManyWaitersError,
+    WaitQueueTimeoutError,
+)
 from ..events import Listener  # noqa: E402
 from ..options import Hooks, KeepAlive, PoolOptions  # noqa: E402
 
@@ -64,6 +79,8 @@ __all__ = [
     "ConnectionLostError",
     "H2Connection",
     "HTTP2Error",
+    "InvalidRequestError",
+    "RequestNotSentError",
     "Response",
     "StreamRefusedError",
     "StreamResetError",
@@ -107,8 +124,21 @@ class StreamRefusedError(HTTP2Error):
 
 
 class ConnectionLostError(HTTP2Error, ConnectionError):
-    """The connection failed (the socket, a protocol error, the server gone) with the request in
-    flight. Whether the server processed it is unknown."""
+    """The connection failed (the socket, a protocol error, the server gone, or silence: nothing
+    heard for a whole timeout, a PING unanswered) with the request in flight. Whether the server
+    processed it is unknown."""
+
+
+class RequestNotSentError(StreamRefusedError, ConnectionLostError):
+    """The connection was closed (the server gone, its end of the stream read) before any byte of
+    the request was written: the server cannot have processed it, and it may be sent again on
+    another connection (the transport does)."""
+
+
+class InvalidRequestError(HTTP2Error, ValueError):
+    """HTTP/2 forbids the request as given (``te`` other than ``trailers``, a pseudo-header of its
+    own, a ``host`` that is not the authority, an empty header name...), found before anything of
+    it was sent: the request fails alone and the connection serves on."""
 
 
 class _Stream:
@@ -217,7 +247,13 @@ class H2Connection:
         self._writer = writer
         self._pool = pool
         self._connection_id = connection_id
-        config = h2.config.H2Configuration(client_side=True, header_encoding=None)
+        # (a request's headers are normalized and checked before h2 sees them: _checked_headers)
+        config = h2.config.H2Configuration(
+            client_side=True,
+            header_encoding=None,
+            normalize_outbound_headers=False,
+            validate_outbound_headers=False,
+        )
         self._h2 = h2.connection.H2Connection(config=config)
         self._streams: dict[int, _Stream] = {}
         self._write_lock = asyncio.Lock()
@@ -226,9 +262,15 @@ class H2Connection:
         self._pings: dict[bytes, asyncio.Future[None]] = {}
         self._ping_count = 0
         self._error: BaseException | None = None
+        self._closing = False  #: aclose() called: the pool closes it, nothing to tell it
         #: the last stream the server still answers after its GOAWAY (None: no GOAWAY)
         self.goaway_last_stream: int | None = None
         self._reading: asyncio.Task[None] | None = None
+        self._loop = asyncio.get_running_loop()
+        #: the loop's time when the server was last heard (any frame): a wait that hears nothing
+        #: for its whole timeout, a PING sent half-way, finds the connection dead (answer_within)
+        self.heard_at = self._loop.time()
+        self._nudged_at = -1.0  #: when answer_within's last PING went out
 
     # ------------------------------------------------------------------ opening and closing
 
@@ -300,6 +342,7 @@ class H2Connection:
 
     async def aclose(self) -> None:
         """Say goodbye (GOAWAY) and close the socket; streams in flight fail."""
+        self._closing = True
         if not self._writer.is_closing():
             with contextlib.suppress(Exception):
                 async with self._write_lock:
@@ -325,9 +368,13 @@ class H2Connection:
     ) -> Response:
         """Send a request on a new stream and wait for the response's headers. ``target``: the
         path (``/index.html?q=1``) or an absolute URL of this connection's origin. The response's
-        body is then read from it, within the lease."""
-        if self._error is not None:
-            raise ConnectionLostError(str(self._error)) from self._error
+        body is then read from it, within the lease.
+
+        Refused before anything is sent: a request HTTP/2 forbids (:class:`InvalidRequestError`;
+        the connection serves on), and any on a connection already closed or out of streams
+        (:class:`RequestNotSentError`, :class:`StreamRefusedError`: send it on another)."""
+        if self.closed:
+            raise self._not_sent()
         path = _path(target)
         sent = [
             (b":method", method.encode()),
@@ -337,21 +384,16 @@ class H2Connection:
         ]
         for name, value in headers:
             name_b = (name.encode() if isinstance(name, str) else name).lower()
-            if name_b in _CONNECTION_HEADERS:
-                continue  # (HTTP/1.1's, forbidden in HTTP/2)
             if name_b == b"host":
                 continue  # (:authority says it)
             sent.append((name_b, value.encode() if isinstance(value, str) else value))
+        checked = _checked_headers(sent)
         stream: _Stream | None = None
         try:
             async with self._write_lock:
-                if self.goaway_last_stream is not None:
-                    raise StreamRefusedError(
-                        f"{self.authority} said GOAWAY: no new stream on this connection"
-                    )
-                stream_id = self._h2.get_next_available_stream_id()
+                stream_id = self._next_stream_id()
                 stream = self._streams[stream_id] = _Stream(stream_id)
-                self._h2.send_headers(stream_id, sent, end_stream=body is None)
+                self._h2.send_headers(stream_id, checked, end_stream=body is None)
                 self._writer.write(self._h2.data_to_send())
                 await self._writer.drain()
             if body is not None:
@@ -377,6 +419,38 @@ class H2Connection:
                 raise (refused or error) from exc
             raise
         return Response(self, stream, headers_in)
+
+    def _next_stream_id(self) -> int:
+        """The id of the request's new stream, or the reason none can start here (nothing sent;
+        under the write lock, after which the connection may have closed or said GOAWAY)."""
+        if self.closed:
+            raise self._not_sent()
+        if self.goaway_last_stream is not None:
+            raise StreamRefusedError(
+                f"{self.authority} said GOAWAY: no new stream on this connection"
+            )
+        h2c = self._h2
+        if h2c.open_outbound_streams >= h2c.remote_settings.max_concurrent_streams:
+            # (the server lowered its limit; the pool hears of it with this SETTINGS, but this
+            # lease was given before)
+            raise StreamRefusedError(
+                f"{self.authority} allows {h2c.remote_settings.max_concurrent_streams} streams at "
+                "once: no new one now"
+            )
+        try:
+            return h2c.get_next_available_stream_id()
+        except h2.exceptions.NoAvailableStreamIDError as exc:
+            self._tell_pool("connection_will_close")  # (no stream left: it drains and closes)
+            raise StreamRefusedError(
+                f"{self.authority}: no stream id left on this connection"
+            ) from exc
+
+    def _not_sent(self) -> RequestNotSentError:
+        error = self._error
+        reason = str(error) if error is not None else f"the connection to {self.authority} closed"
+        not_sent = RequestNotSentError(f"{reason}: the request was not sent")
+        not_sent.__cause__ = error
+        return not_sent
 
     async def _send_body(self, stream: _Stream, body: bytes | AsyncIterable[bytes]) -> None:
         if isinstance(body, bytes | bytearray | memoryview):
@@ -465,11 +539,13 @@ class H2Connection:
     # ------------------------------------------------------------------ the reader
 
     async def _read_loop(self) -> None:
+        loop = self._loop
         try:
             while True:
                 data = await self._reader.read(_READ_SIZE)
                 if not data:
                     raise ConnectionLostError(f"{self.authority} closed the connection")
+                self.heard_at = loop.time()
                 events = self._h2.receive_data(data)
                 for event in events:
                     self._on(event)
@@ -586,8 +662,10 @@ class H2Connection:
 
     def _lost(self, error: BaseException) -> None:
         """The connection failed: every stream fails (one above a GOAWAY's last stream id as
-        refused: the server said it would not process it), the writer closes."""
-        if self._error is None:
+        refused: the server said it would not process it), the writer closes, and the pool is
+        told (a connection known dead is never handed out again: closed now if idle)."""
+        first = self._error is None
+        if first:
             self._error = error
         for stream in list(self._streams.values()):
             stream.fail(self._refused(stream.id) or error)
@@ -598,6 +676,54 @@ class H2Connection:
         self._settings.set()
         self._window.set()
         self._writer.close()
+        if first and not self._closing:
+            self._tell_pool("connection_will_close")
+
+    # ------------------------------------------------------------------ liveness
+
+    @contextlib.asynccontextmanager
+    async def answer_within(self, timeout: float | None) -> AsyncIterator[None]:
+        """Wait for the server within ``timeout`` seconds (``TimeoutError`` after): a response's
+        headers, a part of its body. Half-way through, a connection that has sent nothing since
+        the wait began is sent a PING; if the whole timeout passes with nothing heard from the
+        server, not even that PING's answer, the connection is dead (a frozen server, a flow
+        dropped by a NAT or a firewall): it fails as :class:`ConnectionLostError`, its other
+        streams with it, and the pool closes it. A server that is alive but slow to answer this
+        request answers the PING: only this wait times out."""
+        if timeout is None:
+            yield
+            return
+        since = self._loop.time()
+        nudge = self._loop.call_later(timeout / 2, self._nudge, since)
+        try:
+            async with asyncio.timeout(timeout):
+                yield
+        except TimeoutError:
+            if self.heard_at < since and not self.closed:
+                self._lost(
+                    ConnectionLostError(
+                        f"{self.authority} sent nothing for {timeout:g} s, not even the answer "
+                        "to a PING: the connection is taken for dead"
+                    )
+                )
+            raise
+        finally:
+            nudge.cancel()
+
+    def _nudge(self, since: float) -> None:
+        """A PING, unless the server was heard since ``since`` (or was sent one since then): its
+        answer is heard if the server is there."""
+        if self.heard_at >= since or self._nudged_at >= since or self.closed:
+            return
+        self._nudged_at = self._loop.time()
+        self._ping_count += 1
+        # (written at once, as the reader writes its acknowledgements: frames are whole in h2's
+        # output, and every writer under the lock writes what it made before it awaits)
+        with contextlib.suppress(h2.exceptions.ProtocolError):
+            self._h2.ping(self._ping_count.to_bytes(8, "big"))
+        data = self._h2.data_to_send()
+        if data:
+            self._writer.write(data)
 
     def __repr__(self) -> str:
         state = " closed" if self.closed else ""
@@ -605,10 +731,28 @@ class H2Connection:
         return f"<H2Connection {shown} streams={len(self._streams)}{state}>"
 
 
-#: HTTP/1.1's connection-specific headers (RFC 9113, 8.2.2), never sent in HTTP/2
-_CONNECTION_HEADERS: Final = frozenset(
-    {b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"upgrade"}
+_REQUEST_HEADERS: Final = h2.utilities.HeaderValidationFlags(
+    is_client=True, is_trailer=False, is_response_header=False, is_push_promise=False
 )
+
+
+def _checked_headers(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """A request's headers as h2 sends them (names lower-cased, HTTP/1.1's connection-specific
+    ones left out, RFC 9113 8.2.2), checked against HTTP/2's rules before h2 sees them.
+
+    (h2 checks them lazily, as its HPACK encoder takes them one by one: a header refused there
+    leaves the encoder's table holding the ones before it, which the server never received, and
+    every later request on the connection is decoded wrong. Checked here, a refused request
+    changes nothing: no stream id taken, no byte sent.)"""
+    try:
+        return list(
+            h2.utilities.validate_outbound_headers(
+                h2.utilities.normalize_outbound_headers(headers, _REQUEST_HEADERS),
+                _REQUEST_HEADERS,
+            )
+        )
+    except (h2.exceptions.ProtocolError, ValueError, IndexError, TypeError) as exc:
+        raise InvalidRequestError(f"HTTP/2 forbids this request: {exc}") from exc
 
 
 def _code_name(code: int) -> str:
@@ -700,8 +844,8 @@ def create_async_pool(
     it, or ``async with create_async_pool(url) as pool:``. ``max_size`` connections at most
     (each serving the server's stream limit), a PING every ``keep_alive`` seconds on idle ones
     (None: none), each connect counted to serve :data:`EXPECTED_STREAMS` checkouts until it is
-    made. ``options``, when given, replace all three (with :func:`async_hooks` unless they have
-    hooks of their own)."""
+    made. A PING unanswered within ``keep_alive`` seconds closes its connection. ``options``, when
+    given, replace all three (with :func:`async_hooks` unless they have hooks of their own)."""
     _origin(url)  # (a bad URL fails here)
     chosen = _options(max_size, options, keep_alive)
 
@@ -713,7 +857,8 @@ def create_async_pool(
 
 def _options(max_size: int, options: PoolOptions | None, keep_alive: float | None) -> PoolOptions:
     if options is None:
-        probe = None if keep_alive is None else KeepAlive(keep_alive, ping)
+        # (a PING unanswered for as long as the interval: the server or the path to it is gone)
+        probe = None if keep_alive is None else KeepAlive(keep_alive, ping, timeout=keep_alive)
         options = PoolOptions(
             max_size=max_size, expected_streams=EXPECTED_STREAMS, keep_alive=probe
         )
@@ -738,9 +883,12 @@ class _Body(httpx.AsyncByteStream):
     """A response body for httpx, read within its lease: the lease goes back when the body is
     read to the end or closed (an unread rest resets the stream)."""
 
-    def __init__(self, response: Response, lease: Any, read_timeout: float | None) -> None:
+    def __init__(
+        self, response: Response, lease: Any, conn: H2Connection, read_timeout: float | None
+    ) -> None:
         self._response = response
         self._lease = lease
+        self._conn = conn
         self._read_timeout = read_timeout
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
@@ -748,16 +896,16 @@ class _Body(httpx.AsyncByteStream):
         try:
             while True:
                 try:
-                    async with asyncio.timeout(self._read_timeout):
+                    async with self._conn.answer_within(self._read_timeout):
                         chunk = await anext(chunks)
                 except StopAsyncIteration:
                     break
                 except TimeoutError as exc:
                     raise httpx.ReadTimeout(f"no data for {self._read_timeout} s") from exc
-                except StreamResetError as exc:
-                    raise httpx.RemoteProtocolError(str(exc)) from exc
                 except ConnectionLostError as exc:
                     raise httpx.ReadError(str(exc)) from exc
+                except HTTP2Error as exc:  # (the stream reset by the server)
+                    raise httpx.RemoteProtocolError(str(exc)) from exc
                 yield chunk
         finally:
             await self.aclose()
@@ -781,10 +929,20 @@ class AsyncTransport(httpx.AsyncBaseTransport):
 
     Requests go out as HTTP/2 streams of the pool's connections (TLS with ALPN ``h2`` for
     ``https://``, prior knowledge for ``http://``). httpx's ``pool`` timeout bounds the wait for
-    a stream, its ``read`` timeout each wait for the response and for each part of its body; the
-    pool's ``connect_timeout`` bounds a connect. A request the server did not process (a GOAWAY
-    below its stream, ``REFUSED_STREAM``) is sent again on another connection, ``retries`` times
-    at most, if its body can be sent again.
+    a stream, its ``read`` timeout each wait for the response and for each part of its body (a
+    connection that sends nothing for a whole read timeout, not even the answer to a PING sent
+    half-way, is dead: closed, the next request goes to another); the pool's ``connect_timeout``
+    bounds a connect. A request the server did not process (a GOAWAY below its stream,
+    ``REFUSED_STREAM``) is sent again on another connection, ``retries`` times at most, if its
+    body can be sent again; one that found its connection closed before any byte of it was sent
+    is sent again whatever its body.
+
+    Every error reaches the caller as the httpx exception httpx's own pool raises in that case,
+    poolkit's as its ``__cause__``: ``PoolTimeout`` (no stream within the ``pool`` timeout, or
+    ``max_waiting`` requests already waiting), ``LocalProtocolError`` (a request HTTP/2
+    forbids: it fails alone, the connection serves on), ``ConnectError`` / ``ConnectTimeout``,
+    ``ReadError`` / ``ReadTimeout`` / ``RemoteProtocolError``, and ``TransportError`` for a
+    request still waiting when the transport closes.
     """
 
     def __init__(
@@ -825,23 +983,25 @@ class AsyncTransport(httpx.AsyncBaseTransport):
         body: AsyncIterable[bytes] | None = None
         if has_body:
             body = request.stream  # type: ignore[assignment]  # (an AsyncByteStream here)
+        read_timeout = timeouts.get("read")
         for attempt in range(self._retries + 1):
-            try:
-                lease = await pool.checkout(timeout=timeouts.get("pool"))
-            except WaitQueueTimeoutError as exc:
-                raise httpx.PoolTimeout(str(exc)) from exc
-            except OSError as exc:
-                raise httpx.ConnectError(str(exc)) from exc
+            lease = await _checkout(pool, timeouts.get("pool"))
             conn: H2Connection = lease.connection
             try:
-                async with asyncio.timeout(timeouts.get("read")):
+                async with conn.answer_within(read_timeout):
                     response = await conn.request(
                         request.method, target, headers=headers, body=body
                     )
+            except InvalidRequestError as exc:
+                lease.release()  # (nothing was sent: its stream was never used)
+                raise httpx.LocalProtocolError(str(exc)) from exc
             except StreamRefusedError as exc:
                 _give_back(lease)
-                if attempt < self._retries and (body is None or _replayable(request)):
+                sendable = isinstance(exc, RequestNotSentError) or _replayable(request)
+                if attempt < self._retries and (body is None or sendable):
                     continue
+                if isinstance(exc, ConnectionLostError):
+                    raise httpx.ReadError(str(exc)) from exc
                 raise httpx.RemoteProtocolError(str(exc)) from exc
             except StreamResetError as exc:
                 _give_back(lease)
@@ -858,7 +1018,7 @@ class AsyncTransport(httpx.AsyncBaseTransport):
             return httpx.Response(
                 status_code=response.status,
                 headers=response.headers,
-                stream=_Body(response, lease, timeouts.get("read")),
+                stream=_Body(response, lease, conn, read_timeout),
                 extensions={"http_version": b"HTTP/2", "stream_id": response.stream_id},
             )
         raise AssertionError("unreachable")  # pragma: no cover  # (the loop returns or raises)
@@ -869,6 +1029,22 @@ class AsyncTransport(httpx.AsyncBaseTransport):
         pools, self._pools = list(self._pools.values()), {}
         for pool in pools:
             await pool.close()
+
+
+async def _checkout(pool: AsyncPool[H2Connection], timeout: float | None) -> Any:
+    """A lease of ``pool``, its errors as httpx's own pool raises them (poolkit's the cause)."""
+    try:
+        return await pool.checkout(timeout=timeout)
+    except (WaitQueueTimeoutError, TooManyWaitersError) as exc:
+        raise httpx.PoolTimeout(str(exc)) from exc
+    except ConnectTimeoutError as exc:
+        raise httpx.ConnectTimeout(str(exc)) from exc
+    except OSError as exc:
+        raise httpx.ConnectError(str(exc)) from exc
+    except PoolClosedError as exc:
+        raise httpx.TransportError(f"the transport is closed: {exc}") from exc
+    except PoolError as exc:  # (a pool cleared, a connect's circuit breaker open...)
+        raise httpx.ConnectError(str(exc)) from exc
 
 
 def _give_back(lease: Any) -> None:

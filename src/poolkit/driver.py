@@ -14,17 +14,20 @@ pools' private modules (``docs/architecture.md``; the contracts in ``pyproject.t
 * :func:`pip_install`, the install command to name in the error of an optional part missing;
 * :class:`PoolStarter`, what every async one-call builder returns (``create_async_pool``, and
   the asyncpg backend's ``create_pool``): ``await`` it for the ready pool, or ``async with``
-  it for a pool closed at the end of the block.
+  it for a pool closed at the end of the block;
+* :func:`starting`, around a builder's first checkout: no warning that the pool goes on trying
+  when the builder is about to raise and close it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import socket
 import ssl
 import warnings
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Awaitable, Callable, Generator, Iterator
 from typing import Any, Generic, ParamSpec, TypeAlias, TypeVar
 
 from ._base import DEFAULT
@@ -45,6 +48,7 @@ __all__ = [
     "check_timeout",
     "pip_install",
     "renamed",
+    "starting",
     "with_default_hooks",
 ]
 
@@ -84,6 +88,24 @@ def with_default_hooks(options: PoolOptions | None, default: Hooks, builder: str
     elif not isinstance(options, PoolOptions):
         raise TypeError(f"{builder}(options=...) must be a PoolOptions, got {options!r}")
     return options if options.hooks is not None else dataclasses.replace(options, hooks=default)
+
+
+@contextlib.contextmanager
+def starting(pool: AnyPool[Any]) -> Iterator[None]:
+    """Around a builder's first checkout (its pool made ready and one connection checked out, so
+    that a wrong address, database or password fails the builder's call and the pool is closed):
+    the warning that connects are failing with no checkout told ("... the pool goes on
+    trying") and the note of their recovery are held until the block ends, then logged if it
+    ends well (the pool does go on) and dropped if it raises (the builder's error says it all;
+    the warning would say the opposite). Listeners get those events as usual."""
+    sink = pool._sink
+    sink.hold()
+    try:
+        yield
+    except BaseException:
+        sink.unhold(say=False)
+        raise
+    sink.unhold(say=True)
 
 
 def check_socket(sock: socket.socket) -> None:

@@ -7,7 +7,7 @@ from typing import Any, TypeVar
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from .. import AsyncPool, Hooks, Pool, PoolOptions
-from ..driver import with_default_hooks
+from ..driver import starting, with_default_hooks
 
 C = TypeVar("C")
 
@@ -27,25 +27,27 @@ def with_hooks(options: PoolOptions | None, chosen: Hooks, builder: str) -> Pool
 async def ready_async(pool: AsyncPool[Any]) -> None:
     """Make ``pool`` ready and one connection through it, so that a server that cannot be
     reached (a wrong DSN, a wrong password) fails now; then the pool is closed and the connect's
-    error raised."""
-    pool.ready()
-    try:
-        lease = await pool.checkout()
-    except BaseException:
-        await pool.close()
-        raise
-    lease.release()
+    error raised, with no warning before it that the pool goes on trying (:func:`starting`)."""
+    with starting(pool):
+        pool.ready()
+        try:
+            lease = await pool.checkout()
+        except BaseException:
+            await pool.close()
+            raise
+        lease.release()
 
 
 def ready_sync(pool: Pool[Any]) -> None:
     """:func:`ready_async` for the threaded pool."""
-    pool.ready()
-    try:
-        lease = pool.checkout()
-    except BaseException:
-        pool.close()
-        raise
-    lease.release()
+    with starting(pool):
+        pool.ready()
+        try:
+            lease = pool.checkout()
+        except BaseException:
+            pool.close()
+            raise
+        lease.release()
 
 
 def shown_address(params: dict[str, Any], default: str = "postgresql") -> str:

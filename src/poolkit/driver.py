@@ -7,7 +7,9 @@ pools' private modules (``docs/architecture.md``; the contracts in ``pyproject.t
 * :class:`ConnectContext`, :class:`Established` and :class:`Lease`, as ``poolkit`` exports them;
 * :data:`DEFAULT`, the "not given" sentinel of ``checkout(timeout=...)`` and the like, for a
   wrapper that passes its caller's argument through;
-* :func:`check_timeout`, the validation the pools give a per-call timeout;
+* :func:`check_timeout`, the validation the pools give a per-call timeout, and what a builder
+  or a connect function gives its own arguments: :func:`check_seconds` (a duration, ``None``
+  for no limit) and :func:`check_port`;
 * :data:`AnyPool`, either front end;
 * :func:`with_default_hooks`, a builder's options with its default hooks unless given others;
 * :func:`check_socket`, the ``check`` hook of a plain or TLS socket;
@@ -44,6 +46,8 @@ __all__ = [
     "Established",
     "Lease",
     "PoolStarter",
+    "check_port",
+    "check_seconds",
     "check_socket",
     "check_timeout",
     "pip_install",
@@ -88,6 +92,27 @@ def with_default_hooks(options: PoolOptions | None, default: Hooks, builder: str
     elif not isinstance(options, PoolOptions):
         raise TypeError(f"{builder}(options=...) must be a PoolOptions, got {options!r}")
     return options if options.hooks is not None else dataclasses.replace(options, hooks=default)
+
+
+def check_seconds(value: Any, what: str) -> float | None:
+    """A duration argument of a builder or connect function (``what``: its name, as
+    ``"tcp.create_pool(connect_timeout=...)"``): ``None`` (no limit), or seconds as
+    :func:`check_timeout` takes them (a float or a timedelta, >= 0, finite), returned as a float;
+    else a ``ValueError`` naming it, at the call rather than at the first connect."""
+    return None if value is None else check_timeout(value, what)
+
+
+def check_port(port: Any, what: str, *, text: bool = False) -> int:
+    """A port argument (``what``: its name, as ``"tcp.create_pool(port=...)"``): an int from 1
+    to 65535 (not a bool; with ``text``, also those digits as a str, as redis-py and libpq take
+    them), returned as an int; else a ``ValueError`` naming it. (A socket address takes a port
+    modulo 65536: 70000 would connect to 4464.)"""
+    value = port
+    if text and isinstance(port, str) and port.isascii() and port.isdigit():
+        value = int(port)
+    if type(value) is not int or not 0 < value < 65536:
+        raise ValueError(f"{what}: an int from 1 to 65535, not {port!r}")
+    return value
 
 
 @contextlib.contextmanager

@@ -55,6 +55,7 @@ from ._redis_dropin import (  # noqa: E402
     Served,
     Slot,
     address_of,
+    checked_kwargs,
     healthy,
     metrics_name,
     record,
@@ -177,7 +178,7 @@ class ConnectionPool(Served, redis.asyncio.ConnectionPool):
         super().__init__(
             connection_class=connection_class,
             max_connections=max_connections,
-            **connection_kwargs,
+            **checked_kwargs(f"{_PREFIX}{type(self).__name__}", connection_kwargs),
         )
         self._init_served(options, listeners, f"{_PREFIX}{type(self).__name__}")
         self._weaken_handler()

@@ -39,6 +39,7 @@ from ._redis_dropin import (  # noqa: E402
     Served,
     Slot,
     address_of,
+    checked_kwargs,
     healthy,
     metrics_name,
     record,
@@ -117,7 +118,7 @@ class ConnectionPool(Served, redis.ConnectionPool):
         super().__init__(
             connection_class=connection_class,
             max_connections=max_connections,
-            **connection_kwargs,
+            **checked_kwargs(f"{_PREFIX}{type(self).__name__}", connection_kwargs),
         )
         self._init_served(options, listeners, f"{_PREFIX}{type(self).__name__}")
         self._weaken_handler()

@@ -1,7 +1,7 @@
 """A builder's inputs, against the real PostgreSQL and Redis: a builder whose first connect fails
 (a wrong role, database or port) raises with no warning before it that the pool goes on
 trying; a port or a timeout that would fail later (or connect elsewhere) is refused at the call,
-naming the argument and the call."""
+naming the argument and the call; the redis drop-in's ``timeout`` likewise."""
 
 from __future__ import annotations
 
@@ -377,5 +377,41 @@ def test_asyncpg_good_arguments_still_connect(pg: PgServer) -> None:
             pool.connection() as conn,
         ):
             assert await conn.fetchval("SELECT 1") == 1
+
+    asyncio.run(main())
+
+
+# ------------------------------------------------------------------ 8: the redis drop-in's timeout
+
+
+@pytest.mark.parametrize("timeout", [-1, "5", math.nan, math.inf, True, timedelta(seconds=-1)])
+def test_the_blocking_drop_ins_refuse_a_bad_timeout_at_construction(timeout: Any) -> None:
+    pk = _module("poolkit.backends.redis")
+    for cls in ("BlockingConnectionPool", "AsyncBlockingConnectionPool"):
+        message = _refused(partial(getattr(pk, cls), timeout=timeout), f"{cls}(timeout=...)")
+        assert "checkout" not in message
+
+
+def test_the_blocking_drop_ins_take_a_good_timeout(redis_server: RedisServer) -> None:
+    pk = _module("poolkit.backends.redis")
+    redis_ = _module("redis")
+    for timeout in (None, 0, 5, 2.5, timedelta(seconds=3)):
+        pool = pk.BlockingConnectionPool.from_url(redis_server.url, timeout=timeout)
+        client = redis_.Redis(connection_pool=pool)
+        try:
+            assert client.ping()
+        finally:
+            client.close()
+            pool.close()
+
+    async def main() -> None:
+        for timeout in (None, 0, 5):
+            pool = pk.AsyncBlockingConnectionPool.from_url(redis_server.url, timeout=timeout)
+            client = _module("redis.asyncio").Redis(connection_pool=pool)
+            try:
+                assert await client.ping()
+            finally:
+                await client.aclose()
+                await pool.aclose()
 
     asyncio.run(main())

@@ -20,12 +20,12 @@ import weakref
 from collections import deque
 from collections.abc import Callable, Iterable
 from datetime import timedelta
-from typing import Any, Generic, Protocol, TypeVar, final
+from typing import Any, Final, Generic, Protocol, TypeVar, final
 
 from . import log as _log
 from ._core.records import Conn
 from .errors import InvalidLeaseError
-from .events import Listener, PoolEvent, deliver
+from .events import ConnectFailingEvent, ConnectRecoveredEvent, Listener, PoolEvent, deliver
 from .stats import PoolState
 
 C = TypeVar("C")
@@ -314,6 +314,11 @@ def listener_tuple(listeners: Iterable[Listener]) -> tuple[Listener, ...]:
     return out
 
 
+#: the events whose log lines a builder's first checkout holds (``EventSink.hold``): connects
+#: failing with no checkout told ("... the pool goes on trying"), and their recovery
+HELD: Final = frozenset({ConnectFailingEvent, ConnectRecoveredEvent})
+
+
 @final
 class EventSink:
     """Delivers events to listeners and the CMAP log, in core order, outside the pool lock.
@@ -325,7 +330,7 @@ class EventSink:
     leaves delivery to the outer loop.
     """
 
-    __slots__ = ("_delivering", "_listeners", "_local", "_lock", "_queue")
+    __slots__ = ("_delivering", "_held", "_listeners", "_local", "_lock", "_queue")
 
     def __init__(self, listeners: tuple[Listener, ...]) -> None:
         self._listeners = listeners
@@ -334,6 +339,9 @@ class EventSink:
         self._local = threading.local()
         #: a thread holds ``_lock`` and may be delivering events it took off the queue
         self._delivering = False
+        #: while a builder's first checkout runs (:meth:`hold`): the events of ``HELD`` kinds
+        #: delivered to listeners but not yet logged
+        self._held: list[PoolEvent] | None = None
 
     @property
     def listeners(self) -> tuple[Listener, ...]:
@@ -368,12 +376,31 @@ class EventSink:
                     except IndexError:
                         break
                     deliver(listeners, event)
-                    _log.log_event(event)
+                    held = self._held
+                    if held is not None and type(event) in HELD:
+                        held.append(event)
+                    else:
+                        _log.log_event(event)
             finally:
                 local.busy = False
                 self._delivering = False
 
+    def hold(self) -> None:
+        """Hold the log lines of the ``HELD`` events from now (listeners still get them)."""
+        with self._lock:
+            self._held = []
+
+    def unhold(self, *, say: bool) -> None:
+        """Stop holding; log what was held if ``say``, else drop it."""
+        self.flush()  # (what was pushed before is delivered under the hold)
+        with self._lock:
+            held, self._held = self._held, None
+            if say and held:
+                for event in held:
+                    _log.log_event(event)
+
     def reinit_after_fork(self) -> None:
+        self._held = None
         self._lock = threading.Lock()
         self._local = threading.local()
         self._delivering = False

@@ -7,24 +7,29 @@ pools' private modules (``docs/architecture.md``; the contracts in ``pyproject.t
 * :class:`ConnectContext`, :class:`Established` and :class:`Lease`, as ``poolkit`` exports them;
 * :data:`DEFAULT`, the "not given" sentinel of ``checkout(timeout=...)`` and the like, for a
   wrapper that passes its caller's argument through;
-* :func:`check_timeout`, the validation the pools give a per-call timeout;
+* :func:`check_timeout`, the validation the pools give a per-call timeout, and what a builder
+  or a connect function gives its own arguments: :func:`check_seconds` (a duration, ``None``
+  for no limit) and :func:`check_port`;
 * :data:`AnyPool`, either front end;
 * :func:`with_default_hooks`, a builder's options with its default hooks unless given others;
 * :func:`check_socket`, the ``check`` hook of a plain or TLS socket;
 * :func:`pip_install`, the install command to name in the error of an optional part missing;
 * :class:`PoolStarter`, what every async one-call builder returns (``create_async_pool``, and
   the asyncpg backend's ``create_pool``): ``await`` it for the ready pool, or ``async with``
-  it for a pool closed at the end of the block.
+  it for a pool closed at the end of the block;
+* :func:`starting`, around a builder's first checkout: no warning that the pool goes on trying
+  when the builder is about to raise and close it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import socket
 import ssl
 import warnings
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Awaitable, Callable, Generator, Iterator
 from typing import Any, Generic, ParamSpec, TypeAlias, TypeVar
 
 from ._base import DEFAULT
@@ -41,10 +46,13 @@ __all__ = [
     "Established",
     "Lease",
     "PoolStarter",
+    "check_port",
+    "check_seconds",
     "check_socket",
     "check_timeout",
     "pip_install",
     "renamed",
+    "starting",
     "with_default_hooks",
 ]
 
@@ -84,6 +92,45 @@ def with_default_hooks(options: PoolOptions | None, default: Hooks, builder: str
     elif not isinstance(options, PoolOptions):
         raise TypeError(f"{builder}(options=...) must be a PoolOptions, got {options!r}")
     return options if options.hooks is not None else dataclasses.replace(options, hooks=default)
+
+
+def check_seconds(value: Any, what: str) -> float | None:
+    """A duration argument of a builder or connect function (``what``: its name, as
+    ``"tcp.create_pool(connect_timeout=...)"``): ``None`` (no limit), or seconds as
+    :func:`check_timeout` takes them (a float or a timedelta, >= 0, finite), returned as a float;
+    else a ``ValueError`` naming it, at the call rather than at the first connect."""
+    return None if value is None else check_timeout(value, what)
+
+
+def check_port(port: Any, what: str, *, text: bool = False) -> int:
+    """A port argument (``what``: its name, as ``"tcp.create_pool(port=...)"``): an int from 1
+    to 65535 (not a bool; with ``text``, also those digits as a str, as redis-py and libpq take
+    them), returned as an int; else a ``ValueError`` naming it. (A socket address takes a port
+    modulo 65536: 70000 would connect to 4464.)"""
+    value = port
+    if text and isinstance(port, str) and port.isascii() and port.isdigit():
+        value = int(port)
+    if type(value) is not int or not 0 < value < 65536:
+        raise ValueError(f"{what}: an int from 1 to 65535, not {port!r}")
+    return value
+
+
+@contextlib.contextmanager
+def starting(pool: AnyPool[Any]) -> Iterator[None]:
+    """Around a builder's first checkout (its pool made ready and one connection checked out, so
+    that a wrong address, database or password fails the builder's call and the pool is closed):
+    the warning that connects are failing with no checkout told ("... the pool goes on
+    trying") and the note of their recovery are held until the block ends, then logged if it
+    ends well (the pool does go on) and dropped if it raises (the builder's error says it all;
+    the warning would say the opposite). Listeners get those events as usual."""
+    sink = pool._sink
+    sink.hold()
+    try:
+        yield
+    except BaseException:
+        sink.unhold(say=False)
+        raise
+    sink.unhold(say=True)
 
 
 def check_socket(sock: socket.socket) -> None:

@@ -1,5 +1,6 @@
 """What the backends' one-call builders share: setting the hooks, making the pool ready, an
-address fit to show (the pool starter is the seam's: :class:`poolkit.driver.PoolStarter`)."""
+address fit to show, PostgreSQL's port and timeout arguments checked (the pool starter is the
+seam's: :class:`poolkit.driver.PoolStarter`)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any, TypeVar
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from .. import AsyncPool, Hooks, Pool, PoolOptions
-from ..driver import with_default_hooks
+from ..driver import check_port, check_seconds, starting, with_default_hooks
 
 C = TypeVar("C")
 
@@ -27,25 +28,53 @@ def with_hooks(options: PoolOptions | None, chosen: Hooks, builder: str) -> Pool
 async def ready_async(pool: AsyncPool[Any]) -> None:
     """Make ``pool`` ready and one connection through it, so that a server that cannot be
     reached (a wrong DSN, a wrong password) fails now; then the pool is closed and the connect's
-    error raised."""
-    pool.ready()
-    try:
-        lease = await pool.checkout()
-    except BaseException:
-        await pool.close()
-        raise
-    lease.release()
+    error raised, with no warning before it that the pool goes on trying (:func:`starting`)."""
+    with starting(pool):
+        pool.ready()
+        try:
+            lease = await pool.checkout()
+        except BaseException:
+            await pool.close()
+            raise
+        lease.release()
 
 
 def ready_sync(pool: Pool[Any]) -> None:
     """:func:`ready_async` for the threaded pool."""
-    pool.ready()
-    try:
-        lease = pool.checkout()
-    except BaseException:
-        pool.close()
-        raise
-    lease.release()
+    with starting(pool):
+        pool.ready()
+        try:
+            lease = pool.checkout()
+        except BaseException:
+            pool.close()
+            raise
+        lease.release()
+
+
+def check_pg_args(
+    call: str, kwargs: dict[str, Any], durations: tuple[str, ...], *, text: bool
+) -> None:
+    """A PostgreSQL driver's connect keywords checked for ``call`` where the driver would take
+    them and fail at each connect (or connect elsewhere): ``port`` an int from 1 to 65535, its
+    digits, or several (a comma-separated str, a list: one per host; empty: the default);
+    ``durations`` seconds >= 0 or ``None`` (with ``text``, as libpq takes them, in a str too). A
+    DSN's own values are the driver's to read."""
+    if "port" in kwargs:
+        port = kwargs["port"]
+        parts = port if isinstance(port, list | tuple) else [port]
+        if isinstance(port, str):
+            parts = [part.strip() for part in port.split(",")]
+        for part in parts:
+            if part != "":
+                check_port(part, f"{call}(port=...)", text=True)
+    for name in durations:
+        value = kwargs.get(name)
+        if text and isinstance(value, str):
+            try:
+                value = float(value)
+            except ValueError:
+                pass  # (refused below, as it was given)
+        check_seconds(value, f"{call}({name}=...)")
 
 
 def shown_address(params: dict[str, Any], default: str = "postgresql") -> str:

@@ -57,7 +57,7 @@ import redis  # noqa: E402
 import redis.connection  # noqa: E402
 import redis.event  # noqa: E402
 
-from ..driver import Lease  # noqa: E402
+from ..driver import Lease, check_port, check_seconds  # noqa: E402
 from ..events import Listener  # noqa: E402
 from ..options import PoolOptions  # noqa: E402
 
@@ -149,6 +149,23 @@ def healthy(connection: Any) -> bool:
     if should_reconnect is not None and should_reconnect():
         return False
     return bool(getattr(connection, "is_connected", True))
+
+
+#: redis-py's connection arguments that are durations (seconds, ``None``: no limit)
+_DURATIONS = ("socket_timeout", "socket_connect_timeout")
+
+
+def checked_kwargs(call: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """redis-py's connection ``kwargs`` (a URL's parsed in) with ``port`` and the socket timeouts
+    checked for ``call``, naming the argument: redis-py would take them and fail at each connect
+    ("Timeout value out of range"), or connect to ``port`` modulo 65536."""
+    out = dict(kwargs)
+    if "port" in out:
+        out["port"] = check_port(out["port"], f"{call}(port=...)", text=True)
+    for name in _DURATIONS:
+        if name in out:
+            out[name] = check_seconds(out[name], f"{call}({name}=...)")
+    return out
 
 
 def refuse_timeout(call: str, blocking: str, connection_class: Any, base: type[Any]) -> None:

@@ -42,7 +42,7 @@ if True:  # ASYNC
     import redis.asyncio.connection
 
 from ..asyncio import AsyncPool  # noqa: E402
-from ..driver import ConnectContext, Lease  # noqa: E402
+from ..driver import ConnectContext, Lease, check_seconds  # noqa: E402
 from ..errors import PoolClosedError, WaitQueueTimeoutError  # noqa: E402
 from ..events import Listener  # noqa: E402
 from ..options import PoolOptions  # noqa: E402
@@ -55,6 +55,7 @@ from ._redis_dropin import (  # noqa: E402
     Served,
     Slot,
     address_of,
+    checked_kwargs,
     healthy,
     metrics_name,
     record,
@@ -177,7 +178,7 @@ class ConnectionPool(Served, redis.asyncio.ConnectionPool):
         super().__init__(
             connection_class=connection_class,
             max_connections=max_connections,
-            **connection_kwargs,
+            **checked_kwargs(f"{_PREFIX}{type(self).__name__}", connection_kwargs),
         )
         self._init_served(options, listeners, f"{_PREFIX}{type(self).__name__}")
         self._weaken_handler()
@@ -476,6 +477,8 @@ class BlockingConnectionPool(ConnectionPool, redis.asyncio.BlockingConnectionPoo
         **connection_kwargs: Any,
     ) -> None:
         connection_kwargs.pop("queue_class", None)  # (redis-py's queue: not used here)
+        # (a bad timeout fails here, not at each command as a checkout(timeout=...) it passes)
+        checked = check_seconds(timeout, f"{_PREFIX}BlockingConnectionPool(timeout=...)")
         super().__init__(
             connection_class,
             max_connections,
@@ -483,7 +486,7 @@ class BlockingConnectionPool(ConnectionPool, redis.asyncio.BlockingConnectionPoo
             listeners=listeners,
             **connection_kwargs,
         )
-        self.timeout = timeout
+        self.timeout = checked
 
     async def _lease(self) -> Lease[Slot]:
         if self.timeout == 0:  # (redis-py: no wait for a connection to come back)

@@ -55,7 +55,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Literal
 
 from .. import AsyncPool, ConnectContext, Hooks, PoolOptions
-from ..driver import PoolStarter, renamed
+from ..driver import PoolStarter, check_seconds, renamed
 from ..events import Listener
 from ._asyncpg_args import (
     MAX_INACTIVE_CONNECTION_LIFETIME,
@@ -64,7 +64,7 @@ from ._asyncpg_args import (
     pool_options,
     refuse_elsewhere,
 )
-from ._common import ready_async, shown_address, uri_params, with_hooks
+from ._common import check_pg_args, ready_async, shown_address, uri_params, with_hooks
 from ._extras import require
 
 if TYPE_CHECKING:
@@ -147,6 +147,7 @@ def async_connect(
     subclass of yours if you give one)."""
     if driver_connect is None:
         refuse_elsewhere("async_connect", connect_kwargs, asyncpg.connect, "asyncpg.connect")
+    close_timeout = _check_args("asyncpg.async_connect", close_timeout, connect_kwargs)
     kwargs = dict(connect_kwargs)
     settings = {"application_name": application_name, **(kwargs.pop("server_settings", None) or {})}
     if reset_query is not None and not isinstance(reset_query, str):
@@ -194,6 +195,16 @@ def _discard(attempt: asyncio.Future[Any]) -> None:
     conn = attempt.result()
     if not conn.is_closed():
         conn.terminate()
+
+
+def _check_args(call: str, close_timeout: Any, kwargs: dict[str, Any]) -> float | None:
+    """``close_timeout`` and asyncpg's connect keywords (``port``, ``timeout``,
+    ``command_timeout``) checked for ``call``, naming the argument; returns ``close_timeout``
+    in seconds. asyncpg would take them and fail at each connect."""
+    check_pg_args(call, kwargs, ("timeout", "command_timeout"), text=False)
+    if kwargs.get("command_timeout") == 0:  # (asyncpg: greater than 0, or None)
+        raise ValueError(f"{call}(command_timeout=...) must be seconds > 0 or None, got 0")
+    return check_seconds(close_timeout, f"{call}(close_timeout=...)")
 
 
 def _connection_class(base: type[Any], query: str | None, close_timeout: float | None) -> Any:
@@ -394,6 +405,7 @@ def create_pool(
     refuse_elsewhere(
         "create_pool", connect_kwargs, make, "your connect" if connect else "asyncpg.connect"
     )
+    close_timeout = _check_args("asyncpg.create_pool", close_timeout, connect_kwargs)
     options = with_hooks(
         pool_options("create_pool", options, min_size, max_size, max_inactive_connection_lifetime),
         async_hooks(

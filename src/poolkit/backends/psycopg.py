@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar, overload
 from .. import AsyncPool, ConnectContext, Hooks, Pool, PoolOptions
 from ..driver import DEFAULT, PoolStarter
 from ..events import Listener
-from ._common import ready_async, ready_sync, shown_address, with_hooks
+from ._common import check_pg_args, ready_async, ready_sync, shown_address, with_hooks
 from ._extras import require
 from ._psycopg_pool_args import pool_options, refuse_elsewhere
 
@@ -111,6 +111,9 @@ __all__ = [
     "ping",
 ]
 
+#: libpq's connection parameters that are durations (seconds), checked at the call
+_DURATIONS: Final = ("connect_timeout",)
+
 Conn = psycopg.Connection[Any]
 AsyncConn = psycopg.AsyncConnection[Any]
 Check = Literal["closed", "ping"] | None
@@ -129,6 +132,7 @@ def connect(
     ``application_name`` set (so the pool's sessions can be found in ``pg_stat_activity``);
     ``connection_class``: a subclass of ``psycopg.Connection`` to connect with instead."""
     cls = _connection_class(connection_class, psycopg.Connection, "connect")
+    check_pg_args("psycopg.connect", kwargs, _DURATIONS, text=True)
 
     def connect_one(ctx: ConnectContext) -> Conn:
         return cls.connect(dsn, autocommit=autocommit, application_name=application_name, **kwargs)
@@ -146,6 +150,7 @@ def async_connect(
 ) -> Callable[[ConnectContext], Awaitable[AsyncConn]]:
     """:func:`connect` for :class:`~poolkit.AsyncPool`: ``psycopg.AsyncConnection.connect``."""
     cls = _connection_class(connection_class, psycopg.AsyncConnection, "async_connect")
+    check_pg_args("psycopg.async_connect", kwargs, _DURATIONS, text=True)
 
     async def connect_one(ctx: ConnectContext) -> AsyncConn:
         return await cls.connect(
@@ -337,6 +342,7 @@ def create_pool(
     One connection is made before the pool is returned, so a wrong DSN or password fails here
     (and the pool is closed)."""
     dsn, connect_kwargs = _connect_kwargs("create_pool", dsn, conninfo, kwargs, connect_kwargs)
+    check_pg_args("psycopg.create_pool", connect_kwargs, _DURATIONS, text=True)
     autocommit = connect_kwargs.pop("autocommit", autocommit)
     application_name = connect_kwargs.pop("application_name", application_name)
     sizes = pool_options(
@@ -412,6 +418,7 @@ def create_async_pool(
     dsn, connect_kwargs = _connect_kwargs(
         "create_async_pool", dsn, conninfo, kwargs, connect_kwargs
     )
+    check_pg_args("psycopg.create_async_pool", connect_kwargs, _DURATIONS, text=True)
     autocommit = connect_kwargs.pop("autocommit", autocommit)
     application_name = connect_kwargs.pop("application_name", application_name)
     sizes = pool_options(

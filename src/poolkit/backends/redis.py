@@ -96,6 +96,7 @@ from ..events import Listener  # noqa: E402
 from ..options import Hooks, KeepAlive, PoolOptions  # noqa: E402
 from ..threaded import Pool  # noqa: E402
 from ._common import ready_async, ready_sync  # noqa: E402
+from ._redis_dropin import checked_kwargs  # noqa: E402
 from ._redis_dropin_async import BlockingConnectionPool as AsyncBlockingConnectionPool  # noqa: E402
 from ._redis_dropin_async import ConnectionPool as AsyncConnectionPool  # noqa: E402
 from ._redis_dropin_async import connected  # noqa: E402
@@ -256,8 +257,15 @@ _IN_USE = (
 def connect(url: str | None = None, **kwargs: Any) -> Callable[[ConnectContext], redis.Redis]:
     """A connect function for :class:`poolkit.Pool`: each call returns a ``redis.Redis`` on one
     dedicated connection, already connected and named. ``url`` and ``kwargs`` as redis-py's
-    (:func:`connection_kwargs`)."""
-    options = connection_kwargs(url, **kwargs)
+    (:func:`connection_kwargs`; ``port`` and the socket timeouts checked here, not at each
+    connect)."""
+    return _connect("redis.connect", url, kwargs)
+
+
+def _connect(
+    call: str, url: str | None, kwargs: dict[str, Any]
+) -> Callable[[ConnectContext], redis.Redis]:
+    options = checked_kwargs(call, connection_kwargs(url, **kwargs))
 
     def connect_redis(ctx: ConnectContext) -> redis.Redis:
         return redis.Redis.from_pool(_Dedicated(**options))
@@ -270,7 +278,13 @@ def async_connect(
 ) -> Callable[[ConnectContext], Awaitable[redis.asyncio.Redis]]:
     """A connect function for :class:`poolkit.AsyncPool`: ``redis.asyncio.Redis`` clients, each
     on one dedicated connection, connected and named."""
-    options = _async_kwargs(url, kwargs)
+    return _async_connect("redis.async_connect", url, kwargs)
+
+
+def _async_connect(
+    call: str, url: str | None, kwargs: dict[str, Any]
+) -> Callable[[ConnectContext], Awaitable[redis.asyncio.Redis]]:
+    options = checked_kwargs(call, _async_kwargs(url, kwargs))
 
     async def connect_redis(ctx: ConnectContext) -> redis.asyncio.Redis:
         pool = _AsyncDedicated(**options)
@@ -471,7 +485,7 @@ def create_pool(
     the credentials fails here (the pool closed, the connect's error raised), as the PostgreSQL
     builders do. Use it with ``with``; ``close()`` closes every connection."""
     pool = Pool(
-        connect(url, **kwargs),
+        _connect("redis.create_pool", url, kwargs),
         address=_address(url, kwargs),
         options=_options(options, hooks(), "create_pool"),
         listeners=listeners,
@@ -493,7 +507,7 @@ def create_async_pool(
     pool:`` for a pool closed at the end of the block; ``await pool.close()`` closes every
     connection (with ``aclose()``)."""
     chosen = _options(options, async_hooks(), "create_async_pool")
-    connect = async_connect(url, **kwargs)
+    connect = _async_connect("redis.create_async_pool", url, kwargs)
     address = _address(url, kwargs)
 
     async def start() -> AsyncPool[redis.asyncio.Redis]:

@@ -9,6 +9,9 @@ closed with ``aclose()``.
   (``ssl.create_default_context()``); pass an ``ssl.SSLContext`` to trust other CAs or present a
   client certificate. ``server_hostname`` is the name checked (default: ``host``).
 * ``connect_timeout`` bounds the TCP connect and the TLS handshake together.
+* Arguments are checked at the call, each error naming it and the call: ``host`` a non-empty str,
+  ``port`` an int from 1 to 65535, ``connect_timeout`` and ``timeout`` seconds >= 0 or ``None``,
+  no keyword :func:`open_socket` (:func:`open_stream` for asyncio) does not take.
 * ``keepalive`` sets ``SO_KEEPALIVE`` (the kernel probes idle connections: a dead peer shows as an
   error instead of a hang); ``nodelay`` sets ``TCP_NODELAY`` (small requests go out at once).
 
@@ -23,6 +26,7 @@ Rules of this module
 from __future__ import annotations
 
 import asyncio
+import inspect
 import socket
 import ssl
 import time
@@ -30,7 +34,14 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, final
 
 from ..asyncio import AsyncPool
-from ..driver import ConnectContext, PoolStarter, check_socket, with_default_hooks
+from ..driver import (
+    ConnectContext,
+    PoolStarter,
+    check_port,
+    check_seconds,
+    check_socket,
+    with_default_hooks,
+)
 from ..events import Listener
 from ..options import Hooks, PoolOptions
 from ..threaded import Pool
@@ -64,6 +75,28 @@ def _context(tls: bool | ssl.SSLContext) -> ssl.SSLContext | None:
     raise TypeError(f"tls must be a bool or an ssl.SSLContext, got {type(tls).__name__}")
 
 
+def _checked(
+    call: str, opener: Callable[..., Any], host: Any, port: Any, kwargs: dict[str, Any]
+) -> tuple[str, int, dict[str, Any]]:
+    """``host``, ``port`` and ``opener``'s ``kwargs`` (:func:`open_socket`'s or
+    :func:`open_stream`'s) checked for ``call`` (``"tcp.create_pool"``): what would fail only
+    at a connect, or connect elsewhere (a port modulo 65536), fails now, naming the argument."""
+    if not isinstance(host, str) or not host:
+        raise ValueError(f"{call}(host=...): a host name or address, not {host!r}")
+    port = check_port(port, f"{call}(port=...)")
+    unknown = sorted(set(kwargs) - _KEYWORDS[opener.__name__])
+    if unknown:
+        raise TypeError(
+            f"{call}() got keywords that {opener.__name__}() does not take: {', '.join(unknown)}"
+        )
+    out = dict(kwargs)
+    for name in ("connect_timeout", "timeout"):
+        if name in out:
+            out[name] = check_seconds(out[name], f"{call}({name}=...)")
+    _context(out.get("tls", False))  # (a wrong ``tls`` fails here, not at each connect)
+    return host, port, out
+
+
 def _tune(sock: Any, keepalive: bool, nodelay: bool) -> None:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, int(keepalive))
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, int(nodelay))
@@ -82,6 +115,9 @@ def open_socket(
 ) -> socket.socket:
     """A connected blocking socket (TLS: handshake done, certificate checked); ``timeout`` is the
     socket's own timeout for later reads and writes (``None``: blocking)."""
+    given = {"connect_timeout": connect_timeout, "timeout": timeout}
+    host, port, given = _checked("tcp.open_socket", open_socket, host, port, given)
+    connect_timeout, timeout = given["connect_timeout"], given["timeout"]
     context = _context(tls)
     deadline = None if connect_timeout is None else time.monotonic() + connect_timeout
     sock = socket.create_connection((host, port), timeout=connect_timeout)
@@ -141,6 +177,9 @@ async def open_stream(
 ) -> StreamConnection:
     """A connected :class:`StreamConnection` (TLS: handshake done, certificate checked);
     ``limit`` is the reader's buffer limit."""
+    given = {"connect_timeout": connect_timeout}
+    host, port, given = _checked("tcp.open_stream", open_stream, host, port, given)
+    connect_timeout = given["connect_timeout"]
     context = _context(tls)
     async with asyncio.timeout(connect_timeout):
         reader, writer = await asyncio.open_connection(
@@ -158,9 +197,22 @@ async def open_stream(
     return StreamConnection(reader, writer)
 
 
+#: the keywords (besides host and port) of :func:`open_socket` and :func:`open_stream`
+_KEYWORDS: dict[str, frozenset[str]] = {
+    opener.__name__: frozenset(inspect.signature(opener).parameters) - {"host", "port"}
+    for opener in (open_socket, open_stream)
+}
+
+
 def connect(host: str, port: int, **kwargs: Any) -> Callable[[ConnectContext], socket.socket]:
     """A connect function for :class:`poolkit.Pool`: :func:`open_socket` with ``kwargs``."""
-    _context(kwargs.get("tls", False))  # (a wrong ``tls`` fails here, not at each connect)
+    return _connect("tcp.connect", host, port, kwargs)
+
+
+def _connect(
+    call: str, host: Any, port: Any, kwargs: dict[str, Any]
+) -> Callable[[ConnectContext], socket.socket]:
+    host, port, kwargs = _checked(call, open_socket, host, port, kwargs)
 
     def connect_tcp(ctx: ConnectContext) -> socket.socket:
         return open_socket(host, port, **kwargs)
@@ -172,7 +224,13 @@ def async_connect(
     host: str, port: int, **kwargs: Any
 ) -> Callable[[ConnectContext], Awaitable[StreamConnection]]:
     """A connect function for :class:`poolkit.AsyncPool`: :func:`open_stream` with ``kwargs``."""
-    _context(kwargs.get("tls", False))
+    return _async_connect("tcp.async_connect", host, port, kwargs)
+
+
+def _async_connect(
+    call: str, host: Any, port: Any, kwargs: dict[str, Any]
+) -> Callable[[ConnectContext], Awaitable[StreamConnection]]:
+    host, port, kwargs = _checked(call, open_stream, host, port, kwargs)
 
     async def connect_tcp(ctx: ConnectContext) -> StreamConnection:
         return await open_stream(host, port, **kwargs)
@@ -231,7 +289,7 @@ def create_pool(
     """A ready :class:`poolkit.Pool` of sockets to ``host:port`` (``kwargs``: those of
     :func:`open_socket`), with :func:`hooks` unless ``options`` has hooks."""
     pool = Pool(
-        connect(host, port, **kwargs),
+        _connect("tcp.create_pool", host, port, kwargs),
         address=f"{host}:{port}",
         options=with_default_hooks(options, hooks(), "create_pool"),
         listeners=listeners,
@@ -252,10 +310,11 @@ def create_async_pool(
     running loop, with :func:`async_hooks` unless ``options`` has hooks: ``await`` it, or
     ``async with create_async_pool(...) as pool:`` for a pool closed at the end of the block."""
     chosen = with_default_hooks(options, async_hooks(), "create_async_pool")
+    connect_tcp = _async_connect("tcp.create_async_pool", host, port, kwargs)
 
     async def start() -> AsyncPool[StreamConnection]:
         pool = AsyncPool(
-            async_connect(host, port, **kwargs),
+            connect_tcp,
             address=f"{host}:{port}",
             options=chosen,
             listeners=listeners,

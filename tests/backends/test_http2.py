@@ -584,6 +584,14 @@ def test_bad_urls_and_arguments_are_refused_at_the_call() -> None:
         http2.AsyncTransport(retries=-1)
     with pytest.raises(ValueError, match="http:// or https:// URL"):
         http2.AsyncTransport().pool("ftp://example.org")
+    for url in ("http://h:70000", "http://h:0", "http://h:x", "http://h:", "https://h:-1"):
+        with pytest.raises(ValueError, match="a port from 1 to 65535"):
+            http2.create_async_pool(url)
+    for keep_alive in (-1, 0, float("nan"), "5", True):
+        with pytest.raises(ValueError, match=r"create_async_pool\(keep_alive=\.\.\.\)"):
+            http2.create_async_pool("http://h", keep_alive=keep_alive)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match=r"AsyncTransport\(keep_alive=\.\.\.\)"):
+            http2.AsyncTransport(keep_alive=keep_alive)  # type: ignore[arg-type]
 
 
 def test_a_tls_server_that_does_not_choose_h2_is_refused(app: App, cert: Cert) -> None:

@@ -63,7 +63,13 @@ import h2.utilities  # noqa: E402
 import httpx  # noqa: E402
 
 from ..asyncio import AsyncPool  # noqa: E402
-from ..driver import ConnectContext, Established, PoolStarter, with_default_hooks  # noqa: E402
+from ..driver import (  # noqa: E402
+    ConnectContext,
+    Established,
+    PoolStarter,
+    check_seconds,
+    with_default_hooks,
+)
 from ..errors import (  # noqa: E402
     ConnectTimeoutError,
     PoolClosedError,
@@ -772,11 +778,17 @@ def _path(target: str) -> str:
 
 def _origin(url: str) -> tuple[str, int, bool, str]:
     """``(host, port, tls, shown)`` of ``url`` (``https://`` or ``http://``)."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    parts = urllib.parse.urlsplit(url) if isinstance(url, str) else None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(f"an http:// or https:// URL, not {url!r}")
     tls = parts.scheme == "https"
-    port = parts.port or (443 if tls else 80)
+    try:
+        port = parts.port
+    except ValueError:  # (urllib: "Port out of range 0-65535", or not a number)
+        port = 0
+    if port == 0 or (port is None and parts.netloc.endswith(":")):
+        raise ValueError(f"an http:// or https:// URL with a port from 1 to 65535, not {url!r}")
+    port = port or (443 if tls else 80)
     return parts.hostname, port, tls, f"{parts.scheme}://{parts.hostname}:{port}"
 
 
@@ -847,7 +859,7 @@ def create_async_pool(
     made. A PING unanswered within ``keep_alive`` seconds closes its connection. ``options``, when
     given, replace all three (with :func:`async_hooks` unless they have hooks of their own)."""
     _origin(url)  # (a bad URL fails here)
-    chosen = _options(max_size, options, keep_alive)
+    chosen = _options(max_size, options, keep_alive, "create_async_pool")
 
     async def start() -> AsyncPool[H2Connection]:
         return _pool(url, chosen, listeners, tls)
@@ -855,7 +867,12 @@ def create_async_pool(
     return PoolStarter(start)
 
 
-def _options(max_size: int, options: PoolOptions | None, keep_alive: float | None) -> PoolOptions:
+def _options(
+    max_size: int, options: PoolOptions | None, keep_alive: float | None, call: str
+) -> PoolOptions:
+    keep_alive = check_seconds(keep_alive, f"{call}(keep_alive=...)")
+    if keep_alive == 0:
+        raise ValueError(f"{call}(keep_alive=...) must be seconds > 0 (or None: no PING), got 0")
     if options is None:
         # (a PING unanswered for as long as the interval: the server or the path to it is gone)
         probe = None if keep_alive is None else KeepAlive(keep_alive, ping, timeout=keep_alive)
@@ -957,7 +974,7 @@ class AsyncTransport(httpx.AsyncBaseTransport):
     ) -> None:
         if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
             raise ValueError(f"AsyncTransport(retries=...): an int >= 0, not {retries!r}")
-        self._options = _options(max_size, options, keep_alive)
+        self._options = _options(max_size, options, keep_alive, "AsyncTransport")
         self._tls = tls
         self._listeners = tuple(listeners)
         self._retries = retries

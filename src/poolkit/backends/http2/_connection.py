@@ -1,14 +1,5 @@
-"""HTTP/2 for :class:`poolkit.AsyncPool`: one connection serves as many leases as the server's
-``SETTINGS_MAX_CONCURRENT_STREAMS``, each lease one stream (``pip install 'poolkit[http2]'``:
-the ``h2`` library, over asyncio streams).
-
-    pool = await http2.create_async_pool("https://example.org", max_size=2)
-    async with pool.connection() as conn:          # one stream of a shared connection
-        response = await conn.request("GET", "/")
-        body = await response.aread()
-
-``https://`` speaks TLS with ALPN ``h2`` (the server must choose it); ``http://`` speaks HTTP/2
-with prior knowledge (h2c), as ``curl --http2-prior-knowledge`` does.
+"""One HTTP/2 connection of a client, shared by the leases of a poolkit pool: each request a
+stream (the ``h2`` library, over asyncio streams).
 
 Rules of this module
 --------------------
@@ -45,106 +36,31 @@ import asyncio
 import contextlib
 import ssl
 import urllib.parse
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
 from typing import Any, Final
 
-from ._extras import require
+import h2.config
+import h2.connection
+import h2.errors
+import h2.events
+import h2.exceptions
+import h2.settings
+import h2.utilities
 
-require("h2", "http2", "http2")  # no h2: an ImportError naming poolkit[http2]
-require("httpx", "http2", "http2")  # (its transport; the same extra)
-
-import h2.config  # noqa: E402
-import h2.connection  # noqa: E402
-import h2.errors  # noqa: E402
-import h2.events  # noqa: E402
-import h2.exceptions  # noqa: E402
-import h2.settings  # noqa: E402
-import h2.utilities  # noqa: E402
-import httpx  # noqa: E402
-
-from ..asyncio import AsyncPool  # noqa: E402
-from ..driver import (  # noqa: E402
-    ConnectContext,
-    Established,
-    PoolStarter,
-    check_seconds,
-    with_default_hooks,
+from ._errors import (
+    ConnectionLostError,
+    HTTP2Error,
+    InvalidRequestError,
+    RequestNotSentError,
+    StreamRefusedError,
+    StreamResetError,
 )
-from ..errors import (  # noqa: E402
-    ConnectTimeoutError,
-    PoolClosedError,
-    PoolError,
-    TooManyWaitersError,
-    WaitQueueTimeoutError,
-)
-from ..events import Listener  # noqa: E402
-from ..options import Hooks, KeepAlive, PoolOptions  # noqa: E402
-
-__all__ = [
-    "AsyncTransport",
-    "ConnectionLostError",
-    "H2Connection",
-    "HTTP2Error",
-    "InvalidRequestError",
-    "RequestNotSentError",
-    "Response",
-    "StreamRefusedError",
-    "StreamResetError",
-    "async_connect",
-    "async_hooks",
-    "create_async_pool",
-    "is_broken",
-    "ping",
-]
 
 #: the most leases a connection is given when the server sets no limit (or a huge one)
 MAX_STREAMS_CAP: Final = 1000
-#: the streams a connection being made is counted to serve (``PoolOptions.expected_streams``):
-#: RFC 9113 asks servers to allow at least 100
-EXPECTED_STREAMS: Final = 100
 #: what the client asks of the server: a window large enough for bodies to stream at speed
 _LOCAL_WINDOW: Final = 1 << 24
 _READ_SIZE: Final = 1 << 16
-
-
-class HTTP2Error(Exception):
-    """An HTTP/2 request failed; ``stream_id`` is its stream (0: the connection's error)."""
-
-    def __init__(self, message: str, *, stream_id: int = 0) -> None:
-        super().__init__(message)
-        self.stream_id = stream_id
-
-
-class StreamResetError(HTTP2Error):
-    """The server reset the request's stream (``RST_STREAM``, ``error_code``): that request
-    only failed, the connection serves on."""
-
-    def __init__(self, message: str, *, stream_id: int, error_code: int) -> None:
-        super().__init__(message, stream_id=stream_id)
-        self.error_code = error_code
-
-
-class StreamRefusedError(HTTP2Error):
-    """The server did not process the request (a GOAWAY below its stream id, or
-    ``REFUSED_STREAM``): it may be sent again, on another connection."""
-
-
-class ConnectionLostError(HTTP2Error, ConnectionError):
-    """The connection failed (the socket, a protocol error, the server gone, or silence: nothing
-    heard for a whole timeout, a PING unanswered) with the request in flight. Whether the server
-    processed it is unknown."""
-
-
-class RequestNotSentError(StreamRefusedError, ConnectionLostError):
-    """The connection was closed (the server gone, its end of the stream read) before any byte of
-    the request was written: the server cannot have processed it, and it may be sent again on
-    another connection (the transport does)."""
-
-
-class InvalidRequestError(HTTP2Error, ValueError):
-    """HTTP/2 forbids the request as given (``te`` other than ``trailers``, a pseudo-header of its
-    own, a ``host`` that is not the authority, an empty header name...), found before anything of
-    it was sent: the request fails alone and the connection serves on."""
 
 
 class _Stream:
@@ -569,66 +485,66 @@ class H2Connection:
             self._lost(error)
 
     def _on(self, event: h2.events.Event) -> None:
-        streams = self._streams
-        if isinstance(event, h2.events.ResponseReceived):
-            stream = streams.get(event.stream_id)
-            if stream is not None and not stream.replied.done():
-                stream.replied.set_result(list(event.headers))
-        elif isinstance(event, h2.events.DataReceived):
-            stream = streams.get(event.stream_id)
-            if stream is not None:
-                stream.chunks.put_nowait((event.data, event.flow_controlled_length))
-            else:  # (a stream given up on: its window given back at once)
-                self._h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
-        elif isinstance(event, h2.events.TrailersReceived):
-            stream = streams.get(event.stream_id)
-            if stream is not None:
-                stream.trailers = list(event.headers)
-        elif isinstance(event, h2.events.StreamEnded):
-            stream = streams.get(event.stream_id)
-            if stream is not None:
-                stream.ended = True
-                if not stream.replied.done():  # (ended without headers: a protocol error)
-                    stream.replied.set_exception(
-                        ConnectionLostError("a stream ended without a response")
+        """What the server said, handed to the stream it is about (or to the pool)."""
+        match event:
+            case h2.events.ResponseReceived():
+                stream = self._streams.get(event.stream_id)
+                if stream is not None and not stream.replied.done():
+                    stream.replied.set_result(list(event.headers))
+            case h2.events.DataReceived():
+                stream = self._streams.get(event.stream_id)
+                if stream is not None:
+                    stream.chunks.put_nowait((event.data, event.flow_controlled_length))
+                else:  # (a stream given up on: its window given back at once)
+                    self._h2.acknowledge_received_data(
+                        event.flow_controlled_length, event.stream_id
                     )
-                stream.chunks.put_nowait(None)
-        elif isinstance(event, h2.events.StreamReset):
-            stream = streams.get(event.stream_id)
-            if stream is not None:
-                code = int(event.error_code)
-                if code == h2.errors.ErrorCodes.REFUSED_STREAM:
-                    stream.fail(
-                        StreamRefusedError(
-                            f"{self.authority} refused stream {event.stream_id}",
-                            stream_id=event.stream_id,
+            case h2.events.TrailersReceived():
+                stream = self._streams.get(event.stream_id)
+                if stream is not None:
+                    stream.trailers = list(event.headers)
+            case h2.events.StreamEnded():
+                stream = self._streams.get(event.stream_id)
+                if stream is not None:
+                    stream.ended = True
+                    if not stream.replied.done():  # (ended without headers: a protocol error)
+                        stream.replied.set_exception(
+                            ConnectionLostError("a stream ended without a response")
                         )
-                    )
-                else:
-                    stream.fail(
-                        StreamResetError(
-                            f"{self.authority} reset stream {event.stream_id} ({_code_name(code)})",
-                            stream_id=event.stream_id,
-                            error_code=code,
-                        )
-                    )
-            self._window.set()
-        elif isinstance(event, h2.events.WindowUpdated):
-            self._window.set()
-        elif isinstance(event, h2.events.RemoteSettingsChanged):
-            first = not self._settings.is_set()
-            self._settings.set()
-            changed = event.changed_settings
-            if h2.settings.SettingCodes.INITIAL_WINDOW_SIZE in changed:
+                    stream.chunks.put_nowait(None)
+            case h2.events.StreamReset():
+                stream = self._streams.get(event.stream_id)
+                if stream is not None:
+                    stream.fail(self._reset_error(event.stream_id, int(event.error_code)))
                 self._window.set()
-            if not first and h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS in changed:
-                self._tell_pool("set_max_streams", self.max_streams)
-        elif isinstance(event, h2.events.PingAckReceived):
-            answered = self._pings.get(event.ping_data)
-            if answered is not None and not answered.done():
-                answered.set_result(None)
-        elif isinstance(event, h2.events.ConnectionTerminated):
-            self._goaway(int(event.last_stream_id or 0), int(event.error_code or 0))
+            case h2.events.WindowUpdated():
+                self._window.set()
+            case h2.events.RemoteSettingsChanged():
+                first = not self._settings.is_set()
+                self._settings.set()
+                changed = event.changed_settings
+                if h2.settings.SettingCodes.INITIAL_WINDOW_SIZE in changed:
+                    self._window.set()
+                if not first and h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS in changed:
+                    self._tell_pool("set_max_streams", self.max_streams)
+            case h2.events.PingAckReceived():
+                answered = self._pings.get(event.ping_data)
+                if answered is not None and not answered.done():
+                    answered.set_result(None)
+            case h2.events.ConnectionTerminated():
+                self._goaway(int(event.last_stream_id or 0), int(event.error_code or 0))
+
+    def _reset_error(self, stream_id: int, code: int) -> HTTP2Error:
+        """The error of a stream the server reset: refused (not processed) or reset."""
+        if code == h2.errors.ErrorCodes.REFUSED_STREAM:
+            return StreamRefusedError(
+                f"{self.authority} refused stream {stream_id}", stream_id=stream_id
+            )
+        return StreamResetError(
+            f"{self.authority} reset stream {stream_id} ({_code_name(code)})",
+            stream_id=stream_id,
+            error_code=code,
+        )
 
     def _goaway(self, last_stream_id: int, code: int) -> None:
         """The server said GOAWAY: no new stream; the streams above ``last_stream_id`` were not
@@ -774,309 +690,3 @@ def _path(target: str) -> str:
     parts = urllib.parse.urlsplit(target)
     path = parts.path or "/"
     return f"{path}?{parts.query}" if parts.query else path
-
-
-def _origin(url: str) -> tuple[str, int, bool, str]:
-    """``(host, port, tls, shown)`` of ``url`` (``https://`` or ``http://``)."""
-    parts = urllib.parse.urlsplit(url) if isinstance(url, str) else None
-    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"an http:// or https:// URL, not {url!r}")
-    tls = parts.scheme == "https"
-    try:
-        port = parts.port
-    except ValueError:  # (urllib: "Port out of range 0-65535", or not a number)
-        port = 0
-    if port == 0 or (port is None and parts.netloc.endswith(":")):
-        raise ValueError(f"an http:// or https:// URL with a port from 1 to 65535, not {url!r}")
-    port = port or (443 if tls else 80)
-    return parts.hostname, port, tls, f"{parts.scheme}://{parts.hostname}:{port}"
-
-
-def _tls_context(tls: bool | ssl.SSLContext) -> ssl.SSLContext:
-    context = tls if isinstance(tls, ssl.SSLContext) else ssl.create_default_context()
-    context.set_alpn_protocols(["h2"])
-    return context
-
-
-def async_connect(
-    url: str, *, tls: bool | ssl.SSLContext = True, server_hostname: str | None = None
-) -> Callable[[ConnectContext], Awaitable[Established[H2Connection]]]:
-    """A connect function for :class:`poolkit.AsyncPool`: an :class:`H2Connection` to ``url``'s
-    origin (``https://``: TLS with ALPN ``h2``, checked against ``tls``, an ``ssl.SSLContext``
-    or the system's CAs; ``http://``: prior knowledge), serving the server's
-    ``SETTINGS_MAX_CONCURRENT_STREAMS`` leases at once and telling the pool when that changes or
-    the server says GOAWAY."""
-    host, port, secure, _ = _origin(url)
-    context = _tls_context(tls) if secure else None
-
-    async def connect_h2(ctx: ConnectContext) -> Established[H2Connection]:
-        conn = await H2Connection.open(
-            host,
-            port,
-            tls=context,
-            server_hostname=server_hostname,
-            pool=ctx.pool,
-            connection_id=ctx.connection_id,
-        )
-        return Established(conn, max_streams=conn.max_streams)
-
-    return connect_h2
-
-
-async def ping(conn: H2Connection) -> None:
-    """The keep-alive probe: a PING answered."""
-    await conn.ping()
-
-
-def is_broken(conn: H2Connection, error: BaseException) -> bool:
-    """The ``is_broken`` hook: the connection failed (a stream's reset or refusal does not
-    break it)."""
-    if isinstance(error, StreamResetError | StreamRefusedError):
-        return conn.closed
-    return conn.closed or isinstance(error, OSError | ConnectionLostError)
-
-
-def async_hooks() -> Hooks:
-    """``is_broken``, and ``cancel_safe``: a request cancelled resets its own stream, the
-    connection serves on (its lease is released, not discarded). The keep-alive is a pool option
-    (``create_async_pool``'s ``keep_alive``: :func:`ping`)."""
-    return Hooks(is_broken=is_broken, cancel_safe=True)
-
-
-def create_async_pool(
-    url: str,
-    *,
-    max_size: int = 10,
-    options: PoolOptions | None = None,
-    listeners: Iterable[Listener] = (),
-    tls: bool | ssl.SSLContext = True,
-    keep_alive: float | None = 30.0,
-) -> PoolStarter[H2Connection]:
-    """A ready :class:`poolkit.AsyncPool` of HTTP/2 connections to ``url``'s origin: ``await``
-    it, or ``async with create_async_pool(url) as pool:``. ``max_size`` connections at most
-    (each serving the server's stream limit), a PING every ``keep_alive`` seconds on idle ones
-    (None: none), each connect counted to serve :data:`EXPECTED_STREAMS` checkouts until it is
-    made. A PING unanswered within ``keep_alive`` seconds closes its connection. ``options``, when
-    given, replace all three (with :func:`async_hooks` unless they have hooks of their own)."""
-    _origin(url)  # (a bad URL fails here)
-    chosen = _options(max_size, options, keep_alive, "create_async_pool")
-
-    async def start() -> AsyncPool[H2Connection]:
-        return _pool(url, chosen, listeners, tls)
-
-    return PoolStarter(start)
-
-
-def _options(
-    max_size: int, options: PoolOptions | None, keep_alive: float | None, call: str
-) -> PoolOptions:
-    keep_alive = check_seconds(keep_alive, f"{call}(keep_alive=...)")
-    if keep_alive == 0:
-        raise ValueError(f"{call}(keep_alive=...) must be seconds > 0 (or None: no PING), got 0")
-    if options is None:
-        # (a PING unanswered for as long as the interval: the server or the path to it is gone)
-        probe = None if keep_alive is None else KeepAlive(keep_alive, ping, timeout=keep_alive)
-        options = PoolOptions(
-            max_size=max_size, expected_streams=EXPECTED_STREAMS, keep_alive=probe
-        )
-    return with_default_hooks(options, async_hooks(), "create_async_pool")
-
-
-def _pool(
-    url: str, options: PoolOptions, listeners: Iterable[Listener], tls: bool | ssl.SSLContext
-) -> AsyncPool[H2Connection]:
-    _, _, _, shown = _origin(url)
-    pool = AsyncPool(
-        async_connect(url, tls=tls), address=shown, options=options, listeners=listeners
-    )
-    pool.ready()
-    return pool
-
-
-# ------------------------------------------------------------------ httpx
-
-
-class _Body(httpx.AsyncByteStream):
-    """A response body for httpx, read within its lease: the lease goes back when the body is
-    read to the end or closed (an unread rest resets the stream)."""
-
-    def __init__(
-        self, response: Response, lease: Any, conn: H2Connection, read_timeout: float | None
-    ) -> None:
-        self._response = response
-        self._lease = lease
-        self._conn = conn
-        self._read_timeout = read_timeout
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        chunks = self._response.aiter_bytes()
-        try:
-            while True:
-                try:
-                    async with self._conn.answer_within(self._read_timeout):
-                        chunk = await anext(chunks)
-                except StopAsyncIteration:
-                    break
-                except TimeoutError as exc:
-                    raise httpx.ReadTimeout(f"no data for {self._read_timeout} s") from exc
-                except ConnectionLostError as exc:
-                    raise httpx.ReadError(str(exc)) from exc
-                except HTTP2Error as exc:  # (the stream reset by the server)
-                    raise httpx.RemoteProtocolError(str(exc)) from exc
-                yield chunk
-        finally:
-            await self.aclose()
-
-    async def aclose(self) -> None:
-        lease, self._lease = self._lease, None
-        if lease is None:
-            return
-        try:
-            await self._response.aclose()
-        finally:
-            _give_back(lease)
-
-
-class AsyncTransport(httpx.AsyncBaseTransport):
-    """An httpx transport on poolkit pools of HTTP/2 connections:
-    ``httpx.AsyncClient(transport=AsyncTransport(max_size=2))``. One pool per origin (scheme,
-    host, port), made at its first request with ``max_size``, ``keep_alive`` and ``tls`` as
-    :func:`create_async_pool` takes them (``options``: the pool's options, in their place) and
-    ``listeners``; :meth:`pool` gives an origin's pool (``stats()``, ``clear()``...).
-
-    Requests go out as HTTP/2 streams of the pool's connections (TLS with ALPN ``h2`` for
-    ``https://``, prior knowledge for ``http://``). httpx's ``pool`` timeout bounds the wait for
-    a stream, its ``read`` timeout each wait for the response and for each part of its body (a
-    connection that sends nothing for a whole read timeout, not even the answer to a PING sent
-    half-way, is dead: closed, the next request goes to another); the pool's ``connect_timeout``
-    bounds a connect. A request the server did not process (a GOAWAY below its stream,
-    ``REFUSED_STREAM``) is sent again on another connection, ``retries`` times at most, if its
-    body can be sent again; one that found its connection closed before any byte of it was sent
-    is sent again whatever its body.
-
-    Every error reaches the caller as the httpx exception httpx's own pool raises in that case,
-    poolkit's as its ``__cause__``: ``PoolTimeout`` (no stream within the ``pool`` timeout, or
-    ``max_waiting`` requests already waiting), ``LocalProtocolError`` (a request HTTP/2
-    forbids: it fails alone, the connection serves on), ``ConnectError`` / ``ConnectTimeout``,
-    ``ReadError`` / ``ReadTimeout`` / ``RemoteProtocolError``, and ``TransportError`` for a
-    request still waiting when the transport closes.
-    """
-
-    def __init__(
-        self,
-        *,
-        max_size: int = 10,
-        options: PoolOptions | None = None,
-        listeners: Iterable[Listener] = (),
-        tls: bool | ssl.SSLContext = True,
-        keep_alive: float | None = 30.0,
-        retries: int = 2,
-    ) -> None:
-        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
-            raise ValueError(f"AsyncTransport(retries=...): an int >= 0, not {retries!r}")
-        self._options = _options(max_size, options, keep_alive, "AsyncTransport")
-        self._tls = tls
-        self._listeners = tuple(listeners)
-        self._retries = retries
-        self._pools: dict[str, AsyncPool[H2Connection]] = {}
-        self._closed = False
-
-    def pool(self, url: str) -> AsyncPool[H2Connection]:
-        """The pool of ``url``'s origin (made if it has none yet)."""
-        if self._closed:
-            raise httpx.TransportError("the transport is closed")
-        _, _, _, origin = _origin(url)
-        pool = self._pools.get(origin)
-        if pool is None:
-            pool = self._pools[origin] = _pool(url, self._options, self._listeners, self._tls)
-        return pool
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        timeouts: dict[str, float | None] = request.extensions.get("timeout", {})
-        pool = self.pool(str(request.url))
-        target = request.url.raw_path.decode("ascii")
-        headers = [(k, v) for k, v in request.headers.raw if k.lower() != b"host"]
-        has_body = "content-length" in request.headers or "transfer-encoding" in request.headers
-        body: AsyncIterable[bytes] | None = None
-        if has_body:
-            body = request.stream  # type: ignore[assignment]  # (an AsyncByteStream here)
-        read_timeout = timeouts.get("read")
-        for attempt in range(self._retries + 1):
-            lease = await _checkout(pool, timeouts.get("pool"))
-            conn: H2Connection = lease.connection
-            try:
-                async with conn.answer_within(read_timeout):
-                    response = await conn.request(
-                        request.method, target, headers=headers, body=body
-                    )
-            except InvalidRequestError as exc:
-                lease.release()  # (nothing was sent: its stream was never used)
-                raise httpx.LocalProtocolError(str(exc)) from exc
-            except StreamRefusedError as exc:
-                _give_back(lease)
-                sendable = isinstance(exc, RequestNotSentError) or _replayable(request)
-                if attempt < self._retries and (body is None or sendable):
-                    continue
-                if isinstance(exc, ConnectionLostError):
-                    raise httpx.ReadError(str(exc)) from exc
-                raise httpx.RemoteProtocolError(str(exc)) from exc
-            except StreamResetError as exc:
-                _give_back(lease)
-                raise httpx.RemoteProtocolError(str(exc)) from exc
-            except ConnectionLostError as exc:
-                lease.discard(exc)
-                raise httpx.ReadError(str(exc)) from exc
-            except TimeoutError as exc:
-                _give_back(lease)  # (the request reset its stream when its wait was cancelled)
-                raise httpx.ReadTimeout("the response did not come in time") from exc
-            except BaseException:
-                _give_back(lease)
-                raise
-            return httpx.Response(
-                status_code=response.status,
-                headers=response.headers,
-                stream=_Body(response, lease, conn, read_timeout),
-                extensions={"http_version": b"HTTP/2", "stream_id": response.stream_id},
-            )
-        raise AssertionError("unreachable")  # pragma: no cover  # (the loop returns or raises)
-
-    async def aclose(self) -> None:
-        """Close every pool (their connections in use close as their responses end)."""
-        self._closed = True
-        pools, self._pools = list(self._pools.values()), {}
-        for pool in pools:
-            await pool.close()
-
-
-async def _checkout(pool: AsyncPool[H2Connection], timeout: float | None) -> Any:
-    """A lease of ``pool``, its errors as httpx's own pool raises them (poolkit's the cause)."""
-    try:
-        return await pool.checkout(timeout=timeout)
-    except (WaitQueueTimeoutError, TooManyWaitersError) as exc:
-        raise httpx.PoolTimeout(str(exc)) from exc
-    except ConnectTimeoutError as exc:
-        raise httpx.ConnectTimeout(str(exc)) from exc
-    except OSError as exc:
-        raise httpx.ConnectError(str(exc)) from exc
-    except PoolClosedError as exc:
-        raise httpx.TransportError(f"the transport is closed: {exc}") from exc
-    except PoolError as exc:  # (a pool cleared, a connect's circuit breaker open...)
-        raise httpx.ConnectError(str(exc)) from exc
-
-
-def _give_back(lease: Any) -> None:
-    """A lease whose stream is done: released, or discarded if its connection failed."""
-    connection: H2Connection = lease.connection
-    if connection.closed:
-        lease.discard()
-    else:
-        lease.release()
-
-
-def _replayable(request: httpx.Request) -> bool:
-    """Whether ``request``'s body can be sent again (read into memory, not a one-off stream)."""
-    try:
-        request.content  # noqa: B018  # (raises httpx.RequestNotRead for a stream not read)
-    except httpx.RequestNotRead:
-        return False
-    return True

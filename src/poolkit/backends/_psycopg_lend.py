@@ -162,8 +162,8 @@ def _release(lent: Any, released: type) -> Any:
     pooled = lent._poolkit_pooled
     state = lent.__dict__
     lent._poolkit_pooled = None
-    lent.__class__ = released  # (first: from here on, every name raises)
-    object.__setattr__(lent, "__dict__", {})  # (not the twin's __setattr__, which refuses)
+    lent.__dict__ = {}  # (cut first: a use from another thread meanwhile finds nothing at all)
+    lent.__class__ = released  # (from here on, every name raises)
     state[_CURRENT] = None  # (it was this object's: one lease at a time. The key stays: the
     return pooled  # dict's layout, which the interpreter's attribute caches rely on, too)
 

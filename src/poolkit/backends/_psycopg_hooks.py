@@ -16,10 +16,9 @@ Rules of this module
   as psycopg_pool's commit alone. The reset at check-in then sends no query for that connection
   (``_RESET_SENT``), unless something ran on it since.
 * The object a lease was handed (``_psycopg_lend``) is released by ``end``, once it has ended
-  the block's transaction through it (the code psycopg runs for a caller's queries then always
-  sees the one class: no call site of psycopg's flips between two), and by the reset before it
-  sends anything. The books (``_RESET_SENT``, the remembered settings) are the pooled
-  connection's.
+  the block's transaction through it (a block's I/O, its end included, goes through the one
+  object the caller holds), and by the reset before it sends anything. The books
+  (``_RESET_SENT``, the remembered settings) are the pooled connection's.
 * The plain and async versions say the same thing in the same order; only the awaits differ.
 """
 

@@ -18,8 +18,8 @@ object, or from what was made from it, is cut at once.
 Rules of this module
 --------------------
 * While the lease is out, the caller's object is the connection for every purpose but identity:
-  its methods are its class's own, unwrapped, and read the shared ``__dict__`` (no test, no
-  frame, no lookup added to any call). A hand-out costs one small object, a weak reference and a
+  its methods are its class's own, unwrapped, and read the shared ``__dict__`` (no wrapper,
+  no frame, no test added to any call). A hand-out costs one small object, a weak reference and a
   few stores; giving back, a class and a ``__dict__`` swapped.
 * The lease's object is released by the first of: the ``end`` hook of ``pool.connection()``'s
   block (:func:`given_back`, in the caller, once the block's COMMIT or ROLLBACK went through

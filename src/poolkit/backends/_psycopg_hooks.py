@@ -434,7 +434,6 @@ def make_async_end(
 
     async def end_and_reset(handed: AsyncConn, error: BaseException | None) -> bool | None:
         conn = pooled(handed)  # (the books are its; the I/O goes through what the block got)
-        conn = pooled(handed)  # (the books are its; the I/O goes through what the block got)
         try:
             message = _ending(handed, error, commit, rollback) if query else None
             if message is None:

@@ -15,6 +15,10 @@ Rules of this module
   in one message (:func:`make_end`): one round trip where a commit and a reset took two, as many
   as psycopg_pool's commit alone. The reset at check-in then sends no query for that connection
   (``_RESET_SENT``), unless something ran on it since.
+* The object a lease was handed (``_psycopg_lend``) is released by ``end``, once it has ended
+  the block's transaction through it (a block's I/O, its end included, goes through the one
+  object the caller holds), and by the reset before it sends anything. The books
+  (``_RESET_SENT``, the remembered settings) are the pooled connection's.
 * The plain and async versions say the same thing in the same order; only the awaits differ.
 """
 
@@ -29,6 +33,7 @@ from typing import Any
 import psycopg
 from psycopg.pq import TransactionStatus
 
+from ._psycopg_lend import given_back, pooled, release_lent
 from ._psycopg_settings import Settings, remember, remembered, restore_plain_attributes
 
 #: what :func:`make_reset` sends by default after the rollback: the statements asyncpg's pool
@@ -144,6 +149,7 @@ def make_reset(
     function of yours, as psycopg_pool's ``reset``), which must leave no transaction open."""
 
     def reset(conn: Conn) -> None:
+        release_lent(conn)
         sent = _took_reset_sent(conn)
         status = _usable(conn)
         if status != _IDLE:
@@ -236,6 +242,7 @@ def make_async_reset_soon(
     COMMIT, that is every check-in of ``pool.connection()``'s block)."""
 
     def reset(conn: AsyncConn) -> Awaitable[None] | None:
+        release_lent(conn)
         sent = _took_reset_sent(conn)
         status = _usable(conn)
         settings = _transaction_settings(conn, autocommit)
@@ -325,19 +332,26 @@ async def async_check_ping(conn: AsyncConn) -> None:
 def end(conn: Conn, error: BaseException | None) -> None:
     """The ``end`` hook (psycopg_pool's contract): commit when ``pool.connection()``'s block
     succeeded, roll back when it raised (a connection closed or broken has nothing to roll back).
-    A failing COMMIT reaches the caller."""
-    if error is None:
-        conn.commit()
-    elif not (conn.closed or conn.broken):
-        conn.rollback()
+    A failing COMMIT reaches the caller. (``conn``: what the block got, which ends its
+    transaction; the object a lease was handed is released once it has.)"""
+    try:
+        if error is None:
+            conn.commit()
+        elif not (conn.closed or conn.broken):
+            conn.rollback()
+    finally:
+        given_back(conn)
 
 
 async def async_end(conn: AsyncConn, error: BaseException | None) -> None:
     """:func:`end` for ``psycopg.AsyncConnection``."""
-    if error is None:
-        await conn.commit()
-    elif not (conn.closed or conn.broken):
-        await conn.rollback()
+    try:
+        if error is None:
+            await conn.commit()
+        elif not (conn.closed or conn.broken):
+            await conn.rollback()
+    finally:
+        given_back(conn)
 
 
 def _took_reset_sent(conn: Conn | AsyncConn) -> bool:
@@ -385,12 +399,17 @@ def make_end(
         return end
     commit, rollback = _messages(query) if query else (b"", b"")
 
-    def end_and_reset(conn: Conn, error: BaseException | None) -> bool | None:
-        message = _ending(conn, error, commit, rollback) if query else None
-        if message is None:
-            end(conn, error)
-        else:
-            conn.execute(message, prepare=False)  # (several statements: never prepared)
+    def end_and_reset(handed: Conn, error: BaseException | None) -> bool | None:
+        conn = pooled(handed)  # (the books are its; the I/O goes through what the block got)
+        try:
+            message = _ending(handed, error, commit, rollback) if query else None
+            if message is None:
+                end(handed, error)
+            else:
+                handed.execute(message, prepare=False)  # (several statements: never prepared)
+        finally:
+            given_back(handed)
+        if message is not None:
             _RESET_SENT.add(conn)
         if error is not None or reset is None:
             return None
@@ -413,12 +432,17 @@ def make_async_end(
         return async_end
     commit, rollback = _messages(query) if query else (b"", b"")
 
-    async def end_and_reset(conn: AsyncConn, error: BaseException | None) -> bool | None:
-        message = _ending(conn, error, commit, rollback) if query else None
-        if message is None:
-            await async_end(conn, error)
-        else:
-            await conn.execute(message, prepare=False)
+    async def end_and_reset(handed: AsyncConn, error: BaseException | None) -> bool | None:
+        conn = pooled(handed)  # (the books are its; the I/O goes through what the block got)
+        try:
+            message = _ending(handed, error, commit, rollback) if query else None
+            if message is None:
+                await async_end(handed, error)
+            else:
+                await handed.execute(message, prepare=False)
+        finally:
+            given_back(handed)
+        if message is not None:
             _RESET_SENT.add(conn)
         if error is not None or reset is None:
             return None

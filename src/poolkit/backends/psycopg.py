@@ -41,6 +41,14 @@ Everything else is made safe by the hooks, whatever way a connection comes back:
   tells whether the connection still works. No I/O otherwise. ``check="ping"``: always a round
   trip (an empty query outside a transaction, as psycopg_pool's ``check_connection``).
 * ``is_broken``: ``conn.closed or conn.broken``: an SQL error is not, a lost server is.
+* ``lend`` (:func:`lend`): each lease hands out a connection object of its own, of a subclass of
+  the connection's class sharing the pooled connection's state (no proxy: psycopg's own methods,
+  at their own cost). Once the block is over (or the lease given back), that object, and every
+  cursor, server-side cursor, transaction, pipeline or copy made from it, raises
+  :class:`ConnectionReleasedError` (a ``psycopg.InterfaceError``: "the connection was released
+  back to the pool") at its next use, before anything is sent: a reference kept past the block
+  cannot run in the session of the connection's next owner, nor leave it a transaction to
+  commit. (psycopg_pool lets it; asyncpg's pool refuses it, as here.)
 * :func:`ping` / :func:`async_ping` for ``KeepAlive(interval, probe)``.
 """
 
@@ -86,9 +94,11 @@ from ._psycopg_hooks import (
     ping,
     remembering,
 )
+from ._psycopg_lend import ConnectionReleasedError, lend
 
 __all__ = [
     "DEFAULT_RESET_QUERY",
+    "ConnectionReleasedError",
     "async_check_closed",
     "async_check_ping",
     "async_connect",
@@ -104,6 +114,7 @@ __all__ = [
     "end",
     "hooks",
     "is_broken",
+    "lend",
     "make_async_end",
     "make_end",
     "make_async_reset",
@@ -230,6 +241,7 @@ def _hooks(
         end=make_end_(query, chosen_reset),
         is_broken=is_broken,
         timeout=timeout,
+        lend=lend,  # (the same for both pools: each lease's own connection object)
     )
 
 

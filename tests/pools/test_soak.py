@@ -15,6 +15,7 @@ import subprocess
 import sys
 
 import pytest
+
 from soak import HEAP_BOUND, HEAP_FLOOR, Sample, memory_verdict
 
 SOAK = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "support", "soak.py")

@@ -19,7 +19,7 @@ So one thread here watches them all: each test (setup, call and teardown, as pyt
 that it prints the test's id, what it captured and every thread's stack, and ends the process
 with status 1 (``os._exit``: nothing the hang holds can stop it), as pytest-timeout's thread
 method does. After the session, the process gets ``watchdog_grace`` seconds to exit. A timeout
-of 0 (``--timeout 0``, to debug) turns the watchdog off with it.
+of 0 (``--timeout 0``, to debug) turns the watchdog off with it, as do ``--pdb`` and ``--trace``.
 """
 
 from __future__ import annotations
@@ -158,7 +158,8 @@ def pytest_runtest_protocol(
     item: pytest.Item, nextitem: pytest.Item | None
 ) -> Generator[None, object, object]:
     timeout = timeout_of(item)
-    if timeout <= 0 or not _watchdog:
+    debugging = item.config.getoption("usepdb") or item.config.getoption("trace")
+    if timeout <= 0 or not _watchdog or debugging:  # (--pdb, --trace: a person at the prompt)
         return (yield)
     dog = _watchdog[-1]
     limit = timeout + dog.grace

@@ -2,13 +2,17 @@
 
 Wall-clock time is real here (bounded runs of a second or so): these are integration tests of
 the command; the theory check is the one place figures are compared with expectations, with
-wide margins (the machine is shared)."""
+wide margins, and it is marked ``timing`` (a loaded machine's figures are its own). Ctrl-C is
+sent when the command shows it has got there (its live view, on a pty), not after a time."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.resources
 import itertools
 import json
+import os
+import pty
 import re
 import signal
 import socket
@@ -17,7 +21,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -160,6 +164,7 @@ def test_a_sweep_table_marks_the_recommendation() -> None:
     assert "◀" in ran.stdout
 
 
+@pytest.mark.timing  # (throughput figures: what the machine can do, not what the tool does)
 def test_the_figures_agree_with_theory() -> None:
     """1 ms a request, a server that serves 8 at once, 32 tasks.
 
@@ -256,52 +261,108 @@ def test_bad_redis_credentials_end_in_one_line() -> None:
     assert "wrong-secret" not in ran.stderr
 
 
-def interrupt(args: list[str], after: float = 4.0) -> tuple[int, str, str]:
-    """Start ``poolkit bench ARGS``, send it SIGINT after ``after`` seconds (as Ctrl-C does)."""
+def interrupt(
+    args: list[str], ready: Callable[[str, int], bool], after: float = 1.5
+) -> Interrupted:
+    """Start ``poolkit bench ARGS`` (its live view on a terminal: a pty); once ``ready(shown,
+    pid)`` holds (``shown``: its stderr so far, escape sequences removed), send it SIGINT
+    ``after`` seconds later (as Ctrl-C does). Waiting for what the command shows, not for a
+    time, makes the run the same on a loaded machine: a measured phase is at least ``after``
+    long."""
+    master, slave = pty.openpty()
     process = subprocess.Popen(
         [sys.executable, "-m", "poolkit", "bench", *args],
         stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stderr=slave,
         text=True,
+        env=dict(os.environ, COLUMNS="120"),
     )
+    os.close(slave)
+    shown = bytearray()
+
+    def read() -> None:
+        while True:
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # (the command ended: EIO)
+                return
+            if not data:
+                return
+            shown.extend(data)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
     try:
+        deadline = time.monotonic() + 60  # (a bound for a hang, not a judgement of speed)
+        while not ready(_plain(shown), process.pid):
+            assert process.poll() is None, f"ended before it was ready: {_plain(shown)}"
+            assert time.monotonic() < deadline, f"never ready: {_plain(shown)}"
+            time.sleep(0.02)
         time.sleep(after)
         process.send_signal(signal.SIGINT)
-        out, err = process.communicate(timeout=30)
+        out, _ = process.communicate(timeout=30)
     finally:
         if process.poll() is None:
             process.kill()
             process.communicate()
-    return process.returncode, out, err
+        reader.join(5)
+        os.close(master)
+    return Interrupted(process.returncode, out, _plain(shown))
+
+
+@dataclasses.dataclass(frozen=True)
+class Interrupted:
+    code: int
+    out: str  #: stdout: the summary
+    shown: str  #: what the live view showed (stderr, on a terminal), escape sequences removed
+
+    def operations(self) -> tuple[int, float]:
+        """The summary's ``N operations in S s``."""
+        found = re.search(r"([\d,]+) operations in ([\d.]+) s", self.out)
+        assert found is not None, self.out
+        return int(found[1].replace(",", "")), float(found[2])
+
+
+def _plain(shown: bytes | bytearray) -> str:
+    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", bytes(shown).decode(errors="replace"))
+
+
+def measuring(shown: str, pid: int) -> bool:
+    return "measuring" in shown
 
 
 @pytest.mark.parametrize("mode", [[], ["--threads"]], ids=["asyncio", "threads"])
 def test_ctrl_c_stops_prints_the_partial_results_and_closes_everything(mode: list[str]) -> None:
-    code, out, err = interrupt(["--duration", "60", "--warmup", "0.2", "--json", *mode])
-    assert code == 130, err
-    assert "Traceback" not in err
-    document = json.loads(out)
-    jsonschema.validate(document, schema())
-    result = document["results"][0]
-    assert document["interrupted"] and result["interrupted"]
-    assert result["ops"] > 0 and 1.0 < result["seconds"] < 30
-    assert result["connections"]["left_open"] == 0
-    assert result["connections"]["server_left_open"] == 0  # the server saw every close
+    ran = interrupt(["--duration", "60", "--warmup", "0.2", *mode], measuring, after=1.5)
+    assert ran.code == 130, ran.shown
+    assert "Traceback" not in ran.shown
+    assert "interrupted: partial results" in ran.out, ran.out
+    assert "run: " in ran.shown and "(interrupted)" in ran.shown  # (the run's line, at its end)
+    ops, seconds = ran.operations()
+    assert ops > 0 and 1.5 <= seconds < 30, ran.out  # (SIGINT came 1.5 s into the measuring)
+    assert "left open 0" in ran.out, ran.out
+    assert "the server still saw" not in ran.out  # the server saw every close
 
 
 def test_ctrl_c_in_a_sweep_keeps_the_runs_done() -> None:
-    """Interrupted in its second run (each takes ~3 s with the start of its process), a sweep
-    keeps the first, marks the second interrupted and starts no third."""
+    """Interrupted in its second run (once the first's line is shown and the second has begun),
+    a sweep keeps the first, marks the second interrupted and starts no third."""
+
+    def second_run_begun(shown: str, pid: int) -> bool:
+        return "max_size=2: " in shown and "max_size=4" in shown.split("max_size=2: ", 1)[1]
+
     args = ["--sweep", "max_size=2,4,8", "--duration", "2.5", "--warmup", "0.2"]
-    code, out, err = interrupt([*args, "--json"], after=4.5)
-    assert code == 130, err
-    document = json.loads(out)
-    first, second = document["results"]
-    assert not first["interrupted"] and second["interrupted"]
-    assert document["interrupted"] and document["recommendation"] is not None
-    code, out, err = interrupt(args, after=4.5)
-    assert code == 130, err
-    assert "interrupted: partial results" in out and "Traceback" not in err
+    ran = interrupt(args, second_run_begun, after=0.5)
+    assert ran.code == 130, ran.shown
+    assert "interrupted: partial results" in ran.out and "Traceback" not in ran.shown
+    first = re.search(r"max_size=2: .*", ran.shown)
+    second = re.search(r"max_size=4: .*", ran.shown)
+    assert first is not None and "(interrupted)" not in first[0], ran.shown
+    assert second is not None and "(interrupted)" in second[0], ran.shown
+    assert "max_size=8" not in ran.shown  # (no third run)
+    rows = re.findall(r"^\s+(?:◀ )?(\d+)\s+[\d,]+\s", ran.out, re.MULTILINE)
+    assert rows == ["2", "4"], ran.out  # (the table: the first run, the second's part)
+    assert "recommended: max_size=" in ran.out and "before the interruption only" in ran.out
 
 
 def test_a_real_postgresql_target_asyncpg_and_psycopg() -> None:
@@ -319,18 +380,34 @@ def test_a_real_postgresql_target_asyncpg_and_psycopg() -> None:
 
 
 def test_ctrl_c_on_a_real_postgresql_target_leaves_no_session() -> None:
+    """``--json`` (no live view): interrupted once PostgreSQL sees two of its sessions (the
+    workers' pool: the probe before it holds one), the run's document says so, and no session
+    is left."""
     need_port(PG_DSN, 5432, "PostgreSQL")
-    code, out, err = interrupt([PG_DSN, "--duration", "60", "--warmup", "0.2", "--json"])
-    assert code == 130, err
-    result = json.loads(out)["results"][0]
-    assert result["ops"] > 0 and result["connections"]["server_left_open"] == 0
     import psycopg
 
-    with psycopg.connect(PG_DSN) as conn:
-        row = conn.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'poolkit-bench-%'"
-        ).fetchone()
-    assert row == (0,)
+    def sessions(pattern: str) -> int:
+        with psycopg.connect(PG_DSN) as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE %s", (pattern,)
+            ).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    def pool_connected(shown: str, pid: int) -> bool:
+        return sessions(f"poolkit-bench-{pid}%") >= 2
+
+    args = [PG_DSN, "--duration", "60", "--warmup", "0.2", "--json"]
+    ran = interrupt(args, pool_connected, after=1.5)
+    assert ran.code == 130, ran.shown
+    document = json.loads(ran.out)
+    jsonschema.validate(document, schema())
+    result = document["results"][0]
+    assert document["interrupted"] and result["interrupted"]
+    assert result["ops"] > 0 and 1.0 < result["seconds"] < 30
+    assert result["connections"]["left_open"] == 0
+    assert result["connections"]["server_left_open"] == 0
+    assert sessions("poolkit-bench-%") == 0
 
 
 def test_a_real_redis_target() -> None:

@@ -4,6 +4,7 @@ on 127.0.0.1, and poolkit's pools run through it. Timings are asserted with gene
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
 import subprocess
 import sys
@@ -40,6 +41,24 @@ def run(settings: SimSettings, body: Callable[[SimServer], Awaitable[None]]) -> 
             await body(server)
 
     asyncio.run(main())
+
+
+def run_on_virtual_time(
+    settings: SimSettings, body: Callable[[SimServer], Awaitable[None]]
+) -> None:
+    """``run`` on ``poolkit.testing``'s virtual-time loop: the server's service times, windows
+    and stalls (all on ``loop.time()``) are exact, whatever the machine's speed."""
+    from poolkit.testing.loop import run as run_virtual
+
+    async def main() -> None:
+        async with SimServer(settings) as server:
+            await body(server)
+
+    run_virtual(main())
+
+
+def going_away(conn: SimConnection) -> bool:
+    return conn.going_away or conn.closed
 
 
 async def wait_for(predicate: Callable[[], bool], timeout: float = 1.5) -> None:
@@ -104,15 +123,18 @@ def test_fixed_service_time() -> None:
     [(("exp", 0.01), 0.01, 0.0), (("uniform", 0.01, 0.02), 0.015, 0.0095)],
 )
 def test_service_time_distribution(spec: tuple[str, float], mean: float, low: float) -> None:
+    """On virtual time (the times the server draws, not how soon a loaded machine runs it)."""
+
     async def body(server: SimServer) -> None:
         conns = [await SimConnection.connect(HOST, server.port, timeout=5) for _ in range(8)]
         times: list[float] = []
+        loop = asyncio.get_running_loop()
 
         async def work(conn: SimConnection) -> None:
             for _ in range(25):
-                start = time.monotonic()
+                start = loop.time()
                 await conn.request(b"x")
-                times.append(time.monotonic() - start)
+                times.append(loop.time() - start)
 
         await asyncio.gather(*(work(c) for c in conns))
         assert len(times) == 200
@@ -122,7 +144,7 @@ def test_service_time_distribution(spec: tuple[str, float], mean: float, low: fl
         for conn in conns:
             await conn.aclose()
 
-    run(SimSettings(service_time=spec, seed=7), body)
+    run_on_virtual_time(SimSettings(service_time=spec, seed=7), body)
 
 
 def test_distributions_are_seeded() -> None:
@@ -245,6 +267,9 @@ def test_stall_window_and_stall_at_run_time() -> None:
 
 
 def test_refuse_window_and_refuse_at_run_time() -> None:
+    """On virtual time: each connect is made inside (or after) its window, however loaded the
+    machine."""
+
     async def body(server: SimServer) -> None:
         with pytest.raises(SimRefusedError, match="not accepting new connections"):
             await SimConnection.connect(HOST, server.port, timeout=5)
@@ -260,7 +285,7 @@ def test_refuse_window_and_refuse_at_run_time() -> None:
         await conn.aclose()
         await again.aclose()
 
-    run(SimSettings(refuse_windows=((0.0, 0.2),)), body)
+    run_on_virtual_time(SimSettings(refuse_windows=((0.0, 0.2),)), body)
 
 
 def test_goaway_reaches_the_client_which_finishes_in_flight_requests() -> None:
@@ -292,7 +317,8 @@ def test_goaway_after_requests_closes_the_connection_in_an_async_pool() -> None:
                 async with pool.connection() as conn:
                     assert await conn.request(b"%d" % i) == b"%d" % i
                     ids.append(id(conn))
-                await asyncio.sleep(0.02)  # (the GOAWAY arrives)
+                if i % 3 == 2:  # (its 3rd request: the GOAWAY arrives, however long it takes)
+                    await wait_for(functools.partial(going_away, conn), timeout=10)
             assert len(set(ids)) == 2  # a new connection after the 3rd request
             assert server.stats().goaways_sent >= 1
             assert pool.stats().connections_created == 2
@@ -427,7 +453,12 @@ def test_threaded_pool_replaces_connections_that_go_away() -> None:
             for i in range(9):
                 with pool.connection() as conn:
                     assert conn.request(b"%d" % i, timeout=5) == b"%d" % i
-                time.sleep(0.02)  # (the GOAWAY arrives)
+                # (the GOAWAY sent, on 127.0.0.1 it is there to read: however long it takes)
+                sent = (i + 1) // 3
+                deadline = time.monotonic() + 10
+                while handle.call(handle.server.stats).goaways_sent < sent:
+                    assert time.monotonic() < deadline, "no GOAWAY"
+                    time.sleep(0.005)
             assert pool.stats().connections_created == 3
         assert handle.call(handle.server.stats).goaways_sent == 3
 

@@ -4,18 +4,18 @@ import uuid
 
 import pytest
 
-import watchdog
+import hang_watchdog
 from certs import Cert, self_signed
-from services import REDIS_URL, RedisServer, redis_missing, skip_or_fail
 
-# the suite's watchdog (tests/support/watchdog.py): a hang ends the run, even one that
+# the suite's watchdog (tests/support/hang_watchdog.py): a hang ends the run, even one that
 # pytest-timeout's signal cannot end (hooks, found here by their names)
-from watchdog import (  # noqa: F401
+from hang_watchdog import (  # noqa: F401
     pytest_configure,
     pytest_runtest_protocol,
     pytest_sessionfinish,
     pytest_unconfigure,
 )
+from services import REDIS_URL, RedisServer, redis_missing, skip_or_fail
 
 #: the Redis server's answer, asked once per session: the reason it is missing, or None
 _redis_answer: list[str | None] = []
@@ -31,7 +31,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "asyncio_default_fixture_loop_scope",
         "pytest-asyncio's default event loop scope of async fixtures (the suite has none)",
     )
-    watchdog.addoption(parser)
+    hang_watchdog.addoption(parser)
 
 
 @pytest.fixture(params=["asyncio", "threads"])

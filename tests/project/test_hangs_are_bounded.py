@@ -1,7 +1,7 @@
 """A hang fails the run, it does not hang it (issue 37, point 10): pytest on a small file of tests
 that hang on purpose, one front end each, in a subprocess with the suite's configuration
-(pyproject.toml, and tests/conftest.py as a plugin: its watchdog, tests/support/watchdog.py) and
-short limits (``--timeout 2``, ``watchdog_grace`` 2 s). Each run must end, reported failed, well
+(pyproject.toml, and tests/conftest.py as a plugin: its watchdog, tests/support/hang_watchdog.py)
+and short limits (``--timeout 2``, ``watchdog_grace`` 2 s). Each run must end, reported failed, well
 within a bound; the subprocess's own timeout keeps this test from hanging if it does not."""
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Final
 
-__all__ = ["Backoff", "Hooks", "KeepAlive", "PoolOptions"]
+__all__ = ["Adaptive", "Backoff", "Hooks", "KeepAlive", "PoolOptions"]
 
 Seconds = float | int | timedelta
 

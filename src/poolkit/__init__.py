@@ -4,7 +4,7 @@ One pure core (``poolkit._core``) decides everything; :class:`AsyncPool` runs it
 :class:`Pool` on threads. See the README for a quickstart.
 """
 
-from ._frontend import Clock, ConnectContext, Established, Lease
+from ._frontend import Clock, ConnectContext, DrivenClock, Established, Lease
 from ._requests import LeaseRequest
 from .asyncio import AsyncPool
 from .errors import (
@@ -36,6 +36,7 @@ __all__ = [
     "ConnectCancelledError",
     "ConnectContext",
     "ConnectTimeoutError",
+    "DrivenClock",
     "Established",
     "HookTimeoutError",
     "Hooks",

@@ -44,6 +44,7 @@ from ._core import (
 from ._core.records import Hold
 from ._frontend import (
     Clock,
+    DrivenClock,
     EventSink,
     Lease,
     Returned,
@@ -135,8 +136,8 @@ class PoolBase(Generic[C]):
         self.options = options
         self._clock = clock
         self._time: Callable[[], float] = clock.monotonic if clock is not None else time.monotonic
-        #: a clock's own timers (the test clock), in place of the loop's or a timer thread
-        self._call_at: Any = getattr(clock, "call_at", None)
+        #: a driven clock's timers (the test clock), in place of the loop's or a timer thread
+        self._call_at: Any = clock.call_at if isinstance(clock, DrivenClock) else None
         self._timer_at: float | None = None  #: the deadline the timer is armed for
         self._timer_handle: Any = None  #: the armed ``call_at`` timer, if any
         self._sink = EventSink(listener_tuple(listeners))

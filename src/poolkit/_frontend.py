@@ -20,7 +20,7 @@ import weakref
 from collections import deque
 from collections.abc import Callable, Iterable
 from datetime import timedelta
-from typing import Any, Final, Generic, Protocol, TypeVar, final
+from typing import Any, Final, Generic, Protocol, TypeVar, final, runtime_checkable
 
 from . import log as _log
 from ._core.records import Conn
@@ -31,18 +31,41 @@ from .stats import PoolState
 C = TypeVar("C")
 _POOL_CLOSED = PoolState.CLOSED
 
-__all__ = ["Clock", "ConnectContext", "Established", "Lease"]
+__all__ = ["Clock", "ConnectContext", "DrivenClock", "Established", "Lease"]
 
 
 class Clock(Protocol):
-    """A source of monotonic time in seconds.
-
-    A clock that also has ``call_at(when, callback)`` (returning an object with ``cancel()``) takes
-    over the pool's timers; :class:`poolkit.testing.FakeClock` does, and also runs the threaded
-    pool's worker threads and blocking waits so that tests can tell when every thread is blocked.
-    """
+    """A source of monotonic time in seconds: the pool's time (its deadlines, its durations).
+    Its timers are the event loop's (``AsyncPool``) or a thread's (``Pool``)."""
 
     def monotonic(self) -> float: ...
+
+
+class Timer(Protocol):
+    def cancel(self) -> object: ...
+
+
+class Signal(Protocol):
+    """A one-shot wake-up: ``wait()`` blocks until ``set()``."""
+
+    def wait(self) -> object: ...
+
+    def set(self) -> object: ...
+
+
+@runtime_checkable
+class DrivenClock(Clock, Protocol):
+    """A clock that also runs what a pool would leave to the machine: its timers (``call_at``),
+    and for ``Pool`` its worker threads (``start_thread``) and the blocking waits of its
+    checkouts (``new_signal``), so that a test can tell when every thread is blocked and move
+    time on (:class:`poolkit.testing.FakeClock`). A pool asks whether its clock is one once, when
+    it is made: this protocol is the only way a clock reaches more of a pool than its time."""
+
+    def call_at(self, when: float, callback: Callable[[], Any]) -> Timer: ...
+
+    def start_thread(self, target: Callable[[], Any], name: str) -> object: ...
+
+    def new_signal(self) -> Signal: ...
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

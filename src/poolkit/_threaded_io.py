@@ -14,8 +14,8 @@ Rules of this module
   thread still using it frees its file descriptor for the next socket while the hook's thread
   still reads it: the next connect then hangs on a descriptor another thread owns.
 * One timer thread per pool, started on first need, sleeps until the core's earliest deadline.
-  A clock with ``call_at`` (the test clock) replaces it, and a clock with ``start_thread`` and
-  ``new_signal`` also runs the worker threads and the blocking waits.
+  A driven clock (``_frontend.DrivenClock``: the test clock) replaces it, and also runs the
+  worker threads and the blocking waits: chosen once, when the pool is made.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 
 from ._base import NO_OUTPUT, PoolBase
 from ._core import Conn, PoolCore, StartCheck, StartKeepAlive, StartReset
-from ._frontend import ConnectContext, Lease, call_close, unwrap
+from ._frontend import ConnectContext, DrivenClock, Lease, call_close, unwrap
 from .options import PoolOptions
 from .stats import PoolState
 
@@ -76,6 +76,16 @@ def _lock_signal() -> tuple[Callable[[], Any], Callable[[], Any]]:
     return lock.acquire, lock.release
 
 
+def _clock_signal(clock: DrivenClock) -> Callable[[], tuple[Callable[[], Any], Callable[[], Any]]]:
+    """:func:`_lock_signal` of a driven clock: its waits count as blocked for its ``settle``."""
+
+    def new_signal() -> tuple[Callable[[], Any], Callable[[], Any]]:
+        signal = clock.new_signal()
+        return signal.wait, signal.set
+
+    return new_signal
+
+
 class ThreadIO(PoolBase[C]):
     """``Pool`` less its public checkout and close: threads, the timer, the blocking waits."""
 
@@ -91,13 +101,12 @@ class ThreadIO(PoolBase[C]):
     def _init_io(self) -> None:
         """After ``PoolBase.__init__``: the threads and waits (the clock's, if it runs them)."""
         clock = self._clock
-        self._start_thread: Callable[[Callable[[], None], str], Any] = getattr(
-            clock, "start_thread", _start_daemon
-        )
-        self._fake_signals = hasattr(clock, "new_signal")
-        self._new_signal: Callable[[], tuple[Callable[[], Any], Callable[[], Any]]] = (
-            self._clock_signal if self._fake_signals else _lock_signal
-        )
+        self._start_thread: Callable[[Callable[[], None], str], Any] = _start_daemon
+        #: a checkout's wait and its wake-up, made when it must wait
+        self._new_signal: Callable[[], tuple[Callable[[], Any], Callable[[], Any]]] = _lock_signal
+        if isinstance(clock, DrivenClock):
+            self._start_thread = clock.start_thread
+            self._new_signal = _clock_signal(clock)
         self._timer_cv = threading.Condition(self._lock)
         self._timer_thread = False
         self._init_hooks_running()
@@ -108,10 +117,6 @@ class ThreadIO(PoolBase[C]):
         self._in_hooks: dict[int, int] = {}
         #: connection id -> the connection to close when its last hook returns
         self._doomed: dict[int, Any] = {}
-
-    def _clock_signal(self) -> tuple[Callable[[], Any], Callable[[], Any]]:
-        signal = self._clock.new_signal()  # type: ignore[union-attr]  # (only called when the clock has new_signal)
-        return signal.wait, signal.set
 
     def _check_connect(self, connect: Callable[..., Any]) -> None:
         if inspect.iscoroutinefunction(connect):

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from _thread import allocate_lock as _allocate_lock
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from types import TracebackType
@@ -290,12 +289,7 @@ class Pool(ThreadIO[C]):
             req = Request(now, None if timeout is None else now + timeout)
             self._hand.request(req, now)
             if req.queued:  # (its owner is set before the lock is let go: a connect may serve it)
-                if self._fake_signals:
-                    wait, req.owner = self._new_signal()
-                else:  # _lock_signal inlined
-                    signal = _allocate_lock()
-                    signal.acquire()
-                    wait, req.owner = signal.acquire, signal.release
+                wait, req.owner = self._new_signal()
             if core.actions or core.events or core.timers.dirty:
                 actions = self._take_locked()
         if actions is not NO_OUTPUT:

@@ -1,6 +1,7 @@
 """A fake clock for deterministic tests of both front ends.
 
-``FakeClock`` only moves when told (:meth:`FakeClock.advance`, :meth:`FakeClock.jump`). It takes
+``FakeClock`` only moves when told (:meth:`FakeClock.advance`, :meth:`FakeClock.jump`). A
+:class:`poolkit.DrivenClock`, it takes
 over the pool's timers (``call_at``) and, for the threaded pool, its worker threads
 (``start_thread``) and blocking waits (``new_signal``). Because it knows every thread it started
 and every wait it handed out, :meth:`FakeClock.settle` can wait (in real time, bounded) until each

@@ -1,12 +1,11 @@
 """A fake clock for deterministic tests of both front ends.
 
 ``FakeClock`` only moves when told (:meth:`FakeClock.advance`, :meth:`FakeClock.jump`). A
-:class:`poolkit.DrivenClock`, it takes
-over the pool's timers (``call_at``) and, for the threaded pool, its worker threads
-(``start_thread``) and blocking waits (``new_signal``). Because it knows every thread it started
-and every wait it handed out, :meth:`FakeClock.settle` can wait (in real time, bounded) until each
-such thread is blocked on the clock or finished: at that point nothing will happen until time
-moves, so moving it is deterministic.
+:class:`poolkit.DrivenClock`, it takes over the pool's timers (``call_at``) and, for the threaded
+pool, its worker threads (``start_thread``) and blocking waits (``new_signal``). Because it knows
+every thread it started and every wait it handed out, :meth:`FakeClock.settle` can wait (in real
+time, bounded) until each such thread is blocked on the clock or finished: at that point nothing
+will happen until time moves, so moving it is deterministic.
 """
 
 from __future__ import annotations

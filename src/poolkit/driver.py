@@ -25,12 +25,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import socket
 import ssl
-import warnings
 from collections.abc import Awaitable, Callable, Generator, Iterator
-from typing import Any, Generic, ParamSpec, TypeAlias, TypeVar
+from typing import Any, Generic, TypeAlias, TypeVar
 
 from ._base import DEFAULT
 from ._frontend import ConnectContext, Established, Lease, check_timeout
@@ -51,37 +49,14 @@ __all__ = [
     "check_socket",
     "check_timeout",
     "pip_install",
-    "renamed",
     "starting",
     "with_default_hooks",
 ]
 
 C = TypeVar("C")
-P = ParamSpec("P")
-R = TypeVar("R")
 
 #: either front end over connections of type ``C``: ``AnyPool[C]``
 AnyPool: TypeAlias = AsyncPool[C] | Pool[C]
-
-
-def renamed(function: Callable[P, R], old: str, *, where: str, why: str) -> Callable[P, R]:
-    """``function`` under its ``old`` name in the module ``where``: the same call, with a
-    ``DeprecationWarning`` that names the new one and says ``why`` (the names' rule is in
-    docs/architecture.md: ``connect``/``hooks`` for threads, ``async_connect``/``async_hooks``
-    for asyncio)."""
-
-    @functools.wraps(function)
-    def old_name(*args: P.args, **kwargs: P.kwargs) -> R:
-        warnings.warn(
-            f"{where}.{old} is now {function.__name__}: {why}",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return function(*args, **kwargs)
-
-    old_name.__name__ = old_name.__qualname__ = old
-    old_name.__doc__ = f"Deprecated: :func:`{function.__name__}` under its old name ({why})."
-    return old_name
 
 
 def with_default_hooks(options: PoolOptions | None, default: Hooks, builder: str) -> PoolOptions:

@@ -55,7 +55,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Literal
 
 from .. import AsyncPool, ConnectContext, Hooks, PoolOptions
-from ..driver import PoolStarter, check_seconds, renamed
+from ..driver import PoolStarter, check_seconds
 from ..events import Listener
 from ._asyncpg_args import (
     MAX_INACTIVE_CONNECTION_LIFETIME,
@@ -92,10 +92,8 @@ __all__ = [
     "async_connect",
     "async_hooks",
     "close",
-    "connect",
     "create_pool",
     "end_and_reset",
-    "hooks",
     "is_broken",
     "lend",
     "probe",
@@ -441,12 +439,3 @@ def create_pool(
 
     return PoolStarter(start)
 
-
-#: why ``connect`` and ``hooks`` were renamed
-_RENAMED = (
-    "asyncio's connect functions and hooks are async_connect and async_hooks, in every backend "
-    "(connect and hooks are the threads')"
-)
-#: the old names, for a release
-connect = renamed(async_connect, "connect", where="poolkit.backends.asyncpg", why=_RENAMED)
-hooks = renamed(async_hooks, "hooks", where="poolkit.backends.asyncpg", why=_RENAMED)

@@ -305,7 +305,7 @@ class MongoWorkload(Workload):
         return self.mongodb.async_hooks()
 
     def sync_connect(self) -> Connect:
-        return self.mongodb.connect_sync(self.host, self.port, **self.kwargs)
+        return self.mongodb.connect(self.host, self.port, **self.kwargs)
 
     def sync_op(self, conn: Any) -> None:
         conn.command("admin", {"ping": 1}, timeout=self.timeout)

@@ -47,7 +47,7 @@ Sequences = Mapping[str, Sequence[Mapping[str, Any]]] | None
 
 class AsyncMongoPool(PinningRules[AsyncMongoConnection]):
     """Commands, cursors and transactions over an :class:`~poolkit.AsyncPool` of
-    :class:`~.connection.AsyncMongoConnection` (made by :func:`~.connection.connect`).
+    :class:`~.connection.AsyncMongoConnection` (made by :func:`~.connection.async_connect`).
 
     ``pin``: whether cursors and transactions keep their connection (default: the pool's
     ``load_balanced``; False only to show what pinning prevents). ``read_preference``:

@@ -41,7 +41,7 @@ Sequences = Mapping[str, Sequence[Mapping[str, Any]]] | None
 
 class MongoPool(PinningRules[MongoConnection]):
     """Commands, cursors and transactions over an :class:`~poolkit.Pool` of
-    :class:`~.connection.MongoConnection` (made by :func:`~.connection.connect_sync`).
+    :class:`~.connection.MongoConnection` (made by :func:`~.connection.connect`).
 
     ``pin``: whether cursors and transactions keep their connection (default: the pool's
     ``load_balanced``; False only to show what pinning prevents). ``read_preference``:

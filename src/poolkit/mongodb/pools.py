@@ -1,5 +1,5 @@
-"""From a URI to a pool: the connect functions of a parsed URI (:func:`connect_uri`,
-:func:`connect_sync_uri`), the hooks a pool of MongoDB connections runs (:func:`hooks`,
+"""From a URI to a pool: the connect functions of a parsed URI (:func:`async_connect_uri`,
+:func:`connect_uri`), the hooks a pool of MongoDB connections runs (:func:`hooks`,
 :func:`async_hooks`: a connection the server closed while it sat idle is not handed out), and
 both together (:func:`create_pool`, :func:`create_async_pool`).
 """
@@ -15,8 +15,7 @@ from ..driver import ConnectContext, Established, PoolStarter, with_default_hook
 from ..events import Listener
 from ..options import Hooks, PoolOptions
 from ..threaded import Pool
-from ._renamed import CONNECT_RENAMED, renamed
-from .connection import AsyncMongoConnection, MongoConnection, async_connect, connect_sync
+from .connection import AsyncMongoConnection, MongoConnection, async_connect, connect
 from .errors import NetworkError
 from .monitoring import CommandListener
 from .tls import tls_context
@@ -25,7 +24,6 @@ from .uri import MongoURI, parse_uri
 __all__ = [
     "async_hooks",
     "async_connect_uri",
-    "connect_sync_uri",
     "connect_uri",
     "create_async_pool",
     "create_pool",
@@ -62,16 +60,12 @@ def async_connect_uri(
     return async_connect(host, port, listeners=listeners, **options)
 
 
-#: the old name of :func:`async_connect_uri` (``connect_uri`` will be the blocking one)
-connect_uri = renamed(async_connect_uri, "connect_uri", CONNECT_RENAMED)
-
-
-def connect_sync_uri(
+def connect_uri(
     uri: MongoURI, *, tls: ssl.SSLContext | None = None, listeners: Iterable[CommandListener] = ()
 ) -> Callable[[ConnectContext], Established[MongoConnection]]:
     """:func:`async_connect_uri` for :class:`poolkit.Pool`."""
     host, port, options = uri_connect_options(uri, tls)
-    return connect_sync(host, port, listeners=listeners, **options)
+    return connect(host, port, listeners=listeners, **options)
 
 
 def check(conn: MongoConnection) -> None:
@@ -124,12 +118,12 @@ def create_pool(
     command_listeners: Iterable[CommandListener] = (),
 ) -> Pool[MongoConnection]:
     """A ready :class:`poolkit.Pool` of blocking connections to ``uri``'s first host
-    (:func:`connect_sync_uri`), with the URI's pool options (or ``options``) and :func:`hooks`
+    (:func:`connect_uri`), with the URI's pool options (or ``options``) and :func:`hooks`
     unless they have hooks. ``listeners``: the pool's events; ``command_listeners``: command
     monitoring."""
     parsed = _parsed(uri)
     pool = Pool(
-        connect_sync_uri(parsed, tls=tls, listeners=command_listeners),
+        connect_uri(parsed, tls=tls, listeners=command_listeners),
         address=parsed.addresses[0],
         options=_options(parsed, options, hooks(), "create_pool"),
         listeners=listeners,

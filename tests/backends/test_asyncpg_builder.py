@@ -290,9 +290,9 @@ def test_reset_false_costs_a_clean_connection_nothing(pg: PgServer) -> None:
         conn = await asyncpg.connect(pg.dsn, server_settings={"application_name": pg.app})
         try:
             await conn.execute("SELECT 1")
-            assert pk_asyncpg.rollback_only(conn) is None  # (no round trip, no task)
+            assert pk_asyncpg.async_rollback_only(conn) is None  # (no round trip, no task)
             await conn.execute("BEGIN")
-            rollback = pk_asyncpg.rollback_only(conn)
+            rollback = pk_asyncpg.async_rollback_only(conn)
             assert rollback is not None
             await rollback
             assert not conn.is_in_transaction()

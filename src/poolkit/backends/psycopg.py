@@ -76,13 +76,13 @@ else:
 # (after the driver: without it, the ImportError above is the one that names the extra)
 from ._psycopg_hooks import (
     DEFAULT_RESET_QUERY,
-    async_check_closed,
+    async_check,
     async_check_closed_soon,
     async_check_ping,
     async_end,
     async_ping,
     async_remembering,
-    check_closed,
+    check,
     check_ping,
     end,
     is_broken,
@@ -99,13 +99,13 @@ from ._psycopg_lend import ConnectionReleasedError, lend
 __all__ = [
     "DEFAULT_RESET_QUERY",
     "ConnectionReleasedError",
-    "async_check_closed",
+    "async_check",
     "async_check_ping",
     "async_connect",
     "async_end",
     "async_hooks",
     "async_ping",
-    "check_closed",
+    "check",
     "check_ping",
     "connect",
     "connection",
@@ -197,7 +197,7 @@ def _reset_query(reset: bool | str) -> str | None:
 
 #: what a ``Pool`` and an ``AsyncPool`` of psycopg connections run: (the "closed" check, the
 #: "ping" check, the reset maker, the end hook maker, the configure wrapper)
-_SYNC_KIT: Final = (check_closed, check_ping, make_reset, make_end, remembering)
+_SYNC_KIT: Final = (check, check_ping, make_reset, make_end, remembering)
 _ASYNC_KIT: Final = (
     async_check_closed_soon,  # (plain when no ping is needed: no task per checkout)
     async_check_ping,

@@ -22,12 +22,15 @@ from .tls import tls_context
 from .uri import MongoURI, parse_uri
 
 __all__ = [
-    "async_hooks",
+    "async_check",
     "async_connect_uri",
+    "async_hooks",
+    "check",
     "connect_uri",
     "create_async_pool",
     "create_pool",
     "hooks",
+    "is_broken",
     "uri_connect_options",
 ]
 

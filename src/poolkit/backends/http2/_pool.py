@@ -69,7 +69,7 @@ def async_connect(
     return connect_h2
 
 
-async def ping(conn: H2Connection) -> None:
+async def async_ping(conn: H2Connection) -> None:
     """The keep-alive probe: a PING answered."""
     await conn.ping()
 
@@ -85,7 +85,7 @@ def is_broken(conn: H2Connection, error: BaseException) -> bool:
 def async_hooks() -> Hooks:
     """``is_broken``, and ``cancel_safe``: a request cancelled resets its own stream, the
     connection serves on (its lease is released, not discarded). The keep-alive is a pool option
-    (``create_async_pool``'s ``keep_alive``: :func:`ping`)."""
+    (``create_async_pool``'s ``keep_alive``: :func:`async_ping`)."""
     return Hooks(is_broken=is_broken, cancel_safe=True)
 
 
@@ -121,7 +121,9 @@ def options_for(
         raise ValueError(f"{call}(keep_alive=...) must be seconds > 0 (or None: no PING), got 0")
     if options is None:
         # (a PING unanswered for as long as the interval: the server or the path to it is gone)
-        probe = None if keep_alive is None else KeepAlive(keep_alive, ping, timeout=keep_alive)
+        probe = (
+            None if keep_alive is None else KeepAlive(keep_alive, async_ping, timeout=keep_alive)
+        )
         options = PoolOptions(
             max_size=max_size, expected_streams=EXPECTED_STREAMS, keep_alive=probe
         )

@@ -2,9 +2,10 @@
 
 The pools themselves are :class:`poolkit.AsyncPool` and :class:`poolkit.Pool`; this module is the
 rest of the seam between them and the layers above, so that no layer above reaches into the
-pools' private modules (``docs/architecture.md``; the contracts in ``pyproject.toml`` enforce it):
+pools' private modules (``docs/architecture.md``; the contracts in ``pyproject.toml`` enforce it).
+What ``poolkit`` exports (:class:`~poolkit.ConnectContext`, :class:`~poolkit.Established`,
+:class:`~poolkit.Lease`...) is imported from ``poolkit``, not from here:
 
-* :class:`ConnectContext`, :class:`Established` and :class:`Lease`, as ``poolkit`` exports them;
 * :data:`DEFAULT`, the "not given" sentinel of ``checkout(timeout=...)`` and the like, for a
   wrapper that passes its caller's argument through;
 * :func:`check_timeout`, the validation the pools give a per-call timeout, and what a builder
@@ -31,7 +32,7 @@ from collections.abc import Awaitable, Callable, Generator, Iterator
 from typing import Any, Generic, TypeAlias, TypeVar
 
 from ._base import DEFAULT
-from ._frontend import ConnectContext, Established, Lease, check_timeout
+from ._frontend import check_timeout
 from ._install import pip_install
 from .asyncio import AsyncPool
 from .options import Hooks, PoolOptions
@@ -40,9 +41,6 @@ from .threaded import Pool
 __all__ = [
     "DEFAULT",
     "AnyPool",
-    "ConnectContext",
-    "Established",
-    "Lease",
     "PoolStarter",
     "check_port",
     "check_seconds",

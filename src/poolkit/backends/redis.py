@@ -90,8 +90,9 @@ import redis.asyncio  # noqa: E402
 import redis.asyncio.connection  # noqa: E402
 import redis.connection  # noqa: E402
 
+from .. import ConnectContext  # noqa: E402
 from ..asyncio import AsyncPool  # noqa: E402
-from ..driver import ConnectContext, PoolStarter, with_default_hooks  # noqa: E402
+from ..driver import PoolStarter, with_default_hooks  # noqa: E402
 from ..events import Listener  # noqa: E402
 from ..options import Hooks, KeepAlive, PoolOptions  # noqa: E402
 from ..threaded import Pool  # noqa: E402

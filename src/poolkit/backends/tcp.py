@@ -33,9 +33,9 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, final
 
+from .. import ConnectContext
 from ..asyncio import AsyncPool
 from ..driver import (
-    ConnectContext,
     PoolStarter,
     check_port,
     check_seconds,

@@ -16,7 +16,8 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from ..driver import ConnectContext, Established, check_socket, check_timeout
+from .. import ConnectContext, Established
+from ..driver import check_socket, check_timeout
 from ._protocol import (
     NETWORK,
     Handshaken,

@@ -31,8 +31,9 @@ import uuid
 from collections.abc import Mapping
 from typing import Any, Generic, TypeVar
 
+from .. import Lease
 from ..asyncio import AsyncPool
-from ..driver import AnyPool, Lease, check_timeout
+from ..driver import AnyPool, check_timeout
 from ..errors import WaitQueueTimeoutError
 from ..stats import PoolStats
 from ..threaded import Pool

@@ -22,8 +22,9 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
+from .. import Lease
 from ..asyncio import AsyncPool
-from ..driver import Lease, check_timeout
+from ..driver import check_timeout
 from ..errors import WaitQueueTimeoutError
 from .checks import (
     Purpose,

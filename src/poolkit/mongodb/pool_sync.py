@@ -16,7 +16,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
-from ..driver import Lease, check_timeout
+from .. import Lease
+from ..driver import check_timeout
 from ..errors import WaitQueueTimeoutError
 from ..threaded import Pool
 from .checks import (

@@ -10,8 +10,9 @@ import ssl
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
+from .. import ConnectContext, Established
 from ..asyncio import AsyncPool
-from ..driver import ConnectContext, Established, PoolStarter, with_default_hooks
+from ..driver import PoolStarter, with_default_hooks
 from ..events import Listener
 from ..options import Hooks, PoolOptions
 from ..threaded import Pool

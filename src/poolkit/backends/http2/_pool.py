@@ -10,8 +10,9 @@ import urllib.parse
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Final
 
+from ... import ConnectContext, Established
 from ...asyncio import AsyncPool
-from ...driver import ConnectContext, Established, PoolStarter, check_seconds, with_default_hooks
+from ...driver import PoolStarter, check_seconds, with_default_hooks
 from ...events import Listener
 from ...options import Hooks, KeepAlive, PoolOptions
 from ._connection import H2Connection

@@ -17,7 +17,7 @@ import socket
 import threading
 from collections.abc import Callable
 
-from ...driver import ConnectContext
+from ... import ConnectContext
 from .client import OnGoaway, OnSettings, SimGoingAwayError, SimStreamRefusedError, greeting_limit
 from .protocol import HEADER, FrameType, encode, parse_header, parse_u32
 

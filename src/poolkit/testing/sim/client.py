@@ -22,7 +22,7 @@ import itertools
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ...driver import ConnectContext, Established
+from ... import ConnectContext, Established
 from .protocol import HEADER, FrameType, ProtocolError, encode, parse_header, parse_u32
 
 __all__ = [

@@ -18,8 +18,9 @@ What ``poolkit`` exports (:class:`~poolkit.ConnectContext`, :class:`~poolkit.Est
 * :class:`PoolStarter`, what every async one-call builder returns (``create_async_pool``, and
   the asyncpg backend's ``create_pool``): ``await`` it for the ready pool, or ``async with``
   it for a pool closed at the end of the block;
-* :func:`starting`, around a builder's first checkout: no warning that the pool goes on trying
-  when the builder is about to raise and close it.
+* :func:`start` / :func:`async_start`, a builder's start: the pool made ready and one
+  connection made through it, so that a wrong address fails the builder's call (the pool
+  closed, no warning that it goes on trying).
 """
 
 from __future__ import annotations
@@ -42,12 +43,13 @@ __all__ = [
     "DEFAULT",
     "AnyPool",
     "PoolStarter",
+    "async_start",
     "check_port",
     "check_seconds",
     "check_socket",
     "check_timeout",
     "pip_install",
-    "starting",
+    "start",
     "with_default_hooks",
 ]
 
@@ -88,8 +90,35 @@ def check_port(port: Any, what: str, *, text: bool = False) -> int:
     return value
 
 
+def start(pool: Pool[Any]) -> None:
+    """A one-call builder's start, the same in every backend and in ``poolkit.mongodb``: make
+    ``pool`` ready and one connection through it, so that a server that cannot be reached (a
+    wrong address, database or password) fails the builder's call; then the pool is closed and
+    the connect's error raised, with no warning before it that the pool goes on trying."""
+    with _starting(pool):
+        pool.ready()
+        try:
+            lease = pool.checkout()
+        except BaseException:
+            pool.close()
+            raise
+        lease.release()
+
+
+async def async_start(pool: AsyncPool[Any]) -> None:
+    """:func:`start` for :class:`~poolkit.AsyncPool` (what a :class:`PoolStarter` awaits)."""
+    with _starting(pool):
+        pool.ready()
+        try:
+            lease = await pool.checkout()
+        except BaseException:
+            await pool.close()
+            raise
+        lease.release()
+
+
 @contextlib.contextmanager
-def starting(pool: AnyPool[Any]) -> Iterator[None]:
+def _starting(pool: AnyPool[Any]) -> Iterator[None]:
     """Around a builder's first checkout (its pool made ready and one connection checked out, so
     that a wrong address, database or password fails the builder's call and the pool is closed):
     the warning that connects are failing with no checkout told ("... the pool goes on

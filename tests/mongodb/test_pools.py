@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import socket
 import time
 
 import pytest
@@ -135,3 +136,29 @@ def test_connect_is_for_threads_and_async_connect_for_asyncio() -> None:
         mongodb.async_connect("127.0.0.1", 70000)
     with pytest.raises(ValueError, match=r"\bconnect\(port=\.\.\.\)"):
         mongodb.connect("127.0.0.1", 70000)
+
+
+def test_the_builders_make_a_first_connection_and_fail_fast() -> None:
+    """As every backend's builders: one connection (connect, hello) made before the pool is
+    returned, so that a server nobody runs fails the call (the pool closed)."""
+    with socket.socket() as sock:  # (a port nobody listens on)
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    uri = f"mongodb://127.0.0.1:{port}/?loadBalanced=true&connectTimeoutMS=2000"
+    events: list[poolkit.events.PoolEvent] = []
+    with pytest.raises(mongodb.HandshakeError):
+        mongodb.create_pool(uri, listeners=[events.append])
+    assert isinstance(events[-1], poolkit.events.PoolClosedEvent)
+
+    async def main() -> None:
+        async_events: list[poolkit.events.PoolEvent] = []
+        with pytest.raises(mongodb.HandshakeError):
+            await mongodb.create_async_pool(uri, listeners=[async_events.append])
+        assert isinstance(async_events[-1], poolkit.events.PoolClosedEvent)
+        async with (
+            SimMongoServer(SimMongoSettings(services=1)) as server,
+            mongodb.create_async_pool(server.uri) as pool,
+        ):
+            assert pool.stats().total == 1  # (the first connection, made and parked)
+
+    run(main)

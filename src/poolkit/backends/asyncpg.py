@@ -55,7 +55,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Literal
 
 from .. import AsyncPool, ConnectContext, Hooks, PoolOptions
-from ..driver import PoolStarter, check_seconds
+from ..driver import PoolStarter, async_start, check_seconds
 from ..events import Listener
 from ._asyncpg_args import (
     MAX_INACTIVE_CONNECTION_LIFETIME,
@@ -64,7 +64,7 @@ from ._asyncpg_args import (
     pool_options,
     refuse_elsewhere,
 )
-from ._common import check_pg_args, ready_async, shown_address, uri_params, with_hooks
+from ._common import check_pg_args, shown_address, uri_params, with_hooks
 from ._extras import require
 
 if TYPE_CHECKING:
@@ -433,7 +433,7 @@ def create_pool(
                 "create_pool(), and this is another one (leave loop= out)"
             )
         pool = AsyncPool(connect_one, address=shown, options=options, listeners=listeners)
-        await ready_async(pool)
+        await async_start(pool)
         return pool
 
     return PoolStarter(start)

@@ -60,9 +60,9 @@ from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar, overload
 
 from .. import AsyncPool, ConnectContext, Hooks, Pool, PoolOptions
-from ..driver import DEFAULT, PoolStarter
+from ..driver import DEFAULT, PoolStarter, async_start, start
 from ..events import Listener
-from ._common import check_pg_args, ready_async, ready_sync, shown_address, with_hooks
+from ._common import check_pg_args, shown_address, with_hooks
 from ._extras import require
 from ._psycopg_pool_args import pool_options, refuse_elsewhere
 
@@ -392,7 +392,7 @@ def create_pool(
         listeners=listeners,
     )
     if open is not False:
-        ready_sync(pool)
+        start(pool)
     return pool
 
 
@@ -468,7 +468,7 @@ def create_async_pool(
     async def start() -> AsyncPool[AsyncConn]:
         pool = AsyncPool(connect_one, address=shown, options=pool_options_, listeners=listener_list)
         if open is not False:
-            await ready_async(pool)
+            await async_start(pool)
         return pool
 
     return PoolStarter(start)

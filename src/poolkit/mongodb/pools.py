@@ -12,7 +12,7 @@ from typing import Any
 
 from .. import ConnectContext, Established
 from ..asyncio import AsyncPool
-from ..driver import PoolStarter, with_default_hooks
+from ..driver import PoolStarter, async_start, start, with_default_hooks
 from ..events import Listener
 from ..options import Hooks, PoolOptions
 from ..threaded import Pool
@@ -124,7 +124,8 @@ def create_pool(
     """A ready :class:`poolkit.Pool` of blocking connections to ``uri``'s first host
     (:func:`connect_uri`), with the URI's pool options (or ``options``) and :func:`hooks`
     unless they have hooks. ``listeners``: the pool's events; ``command_listeners``: command
-    monitoring."""
+    monitoring. One connection (connect, ``hello``, authentication) is made before it returns:
+    a server that cannot be reached or refuses the credentials fails here (the pool closed)."""
     parsed = _parsed(uri)
     pool = Pool(
         connect_uri(parsed, tls=tls, listeners=command_listeners),
@@ -132,7 +133,7 @@ def create_pool(
         options=_options(parsed, options, hooks(), "create_pool"),
         listeners=listeners,
     )
-    pool.ready()
+    start(pool)
     return pool
 
 
@@ -146,14 +147,15 @@ def create_async_pool(
 ) -> PoolStarter[AsyncMongoConnection]:
     """:func:`create_pool` for asyncio: a ready :class:`poolkit.AsyncPool` on the running loop
     (:func:`async_connect_uri`, :func:`async_hooks`). ``await`` it, or ``async with
-    create_async_pool(...) as pool:`` for a pool closed at the end of the block."""
+    create_async_pool(...) as pool:`` for a pool closed at the end of the block. One connection
+    is made first, as :func:`create_pool` makes one."""
     parsed = _parsed(uri)
     chosen = _options(parsed, options, async_hooks(), "create_async_pool")
     connect = async_connect_uri(parsed, tls=tls, listeners=command_listeners)
 
     async def start() -> AsyncPool[AsyncMongoConnection]:
         pool = AsyncPool(connect, address=parsed.addresses[0], options=chosen, listeners=listeners)
-        pool.ready()
+        await async_start(pool)
         return pool
 
     return PoolStarter(start)

@@ -12,7 +12,7 @@ from typing import Final
 
 from ... import ConnectContext, Established
 from ...asyncio import AsyncPool
-from ...driver import PoolStarter, check_seconds, with_default_hooks
+from ...driver import PoolStarter, async_start, check_seconds, with_default_hooks
 from ...events import Listener
 from ...options import Hooks, KeepAlive, PoolOptions
 from ._connection import H2Connection
@@ -104,12 +104,17 @@ def create_async_pool(
     (each serving the server's stream limit), a PING every ``keep_alive`` seconds on idle ones
     (None: none), each connect counted to serve :data:`EXPECTED_STREAMS` checkouts until it is
     made. A PING unanswered within ``keep_alive`` seconds closes its connection. ``options``, when
-    given, replace all three (with :func:`async_hooks` unless they have hooks of their own)."""
+    given, replace all three (with :func:`async_hooks` unless they have hooks of their own).
+    One connection is made first: a server that cannot be reached, or that does not speak
+    HTTP/2, fails the ``await`` (the pool closed). :class:`AsyncTransport` stays lazy: it makes
+    an origin's pool at its first request, without this first connection."""
     origin_of(url)  # (a bad URL fails here)
     chosen = options_for(max_size, options, keep_alive, "create_async_pool")
 
     async def start() -> AsyncPool[H2Connection]:
-        return ready_pool(url, chosen, listeners, tls)
+        pool = _new_pool(url, chosen, listeners, tls)
+        await async_start(pool)
+        return pool
 
     return PoolStarter(start)
 
@@ -131,12 +136,20 @@ def options_for(
     return with_default_hooks(options, async_hooks(), "create_async_pool")
 
 
-def ready_pool(
+def _new_pool(
     url: str, options: PoolOptions, listeners: Iterable[Listener], tls: bool | ssl.SSLContext
 ) -> AsyncPool[H2Connection]:
     _, _, _, shown = origin_of(url)
-    pool = AsyncPool(
+    return AsyncPool(
         async_connect(url, tls=tls), address=shown, options=options, listeners=listeners
     )
+
+
+def ready_pool(
+    url: str, options: PoolOptions, listeners: Iterable[Listener], tls: bool | ssl.SSLContext
+) -> AsyncPool[H2Connection]:
+    """The transport's pool for ``url``'s origin: made ready, no connection made yet (the
+    request that asked for it makes the first)."""
+    pool = _new_pool(url, options, listeners, tls)
     pool.ready()
     return pool

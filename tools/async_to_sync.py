@@ -84,7 +84,7 @@ RULES: list[tuple[str, str]] = [
     (r"\basync_connect\b", "connect"),
     (r"\bon asyncio streams\b", "on a blocking socket"),
     (r"\bredis\.asyncio\.", "redis."),
-    (r"\bauthenticate_async\b", "authenticate"),
+    (r"\basync_authenticate\b", "authenticate"),
     (r"\baclose\b", "close"),
     # a command interrupted mid-way: the task cancelled, or the thread's KeyboardInterrupt
     (r"\basyncio\.CancelledError\b", "KeyboardInterrupt"),

@@ -30,12 +30,12 @@ from poolkit.mongodb.auth import (
     KeyCache,
     ScramClient,
     ScramError,
-    authenticate,
     negotiate,
     sasl_supported_mechs,
     saslprep,
 )
 from poolkit.mongodb.connection import AsyncMongoConnection, MongoConnection
+from poolkit.mongodb.connection_sync import authenticate
 from poolkit.mongodb.errors import (
     AuthenticationError,
     HandshakeError,

@@ -27,13 +27,10 @@ from __future__ import annotations
 
 from .connection_async import AsyncMongoConnection, async_connect
 from .connection_sync import MongoConnection, connect
-from .handshake import client_metadata, hello_command
 
 __all__ = [
     "AsyncMongoConnection",
     "MongoConnection",
     "async_connect",
-    "client_metadata",
     "connect",
-    "hello_command",
 ]

@@ -38,7 +38,7 @@ from ..errors import WaitQueueTimeoutError
 from ..stats import PoolStats
 from ..threaded import Pool
 from ._bson import bson
-from .checks import (
+from ._checks import (
     PURPOSES,
     Purpose,
     check_batch_size,

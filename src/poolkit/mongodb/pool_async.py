@@ -26,7 +26,7 @@ from .. import Lease
 from ..asyncio import AsyncPool
 from ..driver import check_timeout
 from ..errors import WaitQueueTimeoutError
-from .checks import (
+from ._checks import (
     Purpose,
     check_collection,
     check_command,

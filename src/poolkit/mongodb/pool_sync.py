@@ -20,7 +20,7 @@ from .. import Lease
 from ..driver import check_timeout
 from ..errors import WaitQueueTimeoutError
 from ..threaded import Pool
-from .checks import (
+from ._checks import (
     Purpose,
     check_collection,
     check_command,

@@ -47,7 +47,7 @@ unclosed has its poolkit pool closed on a thread of its own.
         MONGODB / "connection_sync.py",
         '''"""A MongoDB connection on a blocking socket (:class:`MongoConnection`), its SCRAM
 authentication (:func:`authenticate`), and the connect function that gives it to
-:class:`poolkit.Pool` (:func:`connect_sync`).
+:class:`poolkit.Pool` (:func:`connect`).
 
 Generated from :mod:`.connection_async` by tools/async_to_sync.py: edit that one, then run the
 tool. Its rules are that module's.
@@ -81,11 +81,10 @@ RULES: list[tuple[str, str]] = [
     (r"\bStopAsyncIteration\b", "StopIteration"),
     # Awaitable[T] -> T (T with brackets two deep at most: Awaitable[Established[Conn[X]]])
     (r"\bAwaitable\[((?:[^\[\]]|\[(?:[^\[\]]|\[[^\[\]]*\])*\])*)\]", r"\1"),
-    (r"\.connection\.connect`", ".connection.connect_sync`"),
-    (r"\basync_connect\b", "connect_sync"),
+    (r"\basync_connect\b", "connect"),
     (r"\bon asyncio streams\b", "on a blocking socket"),
     (r"\bredis\.asyncio\.", "redis."),
-    (r"\bauthenticate_async\b", "authenticate"),
+    (r"\basync_authenticate\b", "authenticate"),
     (r"\baclose\b", "close"),
     # a command interrupted mid-way: the task cancelled, or the thread's KeyboardInterrupt
     (r"\basyncio\.CancelledError\b", "KeyboardInterrupt"),

@@ -143,7 +143,7 @@ class PoolBase(Generic[C]):
         self._sink = EventSink(listener_tuple(listeners))
         self._listened = bool(self._sink.listeners)
         #: whether the fast paths may run at all (no listener; leases not watched for leaks);
-        #: each one also checks that DEBUG logging is off (``log.cached_level(10) is False``)
+        #: each one also checks that DEBUG logging is off (``log._cached_level(10) is False``)
         self._quick = not self._listened and options.leak_timeout is None
         #: leases garbage-collected while out, appended by their ``__del__``: the watch of a
         #: watched one, the connection of another

@@ -373,8 +373,8 @@ class EventSink:
     def observed(self) -> bool:
         """Whether anyone observes the pool now: a listener, or DEBUG logging on. The pools ask
         only here (``PoolBase._input``); their fast paths run only where the cheaper test
-        ``_quick and log.cached_level(10) is False`` already proves the answer false."""
-        return bool(self._listeners) or (_log.cached_level(10) is not False and _log.enabled())
+        ``_quick and log._cached_level(10) is False`` already proves the answer false."""
+        return bool(self._listeners) or (_log._cached_level(10) is not False and _log.enabled())
 
     def push(self, events: list[PoolEvent]) -> None:
         self._queue.extend(events)

@@ -36,7 +36,7 @@ from ._asyncio_io import TaskIO
 from ._base import DEFAULT, FOLD_WAITS, NO_OUTPUT, PoolArguments
 from ._core import ConnState, Request
 from ._frontend import ConnectContext, Established, Lease, block_repr, check_timeout, watched
-from .log import cached_level as _cached_level
+from .log import _cached_level
 
 _Future = asyncio.Future
 #: the running loop of this thread, or None (asyncio's C function: no exception to catch)

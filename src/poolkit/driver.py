@@ -2,9 +2,10 @@
 
 The pools themselves are :class:`poolkit.AsyncPool` and :class:`poolkit.Pool`; this module is the
 rest of the seam between them and the layers above, so that no layer above reaches into the
-pools' private modules (``docs/architecture.md``; the contracts in ``pyproject.toml`` enforce it):
+pools' private modules (``docs/architecture.md``; the contracts in ``pyproject.toml`` enforce it).
+What ``poolkit`` exports (:class:`~poolkit.ConnectContext`, :class:`~poolkit.Established`,
+:class:`~poolkit.Lease`...) is imported from ``poolkit``, not from here:
 
-* :class:`ConnectContext`, :class:`Established` and :class:`Lease`, as ``poolkit`` exports them;
 * :data:`DEFAULT`, the "not given" sentinel of ``checkout(timeout=...)`` and the like, for a
   wrapper that passes its caller's argument through;
 * :func:`check_timeout`, the validation the pools give a per-call timeout, and what a builder
@@ -17,23 +18,22 @@ pools' private modules (``docs/architecture.md``; the contracts in ``pyproject.t
 * :class:`PoolStarter`, what every async one-call builder returns (``create_async_pool``, and
   the asyncpg backend's ``create_pool``): ``await`` it for the ready pool, or ``async with``
   it for a pool closed at the end of the block;
-* :func:`starting`, around a builder's first checkout: no warning that the pool goes on trying
-  when the builder is about to raise and close it.
+* :func:`start` / :func:`async_start`, a builder's start: the pool made ready and one
+  connection made through it, so that a wrong address fails the builder's call (the pool
+  closed, no warning that it goes on trying).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import socket
 import ssl
-import warnings
 from collections.abc import Awaitable, Callable, Generator, Iterator
-from typing import Any, Generic, ParamSpec, TypeAlias, TypeVar
+from typing import Any, Generic, TypeAlias, TypeVar
 
 from ._base import DEFAULT
-from ._frontend import ConnectContext, Established, Lease, check_timeout
+from ._frontend import check_timeout
 from ._install import pip_install
 from .asyncio import AsyncPool
 from .options import Hooks, PoolOptions
@@ -42,46 +42,21 @@ from .threaded import Pool
 __all__ = [
     "DEFAULT",
     "AnyPool",
-    "ConnectContext",
-    "Established",
-    "Lease",
     "PoolStarter",
+    "async_start",
     "check_port",
     "check_seconds",
     "check_socket",
     "check_timeout",
     "pip_install",
-    "renamed",
-    "starting",
+    "start",
     "with_default_hooks",
 ]
 
 C = TypeVar("C")
-P = ParamSpec("P")
-R = TypeVar("R")
 
 #: either front end over connections of type ``C``: ``AnyPool[C]``
 AnyPool: TypeAlias = AsyncPool[C] | Pool[C]
-
-
-def renamed(function: Callable[P, R], old: str, *, where: str, why: str) -> Callable[P, R]:
-    """``function`` under its ``old`` name in the module ``where``: the same call, with a
-    ``DeprecationWarning`` that names the new one and says ``why`` (the names' rule is in
-    docs/architecture.md: ``connect``/``hooks`` for threads, ``async_connect``/``async_hooks``
-    for asyncio)."""
-
-    @functools.wraps(function)
-    def old_name(*args: P.args, **kwargs: P.kwargs) -> R:
-        warnings.warn(
-            f"{where}.{old} is now {function.__name__}: {why}",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return function(*args, **kwargs)
-
-    old_name.__name__ = old_name.__qualname__ = old
-    old_name.__doc__ = f"Deprecated: :func:`{function.__name__}` under its old name ({why})."
-    return old_name
 
 
 def with_default_hooks(options: PoolOptions | None, default: Hooks, builder: str) -> PoolOptions:
@@ -115,8 +90,35 @@ def check_port(port: Any, what: str, *, text: bool = False) -> int:
     return value
 
 
+def start(pool: Pool[Any]) -> None:
+    """A one-call builder's start, the same in every backend and in ``poolkit.mongodb``: make
+    ``pool`` ready and one connection through it, so that a server that cannot be reached (a
+    wrong address, database or password) fails the builder's call; then the pool is closed and
+    the connect's error raised, with no warning before it that the pool goes on trying."""
+    with _starting(pool):
+        pool.ready()
+        try:
+            lease = pool.checkout()
+        except BaseException:
+            pool.close()
+            raise
+        lease.release()
+
+
+async def async_start(pool: AsyncPool[Any]) -> None:
+    """:func:`start` for :class:`~poolkit.AsyncPool` (what a :class:`PoolStarter` awaits)."""
+    with _starting(pool):
+        pool.ready()
+        try:
+            lease = await pool.checkout()
+        except BaseException:
+            await pool.close()
+            raise
+        lease.release()
+
+
 @contextlib.contextmanager
-def starting(pool: AnyPool[Any]) -> Iterator[None]:
+def _starting(pool: AnyPool[Any]) -> Iterator[None]:
     """Around a builder's first checkout (its pool made ready and one connection checked out, so
     that a wrong address, database or password fails the builder's call and the pool is closed):
     the warning that connects are failing with no checkout told ("... the pool goes on

@@ -14,10 +14,8 @@ from typing import Any, Final
 from . import events as ev
 
 __all__ = [
-    "LEVELS",
     "LOGGER",
     "LogMessage",
-    "cached_level",
     "enabled",
     "log_event",
     "split_address",
@@ -55,15 +53,15 @@ def enabled() -> bool:
 
 
 #: The logger's own cache of "is level N enabled" answers, which the logging module empties on
-#: every configuration change. The pools' hot paths read it with ``LEVELS.get(10)`` (no Python
+#: every configuration change. The pools' hot paths read it with ``_LEVELS.get(10)`` (no Python
 #: call) and fall back to :func:`enabled` when it says nothing (``None``). Where a Python version
 #: has no such cache this is an empty dict, and the fallback always runs.
 _cache = getattr(LOGGER, "_cache", None)
-LEVELS: Final[dict[int, bool]] = _cache if isinstance(_cache, dict) else {}
-#: ``LEVELS.get`` bound once: ``cached_level(10)`` is True/False when the logger's answer for DEBUG
-#: is cached, ``None`` when it is not (a bound builtin: the hot paths call it without an attribute
-#: lookup).
-cached_level: Final = LEVELS.get
+_LEVELS: Final[dict[int, bool]] = _cache if isinstance(_cache, dict) else {}
+#: ``_LEVELS.get`` bound once: ``_cached_level(10)`` is True/False when the logger's answer for
+#: DEBUG is cached, ``None`` when it is not (a bound builtin: the hot paths call it without an
+#: attribute lookup). Both are the front ends' (private: not a user's to call).
+_cached_level: Final = _LEVELS.get
 
 
 def split_address(address: str) -> tuple[str, int | None]:

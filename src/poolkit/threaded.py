@@ -26,7 +26,7 @@ from ._base import DEFAULT, FOLD_WAITS, NO_OUTPUT, PoolArguments
 from ._core import ConnState, Request
 from ._frontend import ConnectContext, Established, Lease, block_repr, check_timeout, watched
 from ._threaded_io import ThreadIO
-from .log import cached_level as _cached_level
+from .log import _cached_level
 
 __all__ = ["Pool"]
 

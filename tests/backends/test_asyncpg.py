@@ -86,7 +86,7 @@ def test_reset_clears_a_set_a_transaction_a_listen_and_a_lock(pg: PgServer) -> N
         await conn.execute("CREATE TEMP TABLE t_left (x int)")
         assert conn.is_in_transaction()
 
-        await pk_asyncpg.reset(conn)
+        await pk_asyncpg.async_reset(conn)
 
         assert not conn.is_in_transaction()
         assert await conn.fetchval("SHOW timezone") == default_tz
@@ -107,7 +107,7 @@ def test_reset_leaves_a_clean_session_alone(pg: PgServer) -> None:
     async def main() -> None:
         conn = await connect(pg)
         pid = conn.get_server_pid()
-        await pk_asyncpg.reset(conn)
+        await pk_asyncpg.async_reset(conn)
         assert await conn.fetchval("SELECT 1") == 1
         assert conn.get_server_pid() == pid
         await conn.close()
@@ -118,18 +118,18 @@ def test_reset_leaves_a_clean_session_alone(pg: PgServer) -> None:
 def test_the_blocks_end_resets_in_the_caller_and_the_pool_then_runs_no_reset(
     pg: PgServer,
 ) -> None:
-    """``end_and_reset`` (``pool.connection()``'s exit) runs asyncpg's reset in the caller, as
+    """``async_end`` (``pool.connection()``'s exit) runs asyncpg's reset in the caller, as
     asyncpg's pool does in ``release()``, and says so (``True``): the pool then starts no reset
     (no task) for that check-in. A block that raised gets the whole reset from the pool."""
 
     async def main() -> None:
         conn = await connect(pg)
         await conn.execute("SET search_path = nowhere")
-        assert await pk_asyncpg.end_and_reset(conn, None) is True
+        assert await pk_asyncpg.async_end(conn, None) is True
         assert await conn.fetchval("SELECT current_setting('search_path')") != "nowhere"
-        assert await pk_asyncpg.end_and_reset(conn, ValueError("the block raised")) is None
+        assert await pk_asyncpg.async_end(conn, ValueError("the block raised")) is None
         await conn.close()
-        assert await pk_asyncpg.end_and_reset(conn, None) is None  # failed: left to the pool
+        assert await pk_asyncpg.async_end(conn, None) is None  # failed: left to the pool
 
         async with pk_asyncpg.create_pool(pg.dsn, application_name=pg.app, max_size=1) as pool:
             async with pool.connection() as c:
@@ -159,7 +159,7 @@ def test_your_own_reset_query_replaces_asyncpgs(pg: PgServer) -> None:
         await conn.execute("SET timezone = 'Pacific/Chatham'")
         await conn.execute("SET search_path = 'elsewhere'")
         await conn.execute("BEGIN")
-        await pk_asyncpg.reset(conn)
+        await pk_asyncpg.async_reset(conn)
         assert not conn.is_in_transaction()  # the rollback is always made
         assert await conn.fetchval("SHOW timezone") != "Pacific/Chatham"
         assert await conn.fetchval("SHOW search_path") == "elsewhere"  # not RESET ALL
@@ -168,7 +168,7 @@ def test_your_own_reset_query_replaces_asyncpgs(pg: PgServer) -> None:
         only_rollback = await connect(pg, reset_query="")
         await only_rollback.execute("SET timezone = 'Pacific/Chatham'")
         await only_rollback.execute("BEGIN")
-        await pk_asyncpg.reset(only_rollback)
+        await pk_asyncpg.async_reset(only_rollback)
         assert not only_rollback.is_in_transaction()
         assert await only_rollback.fetchval("SHOW timezone") == "Pacific/Chatham"
         await only_rollback.close()
@@ -190,20 +190,20 @@ def test_application_name_is_set_and_other_server_settings_kept(pg: PgServer) ->
 def test_check_is_broken_and_reset_on_a_terminated_connection(pg: PgServer) -> None:
     async def main() -> None:
         conn = await connect(pg)
-        pk_asyncpg.check_closed(conn)
-        await pk_asyncpg.check_ping(conn)
-        await pk_asyncpg.probe(conn)
+        pk_asyncpg.async_check(conn)
+        await pk_asyncpg.async_check_ping(conn)
+        await pk_asyncpg.async_ping(conn)
         pg.terminate(conn.get_server_pid())
         await wait_until(conn.is_closed, "asyncpg to see the connection closed")
         with pytest.raises(asyncpg.ConnectionDoesNotExistError):
-            pk_asyncpg.check_closed(conn)
+            pk_asyncpg.async_check(conn)
         with pytest.raises(asyncpg.ConnectionDoesNotExistError):
-            await pk_asyncpg.check_ping(conn)
+            await pk_asyncpg.async_check_ping(conn)
         with pytest.raises(asyncpg.InterfaceError) as caught:
             await conn.fetchval("SELECT 1")
         assert pk_asyncpg.is_broken(conn, caught.value)
         with pytest.raises(asyncpg.InterfaceError):
-            await pk_asyncpg.reset(conn)  # so the pool discards it
+            await pk_asyncpg.async_reset(conn)  # so the pool discards it
         await conn.close()
 
     run(main)
@@ -224,7 +224,7 @@ def test_is_broken_is_false_for_an_sql_error(pg: PgServer) -> None:
             async with asyncio.timeout(0.05):
                 await conn.fetchval("SELECT pg_sleep(2)")
         assert not pk_asyncpg.is_broken(conn, timed_out.value)
-        await pk_asyncpg.reset(conn)  # asyncpg cancelled the query: the connection serves on
+        await pk_asyncpg.async_reset(conn)  # asyncpg cancelled the query: the connection serves on
         assert await conn.fetchval("SELECT 1") == 1
         await conn.close()
 
@@ -246,7 +246,7 @@ def test_close_is_bounded_when_the_server_no_longer_answers(pg: PgServer) -> Non
             assert conn.is_closed()
             other = await connect(pg, close_timeout=None)
             assert type(other) is asyncpg.Connection  # nothing asked: asyncpg's own class
-            await pk_asyncpg.close(other, 5)
+            await pk_asyncpg.async_close(other, 5)
             assert other.is_closed()
 
     run(main)
@@ -254,14 +254,15 @@ def test_close_is_bounded_when_the_server_no_longer_answers(pg: PgServer) -> Non
 
 def test_hooks_are_what_was_asked_for() -> None:
     full = pk_asyncpg.async_hooks()
-    assert full.reset is pk_asyncpg.reset and full.end is pk_asyncpg.end_and_reset
-    assert full.check is pk_asyncpg.check_closed
+    assert full.reset is pk_asyncpg.async_reset and full.end is pk_asyncpg.async_end
+    assert full.check is pk_asyncpg.async_check
     assert full.is_broken is pk_asyncpg.is_broken
     assert full.check_after == 0
     bare = pk_asyncpg.async_hooks(reset=False, check=None)
-    assert bare.reset is pk_asyncpg.rollback_only  # (reset=False: only a transaction left open)
+    # (reset=False: only a transaction left open)
+    assert bare.reset is pk_asyncpg.async_rollback_only
     assert bare.check is None and bare.is_broken is pk_asyncpg.is_broken
-    assert pk_asyncpg.async_hooks(check="ping", check_after=5).check is pk_asyncpg.check_ping
+    assert pk_asyncpg.async_hooks(check="ping", check_after=5).check is pk_asyncpg.async_check_ping
     with pytest.raises(ValueError, match="check must be"):
         pk_asyncpg.async_hooks(check="often")  # type: ignore[arg-type]
 
@@ -281,7 +282,7 @@ def test_create_pool_is_ready_and_serves_64_tasks_on_10_connections(pg: PgServer
         pool = await pk_asyncpg.create_pool(pg.dsn, options=options, application_name=pg.app)
         assert isinstance(pool, poolkit.AsyncPool)
         hooks = pool.options.hooks
-        assert hooks is not None and hooks.reset is pk_asyncpg.reset
+        assert hooks is not None and hooks.reset is pk_asyncpg.async_reset
         assert len(pg.pids()) == 1  # ready: one connection made already
 
         async def worker(n: int) -> list[int]:

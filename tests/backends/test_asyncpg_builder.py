@@ -221,17 +221,6 @@ def test_connect_refuses_what_asyncpg_connect_does_not_take() -> None:
         pk_asyncpg.async_connect("postgresql://nowhere/db", hots="db")
 
 
-def test_the_old_names_work_and_warn() -> None:
-    """``connect`` and ``hooks`` were asyncio's here, against the names' rule (threads'):
-    ``async_connect`` and ``async_hooks`` now; the old names still work, for a release."""
-    with pytest.warns(DeprecationWarning, match=r"asyncpg\.connect is now async_connect"):
-        connect_one = pk_asyncpg.connect("postgresql://nowhere/db", application_name="old")
-    assert callable(connect_one)
-    with pytest.warns(DeprecationWarning, match=r"asyncpg\.hooks is now async_hooks"):
-        hooks = pk_asyncpg.hooks(check="ping")
-    assert hooks.check is pk_asyncpg.async_hooks(check="ping").check is pk_asyncpg.check_ping
-
-
 def test_a_login_the_server_refuses_fails_up_front(pg: PgServer) -> None:
     """Point 14: the builder fails in ``create_pool``, not at the first use, when the server
     refuses the login (this server trusts every password: a role it does not know is refused
@@ -301,9 +290,9 @@ def test_reset_false_costs_a_clean_connection_nothing(pg: PgServer) -> None:
         conn = await asyncpg.connect(pg.dsn, server_settings={"application_name": pg.app})
         try:
             await conn.execute("SELECT 1")
-            assert pk_asyncpg.rollback_only(conn) is None  # (no round trip, no task)
+            assert pk_asyncpg.async_rollback_only(conn) is None  # (no round trip, no task)
             await conn.execute("BEGIN")
-            rollback = pk_asyncpg.rollback_only(conn)
+            rollback = pk_asyncpg.async_rollback_only(conn)
             assert rollback is not None
             await rollback
             assert not conn.is_in_transaction()

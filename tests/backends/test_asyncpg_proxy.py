@@ -12,6 +12,7 @@ import pytest
 
 import poolkit
 from pg_service import PgServer, need, pg
+from poolkit.driver import PoolStarter
 
 __all__ = ["pg"]
 
@@ -28,7 +29,7 @@ def run(main: Callable[[], Coroutine[Any, Any, None]]) -> None:
     asyncio.run(main())
 
 
-def one_connection(server: PgServer, **kwargs: Any) -> pk_asyncpg.PoolStarter[Any]:
+def one_connection(server: PgServer, **kwargs: Any) -> PoolStarter[Any]:
     options = poolkit.PoolOptions(max_size=1)
     return pk_asyncpg.create_pool(
         server.dsn, options=options, application_name=server.app, **kwargs

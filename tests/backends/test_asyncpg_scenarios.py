@@ -11,6 +11,7 @@ import pytest
 
 import poolkit
 from pg_service import PgServer, SilentProxy, need, pg, wait_until
+from poolkit.driver import PoolStarter
 
 __all__ = ["pg"]
 
@@ -25,7 +26,7 @@ def run(main: Callable[[], Coroutine[Any, Any, None]]) -> None:
     asyncio.run(main())
 
 
-def one_connection(server: PgServer, **kwargs: Any) -> pk_asyncpg.PoolStarter[Any]:
+def one_connection(server: PgServer, **kwargs: Any) -> PoolStarter[Any]:
     """A pool of one connection: the next caller surely gets the previous caller's session."""
     options = poolkit.PoolOptions(max_size=1)
     app = server.app

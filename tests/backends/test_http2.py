@@ -600,11 +600,16 @@ def test_a_tls_server_that_does_not_choose_h2_is_refused(app: App, cert: Cert) -
         server.config.alpn_protocols = ["http/1.1"]
         async with server:
             url = server.url.replace("127.0.0.1", "localhost")
-            starter = http2.create_async_pool(url, max_size=1, tls=trusting(cert), keep_alive=None)
-            async with starter as pool:
-                with pytest.raises(http2.ConnectionLostError, match="did not choose HTTP/2"):
-                    await _get(pool, "/echo/x")
-                assert pool.stats().total == 0  # (nothing half open kept)
+            events: list[ev.PoolEvent] = []
+            # (the builder's first connection: refused at the builder's call, the pool closed)
+            with pytest.raises(http2.ConnectionLostError, match="did not choose HTTP/2"):
+                await http2.create_async_pool(
+                    url, max_size=1, tls=trusting(cert), keep_alive=None, listeners=[events.append]
+                )
+            assert isinstance(events[-1], ev.PoolClosedEvent)
+            closed = [e for e in events if isinstance(e, ev.ConnectionClosedEvent)]
+            created = [e for e in events if isinstance(e, ev.ConnectionCreatedEvent)]
+            assert len(closed) == len(created)  # (nothing half open kept)
 
     run(main)
 

@@ -122,14 +122,14 @@ def test_reset_with_your_query_or_none(pg: PgServer) -> None:
 
 def test_check_is_broken_and_reset_on_a_terminated_connection(pg: PgServer) -> None:
     with pk.connect(pg.dsn, application_name=pg.app)(CTX) as conn:
-        pk.check_closed(conn)
+        pk.check(conn)
         pk.check_ping(conn)
         pk.ping(conn)
         assert status(conn) == "IDLE"
         pg.terminate(conn.info.backend_pid)
         assert not conn.closed  # psycopg has not noticed: it reads only when asked
         with pytest.raises(psycopg.OperationalError):
-            pk.check_closed(conn)  # the server's goodbye is waiting on the socket
+            pk.check(conn)  # the server's goodbye is waiting on the socket
         assert pk.is_broken(conn, Exception())
         with pytest.raises(psycopg.OperationalError):
             pk.check_ping(conn)
@@ -151,7 +151,7 @@ def test_is_broken_after_the_error_a_lost_connection_gives(pg: PgServer) -> None
 
 def test_hooks_are_what_was_asked_for() -> None:
     plain = pk.hooks()
-    assert plain.check is pk.check_closed and plain.is_broken is pk.is_broken
+    assert plain.check is pk.check and plain.is_broken is pk.is_broken
     assert plain.reset is not None and plain.check_after == 0
     assert pk.hooks(check="ping").check is pk.check_ping
     assert pk.hooks(check=None).check is None
@@ -229,12 +229,12 @@ def test_async_hooks_reset_check_and_is_broken(pg: PgServer) -> None:
             cur = await conn.execute("SELECT pg_listening_channels()")
             assert await cur.fetchall() == []
             await conn.rollback()
-            await pk.async_check_closed(conn)
+            await pk.async_check(conn)
             await pk.async_check_ping(conn)
             await pk.async_ping(conn)
             pg.terminate(conn.info.backend_pid)
             with pytest.raises(psycopg.OperationalError):
-                await pk.async_check_closed(conn)
+                await pk.async_check(conn)
             assert pk.is_broken(conn, Exception())
             with pytest.raises(psycopg.OperationalError):
                 await pk.make_async_reset(None)(conn)

@@ -262,3 +262,39 @@ def test_create_async_pool_is_a_starter_like_every_async_builder() -> None:
     asyncio.run(main())
     with pytest.raises(TypeError, match=r"create_async_pool\(options=\.\.\.\)"):
         tcp.create_async_pool("127.0.0.1", 1, options={"max_size": 1})  # type: ignore[arg-type]
+
+
+def _closed_port() -> int:
+    """A port nobody listens on (bound, then let go: a connect to it is refused)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+def test_the_builders_make_a_first_connection_and_fail_fast() -> None:
+    """As every backend's builders: one connection made before the pool is returned, so that a
+    peer nobody listens on fails the call (the pool closed), not the first checkout."""
+    port = _closed_port()
+    events: list[poolkit.events.PoolEvent] = []
+    with pytest.raises(ConnectionRefusedError):
+        tcp.create_pool("127.0.0.1", port, listeners=[events.append])
+    assert isinstance(events[-1], poolkit.events.PoolClosedEvent)
+
+    async def main() -> None:
+        async_events: list[poolkit.events.PoolEvent] = []
+        with pytest.raises(ConnectionRefusedError):
+            await tcp.create_async_pool("127.0.0.1", port, listeners=[async_events.append])
+        assert isinstance(async_events[-1], poolkit.events.PoolClosedEvent)
+        server, live, _ = await start_echo()
+        try:
+            pool = await tcp.create_async_pool("127.0.0.1", live)
+            assert pool.stats().total == 1  # (the first connection, made and parked)
+            await pool.close()
+        finally:
+            server.close()
+            await server.wait_closed()
+
+    asyncio.run(main())
+    with echo_server() as (live, _), tcp.create_pool("127.0.0.1", live) as pool:
+        assert pool.stats().total == 1

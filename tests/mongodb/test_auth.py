@@ -21,7 +21,7 @@ from pymongo.errors import OperationFailure as PyMongoOperationFailure
 import poolkit
 from lb_helpers import Recorder, run
 from poolkit import events as ev
-from poolkit.mongodb import AsyncMongoPool, async_connect, connect_sync, parse_uri
+from poolkit.mongodb import AsyncMongoPool, async_connect, connect, parse_uri
 from poolkit.mongodb import auth as auth_module
 from poolkit.mongodb.auth import (
     KEY_CACHE,
@@ -30,12 +30,12 @@ from poolkit.mongodb.auth import (
     KeyCache,
     ScramClient,
     ScramError,
-    authenticate,
     negotiate,
     sasl_supported_mechs,
     saslprep,
 )
 from poolkit.mongodb.connection import AsyncMongoConnection, MongoConnection
+from poolkit.mongodb.connection_sync import authenticate
 from poolkit.mongodb.errors import (
     AuthenticationError,
     HandshakeError,
@@ -44,7 +44,7 @@ from poolkit.mongodb.errors import (
     clear_scope,
 )
 from poolkit.mongodb.monitoring import CommandEvent
-from poolkit.mongodb.pools import async_connect_uri, connect_sync_uri
+from poolkit.mongodb.pools import async_connect_uri, connect_uri
 from poolkit_sim_mongo import SimMongoServer, SimMongoSettings, WireClient, WireCommandError
 from poolkit_sim_mongo.scram import SimUsers
 from poolkit_sim_mongo.settings import ConnectionInfo
@@ -188,7 +188,7 @@ def test_credentials_mask_the_password_and_are_checked() -> None:
             "127.0.0.1", 1, username="app", password=PASSWORD, auth_mechanism="MONGODB-CR"
         )
     with pytest.raises(ValueError, match="needs a password"):
-        connect_sync("127.0.0.1", 1, username="app")
+        connect("127.0.0.1", 1, username="app")
 
 
 def test_negotiation_follows_the_auth_spec() -> None:
@@ -438,7 +438,7 @@ def test_a_threaded_pool_of_authenticated_connections() -> None:
     server = SimMongoServer(settings())
     with server.start_in_thread() as handle:
         pool = poolkit.Pool(
-            connect_sync("127.0.0.1", handle.port, load_balanced=True, username="app",
+            connect("127.0.0.1", handle.port, load_balanced=True, username="app",
                          password=PASSWORD),
             address=server.address,
             options=poolkit.PoolOptions(load_balanced=True, max_size=3),
@@ -578,7 +578,7 @@ def test_connect_functions_from_a_uri() -> None:
 
     run(main)
     with pytest.raises(ValueError, match="not supported"):
-        connect_sync_uri(parse_uri("mongodb://u@h/?authMechanism=MONGODB-X509"))
+        connect_uri(parse_uri("mongodb://u@h/?authMechanism=MONGODB-X509"))
     with pytest.raises(ValueError, match="host and port"):
         async_connect_uri(parse_uri("mongodb://%2Ftmp%2Fmongodb-27017.sock"))
 

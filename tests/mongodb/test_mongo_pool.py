@@ -22,7 +22,7 @@ from poolkit.mongodb import (
     MongoConnection,
     NetworkError,
     OperationFailure,
-    connect_sync,
+    connect,
 )
 from poolkit.mongodb.monitoring import CommandStartedEvent
 from poolkit_sim_mongo import SimMongoServer, SimMongoSettings
@@ -259,7 +259,7 @@ def test_blocking_connections_in_a_threaded_pool() -> None:
     server = SimMongoServer(SimMongoSettings(services=2))
     with server.start_in_thread() as handle:
         pool = poolkit.Pool(
-            connect_sync("127.0.0.1", handle.port, load_balanced=True),
+            connect("127.0.0.1", handle.port, load_balanced=True),
             address=server.address,
             options=poolkit.PoolOptions(load_balanced=True, max_size=2),
         )

@@ -297,7 +297,7 @@ def test_a_delete_in_a_transaction_waits_for_its_commit() -> None:
 )
 def test_connect_checks_its_arguments(kwargs: dict[str, Any], message: str) -> None:
     arguments = {"host": "127.0.0.1", "port": 27017, **kwargs}
-    both = ((mongodb.async_connect, "async_connect"), (mongodb.connect_sync, "connect_sync"))
+    both = ((mongodb.async_connect, "async_connect"), (mongodb.connect, "connect"))
     for connect, name in both:
         pattern = message.replace("connect\\(", f"{name}\\(")
         with pytest.raises((TypeError, ValueError), match=pattern):
@@ -329,7 +329,7 @@ def test_a_commands_timeout_is_checked_alike_and_bounds_the_round_trip() -> None
     run(main)
     server = SimMongoServer(SimMongoSettings(services=1))
     with server.start_in_thread() as handle:
-        connect = mongodb.connect_sync("127.0.0.1", handle.port, load_balanced=True)
+        connect = mongodb.connect("127.0.0.1", handle.port, load_balanced=True)
         options = poolkit.PoolOptions(load_balanced=True)
         with poolkit.Pool(connect, options=options) as pool, pool.connection() as conn:
             with pytest.raises(ValueError, match=r"command\(timeout=...\)"):

@@ -23,7 +23,7 @@ from poolkit.mongodb import (
     MongoPool,
     NetworkError,
     OperationFailure,
-    connect_sync,
+    connect,
 )
 from poolkit.testing._thread import ServerThread
 from poolkit_sim_mongo import SimMongoServer, SimMongoSettings
@@ -39,7 +39,7 @@ def lb_pool(
     handle: ServerThread[SimMongoServer], recorder: Recorder | None = None, **options: Any
 ) -> poolkit.Pool[MongoConnection]:
     pool = poolkit.Pool(
-        connect_sync("127.0.0.1", handle.port, load_balanced=True, connect_timeout=5.0),
+        connect("127.0.0.1", handle.port, load_balanced=True, connect_timeout=5.0),
         address=handle.address,
         options=poolkit.PoolOptions(load_balanced=True, **options),
         listeners=[recorder] if recorder is not None else [],

@@ -10,7 +10,6 @@ import bson
 import pytest
 
 from poolkit.mongodb._protocol import Protocol as _Protocol
-from poolkit.mongodb.connection import hello_command
 from poolkit.mongodb.errors import (
     LOAD_BALANCER_UNSUPPORTED,
     HandshakeError,
@@ -20,6 +19,7 @@ from poolkit.mongodb.errors import (
     clear_scope,
     is_state_change,
 )
+from poolkit.mongodb.handshake import hello_command
 from poolkit.mongodb.pinning import LoadBalancedTimeoutError
 from poolkit.mongodb.wire import MessageReader, ProtocolError, encode_msg
 

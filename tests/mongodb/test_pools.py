@@ -5,6 +5,8 @@ the server closed its connections failed with a NetworkError)."""
 from __future__ import annotations
 
 import asyncio
+import inspect
+import socket
 import time
 
 import pytest
@@ -122,19 +124,41 @@ def test_create_async_pool_is_a_starter_like_every_async_builder() -> None:
         mongodb.create_async_pool(42)  # type: ignore[arg-type]
 
 
-def test_the_old_names_of_the_asyncio_connect_functions_warn_and_still_work() -> None:
-    """``connect`` and ``connect_uri`` (asyncio) were renamed ``async_connect`` and
-    ``async_connect_uri``, the backends' rule: the old names give the same connect function,
-    with a DeprecationWarning saying what they will become."""
-    with pytest.warns(DeprecationWarning, match=r"mongodb\.connect is now async_connect"):
-        old = mongodb.connect("127.0.0.1", 27017, load_balanced=True)
-    assert old.__qualname__ == mongodb.async_connect("127.0.0.1").__qualname__
-    with pytest.warns(DeprecationWarning, match="connect_uri is now async_connect_uri"):
-        mongodb.connect_uri(mongodb.parse_uri("mongodb://127.0.0.1/?loadBalanced=true"))
-    with pytest.warns(DeprecationWarning, match="blocking connect functions"):
-        mongodb.connect("127.0.0.1")
-    with (  # (its arguments checked as before)
-        pytest.raises(ValueError, match=r"async_connect\(port=\.\.\.\)"),
-        pytest.warns(DeprecationWarning, match="is now async_connect"),
-    ):
+def test_connect_is_for_threads_and_async_connect_for_asyncio() -> None:
+    """The backends' rule: ``connect``/``connect_uri`` give a blocking connect function (for
+    :class:`poolkit.Pool`), ``async_connect``/``async_connect_uri`` an async one."""
+    uri = mongodb.parse_uri("mongodb://127.0.0.1/?loadBalanced=true")
+    for blocking in (mongodb.connect("127.0.0.1", 27017), mongodb.connect_uri(uri)):
+        assert not inspect.iscoroutinefunction(blocking)
+    for awaited in (mongodb.async_connect("127.0.0.1", 27017), mongodb.async_connect_uri(uri)):
+        assert inspect.iscoroutinefunction(awaited)
+    with pytest.raises(ValueError, match=r"async_connect\(port=\.\.\.\)"):
+        mongodb.async_connect("127.0.0.1", 70000)
+    with pytest.raises(ValueError, match=r"\bconnect\(port=\.\.\.\)"):
         mongodb.connect("127.0.0.1", 70000)
+
+
+def test_the_builders_make_a_first_connection_and_fail_fast() -> None:
+    """As every backend's builders: one connection (connect, hello) made before the pool is
+    returned, so that a server nobody runs fails the call (the pool closed)."""
+    with socket.socket() as sock:  # (a port nobody listens on)
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    uri = f"mongodb://127.0.0.1:{port}/?loadBalanced=true&connectTimeoutMS=2000"
+    events: list[poolkit.events.PoolEvent] = []
+    with pytest.raises(mongodb.HandshakeError):
+        mongodb.create_pool(uri, listeners=[events.append])
+    assert isinstance(events[-1], poolkit.events.PoolClosedEvent)
+
+    async def main() -> None:
+        async_events: list[poolkit.events.PoolEvent] = []
+        with pytest.raises(mongodb.HandshakeError):
+            await mongodb.create_async_pool(uri, listeners=[async_events.append])
+        assert isinstance(async_events[-1], poolkit.events.PoolClosedEvent)
+        async with (
+            SimMongoServer(SimMongoSettings(services=1)) as server,
+            mongodb.create_async_pool(server.uri) as pool,
+        ):
+            assert pool.stats().total == 1  # (the first connection, made and parked)
+
+    run(main)

@@ -18,8 +18,9 @@ from pymongo.errors import OperationFailure as PyMongoOperationFailure
 from test_auth import BOTH, PASSWORD, USERS, auth_pool, pymongo_client, settings, sim_exchange
 
 from lb_helpers import Recorder, run
-from poolkit.mongodb.auth import Credentials, ScramClient, Speculation, authenticate
+from poolkit.mongodb.auth import Credentials, ScramClient, Speculation
 from poolkit.mongodb.connection import AsyncMongoConnection, MongoConnection
+from poolkit.mongodb.connection_sync import authenticate
 from poolkit.mongodb.errors import AuthenticationError
 from poolkit.mongodb.handshake import opening_hello
 from poolkit.mongodb.monitoring import CommandEvent

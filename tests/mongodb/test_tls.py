@@ -17,7 +17,7 @@ from lb_helpers import run
 from poolkit.mongodb import (
     HandshakeError,
     async_connect_uri,
-    connect_sync_uri,
+    connect_uri,
     create_async_pool,
     parse_uri,
 )
@@ -98,7 +98,7 @@ def test_a_blocking_pool_and_pymongo_over_tls(cert: Cert) -> None:
         uri = parse_uri(text)
         with (
             poolkit.Pool(
-                connect_sync_uri(uri), address=uri.addresses[0], options=uri.pool_options
+                connect_uri(uri), address=uri.addresses[0], options=uri.pool_options
             ) as pool,
             pool.connection() as conn,
         ):

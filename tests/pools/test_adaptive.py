@@ -16,7 +16,7 @@ import pytest
 import poolkit
 import poolkit.events
 from poolkit.testing.loop import run
-from poolkit.testing.sim import SimChange, SimConnection, SimServer, SimSettings, sim_connect
+from poolkit.testing.sim import SimChange, SimConnection, SimServer, SimSettings, sim_async_connect
 
 
 async def _load(pool: poolkit.AsyncPool[SimConnection], tasks: int, until: float) -> list[int]:
@@ -58,7 +58,7 @@ def test_an_adaptive_pool_finds_the_knee_and_follows_the_server(
             options = poolkit.PoolOptions(max_size=32, adaptive=poolkit.Adaptive())
             changes: list[poolkit.events.AdaptiveLimitChangedEvent] = []
             pool = poolkit.AsyncPool(
-                sim_connect("127.0.0.1", server.port),
+                sim_async_connect("127.0.0.1", server.port),
                 address="sim",
                 options=options,
                 listeners=[
@@ -128,7 +128,7 @@ def test_the_base_rounds_align_on_the_wall_clock_where_the_pool_keeps_monotonic_
 
     async def main() -> None:  # (virtual time: the loop's own clock)
         async with SimServer(SimSettings()) as server, poolkit.AsyncPool(
-            sim_connect("127.0.0.1", server.port), options=options
+            sim_async_connect("127.0.0.1", server.port), options=options
         ) as virtual:
             async with virtual.connection():
                 pass
@@ -138,7 +138,7 @@ def test_the_base_rounds_align_on_the_wall_clock_where_the_pool_keeps_monotonic_
 
     async def on_asyncio() -> None:  # (asyncio's own loop: time.monotonic)
         async with SimServer(SimSettings()) as server, poolkit.AsyncPool(
-            sim_connect("127.0.0.1", server.port), options=options
+            sim_async_connect("127.0.0.1", server.port), options=options
         ) as real:
             async with real.connection():
                 pass

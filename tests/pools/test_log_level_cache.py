@@ -1,5 +1,5 @@
 """The check-out fast paths skip the CMAP log by reading the ``poolkit.connection`` logger's own
-cache of its levels (``logging.Logger._cache``, a CPython detail: ``poolkit.log.LEVELS``). If
+cache of its levels (``logging.Logger._cache``, a CPython detail: ``poolkit.log._LEVELS``). If
 CPython changed it, every checkout would either take the slow path for ever (the cache gone) or
 miss a level change (a new dict in its place). These tests fail in either case: the cache is the
 logger's, the fast path finds its answer there, and a level change is seen by the next checkout
@@ -42,13 +42,13 @@ def _checked_out(caplog: pytest.LogCaptureFixture) -> int:
 
 
 def test_the_levels_read_are_the_loggers_own_cache(logger: logging.Logger) -> None:
-    assert log.LEVELS is vars(logger)["_cache"]  # (the dict itself, not a copy)
+    assert log._LEVELS is vars(logger)["_cache"]  # (the dict itself, not a copy)
     assert not logger.isEnabledFor(logging.DEBUG)
-    assert log.cached_level(logging.DEBUG) is False  # (an answer the fast paths can use)
+    assert log._cached_level(logging.DEBUG) is False  # (an answer the fast paths can use)
     logger.setLevel(logging.DEBUG)
-    assert log.cached_level(logging.DEBUG) is None  # (emptied by logging, not replaced)
+    assert log._cached_level(logging.DEBUG) is None  # (emptied by logging, not replaced)
     assert logger.isEnabledFor(logging.DEBUG)
-    assert log.cached_level(logging.DEBUG) is True
+    assert log._cached_level(logging.DEBUG) is True
 
 
 def test_a_level_change_is_seen_by_the_next_threaded_checkout(
@@ -61,7 +61,7 @@ def test_a_level_change_is_seen_by_the_next_threaded_checkout(
                 pass
             pool.checkout().release()
         assert _checked_out(caplog) == 0
-        assert log.cached_level(logging.DEBUG) is False  # (the fast path's answer, cached)
+        assert log._cached_level(logging.DEBUG) is False  # (the fast path's answer, cached)
         logger.setLevel(logging.DEBUG)
         with pool.connection():
             pass
@@ -91,7 +91,7 @@ def test_a_level_change_is_seen_by_the_next_asyncio_checkout(
                     pass
                 (await pool.checkout()).release()
             assert _checked_out(caplog) == 0
-            assert log.cached_level(logging.DEBUG) is False
+            assert log._cached_level(logging.DEBUG) is False
             logger.setLevel(logging.DEBUG)
             async with pool.connection():
                 pass

@@ -68,6 +68,13 @@ def test_every_name_in_an_all_is_public_and_there() -> None:
             assert hasattr(module, exported_name), f"{name}.__all__ lists a missing name"
 
 
+def test_every_public_module_declares_its_all() -> None:
+    """What a public module exports is a decision written down (``__all__``), not whatever it
+    happens to define; a module with nothing to export is private (an underscore)."""
+    missing = [name for name in public_modules() if not exported(importlib.import_module(name))[1]]
+    assert not missing, f"public modules without __all__: {missing}"
+
+
 def test_the_public_api_is_the_snapshot() -> None:
     now = snapshot()
     before = SNAPSHOT.read_text(encoding="utf-8")

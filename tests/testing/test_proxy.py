@@ -17,7 +17,7 @@ from poolkit.testing.sim import (
     SimServer,
     SimSettings,
     SimSocketConnection,
-    sim_connect_sync,
+    sim_connect,
     sim_is_broken,
 )
 from poolkit.testing.sim.protocol import FrameType, encode
@@ -181,7 +181,7 @@ def test_threaded_pool_through_a_proxy_on_a_thread_recovers_from_a_reset() -> No
     ):
         hooks = poolkit.Hooks(is_broken=sim_is_broken)
         options = poolkit.PoolOptions(max_size=2, hooks=hooks)
-        with poolkit.Pool(sim_connect_sync(HOST, proxy.port), options=options) as pool:
+        with poolkit.Pool(sim_connect(HOST, proxy.port), options=options) as pool:
             with pool.connection() as conn:
                 assert conn.request(b"a", timeout=5) == b"a"
             assert proxy.call(proxy.server.reset_all) == 1

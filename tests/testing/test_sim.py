@@ -24,9 +24,9 @@ from poolkit.testing.sim import (
     SimServer,
     SimSettings,
     SimSocketConnection,
+    sim_async_connect,
     sim_check,
     sim_connect,
-    sim_connect_sync,
     sim_is_broken,
 )
 from poolkit.testing.sim.protocol import FrameType, encode, parse_header
@@ -311,7 +311,7 @@ def test_goaway_reaches_the_client_which_finishes_in_flight_requests() -> None:
 def test_goaway_after_requests_closes_the_connection_in_an_async_pool() -> None:
     async def body(server: SimServer) -> None:
         options = poolkit.PoolOptions(max_size=1)
-        async with poolkit.AsyncPool(sim_connect(HOST, server.port), options=options) as pool:
+        async with poolkit.AsyncPool(sim_async_connect(HOST, server.port), options=options) as pool:
             ids = []
             for i in range(6):
                 async with pool.connection() as conn:
@@ -358,7 +358,7 @@ def test_multiplexing_and_a_stream_limit_change() -> None:
 def test_async_pool_runs_200_requests_multiplexed() -> None:
     async def body(server: SimServer) -> None:
         options = poolkit.PoolOptions(max_size=4, wait_queue_timeout=10)
-        async with poolkit.AsyncPool(sim_connect(HOST, server.port), options=options) as pool:
+        async with poolkit.AsyncPool(sim_async_connect(HOST, server.port), options=options) as pool:
 
             async def work(n: int) -> list[bytes]:
                 out = []
@@ -382,7 +382,7 @@ def test_async_pool_runs_200_requests_multiplexed() -> None:
 def test_threaded_pool_runs_200_requests_on_a_server_thread() -> None:
     with SimServer(SimSettings(service_time=0.001, concurrency=4)).start_in_thread() as handle:
         options = poolkit.PoolOptions(max_size=4, wait_queue_timeout=10)
-        with poolkit.Pool(sim_connect_sync(HOST, handle.port), options=options) as pool:
+        with poolkit.Pool(sim_connect(HOST, handle.port), options=options) as pool:
             results: dict[int, list[bytes]] = {}
 
             def work(n: int) -> None:
@@ -449,7 +449,7 @@ def test_threaded_pool_replaces_connections_that_go_away() -> None:
     with SimServer(settings).start_in_thread() as handle:
         hooks = poolkit.Hooks(check=sim_check, is_broken=sim_is_broken)
         options = poolkit.PoolOptions(max_size=1, hooks=hooks)
-        with poolkit.Pool(sim_connect_sync(HOST, handle.port), options=options) as pool:
+        with poolkit.Pool(sim_connect(HOST, handle.port), options=options) as pool:
             for i in range(9):
                 with pool.connection() as conn:
                     assert conn.request(b"%d" % i, timeout=5) == b"%d" % i
@@ -478,7 +478,7 @@ def test_readme_example_runs() -> None:
 def test_stream_limit_reaches_an_async_pool() -> None:
     async def body(server: SimServer) -> None:
         options = poolkit.PoolOptions(max_size=1)
-        async with poolkit.AsyncPool(sim_connect(HOST, server.port), options=options) as pool:
+        async with poolkit.AsyncPool(sim_async_connect(HOST, server.port), options=options) as pool:
             leases = [await pool.checkout(timeout=5) for _ in range(4)]  # one connection, 4 leases
             assert len({lease.connection_id for lease in leases}) == 1
             assert pool.stats().stream_capacity == 4

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import asyncpg
 import asyncpg.connection
 
-from ..driver import Lease
+from .. import Lease
 
 __all__ = ["PooledConnection", "connection_of", "invalidate_resources", "lend"]
 

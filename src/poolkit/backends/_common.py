@@ -1,14 +1,15 @@
-"""What the backends' one-call builders share: setting the hooks, making the pool ready, an
-address fit to show, PostgreSQL's port and timeout arguments checked (the pool starter is the
-seam's: :class:`poolkit.driver.PoolStarter`)."""
+"""What the backends' one-call builders share: setting the hooks, an address fit to show,
+PostgreSQL's port and timeout arguments checked (the start, a first connection made, and the
+pool starter are the seam's: :func:`poolkit.driver.start`, :func:`poolkit.driver.async_start`,
+:class:`poolkit.driver.PoolStarter`)."""
 
 from __future__ import annotations
 
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from .. import AsyncPool, Hooks, Pool, PoolOptions
-from ..driver import check_port, check_seconds, starting, with_default_hooks
+from .. import Hooks, PoolOptions
+from ..driver import check_port, check_seconds, with_default_hooks
 
 C = TypeVar("C")
 
@@ -23,32 +24,6 @@ def with_hooks(options: PoolOptions | None, chosen: Hooks, builder: str) -> Pool
             "function and hooks()"
         )
     return with_default_hooks(options, chosen, builder)
-
-
-async def ready_async(pool: AsyncPool[Any]) -> None:
-    """Make ``pool`` ready and one connection through it, so that a server that cannot be
-    reached (a wrong DSN, a wrong password) fails now; then the pool is closed and the connect's
-    error raised, with no warning before it that the pool goes on trying (:func:`starting`)."""
-    with starting(pool):
-        pool.ready()
-        try:
-            lease = await pool.checkout()
-        except BaseException:
-            await pool.close()
-            raise
-        lease.release()
-
-
-def ready_sync(pool: Pool[Any]) -> None:
-    """:func:`ready_async` for the threaded pool."""
-    with starting(pool):
-        pool.ready()
-        try:
-            lease = pool.checkout()
-        except BaseException:
-            pool.close()
-            raise
-        lease.release()
 
 
 def check_pg_args(

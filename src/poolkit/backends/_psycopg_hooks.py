@@ -193,7 +193,7 @@ def ping(conn: Conn) -> None:
     _outside_a_transaction(conn, "")
 
 
-def check_closed(conn: Conn) -> None:
+def check(conn: Conn) -> None:
     """The ``check`` hook without a round trip, unless the server sent something meanwhile:
     raises if the connection is closed or broken, or if what the server sent was its goodbye
     (``pg_terminate_backend``, a shutdown)."""
@@ -307,15 +307,15 @@ async def async_ping(conn: AsyncConn) -> None:
     await _async_outside_a_transaction(conn, "")
 
 
-async def async_check_closed(conn: AsyncConn) -> None:
-    """:func:`check_closed` for ``psycopg.AsyncConnection``."""
+async def async_check(conn: AsyncConn) -> None:
+    """:func:`check` for ``psycopg.AsyncConnection``."""
     ping = async_check_closed_soon(conn)
     if ping is not None:
         await ping
 
 
 def async_check_closed_soon(conn: AsyncConn) -> Awaitable[None] | None:
-    """:func:`async_check_closed` as the hook ``async_hooks`` gives an ``AsyncPool``: ``None``
+    """:func:`async_check` as the hook ``async_hooks`` gives an ``AsyncPool``: ``None``
     (passed at once, no task spawned) unless the server sent something, then the ping to
     await."""
     _usable(conn)

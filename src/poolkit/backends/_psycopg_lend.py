@@ -43,7 +43,7 @@ from typing import Any, Final, TypeVar
 
 import psycopg
 
-from ..driver import Lease
+from .. import Lease
 
 __all__ = ["ConnectionReleasedError", "given_back", "lend", "pooled", "release_lent"]
 

@@ -57,7 +57,8 @@ import redis  # noqa: E402
 import redis.connection  # noqa: E402
 import redis.event  # noqa: E402
 
-from ..driver import Lease, check_port, check_seconds  # noqa: E402
+from .. import Lease  # noqa: E402
+from ..driver import check_port, check_seconds  # noqa: E402
 from ..events import Listener  # noqa: E402
 from ..options import PoolOptions  # noqa: E402
 

@@ -41,8 +41,9 @@ if True:  # ASYNC
     import redis.asyncio
     import redis.asyncio.connection
 
+from .. import ConnectContext, Lease  # noqa: E402
 from ..asyncio import AsyncPool  # noqa: E402
-from ..driver import ConnectContext, Lease, check_seconds  # noqa: E402
+from ..driver import check_seconds  # noqa: E402
 from ..errors import PoolClosedError, WaitQueueTimeoutError  # noqa: E402
 from ..events import Listener  # noqa: E402
 from ..options import PoolOptions  # noqa: E402

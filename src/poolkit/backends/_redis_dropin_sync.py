@@ -25,7 +25,8 @@ require("redis", "redis", "redis")  # no redis-py: an ImportError naming poolkit
 import redis  # noqa: E402
 import redis.connection  # noqa: E402
 
-from ..driver import ConnectContext, Lease, check_seconds  # noqa: E402
+from .. import ConnectContext, Lease  # noqa: E402
+from ..driver import check_seconds  # noqa: E402
 from ..errors import PoolClosedError, WaitQueueTimeoutError  # noqa: E402
 from ..events import Listener  # noqa: E402
 from ..options import PoolOptions  # noqa: E402

@@ -49,7 +49,7 @@ require("redis", "redis", "redis")  # no redis-py: an ImportError naming poolkit
 import redis  # noqa: E402
 import redis.asyncio  # noqa: E402
 
-from ..driver import Lease  # noqa: E402
+from .. import Lease  # noqa: E402
 
 __all__ = ["AsyncGate", "ClientReleasedError", "Gate", "async_lend", "lend"]
 

@@ -28,7 +28,7 @@ The hooks (:func:`async_hooks`), what asyncpg's ``Pool`` does with its connectio
   after the rollback in place of the query (``asyncpg.create_pool(reset=...)``). Prepared
   statements, temporary tables and the statement cache stay (``DISCARD ALL`` would break
   asyncpg's cache). At the end of a ``pool.connection()`` block that succeeded the reset runs in
-  the caller as it leaves the block (``end_and_reset``), as asyncpg's pool runs it in
+  the caller as it leaves the block (:func:`async_end`), as asyncpg's pool runs it in
   ``release()``: no task of the pool's per check-in, and the connection is clean when it comes
   back (``end`` returns ``True``: the pool runs no reset for it).
 * ``check`` before a hand-out: ``is_closed()``. It costs nothing and is enough on asyncio: the
@@ -38,11 +38,11 @@ The hooks (:func:`async_hooks`), what asyncpg's ``Pool`` does with its connectio
 * ``is_broken`` when the block of ``pool.connection()`` raised: the connection is closed, or the
   error is a connection-level one (class 08, the server shutting down, an I/O or protocol
   error). An SQL error such as a division by zero is not: the reset rolls its transaction back.
-* :func:`probe` for ``PoolOptions(keep_alive=KeepAlive(interval, probe))``: ``SELECT 1``.
+* :func:`async_ping` for ``PoolOptions(keep_alive=KeepAlive(interval, async_ping))``: ``SELECT 1``.
 * closing: the pool calls ``conn.close()``, asyncpg's graceful close, which waits for the server
   to hang up; :func:`async_connect` bounds it by ``close_timeout`` (10 s) and then aborts the
-  connection, so a server gone silent cannot hold ``pool.close()`` (:func:`close` does the same
-  for any asyncpg connection).
+  connection, so a server gone silent cannot hold ``pool.close()`` (:func:`async_close` does the
+  same for any asyncpg connection).
 * ``lend`` at a hand-out: the caller's :class:`PooledConnection` (see ``_asyncpg_proxy``); the
   other hooks and the close get the connection itself.
 """
@@ -55,7 +55,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Literal
 
 from .. import AsyncPool, ConnectContext, Hooks, PoolOptions
-from ..driver import PoolStarter, check_seconds, renamed
+from ..driver import PoolStarter, async_start, check_seconds
 from ..events import Listener
 from ._asyncpg_args import (
     MAX_INACTIVE_CONNECTION_LIFETIME,
@@ -64,7 +64,7 @@ from ._asyncpg_args import (
     pool_options,
     refuse_elsewhere,
 )
-from ._common import check_pg_args, ready_async, shown_address, uri_params, with_hooks
+from ._common import check_pg_args, shown_address, uri_params, with_hooks
 from ._extras import require
 
 if TYPE_CHECKING:
@@ -85,22 +85,19 @@ __all__ = [
     "MAX_INACTIVE_CONNECTION_LIFETIME",
     "MAX_SIZE",
     "MIN_SIZE",
-    "PoolStarter",
     "PooledConnection",
-    "check_closed",
-    "check_ping",
+    "async_check",
+    "async_check_ping",
+    "async_close",
     "async_connect",
+    "async_end",
     "async_hooks",
-    "close",
-    "connect",
+    "async_ping",
+    "async_reset",
+    "async_rollback_only",
     "create_pool",
-    "end_and_reset",
-    "hooks",
     "is_broken",
     "lend",
-    "probe",
-    "reset",
-    "rollback_only",
 ]
 
 #: errors after which a connection is not used again (an SQL error of the session is not one)
@@ -134,12 +131,12 @@ def async_connect(
     ``asyncpg.create_pool(connect=...)`` calls it: ``(dsn, loop=, connection_class=,
     record_class=, server_settings=, **connect_kwargs)``; it takes what it will.
 
-    ``reset_query``: the query :func:`reset` sends after the rollback, in place of asyncpg's
+    ``reset_query``: the query :func:`async_reset` sends after the rollback, in place of asyncpg's
     ``get_reset_query()`` (``""``: only roll back and drop listeners).
     ``close_timeout``: the pool closes a connection with ``conn.close()``, which says goodbye
     and waits for the server to hang up: a server that no longer answers would hold the pool's
     ``close()`` forever. After this many seconds the connection is aborted instead (see
-    :func:`close`); ``None``: asyncpg's own ``close()``. A connect the pool gives up on (its
+    :func:`async_close`); ``None``: asyncpg's own ``close()``. A connect the pool gives up on (its
     ``close()``, a ``clear``, ``connect_timeout``) is not cancelled halfway either: it may end its
     handshake for as long, and what it made is closed (``None``: asyncpg's connect ``timeout``).
 
@@ -181,7 +178,7 @@ async def _let_go(attempt: asyncio.Future[Any], grace: float | None) -> None:
         await asyncio.wait({attempt}, timeout=grace)
         if attempt.done() and not attempt.cancelled() and attempt.exception() is None:
             with contextlib.suppress(Exception):  # (nobody to tell: the pool gave it up)
-                await close(attempt.result(), grace)
+                await async_close(attempt.result(), grace)
     finally:
         if not attempt.done():
             attempt.cancel()  # (the handshake outlived its grace, or this was cancelled again)
@@ -220,7 +217,8 @@ def _connection_class(base: type[Any], query: str | None, close_timeout: float |
     if close_timeout is not None:
 
         async def close_bounded(self: Any, *, timeout: float | None = None) -> None:
-            await close(self, close_timeout if timeout is None else timeout, _close=base.close)
+            bound = close_timeout if timeout is None else timeout
+            await async_close(self, bound, _close=base.close)
 
         methods["close"] = close_bounded
     if not methods:
@@ -231,7 +229,7 @@ def _connection_class(base: type[Any], query: str | None, close_timeout: float |
 _connect = async_connect  # (create_pool's ``connect`` argument, asyncpg's, hides ``connect``)
 
 
-async def close(
+async def async_close(
     conn: Connection, timeout: float | None = 10.0, *, _close: Callable[..., Any] | None = None
 ) -> None:
     """Close ``conn`` gracefully (asyncpg's ``close()``: goodbye, and wait for the server to
@@ -243,7 +241,7 @@ async def close(
         pass  # asyncpg aborted the connection before raising
 
 
-async def reset(conn: Connection) -> None:
+async def async_reset(conn: Connection) -> None:
     """The ``reset`` hook: ``conn.reset()`` (see the module's docstring); raises on a closed
     connection, so the pool discards it. First the prepared statements, cursors and transactions
     the lease made are invalidated, as asyncpg's pool does on release."""
@@ -251,38 +249,35 @@ async def reset(conn: Connection) -> None:
     await conn.reset()
 
 
-_reset_hook = reset  # (the builders' ``reset`` arguments hide the name)
-
-
-async def end_and_reset(handed: Connection, error: BaseException | None) -> bool | None:
-    """The ``end`` hook: when ``pool.connection()``'s block succeeded, :func:`reset` runs in the
-    caller as it leaves the block, as asyncpg's pool runs it in ``release()``, and the pool is
-    told (``True``) that no reset is left to run: no task of the pool's per check-in. A reset
+async def async_end(handed: Connection, error: BaseException | None) -> bool | None:
+    """The ``end`` hook: when ``pool.connection()``'s block succeeded, :func:`async_reset` runs
+    in the caller as it leaves the block, as asyncpg's pool runs it in ``release()``, and the pool
+    is told (``True``) that no reset is left to run: no task of the pool's per check-in. A reset
     that fails here is left to the pool's (which closes the connection if it fails again); after
     an error in the block the pool's reset does it all."""
     if error is not None:
         return None
     try:
-        await reset(connection_of(handed))
+        await async_reset(connection_of(handed))
     except Exception:
         return None
     return True
 
 
-def check_closed(conn: Connection) -> None:
+def async_check(conn: Connection) -> None:
     """The ``check`` hook without a round trip: raises if the connection is closed. A plain
     function: ``AsyncPool`` runs it at once, in the checkout's step, with no task."""
     if conn.is_closed():
         raise asyncpg.ConnectionDoesNotExistError("connection is closed")
 
 
-async def check_ping(conn: Connection) -> None:
+async def async_check_ping(conn: Connection) -> None:
     """The ``check`` hook with a round trip: closed, or ``SELECT 1`` fails: raises."""
-    check_closed(conn)
+    async_check(conn)
     await conn.execute("SELECT 1")
 
 
-async def probe(conn: Connection) -> None:
+async def async_ping(conn: Connection) -> None:
     """A keep-alive probe: ``SELECT 1``."""
     await conn.execute("SELECT 1")
 
@@ -305,28 +300,30 @@ def async_hooks(
     timeout: float | None = 30.0,
 ) -> Hooks:
     """The :class:`~poolkit.Hooks` for asyncpg connections: ``reset`` (False: none; an async
-    function: run after :func:`reset`, as ``asyncpg.create_pool(reset=...)`` runs one: pair it
+    function: run after :func:`async_reset`, as ``asyncpg.create_pool(reset=...)`` runs one: pair it
     with ``async_connect(reset_query="")`` to replace asyncpg's reset query), ``check``
     (``"closed"``, ``"ping"`` or ``None``) when idle ``check_after`` seconds, ``is_broken``, your
     own ``configure`` (run once after each connect), and :func:`lend` (``reset=False``:
-    :func:`rollback_only`): each caller gets a
+    :func:`async_rollback_only`): each caller gets a
     :class:`PooledConnection` that refuses use once its lease is given back."""
-    checks = {"closed": check_closed, "ping": check_ping, None: None}
+    checks = {"closed": async_check, "ping": async_check_ping, None: None}
     if check not in checks:
         raise ValueError(f"check must be 'closed', 'ping' or None, got {check!r}")
     return Hooks(
         configure=configure,
         check=checks[check],
         check_after=check_after,
-        reset=_reset_with(reset) if callable(reset) else _reset_hook if reset else rollback_only,
-        end=end_and_reset if reset is True else None,
+        reset=(
+            _reset_with(reset) if callable(reset) else async_reset if reset else async_rollback_only
+        ),
+        end=async_end if reset is True else None,
         is_broken=is_broken,
         timeout=timeout,
         lend=lend,
     )
 
 
-def rollback_only(conn: Connection) -> Awaitable[Any] | None:
+def async_rollback_only(conn: Connection) -> Awaitable[Any] | None:
     """The ``reset=False`` hook: roll back a transaction left open, nothing else. A plain
     function returning the rollback only when there is one to run: a clean connection costs no
     round trip and no task (asyncpg's ``is_in_transaction()`` reads the protocol's state)."""
@@ -340,10 +337,10 @@ def rollback_only(conn: Connection) -> Awaitable[Any] | None:
 
 
 def _reset_with(then: Callable[[Connection], Awaitable[Any]]) -> Callable[[Connection], Any]:
-    """The reset hook that runs :func:`reset`, then ``then`` (asyncpg's ``reset=``)."""
+    """The reset hook that runs :func:`async_reset`, then ``then`` (asyncpg's ``reset=``)."""
 
     async def reset_then(conn: Connection) -> None:
-        await _reset_hook(conn)
+        await async_reset(conn)
         await then(conn)
 
     return reset_then
@@ -436,17 +433,8 @@ def create_pool(
                 "create_pool(), and this is another one (leave loop= out)"
             )
         pool = AsyncPool(connect_one, address=shown, options=options, listeners=listeners)
-        await ready_async(pool)
+        await async_start(pool)
         return pool
 
     return PoolStarter(start)
 
-
-#: why ``connect`` and ``hooks`` were renamed
-_RENAMED = (
-    "asyncio's connect functions and hooks are async_connect and async_hooks, in every backend "
-    "(connect and hooks are the threads')"
-)
-#: the old names, for a release
-connect = renamed(async_connect, "connect", where="poolkit.backends.asyncpg", why=_RENAMED)
-hooks = renamed(async_hooks, "hooks", where="poolkit.backends.asyncpg", why=_RENAMED)

@@ -60,9 +60,9 @@ from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar, overload
 
 from .. import AsyncPool, ConnectContext, Hooks, Pool, PoolOptions
-from ..driver import DEFAULT, PoolStarter
+from ..driver import DEFAULT, PoolStarter, async_start, start
 from ..events import Listener
-from ._common import check_pg_args, ready_async, ready_sync, shown_address, with_hooks
+from ._common import check_pg_args, shown_address, with_hooks
 from ._extras import require
 from ._psycopg_pool_args import pool_options, refuse_elsewhere
 
@@ -76,13 +76,13 @@ else:
 # (after the driver: without it, the ImportError above is the one that names the extra)
 from ._psycopg_hooks import (
     DEFAULT_RESET_QUERY,
-    async_check_closed,
+    async_check,
     async_check_closed_soon,
     async_check_ping,
     async_end,
     async_ping,
     async_remembering,
-    check_closed,
+    check,
     check_ping,
     end,
     is_broken,
@@ -99,13 +99,13 @@ from ._psycopg_lend import ConnectionReleasedError, lend
 __all__ = [
     "DEFAULT_RESET_QUERY",
     "ConnectionReleasedError",
-    "async_check_closed",
+    "async_check",
     "async_check_ping",
     "async_connect",
     "async_end",
     "async_hooks",
     "async_ping",
-    "check_closed",
+    "check",
     "check_ping",
     "connect",
     "connection",
@@ -197,7 +197,7 @@ def _reset_query(reset: bool | str) -> str | None:
 
 #: what a ``Pool`` and an ``AsyncPool`` of psycopg connections run: (the "closed" check, the
 #: "ping" check, the reset maker, the end hook maker, the configure wrapper)
-_SYNC_KIT: Final = (check_closed, check_ping, make_reset, make_end, remembering)
+_SYNC_KIT: Final = (check, check_ping, make_reset, make_end, remembering)
 _ASYNC_KIT: Final = (
     async_check_closed_soon,  # (plain when no ping is needed: no task per checkout)
     async_check_ping,
@@ -392,7 +392,7 @@ def create_pool(
         listeners=listeners,
     )
     if open is not False:
-        ready_sync(pool)
+        start(pool)
     return pool
 
 
@@ -468,7 +468,7 @@ def create_async_pool(
     async def start() -> AsyncPool[AsyncConn]:
         pool = AsyncPool(connect_one, address=shown, options=pool_options_, listeners=listener_list)
         if open is not False:
-            await ready_async(pool)
+            await async_start(pool)
         return pool
 
     return PoolStarter(start)

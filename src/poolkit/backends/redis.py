@@ -90,12 +90,12 @@ import redis.asyncio  # noqa: E402
 import redis.asyncio.connection  # noqa: E402
 import redis.connection  # noqa: E402
 
+from .. import ConnectContext  # noqa: E402
 from ..asyncio import AsyncPool  # noqa: E402
-from ..driver import ConnectContext, PoolStarter, with_default_hooks  # noqa: E402
+from ..driver import PoolStarter, async_start, start, with_default_hooks  # noqa: E402
 from ..events import Listener  # noqa: E402
 from ..options import Hooks, KeepAlive, PoolOptions  # noqa: E402
 from ..threaded import Pool  # noqa: E402
-from ._common import ready_async, ready_sync  # noqa: E402
 from ._redis_dropin import checked_kwargs  # noqa: E402
 from ._redis_dropin_async import BlockingConnectionPool as AsyncBlockingConnectionPool  # noqa: E402
 from ._redis_dropin_async import ConnectionPool as AsyncConnectionPool  # noqa: E402
@@ -490,7 +490,7 @@ def create_pool(
         options=_options(options, hooks(), "create_pool"),
         listeners=listeners,
     )
-    ready_sync(pool)
+    start(pool)
     return pool
 
 
@@ -512,7 +512,7 @@ def create_async_pool(
 
     async def start() -> AsyncPool[redis.asyncio.Redis]:
         pool = AsyncPool(connect, address=address, options=chosen, listeners=listeners)
-        await ready_async(pool)
+        await async_start(pool)
         return pool
 
     return PoolStarter(start)

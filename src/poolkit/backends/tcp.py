@@ -33,13 +33,15 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, final
 
+from .. import ConnectContext
 from ..asyncio import AsyncPool
 from ..driver import (
-    ConnectContext,
     PoolStarter,
+    async_start,
     check_port,
     check_seconds,
     check_socket,
+    start,
     with_default_hooks,
 )
 from ..events import Listener
@@ -287,14 +289,15 @@ def create_pool(
     **kwargs: Any,
 ) -> Pool[socket.socket]:
     """A ready :class:`poolkit.Pool` of sockets to ``host:port`` (``kwargs``: those of
-    :func:`open_socket`), with :func:`hooks` unless ``options`` has hooks."""
+    :func:`open_socket`), with :func:`hooks` unless ``options`` has hooks. One connection is
+    made before it returns: a server that cannot be reached fails here (the pool closed)."""
     pool = Pool(
         _connect("tcp.create_pool", host, port, kwargs),
         address=f"{host}:{port}",
         options=with_default_hooks(options, hooks(), "create_pool"),
         listeners=listeners,
     )
-    pool.ready()
+    start(pool)
     return pool
 
 
@@ -308,7 +311,8 @@ def create_async_pool(
 ) -> PoolStarter[StreamConnection]:
     """A ready :class:`poolkit.AsyncPool` of :class:`StreamConnection` to ``host:port`` on the
     running loop, with :func:`async_hooks` unless ``options`` has hooks: ``await`` it, or
-    ``async with create_async_pool(...) as pool:`` for a pool closed at the end of the block."""
+    ``async with create_async_pool(...) as pool:`` for a pool closed at the end of the block.
+    One connection is made first, as :func:`create_pool` makes one."""
     chosen = with_default_hooks(options, async_hooks(), "create_async_pool")
     connect_tcp = _async_connect("tcp.create_async_pool", host, port, kwargs)
 
@@ -319,7 +323,7 @@ def create_async_pool(
             options=chosen,
             listeners=listeners,
         )
-        pool.ready()
+        await async_start(pool)
         return pool
 
     return PoolStarter(start)

@@ -28,9 +28,9 @@ from ..testing.sim import (
     SimConnection,
     SimGoingAwayError,
     SimSocketConnection,
+    sim_async_connect,
     sim_check,
     sim_connect,
-    sim_connect_sync,
     sim_is_broken,
 )
 from .config import RunConfig
@@ -114,7 +114,7 @@ class SimWorkload(Workload):
         self.connect_timeout = config.connect_timeout
 
     def async_connect(self) -> Connect:
-        return sim_connect(self.host, self.port, timeout=self.connect_timeout)
+        return sim_async_connect(self.host, self.port, timeout=self.connect_timeout)
 
     async def async_op(self, conn: SimConnection) -> None:
         await conn.request(self.payload, timeout=self.timeout)
@@ -123,7 +123,7 @@ class SimWorkload(Workload):
         return Hooks(check=_sim_async_check, is_broken=sim_is_broken)
 
     def sync_connect(self) -> Connect:
-        return sim_connect_sync(self.host, self.port, timeout=self.connect_timeout)
+        return sim_connect(self.host, self.port, timeout=self.connect_timeout)
 
     def sync_op(self, conn: SimSocketConnection) -> None:
         conn.request(self.payload, timeout=self.timeout)
@@ -305,7 +305,7 @@ class MongoWorkload(Workload):
         return self.mongodb.async_hooks()
 
     def sync_connect(self) -> Connect:
-        return self.mongodb.connect_sync(self.host, self.port, **self.kwargs)
+        return self.mongodb.connect(self.host, self.port, **self.kwargs)
 
     def sync_op(self, conn: Any) -> None:
         conn.command("admin", {"ping": 1}, timeout=self.timeout)

@@ -35,7 +35,6 @@ if TYPE_CHECKING:
         MongoConnection,
         async_connect,
         connect,
-        connect_sync,
     )
     from .errors import (
         AuthenticationError,
@@ -52,7 +51,6 @@ if TYPE_CHECKING:
     from .pools import (
         async_connect_uri,
         async_hooks,
-        connect_sync_uri,
         connect_uri,
         create_async_pool,
         create_pool,
@@ -65,10 +63,8 @@ _LAZY = {
     "MongoConnection": "connection",
     "async_connect": "connection",
     "connect": "connection",
-    "connect_sync": "connection",
     "async_connect_uri": "pools",
     "connect_uri": "pools",
-    "connect_sync_uri": "pools",
     "create_pool": "pools",
     "create_async_pool": "pools",
     "hooks": "pools",
@@ -146,8 +142,6 @@ __all__ = [
     "async_connect",
     "async_connect_uri",
     "connect",
-    "connect_sync",
-    "connect_sync_uri",
     "connect_uri",
     "create_async_pool",
     "create_pool",

@@ -9,7 +9,7 @@ database), with SASLprep (RFC 4013) for the password.
   ``saslSupportedMechs`` names it, else SCRAM-SHA-1, as the Auth spec says).
 * :class:`Conversation`: the commands of one authentication and the checks of their replies,
   without I/O; :func:`~.connection_sync.authenticate` (blocking) and
-  :func:`~.connection_async.authenticate_async` run it over a
+  :func:`~.connection_async.async_authenticate` run it over a
   connection's unmonitored exchange (the handshake's).
 * :class:`Speculation`: speculative authentication (the Handshake spec's): the ``saslStart``
   sent ahead in the ``hello`` as ``speculativeAuthenticate``; when the reply answers it, the
@@ -530,16 +530,3 @@ def _payload(reply: Mapping[str, Any], conversation: Conversation) -> bytes:
         raise conversation.failed("the server's reply has no payload")
     return bytes(payload)
 
-
-def __getattr__(name: str) -> Any:
-    """The SCRAM drivers, where they were: they run over a connection, so they live with it
-    (``connection_async`` and its generated twin ``connection_sync``)."""
-    if name == "authenticate":
-        from .connection_sync import authenticate
-
-        return authenticate
-    if name == "authenticate_async":
-        from .connection_async import authenticate_async
-
-        return authenticate_async
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

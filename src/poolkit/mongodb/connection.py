@@ -25,21 +25,12 @@ their public home.
 
 from __future__ import annotations
 
-from ._renamed import CONNECT_RENAMED, renamed
 from .connection_async import AsyncMongoConnection, async_connect
-from .connection_sync import MongoConnection, connect_sync
-from .handshake import client_metadata, hello_command
+from .connection_sync import MongoConnection, connect
 
 __all__ = [
     "AsyncMongoConnection",
     "MongoConnection",
     "async_connect",
-    "client_metadata",
     "connect",
-    "connect_sync",
-    "hello_command",
 ]
-
-#: the old name of :func:`async_connect`: ``connect`` will be the blocking connect function, as
-#: in the backends (``connect`` for threads, ``async_connect`` for asyncio)
-connect = renamed(async_connect, "connect", CONNECT_RENAMED)

@@ -1,5 +1,5 @@
 """A MongoDB connection on asyncio streams (:class:`AsyncMongoConnection`), its SCRAM
-authentication (:func:`authenticate_async`), and the connect function that gives it to
+authentication (:func:`async_authenticate`), and the connect function that gives it to
 :class:`poolkit.AsyncPool` (:func:`async_connect`).
 
 This is the source of ``connection_sync`` (the blocking twin), which tools/async_to_sync.py
@@ -24,7 +24,8 @@ import threading
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from ..driver import ConnectContext, Established, check_socket, check_timeout
+from .. import ConnectContext, Established
+from ..driver import check_socket, check_timeout
 from ._protocol import (
     NETWORK,
     Handshaken,
@@ -40,13 +41,13 @@ from .errors import OperationFailure, ServiceId
 from .monitoring import CommandListener
 from .wire import MAX_MESSAGE_SIZE
 
-__all__ = ["AsyncMongoConnection", "async_connect", "authenticate_async"]
+__all__ = ["AsyncMongoConnection", "async_connect", "async_authenticate"]
 
 #: ``exchange(db, command) -> reply``: one command of the handshake (no monitoring)
 AsyncExchange = Callable[[str, Mapping[str, Any]], Awaitable[dict[str, Any]]]
 
 
-async def authenticate_async(
+async def async_authenticate(
     exchange: AsyncExchange,
     credentials: Credentials,
     hello: Mapping[str, Any],
@@ -129,7 +130,7 @@ class AsyncMongoConnection(Handshaken):
                 reply = await conn._exchange("admin", hello)
                 protocol.handshake_done(reply)
                 if credentials is not None:
-                    protocol.auth_mechanism = await authenticate_async(
+                    protocol.auth_mechanism = await async_authenticate(
                         conn._exchange,
                         credentials,
                         reply,

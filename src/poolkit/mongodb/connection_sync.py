@@ -1,7 +1,7 @@
 # Generated from src/poolkit/mongodb/connection_async.py by tools/async_to_sync.py: do not edit.
 """A MongoDB connection on a blocking socket (:class:`MongoConnection`), its SCRAM
 authentication (:func:`authenticate`), and the connect function that gives it to
-:class:`poolkit.Pool` (:func:`connect_sync`).
+:class:`poolkit.Pool` (:func:`connect`).
 
 Generated from :mod:`.connection_async` by tools/async_to_sync.py: edit that one, then run the
 tool. Its rules are that module's.
@@ -16,7 +16,8 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from ..driver import ConnectContext, Established, check_socket, check_timeout
+from .. import ConnectContext, Established
+from ..driver import check_socket, check_timeout
 from ._protocol import (
     NETWORK,
     Handshaken,
@@ -32,7 +33,7 @@ from .errors import OperationFailure, ServiceId
 from .monitoring import CommandListener
 from .wire import MAX_MESSAGE_SIZE
 
-__all__ = ["MongoConnection", "connect_sync", "authenticate"]
+__all__ = ["MongoConnection", "connect", "authenticate"]
 
 #: ``exchange(db, command) -> reply``: one command of the handshake (no monitoring)
 Exchange = Callable[[str, Mapping[str, Any]], dict[str, Any]]
@@ -220,7 +221,7 @@ class MongoConnection(Handshaken):
         self._break()
 
 
-def connect_sync(
+def connect(
     host: str,
     port: int = 27017,
     *,
@@ -240,7 +241,7 @@ def connect_sync(
     and ``clear(service_id=...)``). ``listeners``: command monitoring (:mod:`.monitoring`),
     each event with the service. The arguments are checked here (a ValueError or TypeError
     naming the one at fault)."""
-    check_endpoint(host, port, tls, connect_timeout, "connect_sync")
+    check_endpoint(host, port, tls, connect_timeout, "connect")
     Credentials.of(username, password, auth_source, auth_mechanism)
     options: dict[str, Any] = dict(
         load_balanced=load_balanced, app_name=app_name, tls=tls, connect_timeout=connect_timeout,

@@ -31,13 +31,14 @@ import uuid
 from collections.abc import Mapping
 from typing import Any, Generic, TypeVar
 
+from .. import Lease
 from ..asyncio import AsyncPool
-from ..driver import AnyPool, Lease, check_timeout
+from ..driver import AnyPool, check_timeout
 from ..errors import WaitQueueTimeoutError
 from ..stats import PoolStats
 from ..threaded import Pool
 from ._bson import bson
-from .checks import (
+from ._checks import (
     PURPOSES,
     Purpose,
     check_batch_size,

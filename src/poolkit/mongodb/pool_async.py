@@ -22,10 +22,11 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
+from .. import Lease
 from ..asyncio import AsyncPool
-from ..driver import Lease, check_timeout
+from ..driver import check_timeout
 from ..errors import WaitQueueTimeoutError
-from .checks import (
+from ._checks import (
     Purpose,
     check_collection,
     check_command,
@@ -47,7 +48,7 @@ Sequences = Mapping[str, Sequence[Mapping[str, Any]]] | None
 
 class AsyncMongoPool(PinningRules[AsyncMongoConnection]):
     """Commands, cursors and transactions over an :class:`~poolkit.AsyncPool` of
-    :class:`~.connection.AsyncMongoConnection` (made by :func:`~.connection.connect`).
+    :class:`~.connection.AsyncMongoConnection` (made by :func:`~.connection.async_connect`).
 
     ``pin``: whether cursors and transactions keep their connection (default: the pool's
     ``load_balanced``; False only to show what pinning prevents). ``read_preference``:

@@ -16,10 +16,11 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
-from ..driver import Lease, check_timeout
+from .. import Lease
+from ..driver import check_timeout
 from ..errors import WaitQueueTimeoutError
 from ..threaded import Pool
-from .checks import (
+from ._checks import (
     Purpose,
     check_collection,
     check_command,
@@ -41,7 +42,7 @@ Sequences = Mapping[str, Sequence[Mapping[str, Any]]] | None
 
 class MongoPool(PinningRules[MongoConnection]):
     """Commands, cursors and transactions over an :class:`~poolkit.Pool` of
-    :class:`~.connection.MongoConnection` (made by :func:`~.connection.connect_sync`).
+    :class:`~.connection.MongoConnection` (made by :func:`~.connection.connect`).
 
     ``pin``: whether cursors and transactions keep their connection (default: the pool's
     ``load_balanced``; False only to show what pinning prevents). ``read_preference``:

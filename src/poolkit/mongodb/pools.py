@@ -1,5 +1,5 @@
-"""From a URI to a pool: the connect functions of a parsed URI (:func:`connect_uri`,
-:func:`connect_sync_uri`), the hooks a pool of MongoDB connections runs (:func:`hooks`,
+"""From a URI to a pool: the connect functions of a parsed URI (:func:`async_connect_uri`,
+:func:`connect_uri`), the hooks a pool of MongoDB connections runs (:func:`hooks`,
 :func:`async_hooks`: a connection the server closed while it sat idle is not handed out), and
 both together (:func:`create_pool`, :func:`create_async_pool`).
 """
@@ -10,26 +10,28 @@ import ssl
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
+from .. import ConnectContext, Established
 from ..asyncio import AsyncPool
-from ..driver import ConnectContext, Established, PoolStarter, with_default_hooks
+from ..driver import PoolStarter, async_start, start, with_default_hooks
 from ..events import Listener
 from ..options import Hooks, PoolOptions
 from ..threaded import Pool
-from ._renamed import CONNECT_RENAMED, renamed
-from .connection import AsyncMongoConnection, MongoConnection, async_connect, connect_sync
+from .connection import AsyncMongoConnection, MongoConnection, async_connect, connect
 from .errors import NetworkError
 from .monitoring import CommandListener
 from .tls import tls_context
 from .uri import MongoURI, parse_uri
 
 __all__ = [
-    "async_hooks",
+    "async_check",
     "async_connect_uri",
-    "connect_sync_uri",
+    "async_hooks",
+    "check",
     "connect_uri",
     "create_async_pool",
     "create_pool",
     "hooks",
+    "is_broken",
     "uri_connect_options",
 ]
 
@@ -62,16 +64,12 @@ def async_connect_uri(
     return async_connect(host, port, listeners=listeners, **options)
 
 
-#: the old name of :func:`async_connect_uri` (``connect_uri`` will be the blocking one)
-connect_uri = renamed(async_connect_uri, "connect_uri", CONNECT_RENAMED)
-
-
-def connect_sync_uri(
+def connect_uri(
     uri: MongoURI, *, tls: ssl.SSLContext | None = None, listeners: Iterable[CommandListener] = ()
 ) -> Callable[[ConnectContext], Established[MongoConnection]]:
     """:func:`async_connect_uri` for :class:`poolkit.Pool`."""
     host, port, options = uri_connect_options(uri, tls)
-    return connect_sync(host, port, listeners=listeners, **options)
+    return connect(host, port, listeners=listeners, **options)
 
 
 def check(conn: MongoConnection) -> None:
@@ -124,17 +122,18 @@ def create_pool(
     command_listeners: Iterable[CommandListener] = (),
 ) -> Pool[MongoConnection]:
     """A ready :class:`poolkit.Pool` of blocking connections to ``uri``'s first host
-    (:func:`connect_sync_uri`), with the URI's pool options (or ``options``) and :func:`hooks`
+    (:func:`connect_uri`), with the URI's pool options (or ``options``) and :func:`hooks`
     unless they have hooks. ``listeners``: the pool's events; ``command_listeners``: command
-    monitoring."""
+    monitoring. One connection (connect, ``hello``, authentication) is made before it returns:
+    a server that cannot be reached or refuses the credentials fails here (the pool closed)."""
     parsed = _parsed(uri)
     pool = Pool(
-        connect_sync_uri(parsed, tls=tls, listeners=command_listeners),
+        connect_uri(parsed, tls=tls, listeners=command_listeners),
         address=parsed.addresses[0],
         options=_options(parsed, options, hooks(), "create_pool"),
         listeners=listeners,
     )
-    pool.ready()
+    start(pool)
     return pool
 
 
@@ -148,14 +147,15 @@ def create_async_pool(
 ) -> PoolStarter[AsyncMongoConnection]:
     """:func:`create_pool` for asyncio: a ready :class:`poolkit.AsyncPool` on the running loop
     (:func:`async_connect_uri`, :func:`async_hooks`). ``await`` it, or ``async with
-    create_async_pool(...) as pool:`` for a pool closed at the end of the block."""
+    create_async_pool(...) as pool:`` for a pool closed at the end of the block. One connection
+    is made first, as :func:`create_pool` makes one."""
     parsed = _parsed(uri)
     chosen = _options(parsed, options, async_hooks(), "create_async_pool")
     connect = async_connect_uri(parsed, tls=tls, listeners=command_listeners)
 
     async def start() -> AsyncPool[AsyncMongoConnection]:
         pool = AsyncPool(connect, address=parsed.addresses[0], options=chosen, listeners=listeners)
-        pool.ready()
+        await async_start(pool)
         return pool
 
     return PoolStarter(start)

@@ -16,9 +16,9 @@ from .sim import (
     SimSettings,
     SimSocketConnection,
     SimStats,
+    sim_async_connect,
     sim_check,
     sim_connect,
-    sim_connect_sync,
     sim_is_broken,
 )
 
@@ -38,8 +38,8 @@ __all__ = [
     "VirtualTimeLoop",
     "run",
     "sim_check",
+    "sim_async_connect",
     "sim_connect",
-    "sim_connect_sync",
     "sim_is_broken",
     "stop_accepting",
 ]

@@ -40,9 +40,9 @@ from ._pool import (  # noqa: E402
     EXPECTED_STREAMS,
     async_connect,
     async_hooks,
+    async_ping,
     create_async_pool,
     is_broken,
-    ping,
 )
 from ._transport import AsyncTransport  # noqa: E402
 
@@ -62,5 +62,5 @@ __all__ = [
     "async_hooks",
     "create_async_pool",
     "is_broken",
-    "ping",
+    "async_ping",
 ]

@@ -10,8 +10,9 @@ import urllib.parse
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Final
 
+from ... import ConnectContext, Established
 from ...asyncio import AsyncPool
-from ...driver import ConnectContext, Established, PoolStarter, check_seconds, with_default_hooks
+from ...driver import PoolStarter, async_start, check_seconds, with_default_hooks
 from ...events import Listener
 from ...options import Hooks, KeepAlive, PoolOptions
 from ._connection import H2Connection
@@ -69,7 +70,7 @@ def async_connect(
     return connect_h2
 
 
-async def ping(conn: H2Connection) -> None:
+async def async_ping(conn: H2Connection) -> None:
     """The keep-alive probe: a PING answered."""
     await conn.ping()
 
@@ -85,7 +86,7 @@ def is_broken(conn: H2Connection, error: BaseException) -> bool:
 def async_hooks() -> Hooks:
     """``is_broken``, and ``cancel_safe``: a request cancelled resets its own stream, the
     connection serves on (its lease is released, not discarded). The keep-alive is a pool option
-    (``create_async_pool``'s ``keep_alive``: :func:`ping`)."""
+    (``create_async_pool``'s ``keep_alive``: :func:`async_ping`)."""
     return Hooks(is_broken=is_broken, cancel_safe=True)
 
 
@@ -103,12 +104,17 @@ def create_async_pool(
     (each serving the server's stream limit), a PING every ``keep_alive`` seconds on idle ones
     (None: none), each connect counted to serve :data:`EXPECTED_STREAMS` checkouts until it is
     made. A PING unanswered within ``keep_alive`` seconds closes its connection. ``options``, when
-    given, replace all three (with :func:`async_hooks` unless they have hooks of their own)."""
+    given, replace all three (with :func:`async_hooks` unless they have hooks of their own).
+    One connection is made first: a server that cannot be reached, or that does not speak
+    HTTP/2, fails the ``await`` (the pool closed). :class:`AsyncTransport` stays lazy: it makes
+    an origin's pool at its first request, without this first connection."""
     origin_of(url)  # (a bad URL fails here)
     chosen = options_for(max_size, options, keep_alive, "create_async_pool")
 
     async def start() -> AsyncPool[H2Connection]:
-        return ready_pool(url, chosen, listeners, tls)
+        pool = _new_pool(url, chosen, listeners, tls)
+        await async_start(pool)
+        return pool
 
     return PoolStarter(start)
 
@@ -121,19 +127,29 @@ def options_for(
         raise ValueError(f"{call}(keep_alive=...) must be seconds > 0 (or None: no PING), got 0")
     if options is None:
         # (a PING unanswered for as long as the interval: the server or the path to it is gone)
-        probe = None if keep_alive is None else KeepAlive(keep_alive, ping, timeout=keep_alive)
+        probe = (
+            None if keep_alive is None else KeepAlive(keep_alive, async_ping, timeout=keep_alive)
+        )
         options = PoolOptions(
             max_size=max_size, expected_streams=EXPECTED_STREAMS, keep_alive=probe
         )
     return with_default_hooks(options, async_hooks(), "create_async_pool")
 
 
-def ready_pool(
+def _new_pool(
     url: str, options: PoolOptions, listeners: Iterable[Listener], tls: bool | ssl.SSLContext
 ) -> AsyncPool[H2Connection]:
     _, _, _, shown = origin_of(url)
-    pool = AsyncPool(
+    return AsyncPool(
         async_connect(url, tls=tls), address=shown, options=options, listeners=listeners
     )
+
+
+def ready_pool(
+    url: str, options: PoolOptions, listeners: Iterable[Listener], tls: bool | ssl.SSLContext
+) -> AsyncPool[H2Connection]:
+    """The transport's pool for ``url``'s origin: made ready, no connection made yet (the
+    request that asked for it makes the first)."""
+    pool = _new_pool(url, options, listeners, tls)
     pool.ready()
     return pool

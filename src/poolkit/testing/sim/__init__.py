@@ -4,13 +4,13 @@ See :mod:`.protocol` for the wire protocol, :class:`SimSettings` for what can be
 :class:`SimServer` for the run-time controls.
 """
 
-from .blocking import SimSocketConnection, sim_check, sim_connect_sync
+from .blocking import SimSocketConnection, sim_check, sim_connect
 from .client import (
     SimConnection,
     SimGoingAwayError,
     SimRefusedError,
     SimStreamRefusedError,
-    sim_connect,
+    sim_async_connect,
     sim_is_broken,
 )
 from .server import SimServer
@@ -27,7 +27,7 @@ __all__ = [
     "SimStats",
     "SimStreamRefusedError",
     "sim_check",
+    "sim_async_connect",
     "sim_connect",
-    "sim_connect_sync",
     "sim_is_broken",
 ]

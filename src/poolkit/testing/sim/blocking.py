@@ -1,5 +1,5 @@
 """The blocking client of the simulated server: :class:`SimSocketConnection` (one request at a
-time), the connect function :func:`sim_connect_sync` for :class:`poolkit.Pool` and the ``check``
+time), the connect function :func:`sim_connect` for :class:`poolkit.Pool` and the ``check``
 hook :func:`sim_check`.
 
 Rules of this module
@@ -17,11 +17,11 @@ import socket
 import threading
 from collections.abc import Callable
 
-from ...driver import ConnectContext
+from ... import ConnectContext
 from .client import OnGoaway, OnSettings, SimGoingAwayError, SimStreamRefusedError, greeting_limit
 from .protocol import HEADER, FrameType, encode, parse_header, parse_u32
 
-__all__ = ["SimSocketConnection", "sim_check", "sim_connect_sync"]
+__all__ = ["SimSocketConnection", "sim_check", "sim_connect"]
 
 
 class SimSocketConnection:
@@ -147,7 +147,7 @@ def sim_check(conn: SimSocketConnection) -> None:
         conn._check_open()
 
 
-def sim_connect_sync(
+def sim_connect(
     host: str, port: int, *, timeout: float | None = 5.0
 ) -> Callable[[ConnectContext], SimSocketConnection]:
     """A connect function for :class:`poolkit.Pool`: a :class:`SimSocketConnection` (one lease

@@ -1,5 +1,5 @@
 """The asyncio client of the simulated server: :class:`SimConnection` (multiplexed), the connect
-function :func:`sim_connect` for :class:`poolkit.AsyncPool`, the clients' errors and the
+function :func:`sim_async_connect` for :class:`poolkit.AsyncPool`, the clients' errors and the
 ``is_broken`` hook :func:`sim_is_broken` (the blocking client is in :mod:`.blocking`).
 
 The connect functions tell the pool what the server says: ``GOAWAY`` becomes
@@ -22,7 +22,7 @@ import itertools
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ...driver import ConnectContext, Established
+from ... import ConnectContext, Established
 from .protocol import HEADER, FrameType, ProtocolError, encode, parse_header, parse_u32
 
 __all__ = [
@@ -30,7 +30,7 @@ __all__ = [
     "SimGoingAwayError",
     "SimRefusedError",
     "SimStreamRefusedError",
-    "sim_connect",
+    "sim_async_connect",
     "sim_is_broken",
 ]
 
@@ -224,7 +224,7 @@ def _wire(conn: SimConnection, ctx: ConnectContext) -> None:
     conn.on_settings = lambda _conn, n: pool.set_max_streams(cid, n)
 
 
-def sim_connect(
+def sim_async_connect(
     host: str, port: int, *, timeout: float | None = 5.0
 ) -> Callable[[ConnectContext], Awaitable[Established[SimConnection]]]:
     """A connect function for :class:`poolkit.AsyncPool`: a :class:`SimConnection` with the

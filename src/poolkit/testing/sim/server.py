@@ -136,7 +136,7 @@ class _Session:
 
 class SimServer(LoopbackServer):
     """The simulated server. ``async with SimServer(SimSettings(...)) as server:`` starts it;
-    connect to ``server.port`` on 127.0.0.1 (or use :func:`~.client.sim_connect`)."""
+    connect to ``server.port`` on 127.0.0.1 (or use :func:`~.client.sim_async_connect`)."""
 
     def __init__(
         self, settings: SimSettings | None = None, *, host: str = LOCALHOST, port: int = 0

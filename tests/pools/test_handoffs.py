@@ -42,18 +42,38 @@ class Boom(Exception):
     """What leaves a ``connection()`` block by exception."""
 
 
-class Observed:
+class Observed(logging.Handler):
     """What a pool's observers saw: its events (mode ``listener``), its DEBUG log (``debug``)."""
 
     def __init__(self, mode: str) -> None:
+        super().__init__(logging.DEBUG)
         self.mode = mode
         self.events: list[ev.PoolEvent] = []
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+    def __enter__(self) -> Observed:
+        if self.mode == "debug":
+            logging.getLogger("poolkit.connection").addHandler(self)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        logging.getLogger("poolkit.connection").removeHandler(self)
 
     def listeners(self) -> list[Callable[[ev.PoolEvent], None]]:
         return [self.events.append] if self.mode == "listener" else []
 
-    def count(self, kind: type[ev.PoolEvent]) -> int:
-        return sum(isinstance(e, kind) for e in self.events)
+    def checked(self) -> tuple[int, int]:
+        """How many check-outs and check-ins the observers saw."""
+        if self.mode == "listener":
+            out = sum(isinstance(e, ev.ConnectionCheckedOutEvent) for e in self.events)
+            back = sum(isinstance(e, ev.ConnectionCheckedInEvent) for e in self.events)
+            return out, back
+        out = sum(m.startswith("Connection checked out:") for m in self.messages)
+        back = sum(m.startswith("Connection checked in:") for m in self.messages)
+        return out, back
 
 
 @pytest.fixture(params=MODES)
@@ -116,7 +136,7 @@ class GatedSignal:
 
     def wait(self) -> None:
         self._woken.wait()
-        self._gate.wait()
+        self._gate.wait(BOUND)  # (bounded: a test that never opens it fails, never hangs)
 
     def set(self) -> None:
         self._woken.set()
@@ -167,8 +187,7 @@ async def _until(test: Callable[[], bool]) -> None:
         await asyncio.sleep(0)
 
 
-async def _async_handoffs(mode: str, give_back: str, wait: str) -> None:
-    observed = Observed(mode)
+async def _async_handoffs(observed: Observed, give_back: str, wait: str) -> None:
     made: list[Conn] = []
     pool = _async_pool(observed, made, max_size=1)
     order: list[int] = []
@@ -258,15 +277,15 @@ def _check_after(
         assert len(made) == 1
         assert made[0].closed == 0
         assert stats.available == 1
-    if seen.mode == "listener":
-        assert seen.count(ev.ConnectionCheckedOutEvent) == 1 + WAITERS
-        assert seen.count(ev.ConnectionCheckedInEvent) == 1 + WAITERS
+    if seen.mode != "fast":  # (observed: each check-out and check-in seen, none taken unseen)
+        assert seen.checked() == (1 + WAITERS, 1 + WAITERS)
 
 
 @pytest.mark.parametrize("wait", WAITS)
 @pytest.mark.parametrize("give_back", GIVE_BACKS)
 def test_asyncio_giving_back_serves_the_oldest_waiter(mode: str, give_back: str, wait: str) -> None:
-    asyncio.run(_async_handoffs(mode, give_back, wait))
+    with Observed(mode) as observed:
+        asyncio.run(_async_handoffs(observed, give_back, wait))
 
 
 # ---------------------------------------------------------------------- threads
@@ -313,8 +332,7 @@ def _join(threads: list[threading.Thread], order: list[int]) -> None:
             pytest.fail(f"waiters served: {order} of {list(range(WAITERS))} (a lost wake-up)")
 
 
-def _thread_handoffs(mode: str, give_back: str, wait: str) -> None:
-    observed = Observed(mode)
+def _thread_handoffs(observed: Observed, give_back: str, wait: str) -> None:
     made: list[Conn] = []
     pool = _thread_pool(observed, made, max_size=1)
     order: list[int] = []
@@ -389,4 +407,247 @@ def _thread_handoffs(mode: str, give_back: str, wait: str) -> None:
 @pytest.mark.parametrize("wait", WAITS)
 @pytest.mark.parametrize("give_back", GIVE_BACKS)
 def test_threads_giving_back_serves_the_oldest_waiter(mode: str, give_back: str, wait: str) -> None:
-    _thread_handoffs(mode, give_back, wait)
+    with Observed(mode) as observed:
+        _thread_handoffs(observed, give_back, wait)
+
+
+# ---------------------------------------------------------------------- given back once
+
+
+async def _async_twice(observed: Observed, give_back: str) -> None:
+    made: list[Conn] = []
+    pool = _async_pool(observed, made, max_size=1)
+    async with pool:
+        if give_back in ("block", "block_error"):
+            block = pool.connection()
+            try:
+                async with block:
+                    if give_back == "block_error":
+                        raise Boom
+            except Boom:
+                pass
+            with pytest.raises(poolkit.InvalidLeaseError):
+                await block.__aexit__(None, None, None)  # (its exit, run again)
+        else:
+            lease = await pool.checkout()
+            await _async_give_back(pool, lease, give_back)
+            with pytest.raises(poolkit.InvalidLeaseError):
+                await _async_give_back(pool, lease, give_back)
+        stats = pool.stats()
+        assert (stats.in_use, stats.available) == (0, 0 if give_back == "discard" else 1)
+        first = await pool.checkout(timeout=BOUND)
+        with pytest.raises(poolkit.WaitQueueTimeoutError):  # (one connection, and it is out)
+            await pool.checkout(timeout=0.01)
+        first.release()
+
+
+@pytest.mark.parametrize("give_back", GIVE_BACKS)
+def test_asyncio_a_connection_is_given_back_once(mode: str, give_back: str) -> None:
+    with Observed(mode) as observed:
+        asyncio.run(_async_twice(observed, give_back))
+
+
+def _thread_twice(observed: Observed, give_back: str) -> None:
+    made: list[Conn] = []
+    pool = _thread_pool(observed, made, max_size=1)
+    with pool:
+        if give_back in ("block", "block_error"):
+            block = pool.connection()
+            try:
+                with block:
+                    if give_back == "block_error":
+                        raise Boom
+            except Boom:
+                pass
+            with pytest.raises(poolkit.InvalidLeaseError):
+                block.__exit__(None, None, None)  # (its exit, run again)
+        else:
+            lease = pool.checkout()
+            _thread_give_back(pool, lease, give_back)
+            with pytest.raises(poolkit.InvalidLeaseError):
+                _thread_give_back(pool, lease, give_back)
+        stats = pool.stats()
+        assert (stats.in_use, stats.available) == (0, 0 if give_back == "discard" else 1)
+        first = pool.checkout(timeout=BOUND)
+        with pytest.raises(poolkit.WaitQueueTimeoutError):  # (one connection, and it is out)
+            pool.checkout(timeout=0.01)
+        first.release()
+
+
+@pytest.mark.parametrize("give_back", GIVE_BACKS)
+def test_threads_a_connection_is_given_back_once(mode: str, give_back: str) -> None:
+    with Observed(mode) as observed:
+        _thread_twice(observed, give_back)
+
+
+# ---------------------------------------------------------------------- closed on the way
+
+#: the forms that hand the connection itself to the waiter (a discard makes a new one)
+HANDING = ["block", "block_error", "release", "checkin"]
+#: the waits that resume after their hand-off (a request object is completed in the hand-off)
+RESUMING = ["checkout", "checkout_timeout", "connection", "connection_timeout"]
+
+
+async def _async_cleared(observed: Observed, give_back: str, wait: str) -> None:
+    """A connection handed to a waiter, closed by ``clear(interrupt_in_use=True)`` before the
+    waiter resumes: the waiter fails with ``PoolClearedError``, never gets a closed one."""
+    made: list[Conn] = []
+    pool = _async_pool(observed, made, max_size=1)
+
+    async def waiter() -> Any:
+        if wait.startswith("checkout"):
+            lease = await pool.checkout(**_timeout(wait))
+            lease.release()
+            return lease.connection
+        async with pool.connection(**_timeout(wait)) as conn:
+            return conn
+
+    async with pool:
+        if give_back in ("block", "block_error"):
+            try:
+                async with pool.connection():
+                    task = asyncio.create_task(waiter())
+                    await _until(lambda: pool.stats().waiting == 1)
+                    if give_back == "block_error":
+                        raise Boom
+            except Boom:
+                pass
+        else:
+            lease = await pool.checkout()
+            task = asyncio.create_task(waiter())
+            await _until(lambda: pool.stats().waiting == 1)
+            await _async_give_back(pool, lease, give_back)
+        pool.clear(interrupt_in_use=True)  # (the waiter, woken, has not resumed yet)
+        with pytest.raises(poolkit.PoolClearedError):
+            await asyncio.wait_for(task, BOUND)
+        assert made[0].closed == 1
+        assert pool.stats().in_use == 0
+
+
+@pytest.mark.parametrize("wait", RESUMING)
+@pytest.mark.parametrize("give_back", HANDING)
+def test_asyncio_a_connection_closed_before_the_waiter_resumes(
+    mode: str, give_back: str, wait: str
+) -> None:
+    with Observed(mode) as observed:
+        asyncio.run(_async_cleared(observed, give_back, wait))
+
+
+def _thread_cleared(observed: Observed, give_back: str, wait: str) -> None:
+    made: list[Conn] = []
+    clock = GatedClock()
+    pool = _thread_pool(observed, made, clock, max_size=1)
+    outcome: list[Any] = []
+
+    def waiter() -> None:
+        try:
+            if wait.startswith("checkout"):
+                lease = pool.checkout(**_timeout(wait))
+                lease.release()
+                outcome.append(lease)
+                return
+            with pool.connection(**_timeout(wait)) as conn:
+                outcome.append(conn)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=waiter, daemon=True)
+    with pool:
+        if give_back in ("block", "block_error"):
+            try:
+                with pool.connection():
+                    clock.gate.clear()  # the waiter, once woken, waits for the test
+                    thread.start()
+                    _thread_until(lambda: pool.stats().waiting == 1)
+                    if give_back == "block_error":
+                        raise Boom
+            except Boom:
+                pass
+        else:
+            lease = pool.checkout()
+            clock.gate.clear()
+            thread.start()
+            _thread_until(lambda: pool.stats().waiting == 1)
+            _thread_give_back(pool, lease, give_back)
+        pool.clear(interrupt_in_use=True)
+        clock.gate.set()
+        _join([thread], [])
+        assert len(outcome) == 1 and isinstance(outcome[0], poolkit.PoolClearedError)
+        assert made[0].closed == 1
+        assert pool.stats().in_use == 0
+
+
+@pytest.mark.parametrize("wait", RESUMING)
+@pytest.mark.parametrize("give_back", HANDING)
+def test_threads_a_connection_closed_before_the_waiter_resumes(
+    mode: str, give_back: str, wait: str
+) -> None:
+    with Observed(mode) as observed:
+        _thread_cleared(observed, give_back, wait)
+
+
+# ---------------------------------------------------------------------- perished on the way
+
+
+async def _async_perished(observed: Observed, wait: str) -> None:
+    """A checkout that meets a perished connection (past ``max_lifetime``) on its way to a good
+    one closes it then and there, whichever path it takes."""
+    made: list[Conn] = []
+    clock = ManualClock()
+    pool = _async_pool(
+        observed, made, clock, max_size=2, max_lifetime=1000.0, max_lifetime_jitter=0.0
+    )
+    async with pool:
+        old = await pool.checkout()
+        clock.now = 500.0
+        new = await pool.checkout()
+        clock.now = 900.0
+        new.release()
+        old.release()  # (the most recently used: met first)
+        clock.now = 1001.0  # the old one perished, the new one not
+        if wait.startswith("checkout"):
+            lease = await pool.checkout(**_timeout(wait))
+            got, closed = lease.connection, made[0].closed
+            lease.release()
+        else:
+            async with pool.connection(**_timeout(wait)) as got:
+                closed = made[0].closed
+        assert got is made[1]
+        assert closed == 1  # (closed before the checkout returned)
+
+
+@pytest.mark.parametrize("wait", RESUMING)
+def test_asyncio_a_checkout_closes_the_perished_connections_it_meets(mode: str, wait: str) -> None:
+    with Observed(mode) as observed:
+        asyncio.run(_async_perished(observed, wait))
+
+
+def _thread_perished(observed: Observed, wait: str) -> None:
+    made: list[Conn] = []
+    clock = ManualClock()
+    pool = _thread_pool(
+        observed, made, clock, max_size=2, max_lifetime=1000.0, max_lifetime_jitter=0.0
+    )
+    with pool:
+        old = pool.checkout()
+        clock.now = 500.0
+        new = pool.checkout()
+        clock.now = 900.0
+        new.release()
+        old.release()
+        clock.now = 1001.0
+        if wait.startswith("checkout"):
+            lease = pool.checkout(**_timeout(wait))
+            got, closed = lease.connection, made[0].closed
+            lease.release()
+        else:
+            with pool.connection(**_timeout(wait)) as got:
+                closed = made[0].closed
+        assert got is made[1]
+        assert closed == 1
+
+
+@pytest.mark.parametrize("wait", RESUMING)
+def test_threads_a_checkout_closes_the_perished_connections_it_meets(mode: str, wait: str) -> None:
+    with Observed(mode) as observed:
+        _thread_perished(observed, wait)

@@ -497,8 +497,9 @@ async def _async_cleared(observed: Observed, give_back: str, wait: str) -> None:
     async def waiter() -> Any:
         if wait.startswith("checkout"):
             lease = await pool.checkout(**_timeout(wait))
+            conn = lease.connection
             lease.release()
-            return lease.connection
+            return conn
         async with pool.connection(**_timeout(wait)) as conn:
             return conn
 
@@ -651,3 +652,56 @@ def _thread_perished(observed: Observed, wait: str) -> None:
 def test_threads_a_checkout_closes_the_perished_connections_it_meets(mode: str, wait: str) -> None:
     with Observed(mode) as observed:
         _thread_perished(observed, wait)
+
+
+# ---------------------------------------------------------------------- cancelled after its hand-off
+
+
+async def _async_cancelled(observed: Observed, give_back: str, wait: str) -> None:
+    """A waiter handed the connection and cancelled before it resumes gives it straight back:
+    the next waiter gets it."""
+    made: list[Conn] = []
+    pool = _async_pool(observed, made, max_size=1)
+
+    async def waiter() -> Any:
+        if wait.startswith("checkout"):
+            lease = await pool.checkout(**_timeout(wait))
+            conn = lease.connection
+            lease.release()
+            return conn
+        async with pool.connection(**_timeout(wait)) as conn:
+            return conn
+
+    async with pool:
+        if give_back in ("block", "block_error"):
+            try:
+                async with pool.connection():
+                    first = asyncio.create_task(waiter())
+                    await _until(lambda: pool.stats().waiting == 1)
+                    second = asyncio.create_task(waiter())
+                    await _until(lambda: pool.stats().waiting == 2)
+                    if give_back == "block_error":
+                        raise Boom
+            except Boom:
+                pass
+        else:
+            lease = await pool.checkout()
+            first = asyncio.create_task(waiter())
+            await _until(lambda: pool.stats().waiting == 1)
+            second = asyncio.create_task(waiter())
+            await _until(lambda: pool.stats().waiting == 2)
+            await _async_give_back(pool, lease, give_back)
+        first.cancel()  # (handed the connection, not resumed yet)
+        assert await asyncio.wait_for(second, BOUND) is made[0]
+        assert first.cancelled()
+        stats = pool.stats()
+        assert (stats.in_use, stats.available, len(made)) == (0, 1, 1)
+
+
+@pytest.mark.parametrize("wait", RESUMING)
+@pytest.mark.parametrize("give_back", HANDING)
+def test_asyncio_a_waiter_cancelled_after_its_hand_off_gives_it_back(
+    mode: str, give_back: str, wait: str
+) -> None:
+    with Observed(mode) as observed:
+        asyncio.run(_async_cancelled(observed, give_back, wait))

@@ -16,8 +16,8 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any, TypeVar
 
 import pytest
 
@@ -26,8 +26,11 @@ from doubles import Conn
 from poolkit import events as ev
 from poolkit import log
 
+T = TypeVar("T")
 #: the longest any test here waits for one thing: a lost wake-up fails, never hangs
 BOUND = 5.0
+#: the longest a whole scenario may take (each of its waits is bounded by ``BOUND`` besides)
+WHOLE = 4 * BOUND
 #: waiters queued behind the holder
 WAITERS = 3
 
@@ -146,6 +149,44 @@ def _timeout(wait: str) -> dict[str, float]:
     return {"timeout": BOUND} if wait.endswith("_timeout") else {}
 
 
+def _bounded(call: Callable[[], T], bound: float = BOUND) -> T:
+    """``call()`` in a thread of its own, waited for at most ``bound`` seconds (``pytest.fail``
+    in it fails the test)."""
+    result: list[tuple[bool, Any]] = []
+
+    def run() -> None:
+        try:
+            result.append((True, call()))
+        except BaseException as exc:
+            result.append((False, exc))
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(bound)
+    if thread.is_alive():
+        pytest.fail(f"{call!r} never returned (a lost wake-up)")
+    ok, value = result[0]
+    if not ok:
+        raise value
+    return value  # type: ignore[no-any-return]
+
+
+async def _whole(scenario: Awaitable[None]) -> None:
+    """A whole scenario, for at most ``WHOLE`` seconds: whatever waits in it, it never hangs."""
+    try:
+        await asyncio.wait_for(scenario, WHOLE)
+    except TimeoutError:
+        pytest.fail(f"the scenario did not end in {WHOLE} s (a lost wake-up)")
+
+
+async def _abounded(awaitable: Awaitable[T]) -> T:
+    """``await awaitable``, for at most ``BOUND`` seconds."""
+    try:
+        return await asyncio.wait_for(awaitable, BOUND)
+    except TimeoutError:
+        pytest.fail(f"{awaitable!r} never returned (a lost wake-up)")
+
+
 # ---------------------------------------------------------------------- asyncio
 
 
@@ -178,6 +219,13 @@ async def _async_give_back(pool: poolkit.AsyncPool[Conn], lease: Any, give_back:
         lease.discard()
     else:
         lease.release()
+
+
+async def _async_warm(pool: poolkit.AsyncPool[Conn]) -> None:
+    """Make the pool's connection and give it back: the next checkout finds it available (the
+    check-out fast paths; a block that is the lease itself)."""
+    lease = await _abounded(pool.checkout())
+    lease.release()
 
 
 async def _until(test: Callable[[], bool]) -> None:
@@ -231,10 +279,11 @@ async def _async_handoffs(observed: Observed, give_back: str, wait: str) -> None
                 pool.lease_request(Request(i, completed(i)))
             else:
                 tasks.append(asyncio.create_task(waiter(i)))
-            await _until(lambda: pool.stats().waiting == i + 1)
+            await _until(lambda n=i + 1: pool.stats().waiting == n)
         return tasks
 
     async with pool:
+        await _async_warm(pool)
         if give_back in ("block", "block_error"):
             try:
                 async with pool.connection():
@@ -244,7 +293,7 @@ async def _async_handoffs(observed: Observed, give_back: str, wait: str) -> None
             except Boom:
                 pass
         else:
-            lease = await pool.checkout()
+            lease = await _abounded(pool.checkout())
             tasks = await start_waiters()
             await _async_give_back(pool, lease, give_back)
         try:
@@ -265,8 +314,8 @@ def _check_after(
     """Everything given back, once each: the pool's counts and what its observers saw."""
     assert stats.in_use == 0
     assert stats.waiting == 0
-    assert stats.checkouts == 1 + WAITERS
-    assert stats.waits == 1 + WAITERS  # (the first waited for its connect; each hand-off too)
+    assert stats.checkouts == 2 + WAITERS  # (the warm-up's, the holder's, the waiters')
+    assert stats.waits == 1 + WAITERS  # (the warm-up waited for its connect; each hand-off too)
     if give_back == "discard" and wait.startswith("connection"):  # (its waiters: the exit)
         assert [c.closed for c in made] == [1, 0]  # a new one for the first waiter, kept
         assert stats.available == 1
@@ -278,14 +327,14 @@ def _check_after(
         assert made[0].closed == 0
         assert stats.available == 1
     if seen.mode != "fast":  # (observed: each check-out and check-in seen, none taken unseen)
-        assert seen.checked() == (1 + WAITERS, 1 + WAITERS)
+        assert seen.checked() == (2 + WAITERS, 2 + WAITERS)
 
 
 @pytest.mark.parametrize("wait", WAITS)
 @pytest.mark.parametrize("give_back", GIVE_BACKS)
 def test_asyncio_giving_back_serves_the_oldest_waiter(mode: str, give_back: str, wait: str) -> None:
     with Observed(mode) as observed:
-        asyncio.run(_async_handoffs(observed, give_back, wait))
+        asyncio.run(_whole(_async_handoffs(observed, give_back, wait)))
 
 
 # ---------------------------------------------------------------------- threads
@@ -315,6 +364,11 @@ def _thread_give_back(pool: poolkit.Pool[Conn], lease: Any, give_back: str) -> N
         lease.discard()
     else:
         lease.release()
+
+
+def _thread_warm(pool: poolkit.Pool[Conn]) -> None:
+    """``_async_warm`` for ``Pool``."""
+    _bounded(pool.checkout).release()
 
 
 def _thread_until(test: Callable[[], bool]) -> None:
@@ -363,7 +417,8 @@ def _thread_handoffs(observed: Observed, give_back: str, wait: str) -> None:
                 requests_done.set()
                 return
             order.append(i)
-            _thread_give_back(pool, result, "release" if give_back.startswith("block") else give_back)
+            form = "release" if give_back.startswith("block") else give_back
+            _thread_give_back(pool, result, form)
             if i == WAITERS - 1:
                 requests_done.set()
 
@@ -378,10 +433,11 @@ def _thread_handoffs(observed: Observed, give_back: str, wait: str) -> None:
                 thread = threading.Thread(target=waiter, args=(i,), daemon=True)
                 thread.start()
                 threads.append(thread)
-            _thread_until(lambda: pool.stats().waiting == i + 1)
+            _thread_until(lambda n=i + 1: pool.stats().waiting == n)
         return threads
 
     with pool:
+        _thread_warm(pool)
         if give_back in ("block", "block_error"):
             try:
                 with pool.connection():
@@ -391,7 +447,7 @@ def _thread_handoffs(observed: Observed, give_back: str, wait: str) -> None:
             except Boom:
                 pass
         else:
-            lease = pool.checkout()
+            lease = _bounded(pool.checkout)
             threads = start_waiters()
             _thread_give_back(pool, lease, give_back)
         if wait == "request":
@@ -408,7 +464,7 @@ def _thread_handoffs(observed: Observed, give_back: str, wait: str) -> None:
 @pytest.mark.parametrize("give_back", GIVE_BACKS)
 def test_threads_giving_back_serves_the_oldest_waiter(mode: str, give_back: str, wait: str) -> None:
     with Observed(mode) as observed:
-        _thread_handoffs(observed, give_back, wait)
+        _bounded(lambda: _thread_handoffs(observed, give_back, wait), WHOLE)
 
 
 # ---------------------------------------------------------------------- given back once
@@ -418,6 +474,7 @@ async def _async_twice(observed: Observed, give_back: str) -> None:
     made: list[Conn] = []
     pool = _async_pool(observed, made, max_size=1)
     async with pool:
+        await _async_warm(pool)
         if give_back in ("block", "block_error"):
             block = pool.connection()
             try:
@@ -429,7 +486,7 @@ async def _async_twice(observed: Observed, give_back: str) -> None:
             with pytest.raises(poolkit.InvalidLeaseError):
                 await block.__aexit__(None, None, None)  # (its exit, run again)
         else:
-            lease = await pool.checkout()
+            lease = await _abounded(pool.checkout())
             await _async_give_back(pool, lease, give_back)
             with pytest.raises(poolkit.InvalidLeaseError):
                 await _async_give_back(pool, lease, give_back)
@@ -444,13 +501,14 @@ async def _async_twice(observed: Observed, give_back: str) -> None:
 @pytest.mark.parametrize("give_back", GIVE_BACKS)
 def test_asyncio_a_connection_is_given_back_once(mode: str, give_back: str) -> None:
     with Observed(mode) as observed:
-        asyncio.run(_async_twice(observed, give_back))
+        asyncio.run(_whole(_async_twice(observed, give_back)))
 
 
 def _thread_twice(observed: Observed, give_back: str) -> None:
     made: list[Conn] = []
     pool = _thread_pool(observed, made, max_size=1)
     with pool:
+        _thread_warm(pool)
         if give_back in ("block", "block_error"):
             block = pool.connection()
             try:
@@ -462,7 +520,7 @@ def _thread_twice(observed: Observed, give_back: str) -> None:
             with pytest.raises(poolkit.InvalidLeaseError):
                 block.__exit__(None, None, None)  # (its exit, run again)
         else:
-            lease = pool.checkout()
+            lease = _bounded(pool.checkout)
             _thread_give_back(pool, lease, give_back)
             with pytest.raises(poolkit.InvalidLeaseError):
                 _thread_give_back(pool, lease, give_back)
@@ -477,7 +535,7 @@ def _thread_twice(observed: Observed, give_back: str) -> None:
 @pytest.mark.parametrize("give_back", GIVE_BACKS)
 def test_threads_a_connection_is_given_back_once(mode: str, give_back: str) -> None:
     with Observed(mode) as observed:
-        _thread_twice(observed, give_back)
+        _bounded(lambda: _thread_twice(observed, give_back), WHOLE)
 
 
 # ---------------------------------------------------------------------- closed on the way
@@ -504,6 +562,7 @@ async def _async_cleared(observed: Observed, give_back: str, wait: str) -> None:
             return conn
 
     async with pool:
+        await _async_warm(pool)
         if give_back in ("block", "block_error"):
             try:
                 async with pool.connection():
@@ -514,7 +573,7 @@ async def _async_cleared(observed: Observed, give_back: str, wait: str) -> None:
             except Boom:
                 pass
         else:
-            lease = await pool.checkout()
+            lease = await _abounded(pool.checkout())
             task = asyncio.create_task(waiter())
             await _until(lambda: pool.stats().waiting == 1)
             await _async_give_back(pool, lease, give_back)
@@ -523,6 +582,9 @@ async def _async_cleared(observed: Observed, give_back: str, wait: str) -> None:
             await asyncio.wait_for(task, BOUND)
         assert made[0].closed == 1
         assert pool.stats().in_use == 0
+        if observed.mode != "fast":  # (the closed one came back: a check-in for each check-out)
+            out, back = observed.checked()
+            assert out == back
 
 
 @pytest.mark.parametrize("wait", RESUMING)
@@ -531,7 +593,7 @@ def test_asyncio_a_connection_closed_before_the_waiter_resumes(
     mode: str, give_back: str, wait: str
 ) -> None:
     with Observed(mode) as observed:
-        asyncio.run(_async_cleared(observed, give_back, wait))
+        asyncio.run(_whole(_async_cleared(observed, give_back, wait)))
 
 
 def _thread_cleared(observed: Observed, give_back: str, wait: str) -> None:
@@ -554,6 +616,7 @@ def _thread_cleared(observed: Observed, give_back: str, wait: str) -> None:
 
     thread = threading.Thread(target=waiter, daemon=True)
     with pool:
+        _thread_warm(pool)
         if give_back in ("block", "block_error"):
             try:
                 with pool.connection():
@@ -565,7 +628,7 @@ def _thread_cleared(observed: Observed, give_back: str, wait: str) -> None:
             except Boom:
                 pass
         else:
-            lease = pool.checkout()
+            lease = _bounded(pool.checkout)
             clock.gate.clear()
             thread.start()
             _thread_until(lambda: pool.stats().waiting == 1)
@@ -576,6 +639,9 @@ def _thread_cleared(observed: Observed, give_back: str, wait: str) -> None:
         assert len(outcome) == 1 and isinstance(outcome[0], poolkit.PoolClearedError)
         assert made[0].closed == 1
         assert pool.stats().in_use == 0
+        if observed.mode != "fast":  # (the closed one came back: a check-in for each check-out)
+            out, back = observed.checked()
+            assert out == back
 
 
 @pytest.mark.parametrize("wait", RESUMING)
@@ -584,7 +650,7 @@ def test_threads_a_connection_closed_before_the_waiter_resumes(
     mode: str, give_back: str, wait: str
 ) -> None:
     with Observed(mode) as observed:
-        _thread_cleared(observed, give_back, wait)
+        _bounded(lambda: _thread_cleared(observed, give_back, wait), WHOLE)
 
 
 # ---------------------------------------------------------------------- perished on the way
@@ -599,9 +665,9 @@ async def _async_perished(observed: Observed, wait: str) -> None:
         observed, made, clock, max_size=2, max_lifetime=1000.0, max_lifetime_jitter=0.0
     )
     async with pool:
-        old = await pool.checkout()
+        old = await _abounded(pool.checkout())
         clock.now = 500.0
-        new = await pool.checkout()
+        new = await _abounded(pool.checkout())
         clock.now = 900.0
         new.release()
         old.release()  # (the most recently used: met first)
@@ -620,7 +686,7 @@ async def _async_perished(observed: Observed, wait: str) -> None:
 @pytest.mark.parametrize("wait", RESUMING)
 def test_asyncio_a_checkout_closes_the_perished_connections_it_meets(mode: str, wait: str) -> None:
     with Observed(mode) as observed:
-        asyncio.run(_async_perished(observed, wait))
+        asyncio.run(_whole(_async_perished(observed, wait)))
 
 
 def _thread_perished(observed: Observed, wait: str) -> None:
@@ -630,9 +696,9 @@ def _thread_perished(observed: Observed, wait: str) -> None:
         observed, made, clock, max_size=2, max_lifetime=1000.0, max_lifetime_jitter=0.0
     )
     with pool:
-        old = pool.checkout()
+        old = _bounded(pool.checkout)
         clock.now = 500.0
-        new = pool.checkout()
+        new = _bounded(pool.checkout)
         clock.now = 900.0
         new.release()
         old.release()
@@ -651,10 +717,10 @@ def _thread_perished(observed: Observed, wait: str) -> None:
 @pytest.mark.parametrize("wait", RESUMING)
 def test_threads_a_checkout_closes_the_perished_connections_it_meets(mode: str, wait: str) -> None:
     with Observed(mode) as observed:
-        _thread_perished(observed, wait)
+        _bounded(lambda: _thread_perished(observed, wait), WHOLE)
 
 
-# ---------------------------------------------------------------------- cancelled after its hand-off
+# ---------------------------------------------------------------------- cancelled, handed one
 
 
 async def _async_cancelled(observed: Observed, give_back: str, wait: str) -> None:
@@ -673,6 +739,7 @@ async def _async_cancelled(observed: Observed, give_back: str, wait: str) -> Non
             return conn
 
     async with pool:
+        await _async_warm(pool)
         if give_back in ("block", "block_error"):
             try:
                 async with pool.connection():
@@ -685,7 +752,7 @@ async def _async_cancelled(observed: Observed, give_back: str, wait: str) -> Non
             except Boom:
                 pass
         else:
-            lease = await pool.checkout()
+            lease = await _abounded(pool.checkout())
             first = asyncio.create_task(waiter())
             await _until(lambda: pool.stats().waiting == 1)
             second = asyncio.create_task(waiter())
@@ -704,4 +771,76 @@ def test_asyncio_a_waiter_cancelled_after_its_hand_off_gives_it_back(
     mode: str, give_back: str, wait: str
 ) -> None:
     with Observed(mode) as observed:
-        asyncio.run(_async_cancelled(observed, give_back, wait))
+        asyncio.run(_whole(_async_cancelled(observed, give_back, wait)))
+
+
+# ---------------------------------------------------------------------- DEBUG turned on meanwhile
+
+
+@pytest.fixture
+def quiet_logger() -> Iterator[logging.Logger]:
+    """The CMAP logger, DEBUG off (and known off: the fast paths run) until the test turns it
+    on."""
+    logger = logging.getLogger("poolkit.connection")
+    level = logger.level
+    logger.setLevel(logging.WARNING)
+    try:
+        assert not logger.isEnabledFor(logging.DEBUG)
+        yield logger
+    finally:
+        logger.setLevel(level)
+
+
+async def _async_debug_meanwhile(logger: logging.Logger, give_back: str) -> None:
+    made: list[Conn] = []
+    pool = _async_pool(Observed("fast"), made, max_size=1)
+    async with pool:
+        await _async_warm(pool)
+        assert log.cached_level(logging.DEBUG) is False
+        if give_back in ("block", "block_error"):
+            try:
+                async with pool.connection():  # (the fast path: the block is the lease)
+                    logger.setLevel(logging.DEBUG)
+                    if give_back == "block_error":
+                        raise Boom
+            except Boom:
+                pass
+        else:
+            lease = await _abounded(pool.checkout())
+            logger.setLevel(logging.DEBUG)
+            await _async_give_back(pool, lease, give_back)
+
+
+def _thread_debug_meanwhile(logger: logging.Logger, give_back: str) -> None:
+    made: list[Conn] = []
+    pool = _thread_pool(Observed("fast"), made, max_size=1)
+    with pool:
+        _thread_warm(pool)
+        assert log.cached_level(logging.DEBUG) is False
+        if give_back in ("block", "block_error"):
+            try:
+                with pool.connection():
+                    logger.setLevel(logging.DEBUG)
+                    if give_back == "block_error":
+                        raise Boom
+            except Boom:
+                pass
+        else:
+            lease = _bounded(pool.checkout)
+            logger.setLevel(logging.DEBUG)
+            _thread_give_back(pool, lease, give_back)
+
+
+@pytest.mark.parametrize("front", ["asyncio", "threads"])
+@pytest.mark.parametrize("give_back", GIVE_BACKS)
+def test_debug_turned_on_while_a_connection_is_out_logs_its_check_in(
+    quiet_logger: logging.Logger, front: str, give_back: str
+) -> None:
+    """Checked out unobserved (the fast path), given back once DEBUG is on: the check-in is
+    logged (each give-back copy asks the logger again)."""
+    with Observed("debug") as observed:
+        if front == "asyncio":
+            asyncio.run(_whole(_async_debug_meanwhile(quiet_logger, give_back)))
+        else:
+            _bounded(lambda: _thread_debug_meanwhile(quiet_logger, give_back), WHOLE)
+    assert observed.checked() == (0, 1)

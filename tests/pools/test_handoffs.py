@@ -145,6 +145,11 @@ class GatedSignal:
         self._woken.set()
 
 
+def _waiting(pool: Any, count: int) -> Callable[[], bool]:
+    """Whether ``count`` checkouts wait in ``pool``."""
+    return lambda: pool.stats().waiting == count
+
+
 def _timeout(wait: str) -> dict[str, float]:
     return {"timeout": BOUND} if wait.endswith("_timeout") else {}
 
@@ -279,7 +284,7 @@ async def _async_handoffs(observed: Observed, give_back: str, wait: str) -> None
                 pool.lease_request(Request(i, completed(i)))
             else:
                 tasks.append(asyncio.create_task(waiter(i)))
-            await _until(lambda n=i + 1: pool.stats().waiting == n)
+            await _until(_waiting(pool, i + 1))
         return tasks
 
     async with pool:
@@ -433,7 +438,7 @@ def _thread_handoffs(observed: Observed, give_back: str, wait: str) -> None:
                 thread = threading.Thread(target=waiter, args=(i,), daemon=True)
                 thread.start()
                 threads.append(thread)
-            _thread_until(lambda n=i + 1: pool.stats().waiting == n)
+            _thread_until(_waiting(pool, i + 1))
         return threads
 
     with pool:

@@ -368,6 +368,45 @@ MUTATIONS = [
         "            self._give_back(req.conn)\n",
         "            pass\n",
     ),
+    # ---- with hooks: connection()'s exit after hooks.end, the check-in that resets
+    M(
+        "asyncio block exit after hooks.end: release",
+        "asyncio.py",
+        "            else:\n                lease.release()\n            return\n",
+        "            else:\n                pass\n            return\n",
+    ),
+    M(
+        "asyncio block exit after hooks.end: give back after an error",
+        "asyncio.py",
+        "                lease.discard(exc)\n                raise\n"
+        "        pool._left(lease, error)\n",
+        "                lease.discard(exc)\n                raise\n",
+    ),
+    M(
+        "threads block exit after hooks.end: release",
+        "threaded.py",
+        "            else:\n                lease.release()\n            return\n",
+        "            else:\n                pass\n            return\n",
+    ),
+    M(
+        "threads block exit after hooks.end: give back after an error",
+        "threaded.py",
+        "                lease.discard(exc)\n                raise\n"
+        "        pool._left(lease, error)\n",
+        "                lease.discard(exc)\n                raise\n",
+    ),
+    M(
+        "_asyncio_io _release: report a plain reset's end",
+        "_asyncio_io.py",
+        "            core.reset_done(conn, self._time())\n",
+        "            pass\n",
+    ),
+    M(
+        "_threaded_io _release: report the reset's end",
+        "_threaded_io.py",
+        "            self._input().reset_done(conn, self._time(), error)\n",
+        "            pass\n",
+    ),
     # ---- the I/O halves: how each wakes a waiter on the slow path
     M(
         "_asyncio_io _wake: set the checkout's future",
@@ -447,14 +486,14 @@ def main() -> int:
     if baseline is not None:
         raise SystemExit(f"the unmutated source fails {baseline}: fix that first")
     missed = 0
-    print(f"{'mutation':55} {'seconds':>7}  caught by")
+    print(f"{'mutation':62} {'seconds':>7}  caught by")
     for mutation in chosen:
         caught, seconds, hung = mutate(mutation, args.handoffs_only)
         note = " (hung until --timeout)" if hung else ""
         if caught == "not caught":
             note += " (expected: speed only)" if mutation.neutral else " (MISSED)"
             missed += not mutation.neutral
-        print(f"{mutation.name:55} {seconds:7.1f}  {caught}{note}", flush=True)
+        print(f"{mutation.name:62} {seconds:7.1f}  {caught}{note}", flush=True)
     return 1 if missed else 0
 
 

@@ -34,7 +34,9 @@ WHOLE = 4 * BOUND
 #: waiters queued behind the holder
 WAITERS = 3
 
-MODES = ["fast", "listener", "debug"]
+#: ``hooks``: nobody observes, but ``hooks.reset`` and ``hooks.end`` are set (every check-in
+#: resets the connection, in the caller, before it serves a waiter; no exit fast path)
+MODES = ["fast", "listener", "debug", "hooks"]
 #: how the holder (and each waiter, where it can) gives its connection back
 GIVE_BACKS = ["block", "block_error", "release", "checkin", "discard"]
 #: how each waiter waits
@@ -53,6 +55,7 @@ class Observed(logging.Handler):
         self.mode = mode
         self.events: list[ev.PoolEvent] = []
         self.messages: list[str] = []
+        self.resets = self.ended = 0  #: the hooks' runs (mode ``hooks``)
 
     def emit(self, record: logging.LogRecord) -> None:
         self.messages.append(record.getMessage())
@@ -68,6 +71,18 @@ class Observed(logging.Handler):
     def listeners(self) -> list[Callable[[ev.PoolEvent], None]]:
         return [self.events.append] if self.mode == "listener" else []
 
+    def options(self, **options: Any) -> poolkit.PoolOptions:
+        """The pool's options (``hooks``: with a reset and an end hook, plain functions)."""
+        if self.mode == "hooks":
+            options["hooks"] = poolkit.Hooks(reset=self._reset, end=self._end)
+        return poolkit.PoolOptions(**options)
+
+    def _reset(self, connection: Any) -> None:
+        self.resets += 1
+
+    def _end(self, connection: Any, error: BaseException | None) -> None:
+        self.ended += 1
+
     def checked(self) -> tuple[int, int]:
         """How many check-outs and check-ins the observers saw."""
         if self.mode == "listener":
@@ -82,7 +97,8 @@ class Observed(logging.Handler):
 @pytest.fixture(params=MODES)
 def mode(request: pytest.FixtureRequest) -> Iterator[str]:
     """``fast``: nobody observes, the fast paths run (DEBUG known off: the logger's cached
-    answer); ``listener``: a listener is attached; ``debug``: the CMAP log at DEBUG."""
+    answer); ``listener``: a listener is attached; ``debug``: the CMAP log at DEBUG; ``hooks``:
+    nobody observes, hooks set (see ``MODES``)."""
     logger = logging.getLogger("poolkit.connection")
     level = logger.level
     chosen = str(request.param)
@@ -210,7 +226,7 @@ def _async_pool(
     return poolkit.AsyncPool(
         connect,
         address="db:1",
-        options=poolkit.PoolOptions(**options),
+        options=observed.options(**options),
         listeners=observed.listeners(),
         clock=clock,
     )
@@ -331,7 +347,10 @@ def _check_after(
         assert len(made) == 1
         assert made[0].closed == 0
         assert stats.available == 1
-    if seen.mode != "fast":  # (observed: each check-out and check-in seen, none taken unseen)
+    if seen.mode == "hooks":
+        assert stats.resets > 0  # (every check-in but a discard's)
+        assert (seen.ended > 0) == (give_back.startswith("block") or wait.startswith("connection"))
+    if seen.mode in ("listener", "debug"):  # (each check-out and check-in seen, none unseen)
         assert seen.checked() == (2 + WAITERS, 2 + WAITERS)
 
 
@@ -356,7 +375,7 @@ def _thread_pool(
     return poolkit.Pool(
         connect,
         address="db:1",
-        options=poolkit.PoolOptions(**options),
+        options=observed.options(**options),
         listeners=observed.listeners(),
         clock=clock,
     )
@@ -587,7 +606,7 @@ async def _async_cleared(observed: Observed, give_back: str, wait: str) -> None:
             await asyncio.wait_for(task, BOUND)
         assert made[0].closed == 1
         assert pool.stats().in_use == 0
-        if observed.mode != "fast":  # (the closed one came back: a check-in for each check-out)
+        if observed.mode in ("listener", "debug"):  # (the closed one came back: a check-in each)
             out, back = observed.checked()
             assert out == back
 
@@ -644,7 +663,7 @@ def _thread_cleared(observed: Observed, give_back: str, wait: str) -> None:
         assert len(outcome) == 1 and isinstance(outcome[0], poolkit.PoolClearedError)
         assert made[0].closed == 1
         assert pool.stats().in_use == 0
-        if observed.mode != "fast":  # (the closed one came back: a check-in for each check-out)
+        if observed.mode in ("listener", "debug"):  # (the closed one came back: a check-in each)
             out, back = observed.checked()
             assert out == back
 

@@ -3,9 +3,13 @@
 Each front end writes its check-in and check-out fast paths more than once (``lease.release()``,
 ``pool.checkin()``, ``connection()``'s exit and entry), and they run only when nobody observes
 the pool. These tests drive each form through the public API, with the fast paths on (no
-listener, DEBUG logging off) and off (a listener; DEBUG logging), on a pool of one connection:
-giving back must serve the waiters in the order they came, at once, in every way of waiting.
-Every wait is bounded, so that a lost wake-up fails in seconds instead of hanging.
+listener, DEBUG logging off) and off (a listener; DEBUG logging; hooks that reset and end), on
+a pool of one connection: giving back must serve the waiters in the order they came, at once,
+in every way of waiting. Besides: a connection is given back once; one closed (a clear) or
+perished on the way is never handed out, and comes back; a waiter cancelled once handed one
+gives it straight back; DEBUG turned on while a connection is out logs its check-in.
+Every wait is bounded (``BOUND``, a whole scenario ``WHOLE``), so that a lost wake-up fails in
+seconds instead of hanging.
 ``tools/mutate_handoffs.py`` removes each step of each copy in turn and names the test here that
 catches it.
 """

@@ -110,7 +110,7 @@ def mode(request: pytest.FixtureRequest) -> Iterator[str]:
     try:
         if chosen != "debug":
             assert not logger.isEnabledFor(logging.DEBUG)
-            assert log.cached_level(logging.DEBUG) is False  # (the fast paths may run)
+            assert log._cached_level(logging.DEBUG) is False  # (the fast paths may run)
         yield chosen
     finally:
         logger.setLevel(level)
@@ -138,8 +138,9 @@ class ManualClock:
 
 
 class GatedClock:
-    """Real time, and ``Pool``'s blocking waits held after their wake-up until ``gate`` is set:
-    a woken waiter resumes only when the test lets it."""
+    """A ``poolkit.DrivenClock`` of real time (its timers and threads the machine's), whose
+    ``Pool`` blocking waits are held after their wake-up until ``gate`` is set: a woken waiter
+    resumes only when the test lets it."""
 
     def __init__(self) -> None:
         self.gate = threading.Event()
@@ -147,6 +148,17 @@ class GatedClock:
 
     def monotonic(self) -> float:
         return time.monotonic()
+
+    def call_at(self, when: float, callback: Callable[[], Any]) -> threading.Timer:
+        timer = threading.Timer(max(0.0, when - time.monotonic()), callback)
+        timer.daemon = True
+        timer.start()
+        return timer
+
+    def start_thread(self, target: Callable[[], Any], name: str) -> threading.Thread:
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        thread.start()
+        return thread
 
     def new_signal(self) -> GatedSignal:
         return GatedSignal(self.gate)
@@ -824,7 +836,7 @@ async def _async_debug_meanwhile(logger: logging.Logger, give_back: str) -> None
     pool = _async_pool(Observed("fast"), made, max_size=1)
     async with pool:
         await _async_warm(pool)
-        assert log.cached_level(logging.DEBUG) is False
+        assert log._cached_level(logging.DEBUG) is False
         if give_back in ("block", "block_error"):
             try:
                 async with pool.connection():  # (the fast path: the block is the lease)
@@ -844,7 +856,7 @@ def _thread_debug_meanwhile(logger: logging.Logger, give_back: str) -> None:
     pool = _thread_pool(Observed("fast"), made, max_size=1)
     with pool:
         _thread_warm(pool)
-        assert log.cached_level(logging.DEBUG) is False
+        assert log._cached_level(logging.DEBUG) is False
         if give_back in ("block", "block_error"):
             try:
                 with pool.connection():

@@ -54,7 +54,6 @@ class TaskIO(PoolBase[C]):
 
     def _init_io(self) -> None:
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._loop_thread = 0  #: the thread the loop ran on when the pool bound to it
         self._tasks: set[asyncio.Task[Any]] = set()
         #: the end of closing, once ``close()`` began it (shielded from its callers)
         self._closing: asyncio.Task[None] | None = None

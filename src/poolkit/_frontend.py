@@ -181,8 +181,7 @@ class Lease(Generic[C]):
     __slots__ = ("__weakref__", "_conn", "_lent", "_pool")
 
     # No ``__init__``: a pool makes its leases with :func:`new_lease`, or on its fast paths with
-    # the same stores inlined (a class called without a Python ``__init__`` runs no frame: a
-    # lease made so costs a third less, a tenth of an uncontended cycle).
+    # the same stores inlined (a class called without a Python ``__init__`` runs no frame).
     _conn: Conn
     #: the pool while the lease is out; the pool's ``Returned`` marker once given back
     _pool: _LeaseOwner | Returned

@@ -490,7 +490,8 @@ def test_a_plain_connect_fails_the_checkout_clearly_and_closes_what_it_made() ->
 def test_checkin_is_done_when_called_and_its_awaitable_works_wherever_one_goes() -> None:
     """``checkin`` gives the lease back when called and returns an awaitable already done (no
     coroutine made per call): ``await``, ``gather``, ``ensure_future`` and a hand-stepped
-    ``__await__`` all take it, and a wrong lease raises at the call."""
+    ``__await__`` all take it, dropping it unawaited loses nothing, ``create_task`` refuses it
+    (after the check-in), and a wrong lease raises at the call."""
 
     async def main() -> None:
         options = poolkit.PoolOptions(max_size=2)
@@ -508,7 +509,13 @@ def test_checkin_is_done_when_called_and_its_awaitable_works_wherever_one_goes()
                 stepped.send(None)
             with pytest.raises(poolkit.InvalidLeaseError, match="already returned"):
                 pool.checkin(lease)
+            lease = await pool.checkout()
+            pool.checkin(lease)  # (dropped unawaited: nothing lost, no "never awaited" warning)
+            lease = await pool.checkout()
+            with pytest.raises(TypeError):  # (create_task wants a coroutine: as documented)
+                asyncio.create_task(pool.checkin(lease))  # type: ignore[arg-type]  # noqa: RUF006
+            assert not lease.active  # (given back all the same)
             stats = pool.stats()
-            assert (stats.in_use, stats.checkouts) == (0, 4)
+            assert (stats.in_use, stats.checkouts) == (0, 6)
 
     run(main())

@@ -41,24 +41,12 @@ class Mutation:
 
 M = Mutation
 MUTATIONS = [
-    # ---- asyncio.py: the wake-ups of the three check-in copies and of _handed_off
+    # ---- asyncio.py: the wake-up of the check-in fast path and of _handed_off
     M(
         "asyncio lease.release(): wake the waiter",
         "asyncio.py",
         "                    pool._handed_off(taken)\n                return\n",
         "                    pass\n                return\n",
-    ),
-    M(
-        "asyncio block exit: wake the waiter",
-        "asyncio.py",
-        "                    pool._handed_off(taken)\n                return _DONE\n",
-        "                    pass\n                return _DONE\n",
-    ),
-    M(
-        "asyncio checkin(): wake the waiter",
-        "asyncio.py",
-        "                    self._handed_off(taken)\n",
-        "                    pass\n",
     ),
     M(
         "asyncio _handed_off: set the checkout's future",
@@ -78,7 +66,7 @@ MUTATIONS = [
         "        waits.append(self._time() - taken.started)\n",
         "",
     ),
-    # ---- asyncio.py: the lease marked given back, in each check-in copy
+    # ---- asyncio.py: the lease marked given back
     M(
         "asyncio lease.release(): mark the lease given back",
         "asyncio.py",
@@ -87,21 +75,6 @@ MUTATIONS = [
         "                    pool._handed_off(taken)\n                return\n",
         "                if taken is not True:  # handed to a waiter: wake it\n"
         "                    pool._handed_off(taken)\n                return\n",
-    ),
-    M(
-        "asyncio block exit: mark the block given back",
-        "asyncio.py",
-        "                self._pool = pool._returned\n"
-        "                if taken is not True:  # handed to a waiter: wake it\n"
-        "                    pool._handed_off(taken)\n                return _DONE\n",
-        "                if taken is not True:  # handed to a waiter: wake it\n"
-        "                    pool._handed_off(taken)\n                return _DONE\n",
-    ),
-    M(
-        "asyncio checkin(): mark the lease given back",
-        "asyncio.py",
-        "                lease._pool = self._returned\n",
-        "",
     ),
     # ---- asyncio.py: what the check-out fast paths leave, and their gates
     M(
@@ -165,47 +138,13 @@ MUTATIONS = [
         "        if pool._quick and _cached_level(10) is False:\n",
         "        if pool._quick:\n",
     ),
+    # ---- threaded.py: the hand-off of the check-in fast path and _handed_off
     M(
-        "asyncio block exit: _quick_exit gate",
-        "asyncio.py",
-        "if error is None and pool._quick_exit and _cached_level(10) is False:",
-        "if error is None and _cached_level(10) is False:",
-    ),
-    M(
-        "asyncio block exit: DEBUG gate",
-        "asyncio.py",
-        "if error is None and pool._quick_exit and _cached_level(10) is False:",
-        "if error is None and pool._quick_exit:",
-    ),
-    M(
-        "asyncio checkin(): _quick gate",
-        "asyncio.py",
-        "            and self._quick\n            and _cached_level(10) is False\n",
-        "            and _cached_level(10) is False\n",
-    ),
-    M(
-        "asyncio checkin(): DEBUG gate",
-        "asyncio.py",
-        "            and self._quick\n            and _cached_level(10) is False\n",
-        "            and self._quick\n",
-    ),
-    # ---- threaded.py: the wake-ups of the check-in copies and of _handed_off
-    M(
-        "threads lease.release()/checkin(): wake the waiter",
+        "threads lease.release(): hand to the waiter",
         "threaded.py",
-        "                taken.owner()\n",
-        "",
-    ),
-    M(
-        "threads lease.release()/checkin(): count the wait",
-        "threaded.py",
-        "                waits.append(pool._time() - taken.started)\n",
-        "",
-    ),
-    M(
-        "threads block exit: wake the waiter",
-        "threaded.py",
+        "            if taken is not False:  # handed to a waiter: woken outside the lock\n"
         "                pool._handed_off(taken)\n",
+        "            if taken is not False:  # handed to a waiter: woken outside the lock\n"
         "                pass\n",
     ),
     M(
@@ -226,23 +165,11 @@ MUTATIONS = [
         "                    self._pool = pool._returned\n"
         "            finally:\n                lock.release()\n"
         "            if taken is True:\n                return\n"
-        "            if taken is not False:\n                # handed",
+        "            if taken is not False:  # handed to a waiter",
         "                    pass\n"
         "            finally:\n                lock.release()\n"
         "            if taken is True:\n                return\n"
-        "            if taken is not False:\n                # handed",
-    ),
-    M(
-        "threads block exit: mark the block given back",
-        "threaded.py",
-        "                    self._pool = pool._returned\n"
-        "            finally:\n                lock.release()\n"
-        "            if taken is True:\n                return\n"
-        "            if taken is not False:\n                pool._handed_off",
-        "                    pass\n"
-        "            finally:\n                lock.release()\n"
-        "            if taken is True:\n                return\n"
-        "            if taken is not False:\n                pool._handed_off",
+        "            if taken is not False:  # handed to a waiter",
     ),
     # ---- threaded.py: what the check-out fast paths leave, and their gates
     M(
@@ -307,6 +234,34 @@ MUTATIONS = [
         "        if pool._quick and _cached_level(10) is False:\n",
         "        if pool._quick:\n",
     ),
+    # ---- the block exits' own copies of the check-in fast path
+    M(
+        "asyncio block exit: wake the waiter",
+        "asyncio.py",
+        "                    pool._handed_off(taken)\n                return _DONE\n",
+        "                    pass\n                return _DONE\n",
+    ),
+    M(
+        "asyncio block exit: mark the block given back",
+        "asyncio.py",
+        "                self._pool = pool._returned\n"
+        "                if taken is not True:  # handed to a waiter: wake it\n"
+        "                    pool._handed_off(taken)\n                return _DONE\n",
+        "                if taken is not True:  # handed to a waiter: wake it\n"
+        "                    pool._handed_off(taken)\n                return _DONE\n",
+    ),
+    M(
+        "asyncio block exit: _quick_exit gate",
+        "asyncio.py",
+        "if error is None and pool._quick_exit and _cached_level(10) is False:",
+        "if error is None and _cached_level(10) is False:",
+    ),
+    M(
+        "asyncio block exit: DEBUG gate",
+        "asyncio.py",
+        "if error is None and pool._quick_exit and _cached_level(10) is False:",
+        "if error is None and pool._quick_exit:",
+    ),
     M(
         "threads block exit: _quick_exit gate",
         "threaded.py",
@@ -318,6 +273,55 @@ MUTATIONS = [
         "threaded.py",
         "if error is None and pool._quick_exit and _cached_level(10) is False:",
         "if error is None and pool._quick_exit:",
+    ),
+    M(
+        "threads block exit: mark the block given back",
+        "threaded.py",
+        "                    self._pool = pool._returned\n"
+        "            finally:\n                lock.release()\n"
+        "            if taken is True:\n                return\n"
+        "            if taken is not False:  # handed to the waiter",
+        "                    pass\n"
+        "            finally:\n                lock.release()\n"
+        "            if taken is True:\n                return\n"
+        "            if taken is not False:  # handed to the waiter",
+    ),
+    M(
+        "threads block exit: hand to the waiter",
+        "threaded.py",
+        "            if taken is not False:  # handed to the waiter (``_handed_off``)\n"
+        "                pool._handed_off(taken)\n",
+        "            if taken is not False:  # handed to the waiter (``_handed_off``)\n"
+        "                pass\n",
+    ),
+    # ---- checkin(), and the block exits' slow paths: give back through the lease
+    M(
+        "asyncio checkin(): give back through the lease",
+        "asyncio.py",
+        "            lease.release()  # (the one check-in fast path)\n",
+        "            pass\n",
+    ),
+    M(
+        "asyncio block exit: give back through the lease",
+        "asyncio.py",
+        "        if error is None:\n            lease.release()\n        else:\n"
+        "            owner._left(lease, error)\n        return _DONE\n",
+        "        if error is None:\n            pass\n        else:\n"
+        "            owner._left(lease, error)\n        return _DONE\n",
+    ),
+    M(
+        "threads checkin(): give back through the lease",
+        "threaded.py",
+        "        if type(lease) is _ThreadLease and lease._pool is self:  "
+        "# (a plain lease of this pool, out)\n            lease.release()\n",
+        "        if type(lease) is _ThreadLease and lease._pool is self:  "
+        "# (a plain lease of this pool, out)\n            pass\n",
+    ),
+    M(
+        "threads block exit: give back through the lease",
+        "threaded.py",
+        "        elif error is None:\n            lease.release()\n",
+        "        elif error is None:\n            pass\n",
     ),
     # ---- _base.py: the slow paths both front ends share
     M(

@@ -241,8 +241,7 @@ def test_debug_logging_turned_on_inside_a_block_logs_its_check_in(
 
     def checked_in() -> int:
         return sum(
-            getattr(r, "cmap", {}).get("message") == "Connection checked in"
-            for r in caplog.records
+            getattr(r, "cmap", {}).get("message") == "Connection checked in" for r in caplog.records
         )
 
     async def abody(pool: poolkit.AsyncPool[Conn]) -> None:
@@ -309,9 +308,10 @@ def bytecodes(run_cycles: Callable[[], Any]) -> int:
 
 def test_the_everyday_forms_cost_about_a_checkout_and_release(front_kind: str) -> None:
     """Uncontended, nobody observing: ``connection()`` runs at most 1.3 times the bytecodes of
-    ``checkout()`` + ``lease.release()``, and ``checkout()`` + ``checkin()`` at most 1.12 times
+    ``checkout()`` + ``lease.release()``, and ``checkout()`` + ``checkin()`` at most 1.2 times
     (``benchmarks/bench_pool.py`` times them; with the generator context managers ``connection()``
-    ran 2.4 times as many, and ``checkin()`` 1.2 times)."""
+    ran 2.4 times as many). ``checkin()`` gives back through the lease's ``release``: a call more
+    than a copy of it inlined."""
     cycles = 50
     cost: dict[str, int] = {}
 
@@ -359,7 +359,7 @@ def test_the_everyday_forms_cost_about_a_checkout_and_release(front_kind: str) -
     if not cost["release"]:  # pragma: no cover - (3.12.1's settrace misses frames begun here)
         pytest.skip(f"sys.settrace counted no bytecodes on Python {sys.version.split()[0]}")
     assert cost["block"] <= 1.3 * cost["release"], cost
-    assert cost["checkin"] <= 1.12 * cost["release"], cost
+    assert cost["checkin"] <= 1.2 * cost["release"], cost
 
 
 def _drive(coro: Any) -> None:

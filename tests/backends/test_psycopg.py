@@ -9,15 +9,15 @@ import logging
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, assert_type
 
 import pytest
 
 import poolkit
-from pg_service import PgServer, need, pg
+from pg_service import PgServer, need, pg, table
 
-__all__ = ["pg"]
+__all__ = ["pg", "table"]
 
 if TYPE_CHECKING:
     import psycopg
@@ -32,15 +32,6 @@ CTX = poolkit.ConnectContext(1, "test", None, 0)
 
 def run(main: Callable[[], Coroutine[Any, Any, None]]) -> None:
     asyncio.run(main())
-
-
-@pytest.fixture
-def table(pg: PgServer) -> Iterator[str]:
-    """A table of this test's own (committed data is seen from other sessions)."""
-    name = pg.app.replace("-", "_")
-    pg.admin.execute(f"CREATE TABLE {name} (x int)")
-    yield name
-    pg.admin.execute(f"DROP TABLE {name}")
 
 
 def status(conn: Any) -> str:

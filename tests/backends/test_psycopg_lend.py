@@ -8,15 +8,15 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import inspect
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 import poolkit
-from pg_service import PgServer, need, pg
+from pg_service import PgServer, need, pg, table
 
-__all__ = ["pg"]
+__all__ = ["pg", "table"]
 
 if TYPE_CHECKING:
     import psycopg
@@ -34,15 +34,6 @@ RELEASED = "the connection was released back to the pool"
 
 def run(main: Callable[[], Coroutine[Any, Any, None]]) -> None:
     asyncio.run(main())
-
-
-@pytest.fixture
-def table(pg: PgServer) -> Iterator[str]:
-    """A table of this test's own (committed data is seen from other sessions)."""
-    name = pg.app.replace("-", "_")
-    pg.admin.execute(f"CREATE TABLE {name} (x int)")
-    yield name
-    pg.admin.execute(f"DROP TABLE {name}")
 
 
 def rows(server: PgServer, table: str) -> list[int]:

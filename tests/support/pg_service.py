@@ -1,9 +1,9 @@
 """The PostgreSQL server the backend tests run against, and a session to watch it with.
 
-Tests take the ``pg`` fixture (import it: ``from pg_service import pg``). The server is
-``POOLKIT_TEST_PG_DSN`` (default ``postgresql://postgres@127.0.0.1:5432/test``); when it cannot
-be reached, or a driver is missing, the tests skip saying why, and fail under
-``POOLKIT_REQUIRE_SERVICES=1``.
+Tests take the ``pg`` fixture (import it: ``from pg_service import pg``), and ``table``, a table
+of the test's own. The server is ``POOLKIT_TEST_PG_DSN`` (default
+``postgresql://postgres@127.0.0.1:5432/test``); when it cannot be reached, or a driver is
+missing, the tests skip saying why, and fail under ``POOLKIT_REQUIRE_SERVICES=1``.
 """
 
 from __future__ import annotations
@@ -172,3 +172,12 @@ class SilentProxy:
                 await sink.drain()
         if not frozen.is_set():
             sink.close()
+
+
+@pytest.fixture
+def table(pg: PgServer) -> Iterator[str]:
+    """A table of this test's own (committed data is seen from other sessions)."""
+    name = pg.app.replace("-", "_")
+    pg.admin.execute(f"CREATE TABLE {name} (x int)")
+    yield name
+    pg.admin.execute(f"DROP TABLE {name}")

@@ -253,7 +253,7 @@ class AsyncPool(TaskIO[C]):
         super().__init__(connect, contextlib.nullcontext(), **kwargs)  # one thread: no lock
         #: the checkouts waiting (the core's queue itself: read to skip a fast path that would
         #: fail)
-        self._waiting = self._core.wait_queue.queue
+        self._waiting = self._core.queue
         #: what ``checkin`` returns: a future of the pool's loop, done (``_DONE`` until bound)
         self._done: Awaitable[None] = _DONE
         self._wait_timeout = self.options.wait_queue_timeout

@@ -228,7 +228,7 @@ class Pool(ThreadIO[C]):
         super().__init__(connect, threading.Lock(), **kwargs)
         #: the checkouts waiting (the core's queue itself, read without the lock only to skip a
         #: fast path that would fail)
-        self._waiting = self._core.wait_queue.queue
+        self._waiting = self._core.queue
         self._init_io()
         self._after_core()
 

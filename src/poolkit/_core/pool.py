@@ -17,8 +17,8 @@ Rules of this module
 * The inputs are the collaborators' bound methods, set once here: a front end's call costs what
   a method of this class would (no call in between), and the one definition of each input is in
   its collaborator.
-* Views only read: nothing here changes the state but ``take``, which empties the output lists.
-  (The front end sets ``shared.observed`` itself, as listeners come and go.)
+* Views only read: nothing here changes the state but ``take``, which empties the output lists,
+  and ``observed``'s setter, with which the front end says whether anyone observes the pool.
 """
 
 from __future__ import annotations
@@ -81,6 +81,7 @@ class PoolCore:
         "note_wait",
         "options",
         "probes",
+        "queue",
         "ready",
         "release",
         "release_idle",
@@ -123,6 +124,8 @@ class PoolCore:
         self.events = shared.events
         self.timers = shared.timers
         self.wait_queue = shared.wait_queue
+        #: the waiting requests, oldest first (the wait queue's own deque: read it, never write)
+        self.queue = shared.wait_queue.queue
         self.idle_set = shared.idle_set
         self.failures = shared.failures
         self.probes = shared.probes
@@ -167,9 +170,13 @@ class PoolCore:
 
     @property
     def observed(self) -> bool:
-        """Whether events are built (the front end sets ``shared.observed`` as listeners come
-        and go)."""
+        """Whether events are built: the front end sets it before each input but the fast paths'
+        (a listener, or DEBUG logging), as listeners come and go."""
         return self.shared.observed
+
+    @observed.setter
+    def observed(self, observed: bool) -> None:
+        self.shared.observed = observed
 
     @property
     def state(self) -> PoolState:

@@ -51,8 +51,10 @@ MUTATIONS = [
     M(
         "asyncio _handed_off: set the checkout's future",
         "asyncio.py",
-        "            if not owner.done():\n                owner.set_result(None)\n        else:",
-        "            pass\n        else:",
+        "        if type(owner) is _Future:  # (a checkout's: ``_wake`` inlined)\n"
+        "            if not owner.done():\n                owner.set_result(None)\n",
+        "        if type(owner) is _Future:  # (a checkout's: ``_wake`` inlined)\n"
+        "            pass\n",
     ),
     M(
         "asyncio _handed_off: complete a request object",
@@ -80,8 +82,8 @@ MUTATIONS = [
     M(
         "asyncio block entry: _after_core",
         "asyncio.py",
-        "                if hand.actions:\n                    pool._after_core()",
-        "                if hand.actions:\n                    pass",
+        "                if core.actions:\n                    pool._after_core()",
+        "                if core.actions:\n                    pass",
     ),
     M(
         "asyncio checkout(): _after_core",
@@ -331,21 +333,21 @@ MUTATIONS = [
         "if self._quick:",
     ),
     M(
-        "base _carry_out: wake a completed request",
+        "base _dispatch: wake a completed request",
         "_base.py",
-        "                    self._wake(action.request.owner)\n",
-        "                    pass\n",
+        "                self._wake(action.request.owner)\n",
+        "                pass\n",
     ),
     M(
         "base _check_in: mark the lease given back",
         "_base.py",
-        "        lease._pool = self._returned\n        self._hand.release(",
-        "        self._hand.release(",
+        "        lease._pool = self._returned\n        core.release(",
+        "        core.release(",
     ),
     M(
         "base _check_in: give the connection back",
         "_base.py",
-        "        self._hand.release(lease._conn, now, clean)\n",
+        "        core.release(lease._conn, now, clean)\n",
         "        pass\n",
     ),
     M(
@@ -400,33 +402,34 @@ MUTATIONS = [
         "                lease.discard(exc)\n                raise\n",
     ),
     M(
-        "_asyncio_io _release: report a plain reset's end",
-        "_asyncio_io.py",
+        "asyncio _release: report a plain reset's end",
+        "asyncio.py",
         "            core.reset_done(conn, self._time())\n",
         "            pass\n",
     ),
     M(
-        "_threaded_io _release: report the reset's end",
-        "_threaded_io.py",
+        "threads _release: report the reset's end",
+        "threaded.py",
         "            self._input().reset_done(conn, self._time(), error)\n",
         "            pass\n",
     ),
     # ---- the I/O halves: how each wakes a waiter on the slow path
     M(
-        "_asyncio_io _wake: set the checkout's future",
-        "_asyncio_io.py",
+        "asyncio _wake: set the checkout's future",
+        "asyncio.py",
+        "        if isinstance(owner, asyncio.Future):\n"
         "            if not owner.done():\n                owner.set_result(None)\n",
-        "            pass\n",
+        "        if isinstance(owner, asyncio.Future):\n            pass\n",
     ),
     M(
-        "_asyncio_io _wake: complete a request object",
-        "_asyncio_io.py",
+        "asyncio _wake: complete a request object",
+        "asyncio.py",
         "        else:\n            owner()\n",
         "        else:\n            pass\n",
     ),
     M(
-        "_threaded_io _wake: wake the waiter",
-        "_threaded_io.py",
+        "threads _wake: wake the waiter",
+        "threaded.py",
         "        \"\"\"A waiter's owner is its wake-up (a lock's release, a request object's "
         'completion)."""\n        owner()\n',
         "        \"\"\"A waiter's owner is its wake-up (a lock's release, a request object's "

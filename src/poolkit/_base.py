@@ -1,14 +1,19 @@
-"""The public surface both pools share, written once: ``AsyncPool`` and ``Pool`` add only how they
-wait (a future or a lock), how they run I/O (tasks or threads: ``_asyncio_io``, ``_threaded_io``)
-and their check-out and check-in fast paths.
+"""What ``AsyncPool`` and ``Pool`` share, written once: ``PoolBase``, the one base class of each
+(psycopg_pool's ``BasePool``): the arguments, the core's output taken and dispatched, the steps
+of the public surface that only feed the core, and a lease's way back. Each front end, in one
+module of its own (``asyncio``, ``threaded``), adds how it feeds the core (``_feed``: under a lock
+in ``Pool``, on one thread in ``AsyncPool``), how it runs I/O (tasks or threads), how it waits,
+its timer, and its check-out and check-in fast paths.
 
 Rules of this module
 --------------------
-* Every input reaches the core under the front end's lock (a real one in ``Pool``, none in
-  ``AsyncPool``: one thread) through ``_input``, the one place that tells the core whether anyone
-  observes it, and then its output is taken (``_take_locked``); the lock released, the actions
-  are carried out in the core's order and then the events delivered. ``_feed`` does all of that
-  for one step; the waiting checkouts inline it. The exceptions are the fast paths
+* A front end defines no method this class defines, and this class defines none of the front
+  end's (``tests/project/test_frontends.py``): what it needs of the front end is declared in
+  ``FrontEnd`` below (``_feed``, ``_release``, the I/O), and implemented there once.
+* Every input reaches the core through the front end's ``_feed`` (``_input`` first, the one place
+  that tells the core whether anyone observes it), then its output is taken (``_take_locked``,
+  under the front end's lock if it has one) and, the lock released, carried out in the core's
+  order (``_dispatch``) and then the events delivered. The exceptions are the fast paths
   (``lease_idle``, ``release_idle``, and ``note_wait`` for what they hand off), which build no
   event and run only when nobody observes the pool.
 * No user code (connect, probe, close, listener, a request's ``complete``) runs under the lock.
@@ -19,13 +24,13 @@ Rules of this module
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import logging
 import time
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable
-from typing import Any, ClassVar, Generic, TypedDict, TypeVar, assert_never
+from functools import partial
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypedDict, TypeVar, assert_never
 
 from ._core import (
     Action,
@@ -90,41 +95,73 @@ class PoolArguments(TypedDict, total=False):
 
 
 class PoolBase(Generic[C]):
-    """What ``AsyncPool`` and ``Pool`` share.
+    """What ``AsyncPool`` and ``Pool`` share: each front end's one base class (see the module's
+    rules). Not a pool of its own: a front end's ``__init__`` calls ``_setup``."""
 
-    ``connect`` makes a connection (see each pool); ``address`` names the server in reprs, events,
-    logs and errors (a password in it is masked; the connect function sees it whole);
-    ``options`` a :class:`~poolkit.PoolOptions`; ``listeners`` callables taking each event;
-    ``clock`` a :class:`~poolkit.Clock` (tests: :class:`poolkit.testing.FakeClock`).
-    """
-
-    #: what ``connect`` must be, for the error that refuses another thing
-    _CONNECT_KIND: ClassVar[str]
     #: the front end's lease classes: plain, and watched for leaks (``leak_timeout``)
     _lease_class: ClassVar[type[Lease[Any]]]
     _watched_class: ClassVar[Any]
+    #: the waiting request objects (the front end makes it, with the lock it guards it with)
+    _book: RequestBook
 
-    def __init__(
+    if TYPE_CHECKING:  # what each front end provides, in its own module, and this class calls
+
+        def _step(self, step: Callable[[PoolCore, float], T]) -> tuple[T, list[Action]]:
+            """``step(self._input(), now)`` under the front end's lock, and the core's output
+            taken (``_take_locked``): the locked half of ``_feed``."""
+
+        def _release(self, lease: Lease[Any], clean: bool = False) -> None:
+            """A check-in that the lease's fast path did not take."""
+
+        def _bind(self, operation: str, *, required: bool = True) -> None:
+            """Before ``operation``: ``AsyncPool`` binds to the running event loop."""
+
+        def _wake(self, owner: Any) -> None:
+            """Wake a completed request's owner (a waiting checkout, a request object)."""
+
+        def _start_connect(self, conn: Conn) -> None:
+            """Start ``conn``'s connect (a task, a thread)."""
+
+        def _close_connection(self, conn: Conn, connection: Any, pending: bool) -> None:
+            """Close ``connection`` (``pending``: abandon ``conn``'s connect)."""
+
+        def _run_hook(
+            self, action: StartCheck | StartReset | StartKeepAlive
+        ) -> tuple[BaseException | None] | None:
+            """Run ``Hooks.check``/``Hooks.reset`` or the keep-alive probe on ``action.conn``:
+            ``(error,)`` if it ran to its end here (``error`` ``None``: it passed), ``None`` if
+            it runs apart and reports itself through ``_hook_ended``."""
+
+        def _rearm_locked(self) -> None:
+            """Under the lock: arm the timer for the core's earliest deadline."""
+
+    def _setup(
         self,
         connect: Callable[..., Any],
-        lock: contextlib.AbstractContextManager[Any],
+        connect_kind: str,
+        refuse: Callable[[Callable[..., Any], PoolOptions], None],
         *,
         address: str | None = None,
         options: PoolOptions | None = None,
         listeners: Iterable[Listener] = (),
         clock: Clock | None = None,
     ) -> None:
+        """Check the arguments (``refuse``: the front end's own refusals) and set up what both
+        pools hold. ``connect`` makes a connection (``connect_kind``: what it must be); ``address``
+        names the server in reprs, events, logs and errors (a password in it is masked; the
+        connect function sees it whole); ``options`` a :class:`~poolkit.PoolOptions`;
+        ``listeners`` callables taking each event; ``clock`` a :class:`~poolkit.Clock` (tests:
+        :class:`poolkit.testing.FakeClock`)."""
         name = type(self).__name__
         if not callable(connect):
-            raise TypeError(f"{name}(connect=...) must be {self._CONNECT_KIND}, got {connect!r}")
-        self._check_connect(connect)
+            raise TypeError(f"{name}(connect=...) must be {connect_kind}, got {connect!r}")
         if options is None:
             options = PoolOptions()
         elif not isinstance(options, PoolOptions):
             raise TypeError(
                 f"{name}(options=...) must be a PoolOptions, got {type(options).__name__}"
             )
-        self._check_options(options)
+        refuse(connect, options)
         if address is None:  # (named as psycopg_pool names its pools: pool-1, pool-2...)
             address = f"pool-{next(_POOL_NUMBERS)}"
         if not isinstance(address, str) or not address:
@@ -148,18 +185,16 @@ class PoolBase(Generic[C]):
         #: leases garbage-collected while out, appended by their ``__del__``: the watch of a
         #: watched one, the connection of another
         self._orphans: deque[Hold | Conn] = deque()
-        #: waits ended by either pool's fast hand-offs, noted outside the lock (a deque append
-        #: is atomic) and added to the core's tally when the statistics are read
+        #: waits ended by the fast hand-offs (``_handed_off``), noted outside the lock (a deque
+        #: append is atomic) and added to the core's tally when the statistics are read
         self._handoff_waits: deque[float] = deque()
         self._returned = Returned(self)
-        self._lock = lock
-        self._book = RequestBook(lock)
-        self._core = PoolCore(options, self.address, observed=self._sink.observed())
+        core = self._core = PoolCore(options, self.address, observed=self._sink.observed())
         self._align_to_wall()
-        #: the core's hand-out, whose methods the fast paths call: a method call the interpreter
-        #: specializes, where the core's inputs are attributes holding bound methods
-        self._hand = self._core.handout
-        self._clocked = self._core.clocked
+        self._clocked = core.clocked
+        #: the checkouts waiting (the core's queue, read without the lock only to skip a fast
+        #: path that would fail)
+        self._waiting = core.queue
         #: ``hooks.configure``, run on each new connection as part of its connect
         self._configure = None if options.hooks is None else options.hooks.configure
         #: ``hooks.end``, run by ``connection()`` when its block ends
@@ -174,9 +209,6 @@ class PoolBase(Generic[C]):
         self._reset = None if options.hooks is None else options.hooks.reset
         register_for_fork(self)
 
-    def _check_connect(self, connect: Callable[..., Any]) -> None:
-        """Refuse a connect function of the other front end's kind."""
-
     def _align_to_wall(self) -> None:
         """Tell the core the wall clock's offset from ``_time`` (an adaptive pool's base rounds
         align on the wall clock: pools on other hosts measure with it), when ``_time`` is
@@ -185,37 +217,26 @@ class PoolBase(Generic[C]):
             real = self._time is time.monotonic
             self._core.align_to_wall(time.time() - time.monotonic() if real else 0.0)
 
-    def _check_options(self, options: PoolOptions) -> None:
-        """Refuse options the front end cannot run."""
-
     # ------------------------------------------------------------------ feeding the core
 
     def _input(self) -> PoolCore:
         """The core, told whether anyone observes it now (a listener, or DEBUG logging): the one
         place that decides it. Under the lock, before every input but the fast paths'."""
         core = self._core
-        core.shared.observed = self._sink.observed()  # (the state itself: no setter to call)
+        core.observed = self._sink.observed()
         return core
 
     def _feed(self, step: Callable[[PoolCore, float], T]) -> T:
-        """One input: ``step(core, now)`` under the lock, then its output carried out.
-
-        (A checkout that waits takes this path inlined, in each pool's ``checkout``: the path of
-        every checkout under contention; ``tests/pools/test_handoffs.py`` holds the copies to the
-        same behaviour.)"""
-        with self._lock:
-            result = step(self._input(), self._time())
-            actions = self._take_locked()
+        """One input: ``step(core, now)`` under the lock (``_step``), then its output carried
+        out. (A checkout that waits takes this path inlined, in each pool's ``checkout``.)"""
+        result, actions = self._step(step)
         if actions is not NO_OUTPUT:
             self._carry_out(actions)
         return result
 
     def _after_core(self) -> None:
         """Carry out what a fast path left in the core (closes of perished connections...)."""
-        with self._lock:
-            actions = self._take_locked()
-        if actions is not NO_OUTPUT:
-            self._carry_out(actions)
+        self._feed(_nothing)
 
     def _take_locked(self) -> list[Action]:
         """Under the lock: take the core's output, queue its events, re-arm the timer."""
@@ -240,43 +261,55 @@ class PoolBase(Generic[C]):
         (``Pool``: in the thread that carries out the action, as psycopg_pool does)."""
         interrupt: BaseException | None = None
         while actions:
-            ended: list[tuple[Action, BaseException | None]] = []
-            for action in actions:
-                if type(action) is CompleteRequest:
-                    self._wake(action.request.owner)
-                elif type(action) is CloseConnection:
-                    self._close_connection(action.conn, action.connection, action.pending)
-                elif type(action) is StartConnect:
-                    try:
-                        self._start_connect(action.conn)
-                    except Exception as exc:  # it could not even start
-                        ended.append((action, exc))
-                elif (
-                    type(action) is StartCheck
-                    or type(action) is StartReset
-                    or type(action) is StartKeepAlive
-                ):
-                    try:
-                        outcome = self._run_hook(action)
-                    except Exception as exc:  # it could not even start
-                        outcome = (exc,)
-                    if outcome is not None:
-                        ended.append((action, outcome[0]))
-                else:  # (a new kind of action is a type error until it is handled here)
-                    assert_never(action)
+            ended = self._dispatch(actions)
             if not ended:
                 break
-            with self._lock:
-                core = self._input()
-                now = self._time()
-                for done, error in ended:
-                    self._report(core, now, done, error)
-                    if error is not None and not isinstance(error, Exception):
-                        interrupt = error  # (KeyboardInterrupt in a hook: raised once all is done)
-                actions = self._take_locked()
+            stop, actions = self._step(partial(self._report_ended, ended))
+            interrupt = stop or interrupt
         self._sink.flush()
         if interrupt is not None:
             raise interrupt
+
+    def _dispatch(self, actions: list[Action]) -> list[tuple[Action, BaseException | None]]:
+        """Carry out ``actions`` through the front end's I/O, in order: what ended at once (and
+        how) is returned, for ``_carry_out`` to report."""
+        ended: list[tuple[Action, BaseException | None]] = []
+        for action in actions:
+            if type(action) is CompleteRequest:
+                self._wake(action.request.owner)
+            elif type(action) is CloseConnection:
+                self._close_connection(action.conn, action.connection, action.pending)
+            elif type(action) is StartConnect:
+                try:
+                    self._start_connect(action.conn)
+                except Exception as exc:  # it could not even start
+                    ended.append((action, exc))
+            elif (
+                type(action) is StartCheck
+                or type(action) is StartReset
+                or type(action) is StartKeepAlive
+            ):
+                try:
+                    outcome = self._run_hook(action)
+                except Exception as exc:  # it could not even start
+                    outcome = (exc,)
+                if outcome is not None:
+                    ended.append((action, outcome[0]))
+            else:  # (a new kind of action is a type error until it is handled here)
+                assert_never(action)
+        return ended
+
+    def _report_ended(
+        self, ended: list[tuple[Action, BaseException | None]], core: PoolCore, now: float
+    ) -> BaseException | None:
+        """Under the lock: report each of ``ended``; a ``BaseException`` that is not an
+        ``Exception`` (KeyboardInterrupt in a hook) is returned, to be raised once all is done."""
+        stop: BaseException | None = None
+        for done, error in ended:
+            self._report(core, now, done, error)
+            if error is not None and not isinstance(error, Exception):
+                stop = error
+        return stop
 
     @staticmethod
     def _report(core: PoolCore, now: float, done: Action, error: BaseException | None) -> None:
@@ -301,32 +334,6 @@ class PoolBase(Generic[C]):
         """A check, reset or probe run apart (a task, a thread) ended."""
         self._feed(lambda core, now: self._report(core, now, action, error))
 
-    # (each front end: how it wakes a waiter, binds to its loop, runs I/O and its timer)
-
-    @staticmethod
-    def _wake(owner: Any) -> None:
-        raise NotImplementedError
-
-    def _bind(self, operation: str, *, required: bool = True) -> None:
-        """Before ``operation``: ``AsyncPool`` binds to the running event loop."""
-
-    def _start_connect(self, conn: Conn) -> None:
-        raise NotImplementedError
-
-    def _close_connection(self, conn: Conn, connection: Any, pending: bool) -> None:
-        raise NotImplementedError
-
-    def _rearm_locked(self) -> None:
-        raise NotImplementedError
-
-    def _run_hook(
-        self, action: StartCheck | StartReset | StartKeepAlive
-    ) -> tuple[BaseException | None] | None:
-        """Run ``Hooks.check``/``Hooks.reset`` or the keep-alive probe on ``action.conn``:
-        ``(error,)`` if it ran to its end here (``error`` ``None``: it passed), ``None`` if it
-        runs apart and reports itself through ``_hook_ended``."""
-        raise NotImplementedError
-
     def _hook_of(
         self, action: StartCheck | StartReset | StartKeepAlive
     ) -> tuple[Callable[[Any], Any], str]:
@@ -339,9 +346,6 @@ class PoolBase(Generic[C]):
         hook = hooks.check if type(action) is StartCheck else hooks.reset
         assert hook is not None
         return hook, "check" if type(action) is StartCheck else "reset"
-
-    def _reap_soon(self) -> None:
-        raise NotImplementedError
 
     # ------------------------------------------------------------------ what the I/O reports
 
@@ -451,6 +455,8 @@ class PoolBase(Generic[C]):
             self._give_back(req.conn)
 
     def _checkin(self, lease: Lease[C], call: str) -> None:
+        """``checkin`` of a lease that is not a plain lease of this pool, out (a watched one, a
+        foreign one, one given back): refused with ``InvalidLeaseError``, or given back."""
         check_lease(lease, call)
         if lease._pool is not self:
             raise self._invalid_lease(lease)
@@ -492,11 +498,7 @@ class PoolBase(Generic[C]):
         if lease._pool is not self:
             raise self._invalid_lease(lease)
         lease._pool = self._returned
-        self._hand.release(lease._conn, now, clean)
-
-    def _release(self, lease: Lease[Any], clean: bool = False) -> None:
-        """A check-in that the lease's fast path did not take (``clean``: see ``_check_in``)."""
-        self._feed(lambda core, now: self._check_in(core, lease, now, clean))
+        core.release(lease._conn, now, clean)
 
     def _release_clean(self, lease: Lease[Any]) -> None:
         """The check-in after ``hooks.end`` reset the connection itself (it returned ``True``):
@@ -534,6 +536,12 @@ class PoolBase(Generic[C]):
                 core.lease_collected(orphans.popleft(), now)
 
         self._feed(step)
+
+    def _fold_waits(self, core: PoolCore, now: float) -> None:
+        """Under the lock: add the waits noted by fast hand-offs to the core's tally."""
+        waits = self._handoff_waits
+        while waits:
+            core.note_wait(waits.popleft())
 
     # ------------------------------------------------------------------ request objects
 
@@ -591,24 +599,19 @@ class PoolBase(Generic[C]):
 
     def stats(self) -> PoolStats:
         """A snapshot of the pool's state and counts."""
-        with self._lock:
-            self._fold_waits_locked()
-            return self._core.stats()
 
-    def _fold_waits_locked(self) -> None:
-        """Add the waits noted by fast hand-offs to the core's tally (under the lock)."""
-        hand = self._hand
-        waits = self._handoff_waits
-        while waits:
-            hand.note_wait(waits.popleft())
+        def step(core: PoolCore, now: float) -> PoolStats:
+            self._fold_waits(core, now)
+            return core.stats()
+
+        return self._feed(step)
 
     def service_generation(self, service_id: Any) -> int | None:
         """In load-balanced mode, the generation of ``service_id``'s connections now (None: the
         pool has none of that service): an error on a connection of an older generation is
         stale, and clears nothing (SDAM)."""
-        with self._lock:
-            entry = self._core.service_generations.get(service_id)
-            return None if entry is None else entry[0]
+        entry = self._feed(lambda core, now: core.service_generations.get(service_id))
+        return None if entry is None else entry[0]
 
     @property
     def state(self) -> PoolState:
@@ -627,17 +630,17 @@ class PoolBase(Generic[C]):
 
     # ------------------------------------------------------------------ fork
 
-    def _reset_after_fork(self) -> None:
-        """In the child after ``os.fork()``: the parent's connections are forgotten, not closed
-        (they are the parent's sockets); the pool starts over with new locks."""
-        self._reset_io_after_fork()
+    def _forget_after_fork(self) -> None:
+        """In the child after ``os.fork()`` (the front end's ``_reset_after_fork``, once it made
+        new locks): the parent's connections are forgotten, not closed (they are the parent's
+        sockets); the pool starts over."""
         self._timer_at = None
         self._timer_handle = None
         self._sink.reinit_after_fork()
-        self._book = RequestBook(self._lock)
         self._orphans.clear()
         self._handoff_waits.clear()
         self._core.reset_after_fork()
 
-    def _reset_io_after_fork(self) -> None:
-        raise NotImplementedError
+
+def _nothing(core: PoolCore, now: float) -> None:
+    """The step of ``_after_core``: no input, only the output taken."""

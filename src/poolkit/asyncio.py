@@ -1,16 +1,22 @@
-"""``AsyncPool``: the pool on an asyncio event loop.
+"""``AsyncPool``: the pool on an asyncio event loop, the whole front end in this module.
+
+Read top to bottom: the check-out and check-in fast paths as the lease (``_AsyncLease``) and
+``connection()``'s block (``_Block``) run them; then ``AsyncPool``: how it feeds the core
+(``_step``: no lock, one thread), its loop and timer, ``close``, ``checkout``, ``checkin`` and the
+one place a check-in hands a connection to a waiting checkout (``_handed_off``; a slow-path
+hand-off wakes the waiter through ``_wake``), the slow check-in (``_release``), and the I/O: the
+tasks that connect, run hooks and close. What both pools share (the arguments, the core's output
+taken and dispatched, the public steps that only feed the core) is ``_base.PoolBase``, the one
+base class, of which this module redefines nothing.
 
 Rules of this module
 --------------------
-* Every decision is the core's, and everything the two pools share is in ``_base``; this module
-  adds the waiting checkout (a plain future), the closing that waits for the pool's own tasks,
-  the check-out and check-in fast paths, and ``connection()``'s block (``_Block``), which inlines
-  them (its exit is the most common check-in: the call saved is measurable there, 6 % of an
-  uncontended cycle): the check-in fast path is written twice (``_AsyncLease.release``, which
-  ``checkin`` calls, and ``_Block._exit``; a hand-off to a waiter is ``_handed_off``), the
-  check-out one twice (``checkout``, ``_Block.__aenter__``). A change to one is a change to both:
-  ``tests/pools/test_handoffs.py`` holds them to one behaviour, and
-  ``python tools/mutate_handoffs.py`` removes each step of each in turn.
+* Every decision is the core's. The fast paths (the check-out: ``checkout`` and
+  ``_Block.__aenter__``; the check-in: ``_AsyncLease.release``, which ``checkin`` calls, and
+  ``_Block._exit``) run only when nobody observes the pool. The block's two are inlined copies
+  of the lease's (its exit is the most common check-in: the call saved is measurable, see
+  ``docs/architecture.md``); ``tests/pools/test_handoffs.py`` holds each pair to one behaviour,
+  and ``python tools/mutate_handoffs.py`` removes each step of each in turn.
 * One timer stands for the core's earliest deadline: ``loop.call_at`` on the pool's loop
   (``call_later`` with a clock of the user's, whose time is not the loop's), or the test clock's
   own ``call_at``.
@@ -19,14 +25,19 @@ Rules of this module
 * A waiting checkout waits on a plain future. When its task is cancelled it tells the core as
   soon as it resumes; if the core handed it a connection in the meantime (the same loop
   iteration), it gives that connection straight back, so nothing is lost.
+* Connects run in tasks the pool owns, never in a checkout's task: cancelling a checkout never
+  cancels or leaks a connect. Every task the pool spawns is kept until done (``close`` waits for
+  them), and one that never ran is reported as its coroutine would have been.
+* User code (connect, configure, probe, check, reset, close) runs outside every core input: in
+  the pool's tasks, or, a plain check or reset, in the step that carries out the core's actions.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
 import logging
+import threading
 import time
 import types
 from collections.abc import Awaitable, Callable, Generator
@@ -34,11 +45,31 @@ from contextlib import AbstractAsyncContextManager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, Unpack, cast, final, overload
 
-from ._asyncio_io import TaskIO
-from ._base import DEFAULT, FOLD_WAITS, NO_OUTPUT, PoolArguments
-from ._core import ConnState, Request
-from ._frontend import ConnectContext, Established, Lease, block_repr, check_timeout, watched
+from ._base import DEFAULT, FOLD_WAITS, NO_OUTPUT, PoolArguments, PoolBase
+from ._core import (
+    Action,
+    Conn,
+    ConnState,
+    PoolCore,
+    Request,
+    StartCheck,
+    StartKeepAlive,
+    StartReset,
+)
+from ._frontend import (
+    ConnectContext,
+    Established,
+    Lease,
+    block_repr,
+    call_close,
+    check_timeout,
+    unwrap,
+    watched,
+)
+from ._requests import RequestBook
+from .errors import ConnectCancelledError
 from .log import _cached_level
+from .options import PoolOptions
 
 _Future = asyncio.Future
 #: the running loop of this thread, or None (asyncio's C function: no exception to catch)
@@ -48,6 +79,7 @@ _S_CLOSED = ConnState.CLOSED
 __all__ = ["AsyncPool"]
 
 C = TypeVar("C")
+T = TypeVar("T")
 _log = logging.getLogger("poolkit.pool")
 #: a ``connection()`` block's ``_state`` once entered (see ``_Block``)
 _ENTERED: Any = object()
@@ -67,6 +99,23 @@ _DONE: Awaitable[None] = _nothing()
 next(cast(Generator[Any, None, None], _DONE), None)  # (run to its end: it yields nothing)
 
 
+def _close_quietly(connection: Any) -> None:
+    """Close what a misused connect function returned, so that nothing leaks."""
+    try:
+        result = call_close(connection)
+        if inspect.iscoroutine(result):
+            result.close()
+    except Exception:
+        _log.exception("closing %r raised", connection)
+
+
+async def _await_close(result: Awaitable[Any], conn_id: int, address: str) -> None:
+    try:
+        await result
+    except Exception:
+        _log.exception("closing connection %d of %s raised", conn_id, address)
+
+
 class _AsyncLease(Lease[Any]):
     """AsyncPool's lease: ``release`` is the check-in fast path, inlined (see ``PoolCore``'s
     "Fast paths")."""
@@ -80,7 +129,7 @@ class _AsyncLease(Lease[Any]):
         # nobody listening (no listener, DEBUG known to be off: the logger's cached answer for
         # level 10), and the core takes it back without more ado
         if pool._quick and _cached_level(10) is False:
-            taken = pool._hand.release_idle(self._conn)
+            taken = pool._core.release_idle(self._conn)
             if taken is not False:
                 self._pool = pool._returned
                 if taken is not True:  # handed to a waiter: wake it
@@ -113,12 +162,12 @@ class _Block(_AsyncLease, Generic[C]):
         # ``checkout``): nobody listening and a connection available
         if state is DEFAULT and pool._quick and _cached_level(10) is False:
             self._state = _ENTERED
-            hand = pool._hand
-            conn = hand.lease_idle(pool._time() if pool._clocked else 0.0)
+            core = pool._core
+            conn = core.lease_idle(pool._time() if pool._clocked else 0.0)
             if conn is not None:
                 self._conn = conn  # the block is the lease
                 self._pool = pool
-                if hand.actions:
+                if core.actions:
                     pool._after_core()  # perished connections closed on the way
                 if pool._lend is None:
                     return conn.connection  # type: ignore[no-any-return]  # (the core keeps Any)
@@ -149,7 +198,7 @@ class _Block(_AsyncLease, Generic[C]):
         pool: AsyncPool[C] = self._pool  # type: ignore[assignment]  # (or Returned)
         if error is None and pool._quick_exit and _cached_level(10) is False:
             # ``_AsyncLease.release``'s fast path, inlined (a call less)
-            taken = pool._hand.release_idle(self._conn)
+            taken = pool._core.release_idle(self._conn)
             if taken is not False:
                 self._pool = pool._returned
                 if taken is not True:  # handed to a waiter: wake it
@@ -221,7 +270,7 @@ class _Block(_AsyncLease, Generic[C]):
 
 
 @final
-class AsyncPool(TaskIO[C]):
+class AsyncPool(PoolBase[C]):
     """A connection pool for asyncio.
 
     ``connect`` is an async function taking a :class:`~poolkit.ConnectContext` and returning the
@@ -233,6 +282,12 @@ class AsyncPool(TaskIO[C]):
 
     _lease_class = _AsyncLease
     _watched_class = watched(_AsyncLease)
+    #: the event loop the pool is bound to (``_bind_loop``), once it is
+    _loop: asyncio.AbstractEventLoop | None
+    #: the pool's own tasks (connects, hooks awaited apart, closes), kept until done
+    _tasks: set[asyncio.Task[Any]]
+    #: the end of closing, once ``close()`` began it (shielded from its callers)
+    _closing: asyncio.Task[None] | None
 
     @overload
     def __init__(
@@ -250,15 +305,27 @@ class AsyncPool(TaskIO[C]):
         self, connect: Callable[[ConnectContext], Awaitable[Any]], **kwargs: Unpack[PoolArguments]
     ) -> None:
         self._init_io()
-        super().__init__(connect, contextlib.nullcontext(), **kwargs)  # one thread: no lock
-        #: the checkouts waiting (the core's queue itself: read to skip a fast path that would
-        #: fail)
-        self._waiting = self._core.queue
+        self._setup(connect, "an async function", self._refuse, **kwargs)
+        #: the request objects waiting (the book's lock guards it against a completion run from
+        #: another thread's ``call_soon_threadsafe``; the core needs none: one thread)
+        self._book = RequestBook(threading.Lock())
         #: what ``checkin`` returns: a future of the pool's loop, done (``_DONE`` until bound)
         self._done: Awaitable[None] = _DONE
         self._wait_timeout = self.options.wait_queue_timeout
         self._bind("init", required=False)
         self._after_core()
+
+    # ------------------------------------------------------------------ feeding the core, the loop
+
+    @staticmethod
+    def _refuse(connect: Callable[..., Any], options: PoolOptions) -> None:
+        """``AsyncPool`` takes plain and async functions alike (connect, hooks): nothing to
+        refuse that ``PoolBase`` does not."""
+
+    def _step(self, step: Callable[[PoolCore, float], T]) -> tuple[T, list[Action]]:
+        """``step(core, now)`` and the core's output taken: the locked half of ``_feed``, with no
+        lock to take (one thread)."""
+        return step(self._input(), self._time()), self._take_locked()
 
     def _bind_loop(self, operation: str) -> asyncio.AbstractEventLoop:
         try:
@@ -328,6 +395,8 @@ class AsyncPool(TaskIO[C]):
         self._timer_handle = None
         self._timer_at = None
 
+    # ------------------------------------------------------------------ close
+
     async def close(self) -> None:
         """Close the pool: close available and pending connections, fail waiting checkouts.
         Leased connections are closed when they come back. Waits for the pool's own tasks.
@@ -357,6 +426,8 @@ class AsyncPool(TaskIO[C]):
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
+    # ------------------------------------------------------------------ checkout and check-in
+
     async def checkout(self, timeout: float | None = DEFAULT) -> Lease[C]:
         """Check out a connection, waiting at most ``timeout`` seconds (default:
         ``options.wait_queue_timeout``; ``None`` waits without limit)."""
@@ -367,7 +438,7 @@ class AsyncPool(TaskIO[C]):
         # (it would fail: a call less on the path of every checkout under contention).
         quick = self._quick and _cached_level(10) is False
         if quick and not self._waiting:
-            conn = self._hand.lease_idle(self._time() if self._clocked else 0.0)
+            conn = self._core.lease_idle(self._time() if self._clocked else 0.0)
             if conn is not None:
                 lease = _AsyncLease()  # (``new_lease`` inlined)
                 lease._conn = conn
@@ -393,7 +464,7 @@ class AsyncPool(TaskIO[C]):
             core = self._input()
         now = self._time()
         req = Request(now, None if timeout is None else now + timeout)
-        self._hand.request(req, now)
+        self._core.request(req, now)
         if req.queued:
             req.owner = loop.create_future()
         if core.actions or core.events or core.timers.dirty:
@@ -437,7 +508,7 @@ class AsyncPool(TaskIO[C]):
         waits = self._handoff_waits
         waits.append(self._time() - taken.started)
         if len(waits) >= FOLD_WAITS:
-            self._fold_waits_locked()
+            self._fold_waits(self._core, 0.0)
         owner = taken.owner
         if type(owner) is _Future:  # (a checkout's: ``_wake`` inlined)
             if not owner.done():
@@ -454,3 +525,251 @@ class AsyncPool(TaskIO[C]):
         block._state = timeout
         block._pool = self._returned  # not out yet
         return block
+
+    def _release(self, lease: Lease[Any], clean: bool = False) -> None:
+        """A check-in that the lease's fast path did not take (``clean``: ``hooks.end`` reset the
+        connection itself). When it starts the connection's reset (every check-in of a pool with
+        ``hooks.reset``, unless ``clean``) and the reset answers at once (a plain result: the
+        backends' resets do for a clean connection), the reset's end is reported in the same
+        step: no second pass through the action list."""
+        core = self._input()
+        conn = lease._conn
+        self._check_in(core, lease, self._time(), clean)
+        actions = self._take_locked()
+        reset = self._reset
+        if reset is None or clean or len(actions) != 1 or type(actions[0]) is not StartReset:
+            if actions is not NO_OUTPUT:
+                self._carry_out(actions)
+            return
+        action = actions[0]
+        try:
+            result = reset(conn.connection)
+        except BaseException as exc:
+            error = exc  # (``exc`` is unbound after the block: the step keeps its own name)
+            self._feed(lambda core, now: core.reset_done(conn, now, error))
+            if not isinstance(error, Exception):
+                raise
+            return
+        if result is None or not inspect.isawaitable(result):
+            core.reset_done(conn, self._time())
+            actions = self._take_locked()
+            if actions is not NO_OUTPUT:
+                self._carry_out(actions)
+            return
+        self._await_apart(action, result, "reset")  # (raises if no task can be made)
+
+    # ------------------------------------------------------------------ the pool's tasks
+
+    def _init_io(self) -> None:
+        """No loop, no task yet (a new pool, or the child of a fork)."""
+        self._loop = None
+        self._tasks = set()
+        self._closing = None
+
+    @staticmethod
+    def _wake(owner: Any) -> None:
+        """Tell a completed request's owner: a checkout's future (a cancelled waiter's task
+        resumes with CancelledError and gives back what it was handed), or a request object's
+        completion."""
+        if isinstance(owner, asyncio.Future):
+            if not owner.done():
+                owner.set_result(None)
+        else:
+            owner()
+
+    def _spawn(
+        self, work: Any, name: str, if_cancelled: Callable[[], None] | None = None
+    ) -> asyncio.Task[Any]:
+        """A task of the pool's own (kept until done, so that ``close`` and the loop see it).
+        Raises if it cannot be made (the pool's loop is closed, or this is not its loop), and
+        then ``work`` is closed, never left un-awaited.
+
+        ``if_cancelled`` is called if the task ends cancelled: the pool's coroutines catch their
+        cancellation and report it, so this happens when the task was cancelled before its first
+        step (a clear or a loop shutdown in the same iteration) and ``work`` never ran to say so.
+        """
+        try:
+            try:
+                running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+            except RuntimeError:
+                running = None
+            if self._loop is None or running is not self._loop:
+                raise RuntimeError(
+                    f"AsyncPool ({self.address}) runs on the event loop it first ran on, and it "
+                    "is not running here (make one pool per event loop)"
+                )
+            task = self._loop.create_task(work, name=name)
+        except BaseException:
+            work.close()
+            raise
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        if if_cancelled is not None:
+            task.add_done_callback(lambda done: if_cancelled() if done.cancelled() else None)
+        return task
+
+    # ------------------------------------------------------------------ connects and probes
+
+    def _start_connect(self, conn: Conn) -> None:
+        ctx = ConnectContext(conn.id, self._connect_address, self, conn.generation)
+        conn.handle = ctx
+
+        def never_ran() -> None:
+            self._connect_ended(conn, self._cancelled(conn))
+
+        work = self._run_connect(conn, ctx)
+        ctx._task = self._spawn(work, f"poolkit-connect-{conn.id}", never_ran)
+
+    async def _run_connect(self, conn: Conn, ctx: ConnectContext) -> None:
+        try:
+            pending = self._connect(ctx)
+            if not inspect.isawaitable(pending):
+                _close_quietly(pending)
+                raise TypeError(
+                    f"AsyncPool's connect function returned {pending!r}, not an awaitable: it "
+                    "must be an async function (for a plain one use poolkit.Pool)"
+                )
+            result = await pending
+            if self._configure is not None:
+                await self._configured(result)
+        except asyncio.CancelledError:
+            # Abandoned by the pool (then the core already closed the record) or cancelled from
+            # outside (loop shutdown): either way the connect failed, and a waiter is told so
+            # with a pool error, not with a cancellation of its own.
+            self._connect_ended(conn, self._cancelled(conn))
+            return
+        except GeneratorExit:  # closed unfinished (its loop is gone): nothing to tell the pool
+            raise
+        except BaseException as exc:
+            self._connect_over(conn, None, exc)
+            return
+        self._connect_over(conn, result)
+
+    async def _configured(self, result: Any) -> None:
+        """``hooks.configure`` on a new connection; if it fails (or is cancelled), the connection
+        is closed before the error goes on: the connect failed."""
+        connection = unwrap(result)[0]
+        try:
+            assert self._configure is not None
+            done = self._configure(connection)
+            if inspect.isawaitable(done):
+                await done
+        except BaseException:
+            try:
+                closing = call_close(connection, prefer_aclose=True)
+                if inspect.isawaitable(closing):
+                    await closing
+            except Exception:
+                _log.exception("closing connection of %s after configure failed", self.address)
+            raise
+
+    def _cancelled(self, conn: Conn) -> ConnectCancelledError:
+        return ConnectCancelledError(address=self.address, connection_id=conn.id)
+
+    def _run_hook(
+        self, action: StartCheck | StartReset | StartKeepAlive
+    ) -> tuple[BaseException | None] | None:
+        """A check, reset or keep-alive probe: the function is called here; a plain result (a
+        plain function, as a check that only asks ``is_closed()``) ends it at once, an awaitable
+        is awaited in a task of the pool's own, which a close of the connection cancels."""
+        conn = action.conn
+        function, name = self._hook_of(action)
+        try:
+            result = function(conn.connection)
+        except Exception as exc:
+            return (exc,)
+        if not inspect.isawaitable(result):
+            return (None,)
+        self._await_apart(action, result, name)
+        return None
+
+    def _await_apart(
+        self, action: StartCheck | StartReset | StartKeepAlive, result: Awaitable[Any], name: str
+    ) -> None:
+        """Await ``result`` (what ``action``'s hook returned) in a task of the pool's own, which
+        a close of the connection cancels; it reports its end itself (``_hook_ended``)."""
+        conn = action.conn
+
+        def never_ran() -> None:  # (cancelled before it awaited the hook: not left un-awaited)
+            if inspect.iscoroutine(result):
+                result.close()
+            if conn.handle is task:
+                conn.handle = None
+            self._hook_ended(action, asyncio.CancelledError())
+
+        try:
+            work = self._await_hook(action, result)
+            task = conn.handle = self._spawn(work, f"poolkit-{name}-{conn.id}", never_ran)
+        except BaseException:
+            if inspect.iscoroutine(result):
+                result.close()
+            raise
+
+    async def _await_hook(
+        self, action: StartCheck | StartReset | StartKeepAlive, result: Awaitable[Any]
+    ) -> None:
+        conn = action.conn
+        error: BaseException | None = None
+        try:
+            await result
+        except GeneratorExit:  # closed unfinished (its loop is gone): nothing to tell the pool
+            raise
+        except BaseException as exc:  # CancelledError too: the pool closed the connection, or
+            error = exc  # (the connection still open) someone else cancelled the task
+        if conn.handle is asyncio.current_task():
+            conn.handle = None  # over: a close from here on has nothing to cancel
+        self._hook_ended(action, error)
+        if error is not None and not isinstance(error, Exception | asyncio.CancelledError):
+            raise error
+
+    # ------------------------------------------------------------------ closes
+
+    def _close_connection(self, conn: Conn, connection: Any, pending: bool) -> None:
+        handle = conn.handle
+        if isinstance(handle, asyncio.Future) and not handle.done():
+            handle.cancel()  # a keep-alive probe, check or reset in flight
+        if pending:
+            ctx: ConnectContext | None = conn.handle
+            if ctx is not None:
+                ctx._cancelled = True
+                if ctx._task is not None and not ctx._task.done():
+                    ctx._task.cancel()
+            return
+        try:
+            result = call_close(connection, prefer_aclose=True)
+        except Exception:
+            _log.exception("closing connection %d of %s raised", conn.id, self.address)
+            return
+        if inspect.isawaitable(result):
+            work = _await_close(result, conn.id, self.address)
+
+            def never_ran() -> None:  # (cancelled before it awaited the close: not left un-awaited)
+                if inspect.iscoroutine(result):
+                    result.close()  # (no-op if it ran)
+
+            try:
+                self._spawn(work, f"poolkit-close-{conn.id}", never_ran)
+            except RuntimeError:
+                if inspect.iscoroutine(result):
+                    result.close()
+                _log.exception("connection %d of %s could not be closed", conn.id, self.address)
+
+    # ------------------------------------------------------------------ leases lost, fork
+
+    def _reap_soon(self) -> None:
+        """``_reap`` from wherever a lease was collected (a closed pool has no next step to do
+        it): soon on the pool's loop (the collection may have happened inside a core call), or
+        at once if that loop is gone."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._reap)
+        else:
+            self._reap()
+
+    def _reset_after_fork(self) -> None:
+        """In the child after ``os.fork()``: the parent's loop and tasks are forgotten."""
+        self._init_io()
+        if self._clock is None:
+            self._time = time.monotonic
+        self._book = RequestBook(threading.Lock())
+        self._forget_after_fork()

@@ -367,7 +367,7 @@ def test_an_async_pool_refuses_a_second_event_loop_clearly() -> None:
 def test_a_connect_thread_that_cannot_start_is_a_failed_connect(monkeypatch: Any) -> None:
     # Issue 14, defect 19: the checkout got the error, but the pool kept the connect pending for
     # ever: the next checkout timed out although a connection came back.
-    import poolkit._threaded_io as io
+    import poolkit.threaded as io
 
     real = io._start_daemon
     refuse = [True]

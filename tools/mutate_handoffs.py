@@ -37,6 +37,10 @@ class Mutation:
     new: str
     #: true if the edit changes only speed, not behaviour (no test can catch it)
     neutral: bool = False
+    #: how many times ``old`` occurs in the file (a fast path and its copy: 2), and which
+    #: occurrence the edit changes (0: the first)
+    found: int = 1
+    nth: int = 0
 
 
 M = Mutation
@@ -82,14 +86,17 @@ MUTATIONS = [
     M(
         "asyncio block entry: _after_core",
         "asyncio.py",
-        "                if core.actions:\n                    pool._after_core()",
-        "                if core.actions:\n                    pass",
+        "            if core.actions:\n                pool._after_core()",
+        "            if core.actions:\n                pass",
+        found=2,
     ),
     M(
         "asyncio checkout(): _after_core",
         "asyncio.py",
-        "                if self._core.actions:\n                    self._after_core()",
-        "                if self._core.actions:\n                    pass",
+        "            if core.actions:\n                pool._after_core()",
+        "            if core.actions:\n                pass",
+        found=2,
+        nth=1,
     ),
     M(
         "asyncio checkout() resumed: closed-connection test",
@@ -119,14 +126,21 @@ MUTATIONS = [
     M(
         "asyncio block entry: _quick gate",
         "asyncio.py",
-        "if state is DEFAULT and pool._quick and _cached_level(10) is False:",
-        "if state is DEFAULT and _cached_level(10) is False:",
+        "if state is DEFAULT and pool._quick and not pool._waiting and _cached_level(10) is False:",
+        "if state is DEFAULT and not pool._waiting and _cached_level(10) is False:",
     ),
     M(
         "asyncio block entry: DEBUG gate",
         "asyncio.py",
+        "if state is DEFAULT and pool._quick and not pool._waiting and _cached_level(10) is False:",
+        "if state is DEFAULT and pool._quick and not pool._waiting:",
+    ),
+    M(
+        "asyncio block entry: `not _waiting` gate",
+        "asyncio.py",
+        "if state is DEFAULT and pool._quick and not pool._waiting and _cached_level(10) is False:",
         "if state is DEFAULT and pool._quick and _cached_level(10) is False:",
-        "if state is DEFAULT and pool._quick:",
+        neutral=True,
     ),
     M(
         "asyncio lease.release(): _quick gate",
@@ -148,6 +162,7 @@ MUTATIONS = [
         "                pool._handed_off(taken)\n",
         "            if taken is not False:  # handed to a waiter: woken outside the lock\n"
         "                pass\n",
+        found=2,
     ),
     M(
         "threads _handed_off: wake the waiter",
@@ -172,6 +187,7 @@ MUTATIONS = [
         "            finally:\n                lock.release()\n"
         "            if taken is True:\n                return\n"
         "            if taken is not False:  # handed to a waiter",
+        found=2,
     ),
     # ---- threaded.py: what the check-out fast paths leave, and their gates
     M(
@@ -179,12 +195,15 @@ MUTATIONS = [
         "threaded.py",
         "            if left:\n                pool._after_core()",
         "            if left:\n                pass",
+        found=2,
     ),
     M(
         "threads checkout(): _after_core",
         "threaded.py",
-        "            if left:\n                self._after_core()",
+        "            if left:\n                pool._after_core()",
         "            if left:\n                pass",
+        found=2,
+        nth=1,
     ),
     M(
         "threads checkout(): `not _waiting` gate",
@@ -282,19 +301,23 @@ MUTATIONS = [
         "                    self._pool = pool._returned\n"
         "            finally:\n                lock.release()\n"
         "            if taken is True:\n                return\n"
-        "            if taken is not False:  # handed to the waiter",
+        "            if taken is not False:  # handed to a waiter",
         "                    pass\n"
         "            finally:\n                lock.release()\n"
         "            if taken is True:\n                return\n"
-        "            if taken is not False:  # handed to the waiter",
+        "            if taken is not False:  # handed to a waiter",
+        found=2,
+        nth=1,
     ),
     M(
         "threads block exit: hand to the waiter",
         "threaded.py",
-        "            if taken is not False:  # handed to the waiter (``_handed_off``)\n"
+        "            if taken is not False:  # handed to a waiter: woken outside the lock\n"
         "                pool._handed_off(taken)\n",
-        "            if taken is not False:  # handed to the waiter (``_handed_off``)\n"
+        "            if taken is not False:  # handed to a waiter: woken outside the lock\n"
         "                pass\n",
+        found=2,
+        nth=1,
     ),
     # ---- checkin(), and the block exits' slow paths: give back through the lease
     M(
@@ -469,7 +492,10 @@ def mutate(mutation: Mutation, handoffs_only: bool) -> tuple[str, float, bool]:
             "the source changed, rewrite the mutation"
         )
     try:
-        path.write_text(original.replace(mutation.old, mutation.new))
+        parts = original.split(mutation.old)
+        n = mutation.nth + 1  # (the edit goes between part n-1 and part n)
+        mutant = mutation.old.join(parts[:n]) + mutation.new + mutation.old.join(parts[n:])
+        path.write_text(mutant)
         caught, seconds, hung = run_tests([HANDOFFS])
         if caught is None and not handoffs_only:
             caught, more, hung = run_tests([HANDOFFS, "tests/pools"])
@@ -487,8 +513,11 @@ def main() -> int:
     chosen = [m for m in MUTATIONS if args.only in m.name]
     for mutation in chosen:  # (every edit checked before any runs)
         count = (SRC / mutation.file).read_text().count(mutation.old)
-        if count != 1:
-            raise SystemExit(f"{mutation.name}: old text found {count} times in {mutation.file}")
+        if count != mutation.found:
+            raise SystemExit(
+                f"{mutation.name}: old text found {count} times in {mutation.file}, "
+                f"not {mutation.found}"
+            )
     baseline, _, _ = run_tests([HANDOFFS])
     if baseline is not None:
         raise SystemExit(f"the unmutated source fails {baseline}: fix that first")

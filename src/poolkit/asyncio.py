@@ -129,12 +129,14 @@ class _AsyncLease(Lease[Any]):
         # nobody listening (no listener, DEBUG known to be off: the logger's cached answer for
         # level 10), and the core takes it back without more ado
         if pool._quick and _cached_level(10) is False:
+            # <fast-check-in>
             taken = pool._core.release_idle(self._conn)
             if taken is not False:
                 self._pool = pool._returned
                 if taken is not True:  # handed to a waiter: wake it
                     pool._handed_off(taken)
                 return
+            # </fast-check-in>
         pool._release(self)  # the slow path (the Returned marker: raises "already returned")
 
 
@@ -160,15 +162,18 @@ class _Block(_AsyncLease, Generic[C]):
         state = self._state
         # ``checkout``'s fast path inlined (a coroutine less; a timeout given is checked by
         # ``checkout``): nobody listening and a connection available
-        if state is DEFAULT and pool._quick and _cached_level(10) is False:
+        if state is DEFAULT and pool._quick and not pool._waiting and _cached_level(10) is False:
             self._state = _ENTERED
+            # (``checkout``'s fast path, inlined: a coroutine less)
+            # <fast-check-out copy>
             core = pool._core
             conn = core.lease_idle(pool._time() if pool._clocked else 0.0)
+            if core.actions:
+                pool._after_core()  # perished connections closed on the way
+            # </fast-check-out copy>
             if conn is not None:
                 self._conn = conn  # the block is the lease
                 self._pool = pool
-                if core.actions:
-                    pool._after_core()  # perished connections closed on the way
                 if pool._lend is None:
                     return conn.connection  # type: ignore[no-any-return]  # (the core keeps Any)
                 self._lent = None
@@ -197,13 +202,15 @@ class _Block(_AsyncLease, Generic[C]):
         # false) if the block holds a lease from ``checkout`` (or was given back meanwhile)
         pool: AsyncPool[C] = self._pool  # type: ignore[assignment]  # (or Returned)
         if error is None and pool._quick_exit and _cached_level(10) is False:
-            # ``_AsyncLease.release``'s fast path, inlined (a call less)
+            # (``_AsyncLease.release``'s fast path, inlined: a call less)
+            # <fast-check-in copy: return -> return _DONE>
             taken = pool._core.release_idle(self._conn)
             if taken is not False:
                 self._pool = pool._returned
                 if taken is not True:  # handed to a waiter: wake it
                     pool._handed_off(taken)
                 return _DONE
+            # </fast-check-in copy>
         state = self._state
         lease: Lease[C] = self if state is _ENTERED else state
         owner = self._owner
@@ -438,14 +445,18 @@ class AsyncPool(PoolBase[C]):
         # (it would fail: a call less on the path of every checkout under contention).
         quick = self._quick and _cached_level(10) is False
         if quick and not self._waiting:
-            conn = self._core.lease_idle(self._time() if self._clocked else 0.0)
+            pool = self
+            # <fast-check-out>
+            core = pool._core
+            conn = core.lease_idle(pool._time() if pool._clocked else 0.0)
+            if core.actions:
+                pool._after_core()  # perished connections closed on the way
+            # </fast-check-out>
             if conn is not None:
                 lease = _AsyncLease()  # (``new_lease`` inlined)
                 lease._conn = conn
                 lease._lent = None
                 lease._pool = self
-                if self._core.actions:
-                    self._after_core()  # perished connections closed on the way
                 return lease
         loop = self._loop
         # (before anything changes; the cheap exact test: the pool's loop runs, in this thread)

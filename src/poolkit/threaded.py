@@ -148,6 +148,7 @@ class _ThreadLease(Lease[Any]):
         # nobody listening (no listener, DEBUG known to be off: the logger's cached answer for
         # level 10), and the core takes it back without more ado
         if pool._quick and _cached_level(10) is False:
+            # <fast-check-in>
             lock = pool._lock
             lock.acquire()  # by hand, not ``with``: half the cost (the ``finally`` lets it go)
             try:
@@ -161,6 +162,7 @@ class _ThreadLease(Lease[Any]):
             if taken is not False:  # handed to a waiter: woken outside the lock
                 pool._handed_off(taken)
                 return
+            # </fast-check-in>
         pool._release(self)  # the slow path (the Returned marker: raises "already returned")
 
 
@@ -187,12 +189,14 @@ class _Block(_ThreadLease, Generic[C]):
         # ``checkout``): nobody listening and a connection available
         if state is DEFAULT and pool._quick and not pool._waiting and _cached_level(10) is False:
             self._state = _ENTERED
+            # (``checkout``'s fast path, inlined: a call less)
+            # <fast-check-out copy>
             core = pool._core
             lock = pool._lock
             lock.acquire()  # by hand, not ``with``: half the cost (the ``finally`` lets it go)
             try:
                 if pool._check is None:
-                    conn = pool._core.lease_idle(pool._time() if pool._clocked else 0.0)
+                    conn = core.lease_idle(pool._time() if pool._clocked else 0.0)
                 else:  # (the check, if one is due, runs here, in the caller)
                     conn = core.lease_checking(pool._time())
                     if conn is not None and conn.state is _CHECKING:
@@ -202,6 +206,7 @@ class _Block(_ThreadLease, Generic[C]):
                 lock.release()
             if left:
                 pool._after_core()  # perished connections closed on the way, the timer armed
+            # </fast-check-out copy>
             if conn is not None and (conn.state is not _CHECKING or pool._check_inline(conn)):
                 self._conn = conn  # the block is the lease
                 self._pool = pool
@@ -232,7 +237,8 @@ class _Block(_ThreadLease, Generic[C]):
         # false) if the block holds a lease from ``checkout`` (or was given back meanwhile)
         pool: Pool[C] = self._pool  # type: ignore[assignment]  # (or Returned)
         if error is None and pool._quick_exit and _cached_level(10) is False:
-            # ``_ThreadLease.release``'s fast path, inlined (a call less)
+            # (``_ThreadLease.release``'s fast path, inlined: a call less)
+            # <fast-check-in copy>
             lock = pool._lock
             lock.acquire()  # by hand, not ``with``: half the cost (the ``finally`` lets it go)
             try:
@@ -243,9 +249,10 @@ class _Block(_ThreadLease, Generic[C]):
                 lock.release()
             if taken is True:
                 return
-            if taken is not False:  # handed to the waiter (``_handed_off``)
+            if taken is not False:  # handed to a waiter: woken outside the lock
                 pool._handed_off(taken)
                 return
+            # </fast-check-in copy>
         state = self._state
         lease: Lease[C] = self if state is _ENTERED else state
         owner = self._owner
@@ -378,22 +385,25 @@ class Pool(PoolBase[C]):
         # checkouts wait already (a peek without the lock): it would fail, and cost a turn of
         # the lock on the path of every checkout under contention.
         if self._quick and not self._waiting and _cached_level(10) is False:
-            core = self._core
-            lock = self._lock
+            pool = self
+            # <fast-check-out>
+            core = pool._core
+            lock = pool._lock
             lock.acquire()  # by hand, not ``with``: half the cost (the ``finally`` lets it go)
             try:
-                if self._check is None:
-                    conn = self._core.lease_idle(self._time() if self._clocked else 0.0)
+                if pool._check is None:
+                    conn = core.lease_idle(pool._time() if pool._clocked else 0.0)
                 else:  # (the check, if one is due, runs here, in the caller)
-                    conn = core.lease_checking(self._time())
+                    conn = core.lease_checking(pool._time())
                     if conn is not None and conn.state is _CHECKING:
-                        self._hook_begun(conn)
+                        pool._hook_begun(conn)
                 left = conn is not None and (bool(core.actions) or core.timers.dirty)
             finally:
                 lock.release()
             if left:
-                self._after_core()  # perished connections closed on the way, the timer armed
-            if conn is not None and (conn.state is not _CHECKING or self._check_inline(conn)):
+                pool._after_core()  # perished connections closed on the way, the timer armed
+            # </fast-check-out>
+            if conn is not None and (conn.state is not _CHECKING or pool._check_inline(conn)):
                 lease = _ThreadLease()  # (``new_lease`` inlined)
                 lease._conn = conn
                 lease._lent = None

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from poolkit import PoolOptions
 from poolkit._core import (
-    TRANSITIONS,
+    STEPS,
     CloseConnection,
     CompleteRequest,
     Conn,
@@ -22,8 +22,10 @@ from poolkit._core import (
     RequestState,
     Role,
     StartConnect,
-    next_state,
 )
+from poolkit._core.connection_life import ConnectionLife
+from poolkit._core.records import COUNTED
+from poolkit._core.state import CoreState
 from poolkit.errors import (
     ConnectTimeoutError,
     PoolClearedError,
@@ -653,27 +655,68 @@ def test_checkin_of_a_stale_connection_starts_a_connect_at_now(route: str) -> No
 # ---------------------------------------------------------------------- the transition table
 
 
+def _life_with(state: ConnState) -> tuple[ConnectionLife, CoreState, Conn]:
+    """A connection life whose one record is in ``state``, counted as a birth counts it."""
+    shared = CoreState(PoolOptions(), ADDRESS, observed=False, rand=lambda: 0.0)
+    life = ConnectionLife(shared)
+    conn = life.new_record(0.0, state)
+    return life, shared, conn
+
+
+def _counted(state: ConnState) -> dict[ConnState, int]:
+    """The counters of the states that have one (``COUNTED``) when the one connection is in
+    ``state``."""
+    return {s: int(s is state) for s in COUNTED}
+
+
+def _counters(shared: CoreState) -> dict[ConnState, int]:
+    return {s: shared.counts[s] for s in COUNTED}
+
+
 @given(st.sampled_from(ConnState), st.sampled_from(ConnInput))
 def test_every_transition_is_in_the_table_or_invalid(state: ConnState, event: ConnInput) -> None:
-    if (state, event) in TRANSITIONS:
-        new = next_state(state, event, 7)
+    """``ConnectionLife.fire``, the one way the core moves a connection, looks the pair up in
+    ``STEPS``, the one table: a move there is made, with the counters of the states that have
+    one kept; a pair absent raises and changes nothing."""
+    life, shared, conn = _life_with(state)
+    step = STEPS[state][event]
+    if step is not None:
+        new = life.fire(conn, event)
         assert isinstance(new, ConnState)
-        assert new is TRANSITIONS[(state, event)]
+        assert (new, conn.state) == (step[0], step[0])
+        assert _counters(shared) == _counted(new)  # (the step's flag said whether they changed)
+        assert step[1] == (_counted(new) != _counted(state))
     else:
         with pytest.raises(InvalidTransition) as info:
-            next_state(state, event, 7)
-        assert info.value.connection_id == 7
+            life.fire(conn, event)
+        assert info.value.connection_id == conn.id
         assert info.value.state is state and info.value.input is event
+        assert conn.state is state and _counters(shared) == _counted(state)
+
+
+def test_the_table_covers_every_state_and_input() -> None:
+    """Dense: indexed by the enums' values, one row per state and one entry per input."""
+    assert len(STEPS) == len(ConnState)
+    assert all(len(row) == len(ConnInput) for row in STEPS)
 
 
 @pytest.mark.parametrize("event", list(ConnInput))
 def test_closed_is_absorbing(event: ConnInput) -> None:
     """A closed connection only sees its leases come back, and stays closed."""
+    life, _, conn = _life_with(ConnState.CLOSED)
     if event in (ConnInput.RELEASE, ConnInput.RELEASE_LAST):
-        assert next_state(ConnState.CLOSED, event) is ConnState.CLOSED
+        assert life.fire(conn, event) is ConnState.CLOSED
     else:
         with pytest.raises(InvalidTransition):
-            next_state(ConnState.CLOSED, event)
+            life.fire(conn, event)
+
+
+@pytest.mark.parametrize("state", [s for s in ConnState if s is not ConnState.CLOSED])
+def test_the_pool_can_close_a_connection_in_any_state(state: ConnState) -> None:
+    """Every live state has its CLOSE (the pool's close, a clear's interrupt)."""
+    life, shared, conn = _life_with(state)
+    assert life.fire(conn, ConnInput.CLOSE) is ConnState.CLOSED
+    assert _counters(shared) == _counted(ConnState.CLOSED)
 
 
 def test_take_hands_over_lists_the_core_never_appends_to_again() -> None:

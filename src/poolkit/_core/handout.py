@@ -13,7 +13,7 @@ Rules of this module
   ready, close, cancel) and takes ``now`` from its caller. It mutates the state and appends what
   the front end must do to ``actions`` and what listeners must see to ``events``; the front end
   takes both (``take``) and carries them out outside its lock.
-* Connection states change only as the table in ``records`` says: through
+* Connection states change only as the table in ``records`` (``STEPS``) says: through
   ``ConnectionLife.fire``, except the two hot transitions (idle -> leased on checkout, leased ->
   idle on check-in), which ``lease_idle``, ``lease``, ``release_idle`` and ``give_back`` assign
   directly with the result read from the same table at import, and which change no counter.

@@ -78,7 +78,7 @@ def test_a_failed_check_closes_the_connection_and_refills_min_size() -> None:
 def test_a_check_past_its_timeout_is_over_and_its_late_result_changes_nothing() -> None:
     core = _core(timeout=2.0)
     conn = core.lease_checking(1.0)
-    assert conn is not None and core.next_deadline() == 3.0
+    assert conn is not None and core.take_deadline() == 3.0
     core.fire_timers(3.0)
     assert conn.state is ConnState.CLOSED
     actions = core.take()[0]

@@ -22,7 +22,7 @@ def test_a_sweep_due_closes_its_connection_even_where_floats_disagree() -> None:
     assert core.available == 1
     core.fire_timers(2.3)
     assert core.available == 0 and conn.close_reason == "idle"
-    assert core.next_deadline() != 2.3
+    assert core.take_deadline() != 2.3
 
 
 def _parked_at(since: float, max_idle: float) -> tuple[PoolCore, Request]:

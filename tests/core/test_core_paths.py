@@ -233,7 +233,7 @@ class Driver:
                 self._complete(action.request)
         self.told = core.observed
         if core.timers.dirty:
-            core.next_deadline()  # the front end re-arms its timer
+            core.take_deadline()  # the front end re-arms its timer
 
     # ------------------------------------------------------------------ state
 

@@ -556,15 +556,28 @@ def test_idle_sweep_closes_connections_idle_too_long() -> None:
     core.release(a, 1.0)
     core.release(b, 2.0)
     core.take()
-    assert core.next_deadline() == 3.0
+    assert core.take_deadline() == 3.0
     core.fire_timers(3.0)
     actions, events = core.take()
     closes = cast(list[CloseConnection], actions)
     assert [a.conn for a in closes] == [a] and a.close_reason == "idle"
     assert [e.reason for e in cast(list[ConnectionClosedEvent], events)] == ["idle"]
-    assert core.next_deadline() == 4.0
+    assert core.take_deadline() == 4.0
     core.fire_timers(4.0)
     assert [a.conn for a in cast(list[CloseConnection], core.take()[0])] == [b]
+
+
+def test_take_deadline_takes_the_dirty_flag_and_next_deadline_is_its_old_name() -> None:
+    """The front end re-arms its timer when ``timers.dirty``: ``take_deadline`` hands it the
+    earliest deadline and clears the flag until a push makes an entry the earliest again."""
+    core = make(max_idle_time=2.0)
+    conn = leased(core)
+    core.release(conn, 1.0)  # pushes the idle sweep at 3.0: the earliest
+    assert core.timers.dirty
+    assert core.take_deadline() == 3.0 and not core.timers.dirty
+    assert core.take_deadline() == 3.0 and not core.timers.dirty
+    core.timers.dirty = True
+    assert core.next_deadline() == 3.0 and not core.timers.dirty  # (until the front ends' rename)
 
 
 def test_background_run_closes_stale_idle_and_refills_min_size() -> None:
@@ -583,7 +596,7 @@ def test_background_run_closes_stale_idle_and_refills_min_size() -> None:
     start = cast(StartConnect, actions[1])
     assert start.conn.generation == 1 and start.conn.role is Role.KEPT
     assert kinds(events) == ["ConnectionClosedEvent", "ConnectionCreatedEvent"]
-    assert core.next_deadline() == 11.0
+    assert core.take_deadline() == 11.0
 
 
 def test_unobserved_core_builds_no_events() -> None:

@@ -17,8 +17,9 @@ Rules of this module
 * The inputs are the collaborators' bound methods, set once here: a front end's call costs what
   a method of this class would (no call in between), and the one definition of each input is in
   its collaborator.
-* Views only read: nothing here changes the state but ``take``, which empties the output lists,
-  and ``observed``'s setter, with which the front end says whether anyone observes the pool.
+* Views only read. What the front end takes is an input, named so: ``take``, which empties the
+  output lists, and ``take_deadline``, which clears ``timers.dirty`` (the front end re-arms its
+  timer with what it returns); and ``observed``'s setter says whether anyone observes the pool.
 """
 
 from __future__ import annotations
@@ -78,6 +79,7 @@ class PoolCore:
         "lease_idle",
         "life",
         "lifecycle",
+        "next_deadline",
         "note_wait",
         "options",
         "probes",
@@ -94,6 +96,7 @@ class PoolCore:
         "shared",
         "stats",
         "take",
+        "take_deadline",
         "tally",
         "timers",
         "unhold",
@@ -134,6 +137,9 @@ class PoolCore:
         self.roles = shared.roles
         self.tally = shared.tally
         self.take = shared.take
+        #: the earliest deadline, for the front end to arm its timer with; clears ``timers.dirty``
+        self.take_deadline = shared.timers.take_deadline
+        self.next_deadline = self.take_deadline  # the old name, until the front ends' rename
         # the inputs: checkout, check-in, hand-off
         self.lease_idle = hand.lease_idle
         self.request = hand.request
@@ -232,7 +238,3 @@ class PoolCore:
     def idle_connections(self) -> list[Conn]:
         """Available connections, longest parked first (for tests and diagnostics)."""
         return list(self.idle_set.stack)
-
-    def next_deadline(self) -> float | None:
-        self.timers.dirty = False
-        return self.timers.next_deadline()

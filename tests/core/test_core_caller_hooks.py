@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
+from core_view import state_of
 from poolkit import Hooks, PoolOptions
 from poolkit._core import CloseConnection, Conn, ConnState, PoolCore, Request, StartConnect
 from poolkit.errors import HookTimeoutError
@@ -139,5 +140,5 @@ def test_the_timeout_error_names_the_check() -> None:
     core = _core(timeout=1.0)
     conn = core.lease_checking(0.0)
     assert conn is not None
-    error = core.hooks.timeout_error(conn, core.address)
+    error = state_of(core).hooks.timeout_error(conn, core.address)
     assert isinstance(error, HookTimeoutError) and error.hook == "check"

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from core_view import core_view, state_of
 from poolkit import PoolOptions
 from poolkit._core import (
     STEPS,
@@ -145,7 +146,7 @@ def test_request_with_nothing_idle_queues_and_starts_one_connect() -> None:
     (conn,) = started(actions)
     assert conn.role is Role.DEMAND
     assert kinds(events) == ["ConnectionCheckOutStartedEvent", "ConnectionCreatedEvent"]
-    assert core.waiters() == [req]
+    assert core_view(core).waiters() == [req]
     # max_connecting=1: a second waiter waits for the same connect to finish first
     queue(core)
     actions, events = core.take()
@@ -156,10 +157,11 @@ def test_request_with_nothing_idle_queues_and_starts_one_connect() -> None:
 
 def test_request_at_max_size_starts_no_connect() -> None:
     core = make(max_size=1)
+    view = core_view(core)
     leased(core)
     queue(core)
     assert core.take()[0] == []
-    assert core.total == 1 and core.pending == 0
+    assert view.total == 1 and view.pending == 0
 
 
 def test_connected_serves_the_head_waiter() -> None:
@@ -266,7 +268,7 @@ def test_stale_connection_is_closed_at_checkin() -> None:
     assert conn.close_reason == "stale" and conn.state is ConnState.CLOSED
     assert kinds(events) == ["ConnectionCheckedInEvent", "ConnectionClosedEvent"]
     assert cast(ConnectionClosedEvent, events[1]).reason == "stale"
-    assert core.total == 0
+    assert core_view(core).total == 0
 
 
 # ---------------------------------------------------------------------- clear and close
@@ -311,7 +313,7 @@ def test_clear_with_interrupt_closes_leased_and_pending_as_stale() -> None:
     }
     assert fixed == {busy.id: (busy.connection, False), pending.id: (None, True)}
     assert busy.close_reason == pending.close_reason == "stale"
-    assert rest.state is ConnState.IDLE and core.conns == {rest.id: rest}
+    assert rest.state is ConnState.IDLE and state_of(core).conns == {rest.id: rest}
     assert events[0] == PoolClearedEvent(address=ADDRESS, interrupt_in_use_connections=True)
     closed = [e for e in events if isinstance(e, ConnectionClosedEvent)]
     assert {e.connection_id for e in closed} == {busy.id, pending.id}
@@ -367,6 +369,7 @@ def test_close_fails_waiters_with_pool_closed_error() -> None:
 
 def test_close_closes_idle_and_pending_at_once_and_leased_at_checkin() -> None:
     core = make(max_size=3)
+    shared = state_of(core)
     busy = leased(core)
     rest = idle(core)
     pending = pending_beside(core, rest)
@@ -376,13 +379,13 @@ def test_close_closes_idle_and_pending_at_once_and_leased_at_checkin() -> None:
     assert [a.conn for a in cast(list[CloseConnection], actions)] == [rest, pending]
     assert rest.close_reason == pending.close_reason == "poolClosed"
     assert kinds(events) == ["ConnectionClosedEvent", "ConnectionClosedEvent", "PoolClosedEvent"]
-    assert core.conns == {busy.id: busy}
+    assert shared.conns == {busy.id: busy}
     core.release(busy, 2.0)
     actions, _ = core.take()
     assert kinds(actions) == ["CloseConnection"] and busy.close_reason == "poolClosed"
     core.connect_failed(pending, 2.0, OSError())
     assert core.take() == ([], [])
-    assert core.conns == {}
+    assert shared.conns == {}
     with pytest.raises(PoolClosedError):
         core.ready(3.0)
     core.close(3.0)  # closing twice is a no-op
@@ -435,7 +438,7 @@ def test_connect_failure_fails_the_head_waiter_with_the_same_error() -> None:
     )
     failed = cast(ConnectionCheckOutFailedEvent, events[2])
     assert failed.reason == "connectionError" and failed.error is boom
-    assert conn.state is ConnState.CLOSED and core.pending == 1
+    assert conn.state is ConnState.CLOSED and core_view(core).pending == 1
 
 
 def test_connect_failure_does_not_fail_a_waiter_covered_by_another_connect() -> None:
@@ -494,7 +497,7 @@ def test_wait_queue_deadline() -> None:
         kinds(events) == ["ConnectionCheckOutFailedEvent"]
         and cast(ConnectionCheckOutFailedEvent, events[0]).reason == "timeout"
     )
-    assert core.waiting == 0
+    assert core_view(core).waiting == 0
 
 
 def test_expired_deadline_fails_at_once_without_queueing_but_connects() -> None:
@@ -778,6 +781,7 @@ def test_expected_streams_counts_a_connect_for_that_many_waiters() -> None:
     """``expected_streams``: concurrent first checkouts of a multiplexed pool wait for one
     connection (httpcore's issue #80), and the limit the connection reports replaces the guess."""
     core = make(max_size=5, max_connecting=2, expected_streams=4)
+    shared = state_of(core)
     waiters = [queue(core) for _ in range(4)]
     actions, _ = core.take()
     (conn,) = started(actions)  # four waiters, one connect: it is counted to serve four
@@ -787,10 +791,10 @@ def test_expected_streams_counts_a_connect_for_that_many_waiters() -> None:
     core.connected(conn, 0.1, "c1", max_streams=4)
     actions, _ = core.take()
     assert [req.conn for req in waiters] == [conn] * 4 and conn.streams == 4
-    assert core.shared.expected_streams == 4
+    assert shared.expected_streams == 4
     core.connected(second, 0.2, "c2", max_streams=1)  # the server allows one stream after all
     core.take()
-    assert core.shared.expected_streams == 1
+    assert shared.expected_streams == 1
     more = [queue(core) for _ in range(3)]  # each now needs a connect of its own (room: 3)
     actions, _ = core.take()
     assert len(started(actions)) == 2  # (max_connecting)

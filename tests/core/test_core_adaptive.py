@@ -15,6 +15,7 @@ from datetime import timedelta
 
 import pytest
 
+from core_view import core_view, handout_of, state_of
 from poolkit import Adaptive
 from poolkit._core.adaptive import GAINS, AdaptiveLimit
 from poolkit.testing.sim.server import _Cores
@@ -384,16 +385,18 @@ def test_an_adaptive_pool_lets_no_more_than_its_limit_be_in_use() -> None:
     """The limit starts at ``max_connecting`` (2): a third checkout waits in the queue though
     ``max_size`` has room, and no connect starts for it; a check-in hands it the connection."""
     core = _core(max_size=10, max_connecting=2, adaptive=Adaptive(round_ops=1000))
-    assert core.shared.adaptive is not None and core.shared.adaptive.limit == 2
+    view = core_view(core)
+    shared = state_of(core)
+    assert shared.adaptive is not None and shared.adaptive.limit == 2
     first, second, third = (_checkout(core, 0.0) for _ in range(3))
     assert first.state is second.state is RequestState.SERVED
-    assert third.state is RequestState.WAITING and core.total == 2 and core.in_use == 2
+    assert third.state is RequestState.WAITING and view.total == 2 and view.in_use == 2
     assert core.lease_idle(0.0) is None  # (the fast path too: at the limit)
     assert first.conn is not None
     core.release(first.conn, 0.5)
     core.take()
     assert _state(third) is RequestState.SERVED and third.conn is first.conn
-    assert core.in_use == 2
+    assert view.in_use == 2
 
 
 def test_an_adaptive_pool_takes_no_fast_path_and_learns_from_check_ins() -> None:
@@ -401,8 +404,8 @@ def test_an_adaptive_pool_takes_no_fast_path_and_learns_from_check_ins() -> None
     operation time (2 at a time, each 1 s: 2 a second, 1 s); the first rounds cruise at the
     initial limit, and a third checkout waits for a check-in."""
     core = _core(max_size=10, max_connecting=2, adaptive=Adaptive(round_ops=4))
-    assert (core.handout._lease_gen, core.handout._quick_gen) == (-1, -1)
-    adaptive = core.shared.adaptive
+    assert (handout_of(core)._lease_gen, handout_of(core)._quick_gen) == (-1, -1)
+    adaptive = state_of(core).adaptive
     assert adaptive is not None
     now = 0.0
     reqs = [_checkout(core, now) for _ in range(2)]

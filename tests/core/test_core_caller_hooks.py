@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
+from core_view import state_of
 from poolkit import Hooks, PoolOptions
 from poolkit._core import CloseConnection, Conn, ConnState, PoolCore, Request, StartConnect
 from poolkit.errors import HookTimeoutError
@@ -78,7 +79,7 @@ def test_a_failed_check_closes_the_connection_and_refills_min_size() -> None:
 def test_a_check_past_its_timeout_is_over_and_its_late_result_changes_nothing() -> None:
     core = _core(timeout=2.0)
     conn = core.lease_checking(1.0)
-    assert conn is not None and core.next_deadline() == 3.0
+    assert conn is not None and core.take_deadline() == 3.0
     core.fire_timers(3.0)
     assert conn.state is ConnState.CLOSED
     actions = core.take()[0]
@@ -139,5 +140,5 @@ def test_the_timeout_error_names_the_check() -> None:
     core = _core(timeout=1.0)
     conn = core.lease_checking(0.0)
     assert conn is not None
-    error = core.hooks.timeout_error(conn, core.address)
+    error = state_of(core).hooks.timeout_error(conn, core.address)
     assert isinstance(error, HookTimeoutError) and error.hook == "check"

@@ -9,6 +9,7 @@ from typing import Any, cast
 import pytest
 from test_core_table import ADDRESS, kinds, queue, started
 
+from core_view import core_view, state_of
 from poolkit import Backoff, Hooks, KeepAlive, PoolOptions
 from poolkit._core import (
     Conn,
@@ -65,7 +66,7 @@ def parked(core: PoolCore, now: float = 0.0) -> Conn:
 
 def timers(core: PoolCore) -> list[tuple[float, str]]:
     """The live timers, earliest first."""
-    live = [e for e in core.timers._heap if core.shared.timer_is_live(e)]
+    live = [e for e in core.timers._heap if state_of(core).timer_is_live(e)]
     return sorted((e.when, e.kind.name) for e in live)
 
 
@@ -82,7 +83,7 @@ def test_a_parked_connection_is_probed_one_interval_later() -> None:
     actions, events = core.take()
     assert kinds(actions) == ["StartKeepAlive"] and cast(StartKeepAlive, actions[0]).conn is conn
     assert kinds(events) == ["KeepAliveStartedEvent"]
-    assert conn.state is ConnState.LEASED and conn.streams == 1 and core.available == 0
+    assert conn.state is ConnState.LEASED and conn.streams == 1 and core_view(core).available == 0
     core.keep_alive_done(conn, 11.5)
     actions, events = core.take()
     assert actions == [] and kinds(events) == ["KeepAliveSucceededEvent"]
@@ -114,7 +115,7 @@ def queue_or_serve(core: PoolCore, now: float) -> Request:
 
 def test_a_failed_probe_closes_and_refills_min_size() -> None:
     core = make(min_size=1, keep_alive=KeepAlive(10.0, _probe))
-    (conn,) = core.conns.values()  # min_size's connect, started on ready
+    (conn,) = state_of(core).conns.values()  # min_size's connect, started on ready
     core.connected(conn, 0.0, object())
     core.take()
     core.fire_timers(10.0)
@@ -130,7 +131,7 @@ def test_a_failed_probe_closes_and_refills_min_size() -> None:
     ]
     failed, closed = cast(KeepAliveFailedEvent, events[0]), cast(ConnectionClosedEvent, events[1])
     assert failed.error is boom and closed.reason == "error" and closed.error is boom
-    assert core.total == 1 and conn.state is ConnState.CLOSED
+    assert core_view(core).total == 1 and conn.state is ConnState.CLOSED
 
 
 def test_a_probe_past_its_timeout_fails_and_its_late_result_is_ignored() -> None:
@@ -187,7 +188,7 @@ def test_close_gives_a_probed_connection_back_and_closes_it() -> None:
     assert kinds(actions) == ["CloseConnection"] and conn.close_reason == "poolClosed"
     assert kinds(events) == ["ConnectionClosedEvent", "PoolClosedEvent"]
     core.keep_alive_done(conn, 12.0, ConnectionResetError())
-    assert core.take() == ([], []) and core.conns == {}
+    assert core.take() == ([], []) and state_of(core).conns == {}
 
 
 # ---------------------------------------------------------------------- connect retries
@@ -201,6 +202,7 @@ def attempt(events: list[Any]) -> Any:
 
 def test_a_failed_connect_backs_off_and_the_waiter_keeps_waiting() -> None:
     core = make(connect_retry=Backoff())
+    shared = state_of(core)
     req = queue(core, 0.0)
     (conn,) = started(core.take()[0])
     boom = ConnectionRefusedError()
@@ -219,7 +221,7 @@ def test_a_failed_connect_backs_off_and_the_waiter_keeps_waiting() -> None:
     assert (tried.failures, tried.retry_in) == (1, pytest.approx(0.1))  # type: ignore[comparison-overlap]
     assert (failing.failures, failing.error) == (1, boom)
     assert req.state is RequestState.WAITING
-    (slot,) = [c for c in core.conns.values()]
+    (slot,) = [c for c in shared.conns.values()]
     assert slot.state is ConnState.BACKING_OFF and slot.id == conn.id + 1
     # (ignore: mypy sees no overlap with an Approx, which compares equal to a float)
     assert timers(core) == [(pytest.approx(0.6), "BACKOFF")]  # type: ignore[comparison-overlap]
@@ -235,7 +237,7 @@ def test_a_failed_connect_backs_off_and_the_waiter_keeps_waiting() -> None:
     core.connected(slot, 0.7, object())
     actions, events = core.take()
     assert kinds(actions) == ["CompleteRequest", "StartConnect"]  # then connects as usual
-    assert req.conn is slot and core.failures.failing is None
+    assert req.conn is slot and shared.failures.failing is None
     (found,) = [e for e in events if kinds([e]) == ["ConnectRecoveredEvent"]]
     recovered = cast(ConnectRecoveredEvent, found)
     # (ignore: mypy sees no overlap with an Approx, which compares equal to a float)
@@ -305,16 +307,17 @@ def test_the_circuit_opens_only_with_no_connection_open_and_closes_on_success() 
 
 def test_a_success_elsewhere_ends_the_failing_state_and_drops_the_slot() -> None:
     core = make(max_connecting=2, connect_retry=Backoff())
+    shared = state_of(core)
     queue(core, 0.0)
     queue(core, 0.0)
     a, b = started(core.take()[0])
     core.connect_failed(a, 0.1, OSError())
     core.take()
-    (slot,) = [c for c in core.conns.values() if c.state is ConnState.BACKING_OFF]
+    (slot,) = [c for c in shared.conns.values() if c.state is ConnState.BACKING_OFF]
     core.connected(b, 0.15, object())
     actions, _ = core.take()
     assert kinds(actions) == ["CompleteRequest", "StartConnect"]  # the other waiter's connect
-    assert slot.state is ConnState.CLOSED and slot.id not in core.conns
+    assert slot.state is ConnState.CLOSED and slot.id not in shared.conns
     core.fire_timers(10.0)  # the slot's timer is stale
     assert kinds(core.take()[0]) == []
 
@@ -386,7 +389,7 @@ def test_a_lease_given_back_in_time_is_never_reported() -> None:
 
 def test_a_collected_lease_is_reported_and_its_connection_closed_even_unobserved() -> None:
     core = make(leak_timeout=5.0)
-    core.shared.observed = False
+    core.observed = False
     conn = parked(core, 0.0)
     queue_or_serve(core, 0.0)
     held = Hold(conn, 0.0, "stack")
@@ -396,7 +399,7 @@ def test_a_collected_lease_is_reported_and_its_connection_closed_even_unobserved
     assert kinds(actions) == ["CloseConnection"] and conn.close_reason == "error"
     # a leak is always told
     assert kinds(events) == ["LeaseLeakedEvent"] and cast(LeaseLeakedEvent, events[0]).collected
-    assert core.total == 0
+    assert core_view(core).total == 0
     core.lease_collected(held, 3.0)  # reported once, closed once
     core.fire_timers(10.0)
     assert core.take() == ([], [])
@@ -453,7 +456,7 @@ def test_an_unwatched_collected_lease_is_reported_without_time_or_stack() -> Non
     leak = cast(LeaseLeakedEvent, events[0])
     assert kinds(events)[0] == "LeaseLeakedEvent" and leak.collected
     assert (leak.held, leak.stack) == (None, "")
-    assert waiter.state is RequestState.WAITING and core.total == 1
+    assert waiter.state is RequestState.WAITING and core_view(core).total == 1
 
 
 # ---------------------------------------------------------------------- resets

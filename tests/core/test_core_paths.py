@@ -39,6 +39,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from core_view import core_view, state_of
 from poolkit import Backoff, KeepAlive, PoolOptions
 from poolkit._core import (
     CloseConnection,
@@ -233,7 +234,7 @@ class Driver:
                 self._complete(action.request)
         self.told = core.observed
         if core.timers.dirty:
-            core.next_deadline()  # the front end re-arms its timer
+            core.take_deadline()  # the front end re-arms its timer
 
     # ------------------------------------------------------------------ state
 
@@ -249,26 +250,33 @@ class Driver:
 
     def snapshot(self, checkouts: int) -> dict[str, Any]:
         core = self.core
+        view = core_view(core)
+        shared = state_of(core)
         clocked = core.clocked
-        failing = core.failures.failing
-        live = [e for e in core.timers._heap if core.shared.timer_is_live(e)]
+        failing = shared.failures.failing
+        live = [e for e in core.timers._heap if shared.timer_is_live(e)]
         return {
-            "state": (core.state, core.generation, core.checkouts, core.failures.row),
+            "state": (
+                core.state,
+                core.generation,
+                core.stats().checkouts,
+                shared.failures.row,
+            ),
             "services": {sid: tuple(entry) for sid, entry in core.service_generations.items()},
-            "conns": sorted(_conn_state(c, clocked) for c in core.conns.values()),
-            "idle": [c.id for c in core.idle_connections()],
-            "open": [c.id for c in core.idle_set.open],
-            "waiters": [self.number[id(r)] for r in core.waiters()],
+            "conns": sorted(_conn_state(c, clocked) for c in shared.conns.values()),
+            "idle": [c.id for c in view.idle_connections()],
+            "open": [c.id for c in shared.idle_set.open],
+            "waiters": [self.number[id(r)] for r in view.waiters()],
             "counts": (
-                list(core.shared.counts),
-                core.roles.kept,
-                core.roles.overflow,
-                core.shared.next_id,
+                list(shared.counts),
+                shared.roles.kept,
+                shared.roles.overflow,
+                shared.next_id,
             ),
             "stats": dataclasses.asdict(core.stats()),
             "timers": sorted((e.when, e.kind, self._target(e.target)) for e in live),
-            "sweep": None if core.idle_set.sweep is None else core.idle_set.sweep.when,
-            "background": None if core.shared.background is None else core.shared.background.when,
+            "sweep": None if shared.idle_set.sweep is None else shared.idle_set.sweep.when,
+            "background": None if shared.background is None else shared.background.when,
             "failing": None
             if failing is None
             else (
@@ -400,10 +408,10 @@ class PathsMachine(RuleBasedStateMachine):
     def release_more(self, index: int) -> None:
         self.release(index)
 
-    @precondition(lambda self: self.ref.core.waiting)
+    @precondition(lambda self: bool(core_view(self.ref.core).waiting))
     @rule(index=st.integers(min_value=0))
     def cancel(self, index: int) -> None:
-        waiting = [self.ref.number[id(r)] for r in self.ref.core.waiters()]
+        waiting = [self.ref.number[id(r)] for r in core_view(self.ref.core).waiters()]
         number = waiting[index % len(waiting)]
         self._each(lambda d: d.cancel(number, self.now))
 
@@ -464,17 +472,17 @@ class PathsMachine(RuleBasedStateMachine):
     def clear_service(self, service: Any, interrupt: bool) -> None:
         self._each(lambda d: d.core.clear(self.now, interrupt_in_use=interrupt, service_id=service))
 
-    @precondition(lambda self: self.ref.core.conns)
+    @precondition(lambda self: bool(state_of(self.ref.core).conns))
     @rule(index=st.integers(min_value=0))
     def will_close(self, index: int) -> None:
-        ids = sorted(self.ref.core.conns)
+        ids = sorted(state_of(self.ref.core).conns)
         conn_id = ids[index % len(ids)]
         self._each(lambda d: d.core.will_close(conn_id, self.now))
 
-    @precondition(lambda self: self.ref.core.conns)
+    @precondition(lambda self: bool(state_of(self.ref.core).conns))
     @rule(index=st.integers(min_value=0), max_streams=st.sampled_from([1, 1, 2, 4]))
     def set_max_streams(self, index: int, max_streams: int) -> None:
-        ids = sorted(self.ref.core.conns)
+        ids = sorted(state_of(self.ref.core).conns)
         conn_id = ids[index % len(ids)]
         self._each(lambda d: d.core.set_max_streams(conn_id, max_streams, self.now))
 
@@ -482,7 +490,7 @@ class PathsMachine(RuleBasedStateMachine):
     def listen(self, on: bool) -> None:
         """A listener (or DEBUG logging) comes or goes on the mixed core: it is observed from now
         on, or takes the fast paths again."""
-        self.drivers[3].core.shared.observed = on
+        self.drivers[3].core.observed = on
         for driver in self.drivers:
             driver.step = []
             driver.events = []
@@ -532,7 +540,7 @@ class PathsMachine(RuleBasedStateMachine):
         self.advance(1000.0)
         self.same_state()
         for driver in self.drivers:
-            assert driver.core.conns == {}, driver.name
+            assert state_of(driver.core).conns == {}, driver.name
             try:
                 driver.core.ready(self.now)
             except PoolClosedError:
@@ -561,6 +569,7 @@ def test_fast_checkout_prefers_a_free_stream_to_an_idle_connection() -> None:
     leased = []
     for fast in (True, False):
         core = PoolCore(PoolOptions(max_size=2, max_connecting=2), "host:27017")
+        shared = state_of(core)
         core.ready(_START)
         first, second = Request(_START, None), Request(_START, None)
         core.request(first, _START)
@@ -570,7 +579,9 @@ def test_fast_checkout_prefers_a_free_stream_to_an_idle_connection() -> None:
         core.connected(multiplexed, _START, ConnectionObject(multiplexed.id), None, 2)
         assert first.conn is plain and second.conn is multiplexed
         assert core.release_idle(plain) is True  # available again, on top of the stack
-        assert core.idle_connections() == [plain] and list(core.idle_set.open) == [multiplexed]
+        assert core_view(core).idle_connections() == [plain] and list(shared.idle_set.open) == [
+            multiplexed
+        ]
         if fast:
             conn = core.lease_idle(0.0)
         else:
@@ -578,6 +589,6 @@ def test_fast_checkout_prefers_a_free_stream_to_an_idle_connection() -> None:
             core.request(third, _START)
             conn = third.conn
         assert conn is multiplexed and multiplexed.streams == 2, (fast, conn)
-        assert plain.state is ConnState.IDLE and list(core.idle_set.open) == []
+        assert plain.state is ConnState.IDLE and list(shared.idle_set.open) == []
         leased.append(conn.id)
     assert leased[0] == leased[1]

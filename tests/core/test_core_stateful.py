@@ -33,6 +33,7 @@ from hypothesis.stateful import (
     rule,
 )
 
+from core_view import core_view, handout_of, state_of
 from poolkit import Adaptive, Backoff, Hooks, KeepAlive, PoolOptions
 from poolkit._core import (
     CloseConnection,
@@ -329,13 +330,13 @@ class PoolCoreMachine(RuleBasedStateMachine):
         # the core removed every conn it closed from every count before handing the action out
         for action in actions:
             if isinstance(action, CloseConnection):
-                assert core.conns.get(action.conn.id) is not action.conn
+                assert state_of(core).conns.get(action.conn.id) is not action.conn
 
     def _check_fresh(self, conn: Conn) -> None:
         """A connection handed out is live, of the current generation and not idle too long."""
         core = self.c
         assert core.state is PoolState.READY
-        assert core.conns.get(conn.id) is conn, conn
+        assert state_of(core).conns.get(conn.id) is conn, conn
         assert conn.state is ConnState.LEASED, conn
         assert not _stale(core, conn), f"{conn} leased behind its generation"
         assert conn.streams <= conn.max_streams, f"{conn} leased beyond its stream limit"
@@ -434,7 +435,7 @@ class PoolCoreMachine(RuleBasedStateMachine):
             return
         before = self.c.state
         generation = self.c.generation
-        waiting = self.c.waiters()
+        waiting = core_view(self.c).waiters()
         _, _, events = self._do(lambda core: core.clear(self.now, interrupt_in_use=interrupt))
         cleared = [e for e in events if isinstance(e, PoolClearedEvent)]
         if self.c.observed and before is PoolState.READY:
@@ -446,12 +447,12 @@ class PoolCoreMachine(RuleBasedStateMachine):
             return
         assert self.c.state is PoolState.PAUSED
         assert self.c.generation == generation + 1
-        assert self.c.waiting == 0
+        assert core_view(self.c).waiting == 0
         for req in waiting:
             assert req.state is RequestState.FAILED
             assert isinstance(req.error, PoolClearedError)
         if interrupt:
-            for conn in self.c.conns.values():
+            for conn in state_of(self.c).conns.values():
                 assert (
                     # (slots: see _retry; a check or reset is not interrupted: its connection
                     # closes, stale, when it ends)
@@ -474,14 +475,16 @@ class PoolCoreMachine(RuleBasedStateMachine):
         connect has no service yet (it takes its service's generation when it is established)
         and goes on."""
         core = self.c
+        view = core_view(core)
+        shared = state_of(core)
         before = core.state
-        waiting = core.waiters()
+        waiting = view.waiters()
         entries = {sid: tuple(entry) for sid, entry in core.service_generations.items()}
-        conns = {c.id: (c, c.state) for c in core.conns.values()}
+        conns = {c.id: (c, c.state) for c in shared.conns.values()}
         cleared = set(entries) if service is None else {service} & set(entries)
         expected_closed = {
             c.id
-            for c in core.conns.values()
+            for c in shared.conns.values()
             if interrupt
             and c.state in (ConnState.LEASED, ConnState.DRAINING)
             and c.service_id in cleared
@@ -490,7 +493,7 @@ class PoolCoreMachine(RuleBasedStateMachine):
             lambda core: core.clear(self.now, interrupt_in_use=interrupt, service_id=service)
         )
         assert core.state is before, "a load-balanced clear changed the pool's state"
-        assert core.waiters() == waiting, "a load-balanced clear touched the wait queue"
+        assert view.waiters() == waiting, "a load-balanced clear touched the wait queue"
         for req in waiting:
             assert req.state is RequestState.WAITING
         events_cleared = [e for e in events if isinstance(e, PoolClearedEvent)]
@@ -523,48 +526,55 @@ class PoolCoreMachine(RuleBasedStateMachine):
     def clear_service_not_lb(self, service: Any) -> None:
         """``clear(service_id=...)`` needs load-balanced mode: refused, nothing changed."""
         core = self.c
-        state, generation, waiting = core.state, core.generation, core.waiters()
+        view = core_view(core)
+        state, generation, waiting = core.state, core.generation, view.waiters()
         try:
             core.clear(self.now, service_id=service)
         except ValueError:
             assert state is not PoolState.CLOSED
         else:
             assert state is PoolState.CLOSED
-        assert (core.state, core.generation, core.waiters()) == (state, generation, waiting)
+        assert (core.state, core.generation, view.waiters()) == (
+            state,
+            generation,
+            waiting,
+        )
         assert core.take() == ([], [])
 
     def close(self) -> None:
-        waiting = self.c.waiters()
+        waiting = core_view(self.c).waiters()
         if self.c.state is not PoolState.CLOSED:
             self.closed_at = self.now
         self._do(lambda core: core.close(self.now))
         assert self.c.state is PoolState.CLOSED
-        assert self.c.waiting == 0
+        assert core_view(self.c).waiting == 0
         for req in waiting:
             assert req.state is RequestState.FAILED
             assert isinstance(req.error, PoolClosedError)
-        for conn in self.c.conns.values():
+        for conn in state_of(self.c).conns.values():
             assert conn.state in (ConnState.LEASED, ConnState.DRAINING), conn
 
     @rule()
     def lease_idle(self) -> None:
-        waiting = self.c.waiting
+        waiting = core_view(self.c).waiting
         state = self.c.state
         conn, actions, _ = self._do(lambda core: core.lease_idle(self._lease_idle_time()))
         if conn is not None:
             assert state is PoolState.READY and waiting == 0
             assert conn.state is ConnState.LEASED
-            assert conn.id in self.c.conns
+            assert conn.id in state_of(self.c).conns
             self._check_fresh(conn)
             self._leased(conn)
         assert not any(isinstance(a, StartConnect | CompleteRequest) for a in actions)
 
-    @precondition(lambda self: self.c.hooks.check_after is not None and not self.c.observed)
+    @precondition(
+        lambda self: state_of(self.c).hooks.check_after is not None and not self.c.observed
+    )
     @rule()
     def lease_checking(self) -> None:
         """``Pool``'s checkout fast path with a check hook: a connection leased at once, or its
         check started for the caller (who runs it and reports with ``checked``)."""
-        waiting = self.c.waiting
+        waiting = core_view(self.c).waiting
         state = self.c.state
         conn, actions, _ = self._do(lambda core: core.lease_checking(self.now))
         assert not any(isinstance(a, StartCheck | StartReset | CompleteRequest) for a in actions)
@@ -572,7 +582,7 @@ class PoolCoreMachine(RuleBasedStateMachine):
             return
         assert state is PoolState.READY and waiting == 0
         if conn.state is ConnState.CHECKING:
-            assert self.c.hooks.check_after is not None
+            assert state_of(self.c).hooks.check_after is not None
             assert conn.hook_started == self.now and conn.streams == 0, conn
             assert all(c is not conn for c, _ in self.hooking), f"a second run on {conn}"
             self.caller_checks.append(conn)
@@ -635,7 +645,7 @@ class PoolCoreMachine(RuleBasedStateMachine):
         cancelled, actions, _ = self._do(lambda core: core.cancel(req, self.now))
         assert cancelled is True
         assert req.state is RequestState.CANCELLED
-        assert req not in self.c.waiters()
+        assert req not in core_view(self.c).waiters()
         assert actions == []
         self.cancelled.add(id(req))
 
@@ -663,7 +673,7 @@ class PoolCoreMachine(RuleBasedStateMachine):
             lambda core: core.discard(conn, self.now) if discard else core.release(conn, self.now)
         )
         if discard:
-            assert self.c.conns.get(conn.id) is not conn
+            assert state_of(self.c).conns.get(conn.id) is not conn
         else:
             self._checked_in_stale(conn, stale)
 
@@ -676,7 +686,7 @@ class PoolCoreMachine(RuleBasedStateMachine):
             assert conn.state is ConnState.CLOSED, f"stale {conn} kept at check-in"
             assert conn.close_reason in ("stale", "poolClosed"), conn
         else:
-            assert conn not in self.c.idle_set.open, f"stale {conn} open for new leases"
+            assert conn not in state_of(self.c).idle_set.open, f"stale {conn} open for new leases"
 
     @precondition(lambda self: self.leases and not self.c.observed)
     @rule(index=st.integers(min_value=0))
@@ -686,9 +696,17 @@ class PoolCoreMachine(RuleBasedStateMachine):
         self._drop_lease(conn)
         self.releases += 1
         core = self.c
-        before = (conn.state, conn.streams, core.waiting, core.available, len(core.conns))
+        view = core_view(core)
+        shared = state_of(core)
+        before = (
+            conn.state,
+            conn.streams,
+            view.waiting,
+            view.available,
+            len(shared.conns),
+        )
         stale = conn.state is ConnState.LEASED and _stale(core, conn)
-        oldest = core.waiters()[:1]
+        oldest = view.waiters()[:1]
         taken, actions, _ = self._do(lambda core: core.release_idle(conn))
         if isinstance(taken, Request):
             core.note_wait(self.now - taken.started)  # as the front ends do
@@ -702,14 +720,20 @@ class PoolCoreMachine(RuleBasedStateMachine):
                 assert actions == []  # the caller wakes the request it was given
                 self._apply([CompleteRequest(req)])  # ...which the model checks as one
                 assert conn.state is ConnState.LEASED and conn.streams == 1
-                assert core.waiting == before[2] - 1 and core.available == before[3]
+                assert view.waiting == before[2] - 1 and view.available == before[3]
             else:
                 assert taken is True and actions == []
-                assert conn.state is ConnState.IDLE and core.idle_connections()[-1] is conn
-                assert core.available == before[3] + 1
+                assert conn.state is ConnState.IDLE and view.idle_connections()[-1] is conn
+                assert view.available == before[3] + 1
         else:
             assert taken is False and actions == []
-            after = (conn.state, conn.streams, core.waiting, core.available, len(core.conns))
+            after = (
+                conn.state,
+                conn.streams,
+                view.waiting,
+                view.available,
+                len(shared.conns),
+            )
             assert after == before, "a refused quick release changed something"
             self._do(lambda core: core.release(conn, self.now))
             self._checked_in_stale(conn, stale)
@@ -752,24 +776,24 @@ class PoolCoreMachine(RuleBasedStateMachine):
     def connected_multiplexed(self, index: int, service: Any, max_streams: int) -> None:
         self.connected(index, service, max_streams)
 
-    @precondition(lambda self: self.c.conns)
+    @precondition(lambda self: bool(state_of(self.c).conns))
     @rule(index=st.integers(min_value=0), max_streams=st.sampled_from([1, 1, 2, 4]))
     def set_max_streams(self, index: int, max_streams: int) -> None:
-        conns = list(self.c.conns.values())
+        conns = list(state_of(self.c).conns.values())
         conn = conns[index % len(conns)]
         state = conn.state
-        waiting = self.c.waiting
+        waiting = core_view(self.c).waiting
         known, _, _ = self._do(lambda core: core.set_max_streams(conn.id, max_streams, self.now))
         assert known == (state not in (ConnState.CONNECTING, ConnState.BACKING_OFF))
         if known:
             assert conn.max_streams == max_streams
             # an increase serves at most the new free streams (and other free connections)
-            assert self.c.waiting <= waiting
+            assert core_view(self.c).waiting <= waiting
 
-    @precondition(lambda self: self.c.conns)
+    @precondition(lambda self: bool(state_of(self.c).conns))
     @rule(index=st.integers(min_value=0))
     def will_close(self, index: int) -> None:
-        conns = list(self.c.conns.values())
+        conns = list(state_of(self.c).conns.values())
         conn = conns[index % len(conns)]
         state = conn.state
         probe_only = conn.streams == 1 and conn.probe_started is not None
@@ -792,10 +816,10 @@ class PoolCoreMachine(RuleBasedStateMachine):
     def connect_failed(self, index: int) -> None:
         conn = self.owed.pop(index % len(self.owed))
         error = ConnectError(f"connect {conn.id} failed")
-        head = self.c.waiters()[:1]
+        head = core_view(self.c).waiters()[:1]
         was_connecting = conn.state is ConnState.CONNECTING
         _, actions, _ = self._do(lambda core: core.connect_failed(conn, self.now, error))
-        assert conn.id not in self.c.conns
+        assert conn.id not in state_of(self.c).conns
         if not was_connecting:  # a connect given up on returned: its room may start others
             assert all(isinstance(a, StartConnect) for a in actions), actions
         for req in head:
@@ -809,7 +833,7 @@ class PoolCoreMachine(RuleBasedStateMachine):
             and self.c.options.connect_retry is not None
             and self.c.state is not PoolState.CLOSED
         ):
-            failing = self.c.failures.failing
+            failing = state_of(self.c).failures.failing
             assert failing is not None and failing.failures >= 1
             slot = failing.pending
             if slot is not None:
@@ -897,7 +921,7 @@ class PoolCoreMachine(RuleBasedStateMachine):
             else -1
         )
         quick = -1 if core.clocked else release
-        hand = core.handout
+        hand = handout_of(core)
         assert (hand._lease_gen, hand._release_gen, hand._quick_gen) == (lease, release, quick)
 
     @invariant()
@@ -916,7 +940,9 @@ class PoolCoreMachine(RuleBasedStateMachine):
                 assert req.queued
                 assert self.completions.get(key, 0) == 0
         waiting = [r for r in self.queued if r.state is RequestState.WAITING]
-        assert self.c.waiters() == waiting, "the core's queue is not the waiting requests in order"
+        assert core_view(self.c).waiters() == waiting, (
+            "the core's queue is not the waiting requests in order"
+        )
 
     @invariant()
     def fifo(self) -> None:
@@ -936,8 +962,10 @@ class PoolCoreMachine(RuleBasedStateMachine):
         if self.core is None:
             return
         core = self.c
+        view = core_view(core)
+        shared = state_of(core)
         opts = core.options
-        conns = list(core.conns.values())
+        conns = list(shared.conns.values())
         by_state = {s: sum(1 for c in conns if c.state is s) for s in ConnState}
         stats = core.stats()
         # a connect given up on whose function has not returned yet (still owed a result) is
@@ -949,15 +977,15 @@ class PoolCoreMachine(RuleBasedStateMachine):
             lost = c.state is ConnState.CLOSED and not c.abandoned
             if lost and core.state is not PoolState.CLOSED:
                 assert self.now >= c.created_at + lost_at, c
-        assert core.shared.abandoned == stats.abandoned == abandoned
+        assert shared.abandoned == stats.abandoned == abandoned
         if opts.max_size:
             assert len(conns) + abandoned <= opts.max_size
         assert by_state[ConnState.CONNECTING] + abandoned <= opts.max_connecting
-        assert stats.total == core.total == len(conns)
-        assert stats.available == core.available == by_state[ConnState.IDLE]
-        assert stats.pending == core.pending == by_state[ConnState.CONNECTING]
+        assert stats.total == view.total == len(conns)
+        assert stats.available == view.available == by_state[ConnState.IDLE]
+        assert stats.pending == view.pending == by_state[ConnState.CONNECTING]
         assert stats.in_use == by_state[ConnState.LEASED] + by_state[ConnState.DRAINING]
-        assert stats.waiting == core.waiting
+        assert stats.waiting == view.waiting
         assert stats.generation == core.generation and stats.state is core.state
         assert stats.checking == by_state[ConnState.CHECKING]
         assert stats.resetting == by_state[ConnState.RESETTING]
@@ -971,32 +999,32 @@ class PoolCoreMachine(RuleBasedStateMachine):
         )
         for s in ConnState:
             if s is not ConnState.CLOSED:
-                assert core.count(s) == by_state[s], s
+                assert view.count(s) == by_state[s], s
         assert by_state[ConnState.CLOSED] == 0
-        for conn_id, conn in core.conns.items():
+        for conn_id, conn in shared.conns.items():
             assert conn.id == conn_id
             # a backing-off slot is the core's own until its retry starts
             assert conn_id in self.started or conn.state is ConnState.BACKING_OFF, conn
             if conn.state is ConnState.BACKING_OFF:
-                failing = core.failures.failing
+                failing = shared.failures.failing
                 assert failing is not None and failing.pending is conn, conn
-        failing = core.failures.failing
+        failing = shared.failures.failing
         if failing is not None and failing.pending is not None:
-            assert core.conns.get(failing.pending.id) is failing.pending
+            assert shared.conns.get(failing.pending.id) is failing.pending
         if failing is None or not failing.open:
             pass
         else:
-            assert core.waiting == 0, "requests wait while the circuit is open"
-        idle = core.idle_connections()
+            assert view.waiting == 0, "requests wait while the circuit is open"
+        idle = view.idle_connections()
         assert len({c.id for c in idle}) == len(idle)
         assert {c.id for c in idle} == {c.id for c in conns if c.state is ConnState.IDLE}
-        assert core.roles.kept == sum(1 for c in conns if c.role is Role.KEPT)
-        assert core.roles.overflow == sum(1 for c in conns if c.role is Role.OVERFLOW)
-        assert core.roles.kept <= opts.min_size
+        assert shared.roles.kept == sum(1 for c in conns if c.role is Role.KEPT)
+        assert shared.roles.overflow == sum(1 for c in conns if c.role is Role.OVERFLOW)
+        assert shared.roles.kept <= opts.min_size
         soft = opts.soft_limit if opts.soft_max_size is not None or opts.max_size else None
         if soft is not None and core.state is not PoolState.CLOSED:
             # an overflow connection exists only while the others fill the soft limit
-            assert core.roles.overflow == 0 or len(conns) - core.roles.overflow >= soft
+            assert shared.roles.overflow == 0 or len(conns) - shared.roles.overflow >= soft
         for conn in conns:
             plain = (
                 conn.max_streams == 1
@@ -1008,15 +1036,15 @@ class PoolCoreMachine(RuleBasedStateMachine):
             assert conn.gate == -2 or (plain and conn.gate == conn.generation), conn
             if plain and conn.state in (ConnState.IDLE, ConnState.CONNECTING):
                 assert conn.gate == conn.generation, f"{conn} kept off the fast paths"
-            if conn.gate == core.handout._quick_gen and conn.state is ConnState.LEASED:
+            if conn.gate == handout_of(core)._quick_gen and conn.state is ConnState.LEASED:
                 assert conn.streams == 1, conn  # what release_idle relies on
         # multiplexed connections with a free stream, in use, are where leases go first
-        for conn in core.idle_set.open:
+        for conn in shared.idle_set.open:
             assert conn.state is ConnState.LEASED and conn.max_streams > 1, conn
             assert conn.streams < conn.max_streams, conn
         for conn in conns:
             if conn.state is ConnState.DRAINING:
-                assert conn not in core.idle_set.open and conn.streams >= 1
+                assert conn not in shared.idle_set.open and conn.streams >= 1
 
     @invariant()
     def service_generations(self) -> None:
@@ -1026,7 +1054,8 @@ class PoolCoreMachine(RuleBasedStateMachine):
         if self.core is None:
             return
         core = self.c
-        established = [c for c in core.conns.values() if c.state in _ESTABLISHED]
+        shared = state_of(core)
+        established = [c for c in shared.conns.values() if c.state in _ESTABLISHED]
         if not core.options.load_balanced:
             assert core.service_generations == {}
             for conn in established:
@@ -1037,7 +1066,7 @@ class PoolCoreMachine(RuleBasedStateMachine):
         assert counts == dict(per_service), (counts, per_service)
         for conn in established:
             assert conn.generation <= core.service_generations[conn.service_id][0], conn
-        for conn in core.conns.values():
+        for conn in shared.conns.values():
             if conn.state not in _ESTABLISHED:
                 assert conn.service_id is None, f"{conn} has a service before its handshake"
 
@@ -1049,8 +1078,11 @@ class PoolCoreMachine(RuleBasedStateMachine):
         if self.core is None:
             return
         core = self.c
-        if any(_stale(core, c) and c.id not in self.arrived_stale for c in core.idle_connections()):
-            run = core.shared.background
+        if any(
+            _stale(core, c) and c.id not in self.arrived_stale
+            for c in core_view(core).idle_connections()
+        ):
+            run = state_of(core).background
             assert run is not None and run.when <= self.now, "stale connections left available"
 
     @invariant()
@@ -1060,7 +1092,7 @@ class PoolCoreMachine(RuleBasedStateMachine):
             return
         core = self.c
         stats = core.stats()
-        conns = list(core.conns.values())
+        conns = list(state_of(core).conns.values())
         assert stats.kept + stats.demand + stats.overflow == stats.total
         assert stats.backing_off == sum(c.state is ConnState.BACKING_OFF for c in conns)
         assert stats.streams_in_use == sum(c.streams for c in conns)
@@ -1091,9 +1123,9 @@ class PoolCoreMachine(RuleBasedStateMachine):
         if self.core is None:
             return
         probes = [c for c in self.started.values() if c.probe_started is not None]
-        live = sum(1 for c in self.leases if self.c.conns.get(c.id) is c)
-        live += sum(1 for c in probes if self.c.conns.get(c.id) is c)
-        assert sum(c.streams for c in self.c.conns.values()) == live
+        live = sum(1 for c in self.leases if state_of(self.c).conns.get(c.id) is c)
+        live += sum(1 for c in probes if state_of(self.c).conns.get(c.id) is c)
+        assert sum(c.streams for c in state_of(self.c).conns.values()) == live
         per_conn: dict[int, int] = {}
         for c in self.leases + probes:
             per_conn[c.id] = per_conn.get(c.id, 0) + 1
@@ -1111,13 +1143,14 @@ class PoolCoreMachine(RuleBasedStateMachine):
         if self.core is None:
             return
         core = self.c
+        shared = state_of(core)
         for conn_id, conn in self.started.items():
-            live = core.conns.get(conn_id) is conn
+            live = shared.conns.get(conn_id) is conn
             assert live or conn_id in self.closed_named, f"{conn} lost"
             assert live != (conn.state is ConnState.CLOSED), conn
         for conn_id, obj in self.objects.items():
             conn = self.started[conn_id]
-            live = core.conns.get(conn_id) is conn and conn.connection is obj
+            live = shared.conns.get(conn_id) is conn and conn.connection is obj
             assert live or conn_id in self.object_closed, f"{obj} leaked"
 
     @invariant()
@@ -1126,7 +1159,7 @@ class PoolCoreMachine(RuleBasedStateMachine):
         if self.core is None or self.now != self.fired_at:
             return
         core = self.c
-        for req in core.waiters():
+        for req in core_view(core).waiters():
             assert req.deadline is None or req.deadline > self.now, f"{req} outlived its deadline"
         leak_timeout = core.options.leak_timeout
         for held in self.holds:
@@ -1137,7 +1170,7 @@ class PoolCoreMachine(RuleBasedStateMachine):
                 assert out_too_long == (held.stack in self.reported), held
         timeout = core.options.connect_timeout
         max_idle = core.options.max_idle_time
-        for conn in core.conns.values():
+        for conn in state_of(core).conns.values():
             if timeout is not None and conn.state is ConnState.CONNECTING:
                 assert conn.created_at + timeout > self.now, f"{conn} outlived connect_timeout"
             if max_idle is not None and conn.state is ConnState.IDLE and conn.role is not Role.KEPT:
@@ -1160,44 +1193,46 @@ class PoolCoreMachine(RuleBasedStateMachine):
         if self.core is None:
             return
         core = self.c
-        if core.state is not PoolState.READY or not core.waiting:
+        view = core_view(core)
+        shared = state_of(core)
+        if core.state is not PoolState.READY or not view.waiting:
             return
         opts = core.options
         # (connects given up on count against both limits until their function returns)
-        abandoned = core.shared.abandoned
-        room = not opts.max_size or core.total + abandoned < opts.max_size
+        abandoned = shared.abandoned
+        room = not opts.max_size or view.total + abandoned < opts.max_size
         # (an adaptive pool makes no connection beyond its limit, and serves none beyond it:
         # at the limit, waiters wait for a check-in)
-        adaptive = core.shared.adaptive
+        adaptive = shared.adaptive
         if adaptive is not None:
-            room = room and core.total + abandoned < adaptive.limit
-            if core.in_use >= adaptive.limit:
+            room = room and view.total + abandoned < adaptive.limit
+            if view.in_use >= adaptive.limit:
                 return
-        failing = core.failures.failing
+        failing = shared.failures.failing
         if failing is not None:
             # connect_retry: one attempt at a time, backing off or connecting
             # (a connect started before the failures covers it: if it fails, it is the retry)
-            planned = failing.pending is not None or core.pending > 0
-            hooked = core.count(ConnState.CHECKING) + core.count(ConnState.RESETTING)
+            planned = failing.pending is not None or view.pending > 0
+            hooked = view.count(ConnState.CHECKING) + view.count(ConnState.RESETTING)
             planned = planned or hooked > 0  # (a check or a reset running covers a waiter)
             # (or planned once a connect given up on returns and frees max_connecting)
             assert planned or not room or abandoned, "failing with no retry planned"
-            assert core.available == 0 or core.waiting <= core.count(ConnState.CHECKING), (
-                "a connection is available while a request waits that no check covers"
-            )
+            assert view.available == 0 or view.waiting <= core_view(core).count(
+                ConnState.CHECKING
+            ), "a connection is available while a request waits that no check covers"
             return
         # (a check or a reset running, Hooks.check or Hooks.reset, covers a waiter as a connect in
         # flight does; a connect covers as many as a connection is expected to serve: the stream
         # limit of the last one made, PoolOptions.expected_streams before)
-        checking = core.count(ConnState.CHECKING)
-        expected = core.shared.expected_streams
-        covered = core.pending * expected + checking + core.count(ConnState.RESETTING)
+        checking = view.count(ConnState.CHECKING)
+        expected = shared.expected_streams
+        covered = view.pending * expected + checking + view.count(ConnState.RESETTING)
         assert covered > 0 or not room or abandoned, "a waiter is stuck with no connect"
         # stronger: every waiter not covered by a connect in flight gets one while there is room
-        if room and core.pending + abandoned < opts.max_connecting:
-            assert core.waiting <= covered, "waiters not covered by connects"
+        if room and view.pending + abandoned < opts.max_connecting:
+            assert view.waiting <= covered, "waiters not covered by connects"
         # and nothing sits available while a request waits that no check covers
-        assert core.available == 0 or core.waiting <= checking, (
+        assert view.available == 0 or view.waiting <= checking, (
             "a connection is available while a request waits"
         )
 
@@ -1214,9 +1249,9 @@ class PoolCoreMachine(RuleBasedStateMachine):
     def closed_pool(self) -> None:
         if self.core is None or self.c.state is not PoolState.CLOSED:
             return
-        for conn in self.c.conns.values():
+        for conn in state_of(self.c).conns.values():
             assert conn.state in (ConnState.LEASED, ConnState.DRAINING), conn
-        assert self.c.waiting == 0
+        assert core_view(self.c).waiting == 0
 
     # ------------------------------------------------------------------ the end
 
@@ -1237,8 +1272,10 @@ class PoolCoreMachine(RuleBasedStateMachine):
                 self.probe_done(0, False)
         self.advance(1000.0)
         core = self.c
-        assert core.conns == {}, f"left over after close: {core.conns}"
-        assert core.total == core.available == core.pending == core.in_use == core.waiting == 0
+        view = core_view(core)
+        shared = state_of(core)
+        assert shared.conns == {}, f"left over after close: {shared.conns}"
+        assert view.total == view.available == view.pending == view.in_use == view.waiting == 0
         for conn_id in self.started:
             assert conn_id in self.closed_named
         for conn_id in self.objects:
@@ -1388,7 +1425,7 @@ def test_lb_interrupt_spares_pending_connects_with_a_service_none() -> None:
     core.clear(0.0, interrupt_in_use=True)  # every service
     actions, _ = core.take()
     assert not any(isinstance(a, CloseConnection) for a in actions), actions
-    assert second.state is ConnState.CONNECTING and core.pending == 1
+    assert second.state is ConnState.CONNECTING and core_view(core).pending == 1
     core.connected(second, 0.0, "c2", None)
     # the service's generation, now (the cast: mypy keeps `second.state` narrowed from above)
     assert cast(ConnState, second.state) is ConnState.IDLE and second.generation == 1
@@ -1411,7 +1448,7 @@ def test_lb_interrupt_serves_the_waiters_it_keeps() -> None:
     core.clear(1.0, interrupt_in_use=True, service_id="service-a")
     actions, _ = core.take()
     assert conn.state is ConnState.CLOSED and conn.close_reason == "stale"
-    assert core.state is PoolState.READY and core.waiters() == [second]
+    assert core.state is PoolState.READY and core_view(core).waiters() == [second]
     assert core.service_generations == {}  # its last connection gone: the entry too (CMAP)
     started = _started(actions)
     assert len(started) == 1, f"no connect started for the waiter: {actions}"

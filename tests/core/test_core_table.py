@@ -8,9 +8,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from core_view import core_view, state_of
 from poolkit import PoolOptions
 from poolkit._core import (
-    TRANSITIONS,
+    STEPS,
     CloseConnection,
     CompleteRequest,
     Conn,
@@ -22,8 +23,10 @@ from poolkit._core import (
     RequestState,
     Role,
     StartConnect,
-    next_state,
 )
+from poolkit._core.connection_life import ConnectionLife
+from poolkit._core.records import COUNTED
+from poolkit._core.state import CoreState
 from poolkit.errors import (
     ConnectTimeoutError,
     PoolClearedError,
@@ -143,7 +146,7 @@ def test_request_with_nothing_idle_queues_and_starts_one_connect() -> None:
     (conn,) = started(actions)
     assert conn.role is Role.DEMAND
     assert kinds(events) == ["ConnectionCheckOutStartedEvent", "ConnectionCreatedEvent"]
-    assert core.waiters() == [req]
+    assert core_view(core).waiters() == [req]
     # max_connecting=1: a second waiter waits for the same connect to finish first
     queue(core)
     actions, events = core.take()
@@ -154,10 +157,11 @@ def test_request_with_nothing_idle_queues_and_starts_one_connect() -> None:
 
 def test_request_at_max_size_starts_no_connect() -> None:
     core = make(max_size=1)
+    view = core_view(core)
     leased(core)
     queue(core)
     assert core.take()[0] == []
-    assert core.total == 1 and core.pending == 0
+    assert view.total == 1 and view.pending == 0
 
 
 def test_connected_serves_the_head_waiter() -> None:
@@ -264,7 +268,7 @@ def test_stale_connection_is_closed_at_checkin() -> None:
     assert conn.close_reason == "stale" and conn.state is ConnState.CLOSED
     assert kinds(events) == ["ConnectionCheckedInEvent", "ConnectionClosedEvent"]
     assert cast(ConnectionClosedEvent, events[1]).reason == "stale"
-    assert core.total == 0
+    assert core_view(core).total == 0
 
 
 # ---------------------------------------------------------------------- clear and close
@@ -309,7 +313,7 @@ def test_clear_with_interrupt_closes_leased_and_pending_as_stale() -> None:
     }
     assert fixed == {busy.id: (busy.connection, False), pending.id: (None, True)}
     assert busy.close_reason == pending.close_reason == "stale"
-    assert rest.state is ConnState.IDLE and core.conns == {rest.id: rest}
+    assert rest.state is ConnState.IDLE and state_of(core).conns == {rest.id: rest}
     assert events[0] == PoolClearedEvent(address=ADDRESS, interrupt_in_use_connections=True)
     closed = [e for e in events if isinstance(e, ConnectionClosedEvent)]
     assert {e.connection_id for e in closed} == {busy.id, pending.id}
@@ -365,6 +369,7 @@ def test_close_fails_waiters_with_pool_closed_error() -> None:
 
 def test_close_closes_idle_and_pending_at_once_and_leased_at_checkin() -> None:
     core = make(max_size=3)
+    shared = state_of(core)
     busy = leased(core)
     rest = idle(core)
     pending = pending_beside(core, rest)
@@ -374,13 +379,13 @@ def test_close_closes_idle_and_pending_at_once_and_leased_at_checkin() -> None:
     assert [a.conn for a in cast(list[CloseConnection], actions)] == [rest, pending]
     assert rest.close_reason == pending.close_reason == "poolClosed"
     assert kinds(events) == ["ConnectionClosedEvent", "ConnectionClosedEvent", "PoolClosedEvent"]
-    assert core.conns == {busy.id: busy}
+    assert shared.conns == {busy.id: busy}
     core.release(busy, 2.0)
     actions, _ = core.take()
     assert kinds(actions) == ["CloseConnection"] and busy.close_reason == "poolClosed"
     core.connect_failed(pending, 2.0, OSError())
     assert core.take() == ([], [])
-    assert core.conns == {}
+    assert shared.conns == {}
     with pytest.raises(PoolClosedError):
         core.ready(3.0)
     core.close(3.0)  # closing twice is a no-op
@@ -433,7 +438,7 @@ def test_connect_failure_fails_the_head_waiter_with_the_same_error() -> None:
     )
     failed = cast(ConnectionCheckOutFailedEvent, events[2])
     assert failed.reason == "connectionError" and failed.error is boom
-    assert conn.state is ConnState.CLOSED and core.pending == 1
+    assert conn.state is ConnState.CLOSED and core_view(core).pending == 1
 
 
 def test_connect_failure_does_not_fail_a_waiter_covered_by_another_connect() -> None:
@@ -492,7 +497,7 @@ def test_wait_queue_deadline() -> None:
         kinds(events) == ["ConnectionCheckOutFailedEvent"]
         and cast(ConnectionCheckOutFailedEvent, events[0]).reason == "timeout"
     )
-    assert core.waiting == 0
+    assert core_view(core).waiting == 0
 
 
 def test_expired_deadline_fails_at_once_without_queueing_but_connects() -> None:
@@ -554,15 +559,28 @@ def test_idle_sweep_closes_connections_idle_too_long() -> None:
     core.release(a, 1.0)
     core.release(b, 2.0)
     core.take()
-    assert core.next_deadline() == 3.0
+    assert core.take_deadline() == 3.0
     core.fire_timers(3.0)
     actions, events = core.take()
     closes = cast(list[CloseConnection], actions)
     assert [a.conn for a in closes] == [a] and a.close_reason == "idle"
     assert [e.reason for e in cast(list[ConnectionClosedEvent], events)] == ["idle"]
-    assert core.next_deadline() == 4.0
+    assert core.take_deadline() == 4.0
     core.fire_timers(4.0)
     assert [a.conn for a in cast(list[CloseConnection], core.take()[0])] == [b]
+
+
+def test_take_deadline_takes_the_dirty_flag_and_next_deadline_is_its_old_name() -> None:
+    """The front end re-arms its timer when ``timers.dirty``: ``take_deadline`` hands it the
+    earliest deadline and clears the flag until a push makes an entry the earliest again."""
+    core = make(max_idle_time=2.0)
+    conn = leased(core)
+    core.release(conn, 1.0)  # pushes the idle sweep at 3.0: the earliest
+    assert core.timers.dirty
+    assert core.take_deadline() == 3.0 and not core.timers.dirty
+    assert core.take_deadline() == 3.0 and not core.timers.dirty
+    core.timers.dirty = True
+    assert core.next_deadline() == 3.0 and not core.timers.dirty  # (until the front ends' rename)
 
 
 def test_background_run_closes_stale_idle_and_refills_min_size() -> None:
@@ -581,7 +599,7 @@ def test_background_run_closes_stale_idle_and_refills_min_size() -> None:
     start = cast(StartConnect, actions[1])
     assert start.conn.generation == 1 and start.conn.role is Role.KEPT
     assert kinds(events) == ["ConnectionClosedEvent", "ConnectionCreatedEvent"]
-    assert core.next_deadline() == 11.0
+    assert core.take_deadline() == 11.0
 
 
 def test_unobserved_core_builds_no_events() -> None:
@@ -653,27 +671,68 @@ def test_checkin_of_a_stale_connection_starts_a_connect_at_now(route: str) -> No
 # ---------------------------------------------------------------------- the transition table
 
 
+def _life_with(state: ConnState) -> tuple[ConnectionLife, CoreState, Conn]:
+    """A connection life whose one record is in ``state``, counted as a birth counts it."""
+    shared = CoreState(PoolOptions(), ADDRESS, observed=False, rand=lambda: 0.0)
+    life = ConnectionLife(shared)
+    conn = life.new_record(0.0, state)
+    return life, shared, conn
+
+
+def _counted(state: ConnState) -> dict[ConnState, int]:
+    """The counters of the states that have one (``COUNTED``) when the one connection is in
+    ``state``."""
+    return {s: int(s is state) for s in COUNTED}
+
+
+def _counters(shared: CoreState) -> dict[ConnState, int]:
+    return {s: shared.counts[s] for s in COUNTED}
+
+
 @given(st.sampled_from(ConnState), st.sampled_from(ConnInput))
 def test_every_transition_is_in_the_table_or_invalid(state: ConnState, event: ConnInput) -> None:
-    if (state, event) in TRANSITIONS:
-        new = next_state(state, event, 7)
+    """``ConnectionLife.fire``, the one way the core moves a connection, looks the pair up in
+    ``STEPS``, the one table: a move there is made, with the counters of the states that have
+    one kept; a pair absent raises and changes nothing."""
+    life, shared, conn = _life_with(state)
+    step = STEPS[state][event]
+    if step is not None:
+        new = life.fire(conn, event)
         assert isinstance(new, ConnState)
-        assert new is TRANSITIONS[(state, event)]
+        assert (new, conn.state) == (step[0], step[0])
+        assert _counters(shared) == _counted(new)  # (the step's flag said whether they changed)
+        assert step[1] == (_counted(new) != _counted(state))
     else:
         with pytest.raises(InvalidTransition) as info:
-            next_state(state, event, 7)
-        assert info.value.connection_id == 7
+            life.fire(conn, event)
+        assert info.value.connection_id == conn.id
         assert info.value.state is state and info.value.input is event
+        assert conn.state is state and _counters(shared) == _counted(state)
+
+
+def test_the_table_covers_every_state_and_input() -> None:
+    """Dense: indexed by the enums' values, one row per state and one entry per input."""
+    assert len(STEPS) == len(ConnState)
+    assert all(len(row) == len(ConnInput) for row in STEPS)
 
 
 @pytest.mark.parametrize("event", list(ConnInput))
 def test_closed_is_absorbing(event: ConnInput) -> None:
     """A closed connection only sees its leases come back, and stays closed."""
+    life, _, conn = _life_with(ConnState.CLOSED)
     if event in (ConnInput.RELEASE, ConnInput.RELEASE_LAST):
-        assert next_state(ConnState.CLOSED, event) is ConnState.CLOSED
+        assert life.fire(conn, event) is ConnState.CLOSED
     else:
         with pytest.raises(InvalidTransition):
-            next_state(ConnState.CLOSED, event)
+            life.fire(conn, event)
+
+
+@pytest.mark.parametrize("state", [s for s in ConnState if s is not ConnState.CLOSED])
+def test_the_pool_can_close_a_connection_in_any_state(state: ConnState) -> None:
+    """Every live state has its CLOSE (the pool's close, a clear's interrupt)."""
+    life, shared, conn = _life_with(state)
+    assert life.fire(conn, ConnInput.CLOSE) is ConnState.CLOSED
+    assert _counters(shared) == _counted(ConnState.CLOSED)
 
 
 def test_take_hands_over_lists_the_core_never_appends_to_again() -> None:
@@ -722,6 +781,7 @@ def test_expected_streams_counts_a_connect_for_that_many_waiters() -> None:
     """``expected_streams``: concurrent first checkouts of a multiplexed pool wait for one
     connection (httpcore's issue #80), and the limit the connection reports replaces the guess."""
     core = make(max_size=5, max_connecting=2, expected_streams=4)
+    shared = state_of(core)
     waiters = [queue(core) for _ in range(4)]
     actions, _ = core.take()
     (conn,) = started(actions)  # four waiters, one connect: it is counted to serve four
@@ -731,10 +791,10 @@ def test_expected_streams_counts_a_connect_for_that_many_waiters() -> None:
     core.connected(conn, 0.1, "c1", max_streams=4)
     actions, _ = core.take()
     assert [req.conn for req in waiters] == [conn] * 4 and conn.streams == 4
-    assert core.shared.expected_streams == 4
+    assert shared.expected_streams == 4
     core.connected(second, 0.2, "c2", max_streams=1)  # the server allows one stream after all
     core.take()
-    assert core.shared.expected_streams == 1
+    assert shared.expected_streams == 1
     more = [queue(core) for _ in range(3)]  # each now needs a connect of its own (room: 3)
     actions, _ = core.take()
     assert len(started(actions)) == 2  # (max_connecting)

@@ -15,6 +15,7 @@ import pytest
 
 import poolkit
 import poolkit.events
+from core_view import state_of
 from poolkit.testing.loop import run
 from poolkit.testing.sim import SimChange, SimConnection, SimServer, SimSettings, sim_async_connect
 
@@ -116,7 +117,7 @@ def test_the_base_rounds_align_on_the_wall_clock_where_the_pool_keeps_monotonic_
         return object()
 
     def epoch(pool: poolkit.Pool[object] | poolkit.AsyncPool[SimConnection]) -> float:
-        adaptive = pool._core.shared.adaptive
+        adaptive = state_of(pool._core).adaptive
         assert adaptive is not None
         return adaptive.epoch
 

@@ -40,6 +40,7 @@ from typing import Any, TypeVar
 import pytest
 
 import poolkit
+from core_view import state_of
 from poolkit import events as ev
 from poolkit._core import ConnState
 from poolkit.testing import run as run_on_virtual_time
@@ -360,7 +361,7 @@ class World:
         assert stats.in_use == out + self.probing, stats
         held = [
             record.connection
-            for record in pool._core.conns.values()
+            for record in state_of(pool._core).conns.values()
             if record.state not in (ConnState.CONNECTING, ConnState.BACKING_OFF)
         ]
         assert len(held) == stats.available + stats.in_use, (held, stats)

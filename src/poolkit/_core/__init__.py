@@ -11,7 +11,7 @@ from .actions import (
 )
 from .pool import PoolCore
 from .records import (
-    TRANSITIONS,
+    STEPS,
     Conn,
     ConnInput,
     ConnState,
@@ -20,12 +20,11 @@ from .records import (
     Request,
     RequestState,
     Role,
-    next_state,
 )
 from .timers import TimerEntry, TimerHeap, TimerKind
 
 __all__ = [
-    "TRANSITIONS",
+    "STEPS",
     "Action",
     "CloseConnection",
     "CompleteRequest",
@@ -45,5 +44,4 @@ __all__ = [
     "TimerEntry",
     "TimerHeap",
     "TimerKind",
-    "next_state",
 ]

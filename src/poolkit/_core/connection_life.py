@@ -6,9 +6,10 @@ no other (``state`` says who calls whom).
 Rules of this module
 --------------------
 * Same as ``handout``: pure, ``now`` from the caller, output only through ``actions``/``events``.
-* A connection's state changes in ``fire`` (the table in ``records``), except on the two hot
-  transitions of ``handout``'s fast paths. Counters of states change only in ``fire`` and at a
-  record's birth (``new_record``), and start again from zero at a fork.
+* A connection's state changes in ``fire``, which looks the move up in ``records.STEPS`` (the one
+  table), except on the two hot transitions of ``handout``'s fast paths (read from that table).
+  Counters of states change only in ``fire`` and at a record's birth (``new_record``), and start
+  again from zero at a fork.
 * A record is counted from its birth (``new_record``) to its close (``close``, or ``drop``
   for a backing-off slot never announced): ``conns``, the state counters and the role counters
   change together, here.

@@ -17,8 +17,12 @@ Rules of this module
 * The inputs are the collaborators' bound methods, set once here: a front end's call costs what
   a method of this class would (no call in between), and the one definition of each input is in
   its collaborator.
-* Views only read: nothing here changes the state but ``take``, which empties the output lists,
-  and ``observed``'s setter, with which the front end says whether anyone observes the pool.
+* Views only read. What the front end takes is an input, named so: ``take``, which empties the
+  output lists, and ``take_deadline``, which clears ``timers.dirty`` (the front end re-arms its
+  timer with what it returns); and ``observed``'s setter says whether anyone observes the pool.
+* Every member is for the front ends (``src/poolkit``): none is here for tests or diagnostics
+  alone. A test that reads the state itself reaches into it explicitly, through its own
+  support module (``tests/support/core_view.py``), never through a view kept here for it.
 """
 
 from __future__ import annotations
@@ -33,16 +37,6 @@ from .connection_life import ConnectionLife
 from .handout import Handout
 from .health import Health
 from .lifecycle import Lifecycle
-from .records import (
-    _CONNECTING,
-    _DRAINING,
-    _IDLE,
-    _LEASED,
-    _S_CLOSED,
-    Conn,
-    ConnState,
-    Request,
-)
 from .state import CoreState
 
 
@@ -50,6 +44,7 @@ class PoolCore:
     """The state of one pool and the rules that change it."""
 
     __slots__ = (
+        "_st",
         "actions",
         "address",
         "align_to_wall",
@@ -61,26 +56,18 @@ class PoolCore:
         "close",
         "connect_failed",
         "connected",
-        "conns",
         "discard",
         "events",
-        "failures",
         "fire_timers",
         "handout",
-        "health",
         "hold",
-        "hooks",
-        "idle_set",
         "keep_alive_done",
-        "leaks",
         "lease_checking",
         "lease_collected",
         "lease_idle",
-        "life",
-        "lifecycle",
+        "next_deadline",
         "note_wait",
         "options",
-        "probes",
         "queue",
         "ready",
         "release",
@@ -88,16 +75,14 @@ class PoolCore:
         "request",
         "reset_after_fork",
         "reset_done",
-        "roles",
         "service_generations",
         "set_max_streams",
         "shared",
         "stats",
         "take",
-        "tally",
+        "take_deadline",
         "timers",
         "unhold",
-        "wait_queue",
         "will_close",
     )
 
@@ -109,31 +94,28 @@ class PoolCore:
         observed: bool = False,
         rand: Callable[[], float] = random.random,
     ) -> None:
-        shared = self.shared = CoreState(options, address, observed=observed, rand=rand)
-        life = self.life = ConnectionLife(shared)
-        hand = self.handout = Handout(shared, life)
-        health = self.health = Health(shared, life, hand)
-        cycle = self.lifecycle = Lifecycle(shared, life, hand, health)
-        # what the state holds and never replaces, for the front ends and diagnostics
+        shared = self._st = CoreState(options, address, observed=observed, rand=rand)
+        life = ConnectionLife(shared)
+        hand = Handout(shared, life)
+        health = Health(shared, life, hand)
+        cycle = Lifecycle(shared, life, hand, health)
+        # the front ends' until they use the names below (to go: nothing here reads them)
+        self.shared = shared
+        self.handout = hand
+        # what the state holds and never replaces, for the front ends
         self.options = options
         self.address = address
         self.clocked = shared.clocked
-        self.conns = shared.conns
         self.service_generations = shared.service_generations
         self.actions = shared.actions
         self.events = shared.events
         self.timers = shared.timers
-        self.wait_queue = shared.wait_queue
         #: the waiting requests, oldest first (the wait queue's own deque: read it, never write)
         self.queue = shared.wait_queue.queue
-        self.idle_set = shared.idle_set
-        self.failures = shared.failures
-        self.probes = shared.probes
-        self.hooks = shared.hooks
-        self.leaks = shared.leaks
-        self.roles = shared.roles
-        self.tally = shared.tally
         self.take = shared.take
+        #: the earliest deadline, for the front end to arm its timer with; clears ``timers.dirty``
+        self.take_deadline = shared.timers.take_deadline
+        self.next_deadline = self.take_deadline  # the old name, until the front ends' rename
         # the inputs: checkout, check-in, hand-off
         self.lease_idle = hand.lease_idle
         self.request = hand.request
@@ -172,67 +154,16 @@ class PoolCore:
     def observed(self) -> bool:
         """Whether events are built: the front end sets it before each input but the fast paths'
         (a listener, or DEBUG logging), as listeners come and go."""
-        return self.shared.observed
+        return self._st.observed
 
     @observed.setter
     def observed(self, observed: bool) -> None:
-        self.shared.observed = observed
+        self._st.observed = observed
 
     @property
     def state(self) -> PoolState:
-        return self.shared.state
+        return self._st.state
 
     @property
     def generation(self) -> int:
-        return self.shared.generation
-
-    @property
-    def checkouts(self) -> int:
-        """Checkouts served, ever."""
-        return self.handout.checkouts
-
-    @property
-    def clear_cause(self) -> BaseException | None:
-        return self.shared.clear_cause
-
-    @property
-    def total(self) -> int:
-        return len(self.conns)
-
-    @property
-    def available(self) -> int:
-        return len(self.idle_set.stack)
-
-    @property
-    def pending(self) -> int:
-        return self.shared.counts[_CONNECTING]
-
-    @property
-    def in_use(self) -> int:
-        return self.handout.in_use
-
-    @property
-    def waiting(self) -> int:
-        return len(self.wait_queue.queue)
-
-    def count(self, state: ConnState) -> int:
-        """Connections in ``state`` (closed ones are not kept: 0)."""
-        if state is _IDLE:
-            return len(self.idle_set.stack)
-        if state is _LEASED:
-            return self.handout.in_use - self.shared.counts[_DRAINING]
-        if state is _S_CLOSED:
-            return 0
-        return self.shared.counts[state]
-
-    def waiters(self) -> list[Request]:
-        """The waiting requests, oldest first (for tests and diagnostics)."""
-        return list(self.wait_queue.queue)
-
-    def idle_connections(self) -> list[Conn]:
-        """Available connections, longest parked first (for tests and diagnostics)."""
-        return list(self.idle_set.stack)
-
-    def next_deadline(self) -> float | None:
-        self.timers.dirty = False
-        return self.timers.next_deadline()
+        return self._st.generation

@@ -2,13 +2,14 @@
 
 Rules of this module
 --------------------
-* A connection's lifecycle is the explicit enum :class:`ConnState`. Its state changes only by
-  looking the pair ``(state, input)`` up in ``TRANSITIONS`` (``next_state``; ``ConnectionLife.fire``
-  does the same lookup through ``STEPS``); a pair that is not in the table is a bug in the core
-  and raises :class:`InvalidTransition`. Outside ``fire``, ``Conn.state`` is assigned only on
-  the core's fast paths (checkout and check-in in ``handout``), and only with the two results
-  ``handout`` reads from ``STEPS`` at import (``_IDLE_LEASE``, ``_LEASED_IDLE``), which change no
-  counter.
+* A connection's lifecycle is the explicit enum :class:`ConnState`, and its state machine is one
+  table, ``STEPS``, declared here once: ``STEPS[state][input]`` is ``(new state, whether a state
+  counter changes)``, or ``None`` for a pair the machine does not have. Nothing else holds the
+  table, and everything that moves a connection reads it: ``ConnectionLife.fire`` looks each
+  pair up there (a ``None`` is a bug in the core and raises :class:`InvalidTransition`), and the
+  tests check that lookup. Outside ``fire``, ``Conn.state`` is assigned only on the core's fast
+  paths (checkout and check-in in ``handout``), and only with the two results ``handout`` reads
+  from ``STEPS`` at import (``_IDLE_LEASE``, ``_LEASED_IDLE``), which change no counter.
 * Roles, stream capacity and service ids are fields of the record, never positions in a list.
 * Records hold no I/O objects the core looks at: ``connection`` and ``handle`` are opaque
   values the front ends put there and read back.
@@ -81,50 +82,6 @@ class InvalidTransition(RuntimeError):
 _S = ConnState
 _I = ConnInput
 
-#: The whole per-connection state machine. Anything absent is impossible.
-TRANSITIONS: Final[dict[tuple[ConnState, ConnInput], ConnState]] = {
-    (_S.CONNECTING, _I.ESTABLISHED): _S.IDLE,
-    (_S.CONNECTING, _I.CONNECT_FAILED): _S.CLOSED,
-    (_S.CONNECTING, _I.CLOSE): _S.CLOSED,
-    # A backing-off record is a slot the pool holds for its next connect attempt (connect_retry):
-    # born in BACKING_OFF, it becomes CONNECTING when its retry starts.
-    (_S.BACKING_OFF, _I.RETRY): _S.CONNECTING,
-    (_S.BACKING_OFF, _I.CLOSE): _S.CLOSED,
-    (_S.IDLE, _I.LEASE): _S.LEASED,
-    (_S.IDLE, _I.WILL_CLOSE): _S.CLOSED,
-    (_S.IDLE, _I.CLOSE): _S.CLOSED,
-    (_S.LEASED, _I.LEASE): _S.LEASED,
-    (_S.LEASED, _I.RELEASE): _S.LEASED,
-    (_S.LEASED, _I.RELEASE_LAST): _S.IDLE,
-    (_S.LEASED, _I.WILL_CLOSE): _S.DRAINING,
-    (_S.LEASED, _I.CLOSE): _S.CLOSED,
-    (_S.DRAINING, _I.RELEASE): _S.DRAINING,
-    (_S.DRAINING, _I.RELEASE_LAST): _S.CLOSED,
-    (_S.DRAINING, _I.CLOSE): _S.CLOSED,
-    # A connection the pool already closed (interrupted by a clear, or closed by the pool while
-    # its lease was out) may still see its leases come back.
-    (_S.CLOSED, _I.RELEASE): _S.CLOSED,
-    (_S.CLOSED, _I.RELEASE_LAST): _S.CLOSED,
-    # Hooks (``PoolOptions.hooks``): a check before an available connection is handed out, a
-    # reset after its last lease came back (from IDLE: the check-in makes it idle first). A
-    # failed check or reset, a will-close notice or the pool's close closes it.
-    (_S.IDLE, _I.CHECK): _S.CHECKING,
-    (_S.CHECKING, _I.CHECKED): _S.IDLE,
-    (_S.CHECKING, _I.WILL_CLOSE): _S.CLOSED,
-    (_S.CHECKING, _I.CLOSE): _S.CLOSED,
-    (_S.IDLE, _I.RESET): _S.RESETTING,
-    (_S.RESETTING, _I.RESET_DONE): _S.IDLE,
-    (_S.RESETTING, _I.WILL_CLOSE): _S.CLOSED,
-    (_S.RESETTING, _I.CLOSE): _S.CLOSED,
-}
-
-
-#: ``TRANSITIONS`` as a dense table: ``TABLE[state][input]`` is the new state or ``None``.
-TABLE: Final[tuple[tuple[ConnState | None, ...], ...]] = tuple(
-    tuple(TRANSITIONS.get((state, event)) for event in ConnInput) for state in ConnState
-)
-
-
 #: States whose number the core keeps in a counter. The others are derived: available is the
 #: length of the idle stack, leased is what remains of the total.
 COUNTED: Final[frozenset[ConnState]] = frozenset(
@@ -138,23 +95,66 @@ COUNTED: Final[frozenset[ConnState]] = frozenset(
     }
 )
 
-#: For the core's hot path: ``STEPS[state][input]`` is ``(new state, whether a counter changes)``
-#: or ``None`` where ``TRANSITIONS`` has no entry.
-STEPS: Final[tuple[tuple[tuple[ConnState, bool] | None, ...], ...]] = tuple(
-    tuple(
-        None if new is None else (new, new is not state and (state in COUNTED or new in COUNTED))
-        for new in row
+#: A step of the state machine: the new state, and whether a state counter changes (``COUNTED``).
+Step = tuple[ConnState, bool]
+
+
+def _dense(
+    moves: dict[tuple[ConnState, ConnInput], ConnState],
+) -> tuple[tuple[Step | None, ...], ...]:
+    """The table ``moves`` declares, indexed ``[state][input]`` (the enums are ints): each move
+    with whether it changes a counter, ``None`` where no move is declared. Run once, below."""
+    return tuple(
+        tuple(
+            None
+            if (new := moves.get((state, event))) is None
+            else (new, new is not state and (state in COUNTED or new in COUNTED))
+            for event in ConnInput
+        )
+        for state in ConnState
     )
-    for state, row in zip(ConnState, TABLE, strict=True)
+
+
+#: The whole per-connection state machine, the one table the core runs: ``STEPS[state][input]``
+#: is ``(new state, whether a counter changes)``, ``None`` where the move is impossible. Declared
+#: as the moves below (anything absent is impossible), laid out dense for the hot paths' lookup.
+STEPS: Final = _dense(
+    {
+        (_S.CONNECTING, _I.ESTABLISHED): _S.IDLE,
+        (_S.CONNECTING, _I.CONNECT_FAILED): _S.CLOSED,
+        (_S.CONNECTING, _I.CLOSE): _S.CLOSED,
+        # A backing-off record is a slot the pool holds for its next connect attempt
+        # (connect_retry): born in BACKING_OFF, it becomes CONNECTING when its retry starts.
+        (_S.BACKING_OFF, _I.RETRY): _S.CONNECTING,
+        (_S.BACKING_OFF, _I.CLOSE): _S.CLOSED,
+        (_S.IDLE, _I.LEASE): _S.LEASED,
+        (_S.IDLE, _I.WILL_CLOSE): _S.CLOSED,
+        (_S.IDLE, _I.CLOSE): _S.CLOSED,
+        (_S.LEASED, _I.LEASE): _S.LEASED,
+        (_S.LEASED, _I.RELEASE): _S.LEASED,
+        (_S.LEASED, _I.RELEASE_LAST): _S.IDLE,
+        (_S.LEASED, _I.WILL_CLOSE): _S.DRAINING,
+        (_S.LEASED, _I.CLOSE): _S.CLOSED,
+        (_S.DRAINING, _I.RELEASE): _S.DRAINING,
+        (_S.DRAINING, _I.RELEASE_LAST): _S.CLOSED,
+        (_S.DRAINING, _I.CLOSE): _S.CLOSED,
+        # A connection the pool already closed (interrupted by a clear, or closed by the pool while
+        # its lease was out) may still see its leases come back.
+        (_S.CLOSED, _I.RELEASE): _S.CLOSED,
+        (_S.CLOSED, _I.RELEASE_LAST): _S.CLOSED,
+        # Hooks (``PoolOptions.hooks``): a check before an available connection is handed out, a
+        # reset after its last lease came back (from IDLE: the check-in makes it idle first). A
+        # failed check or reset, a will-close notice or the pool's close closes it.
+        (_S.IDLE, _I.CHECK): _S.CHECKING,
+        (_S.CHECKING, _I.CHECKED): _S.IDLE,
+        (_S.CHECKING, _I.WILL_CLOSE): _S.CLOSED,
+        (_S.CHECKING, _I.CLOSE): _S.CLOSED,
+        (_S.IDLE, _I.RESET): _S.RESETTING,
+        (_S.RESETTING, _I.RESET_DONE): _S.IDLE,
+        (_S.RESETTING, _I.WILL_CLOSE): _S.CLOSED,
+        (_S.RESETTING, _I.CLOSE): _S.CLOSED,
+    }
 )
-
-
-def next_state(state: ConnState, event: ConnInput, conn_id: int = 0) -> ConnState:
-    """The state ``event`` leads to from ``state``; raises :class:`InvalidTransition` if none."""
-    new = TABLE[state][event]
-    if new is None:
-        raise InvalidTransition(conn_id, state, event)
-    return new
 
 
 @final

@@ -8,7 +8,9 @@ Rules of this module
 * Stale entries are counted (``note_stale``) and the heap is rebuilt from its live entries once
   they are more than half of it, so a busy pool with long timeouts does not grow without bound.
 * ``dirty`` turns true when a push makes an entry the earliest; the front end then re-arms its
-  one real timer. Removing the earliest never sets it: an early wake-up is harmless.
+  one real timer with ``take_deadline``, which clears it (the one read here that writes what a
+  caller sees: its name says it takes). Removing the earliest never sets it: an early wake-up is
+  harmless.
 """
 
 from __future__ import annotations
@@ -90,6 +92,12 @@ class TimerHeap:
             if self._stale:
                 self._stale -= 1
         return None
+
+    def take_deadline(self) -> float | None:
+        """The earliest live deadline, for the front end to arm its timer with: taken, so
+        ``dirty`` is cleared (until a push makes an entry the earliest again)."""
+        self.dirty = False
+        return self.next_deadline()
 
     def pop_due(self, now: float) -> TimerEntry | None:
         """The earliest live entry due at ``now``, removed; ``None`` when none is due."""

@@ -376,7 +376,7 @@ class AsyncPool(PoolBase[C]):
     # (the loop timer for the core's earliest deadline)
 
     def _rearm_locked(self) -> None:
-        when = self._core.next_deadline()
+        when = self._core.take_deadline()
         if when == self._timer_at:
             return
         self._cancel_timer()
@@ -470,7 +470,7 @@ class AsyncPool(PoolBase[C]):
         # fast paths' test already proves that nobody observes the pool)
         if quick:
             core = self._core
-            core.shared.observed = False
+            core.observed = False
         else:
             core = self._input()
         now = self._time()

@@ -655,7 +655,7 @@ class Pool(PoolBase[C]):
     # ------------------------------------------------------------------ the timer
 
     def _rearm_locked(self) -> None:
-        when = self._core.next_deadline()
+        when = self._core.take_deadline()
         if when == self._timer_at:
             return
         self._timer_at = when

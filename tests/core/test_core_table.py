@@ -570,7 +570,7 @@ def test_idle_sweep_closes_connections_idle_too_long() -> None:
     assert [a.conn for a in cast(list[CloseConnection], core.take()[0])] == [b]
 
 
-def test_take_deadline_takes_the_dirty_flag_and_next_deadline_is_its_old_name() -> None:
+def test_take_deadline_takes_the_dirty_flag() -> None:
     """The front end re-arms its timer when ``timers.dirty``: ``take_deadline`` hands it the
     earliest deadline and clears the flag until a push makes an entry the earliest again."""
     core = make(max_idle_time=2.0)
@@ -580,7 +580,7 @@ def test_take_deadline_takes_the_dirty_flag_and_next_deadline_is_its_old_name() 
     assert core.take_deadline() == 3.0 and not core.timers.dirty
     assert core.take_deadline() == 3.0 and not core.timers.dirty
     core.timers.dirty = True
-    assert core.next_deadline() == 3.0 and not core.timers.dirty  # (until the front ends' rename)
+    assert core.take_deadline() == 3.0 and not core.timers.dirty
 
 
 def test_background_run_closes_stale_idle_and_refills_min_size() -> None:

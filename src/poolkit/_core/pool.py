@@ -14,9 +14,10 @@ Rules of this module
   ``actions`` and what listeners must see to ``events``; the front end takes both (``take``) and
   carries them out outside its lock. The rules of each input are those of the module that
   decides it.
-* The inputs are the collaborators' bound methods, set once here: a front end's call costs what
-  a method of this class would (no call in between), and the one definition of each input is in
-  its collaborator.
+* The inputs are the collaborators' bound methods, set once here: a front end's call runs the
+  collaborator's method with no frame in between (a bound method read from a slot: a few
+  nanoseconds more than a method of this class), and the one definition of each input is in its
+  collaborator.
 * Views only read. What the front end takes is an input, named so: ``take``, which empties the
   output lists, and ``take_deadline``, which clears ``timers.dirty`` (the front end re-arms its
   timer with what it returns); and ``observed``'s setter says whether anyone observes the pool.
@@ -59,13 +60,11 @@ class PoolCore:
         "discard",
         "events",
         "fire_timers",
-        "handout",
         "hold",
         "keep_alive_done",
         "lease_checking",
         "lease_collected",
         "lease_idle",
-        "next_deadline",
         "note_wait",
         "options",
         "queue",
@@ -77,7 +76,6 @@ class PoolCore:
         "reset_done",
         "service_generations",
         "set_max_streams",
-        "shared",
         "stats",
         "take",
         "take_deadline",
@@ -99,9 +97,6 @@ class PoolCore:
         hand = Handout(shared, life)
         health = Health(shared, life, hand)
         cycle = Lifecycle(shared, life, hand, health)
-        # the front ends' until they use the names below (to go: nothing here reads them)
-        self.shared = shared
-        self.handout = hand
         # what the state holds and never replaces, for the front ends
         self.options = options
         self.address = address
@@ -115,7 +110,6 @@ class PoolCore:
         self.take = shared.take
         #: the earliest deadline, for the front end to arm its timer with; clears ``timers.dirty``
         self.take_deadline = shared.timers.take_deadline
-        self.next_deadline = self.take_deadline  # the old name, until the front ends' rename
         # the inputs: checkout, check-in, hand-off
         self.lease_idle = hand.lease_idle
         self.request = hand.request

@@ -218,6 +218,12 @@ class Lease(Generic[C]):
         return self._conn.generation
 
     @property
+    def address(self) -> str:
+        """The address of the pool the lease is from, as the pool shows it (a password masked),
+        also once given back."""
+        return self._pool.address
+
+    @property
     def service_id(self) -> Any:
         return self._conn.service_id
 

@@ -383,3 +383,18 @@ def test_a_connect_object_returning_a_coroutine_fails_the_checkout_clearly() -> 
         assert pool.stats().total == 0  # nothing left behind
     clock.settle()
     assert clock.errors == []
+
+
+def test_a_lease_says_the_address_of_its_pool_masked_and_also_once_given_back() -> None:
+    seen: list[str] = []
+
+    def connect(ctx: poolkit.ConnectContext) -> Conn:
+        seen.append(ctx.address)
+        return Conn(ctx.connection_id)
+
+    with poolkit.Pool(connect, address="postgresql://u:secret@db:5432/x") as pool:
+        lease = pool.checkout()
+        assert lease.address == pool.address and "secret" not in lease.address
+        lease.release()
+        assert lease.address == pool.address
+    assert seen == ["postgresql://u:secret@db:5432/x"]  # (the connect function sees it whole)

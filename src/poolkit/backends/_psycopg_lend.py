@@ -150,7 +150,7 @@ def lend(conn: C, lease: Lease[Any]) -> C:
     lent: Any = object.__new__(cls)
     lent.__dict__ = state
     lent._poolkit_pooled = conn
-    lent._poolkit_address = lease._pool.address
+    lent._poolkit_address = lease.address
     lent._poolkit_connection_id = lease.connection_id
     state[_CURRENT] = weakref.ref(lent)
     return lent  # type: ignore[no-any-return]  # (an instance of a subclass of type(conn))

@@ -82,7 +82,7 @@ class _GateBase:
     def __init__(self, pool: Any, lease: Lease[Any]) -> None:
         self._pool = pool
         self._lease = weakref.ref(lease)
-        self._address: str = lease._pool.address
+        self._address: str = lease.address
         self._connection_id: int = lease.connection_id
 
     def _out(self) -> bool:

@@ -486,10 +486,10 @@ def mutate(mutation: Mutation, handoffs_only: bool) -> tuple[str, float, bool]:
     path = SRC / mutation.file
     original = path.read_text()
     count = original.count(mutation.old)
-    if count != 1:
+    if count != mutation.found:
         raise SystemExit(
-            f"{mutation.name}: its old text occurs {count} times in {path} (once expected): "
-            "the source changed, rewrite the mutation"
+            f"{mutation.name}: its old text occurs {count} times in {path} "
+            f"({mutation.found} expected): the source changed, rewrite the mutation"
         )
     try:
         parts = original.split(mutation.old)

@@ -117,8 +117,8 @@ async def _await_close(result: Awaitable[Any], conn_id: int, address: str) -> No
 
 
 class _AsyncLease(Lease[Any]):
-    """AsyncPool's lease: ``release`` is the check-in fast path, inlined (see ``PoolCore``'s
-    "Fast paths")."""
+    """AsyncPool's lease: ``release`` is the check-in fast path (see "Fast paths" in
+    ``_core.handout``)."""
 
     __slots__ = ()
 
@@ -440,8 +440,8 @@ class AsyncPool(PoolBase[C]):
         ``options.wait_queue_timeout``; ``None`` waits without limit)."""
         if timeout is not DEFAULT and timeout is not None:
             timeout = check_timeout(timeout)  # bad input fails before anything changes
-        # The fast path (see PoolCore's "Fast paths"): nobody listening (no listener, DEBUG
-        # known to be off) and a connection available; not tried when checkouts wait already
+        # The fast path (see "Fast paths" in ``_core.handout``): nobody listening (no listener,
+        # DEBUG known to be off) and a connection available; not tried when checkouts wait already
         # (it would fail: a call less on the path of every checkout under contention).
         quick = self._quick and _cached_level(10) is False
         if quick and not self._waiting:

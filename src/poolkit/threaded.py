@@ -136,8 +136,8 @@ def _clock_signal(clock: DrivenClock) -> Callable[[], tuple[Callable[[], Any], C
 
 
 class _ThreadLease(Lease[Any]):
-    """Pool's lease: ``release`` is the check-in fast path, inlined (see ``PoolCore``'s "Fast
-    paths")."""
+    """Pool's lease: ``release`` is the check-in fast path (see "Fast paths" in
+    ``_core.handout``)."""
 
     __slots__ = ()
 
@@ -380,10 +380,10 @@ class Pool(PoolBase[C]):
         ``options.wait_queue_timeout``; ``None`` waits without limit)."""
         if timeout is not DEFAULT and timeout is not None:
             timeout = check_timeout(timeout)  # bad input fails before anything changes
-        # The fast path (see PoolCore's "Fast paths"): nobody listening (no listener, DEBUG
-        # known to be off) and a connection available, in one turn of the lock. Not tried when
-        # checkouts wait already (a peek without the lock): it would fail, and cost a turn of
-        # the lock on the path of every checkout under contention.
+        # The fast path (see "Fast paths" in ``_core.handout``): nobody listening (no listener,
+        # DEBUG known to be off) and a connection available, in one turn of the lock. Not tried
+        # when checkouts wait already (a peek without the lock): it would fail, and cost a turn
+        # of the lock on the path of every checkout under contention.
         if self._quick and not self._waiting and _cached_level(10) is False:
             pool = self
             # <fast-check-out>

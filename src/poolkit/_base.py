@@ -192,6 +192,9 @@ class PoolBase(Generic[C]):
         core = self._core = PoolCore(options, self.address, observed=self._sink.observed())
         self._align_to_wall()
         self._clocked = core.clocked
+        #: the core's check-out and check-in inputs, as methods (``PoolCore.fast``: the fast paths'
+        #: port), held for the lease's check-in
+        self._fast = core.fast
         #: the checkouts waiting (the core's queue, read without the lock only to skip a fast
         #: path that would fail)
         self._waiting = core.queue
@@ -541,7 +544,7 @@ class PoolBase(Generic[C]):
         """Under the lock: add the waits noted by fast hand-offs to the core's tally."""
         waits = self._handoff_waits
         while waits:
-            core.note_wait(waits.popleft())
+            core.fast.note_wait(waits.popleft())
 
     # ------------------------------------------------------------------ request objects
 

@@ -94,7 +94,7 @@ class RequestBook:
         done: list[Callable[[], None]] = []
         for request in batch:
             req = Request(now, deadline)
-            core.request(req, now)
+            core.fast.request(req, now)
             finish = self._finisher(req, request, make_lease)
             if req.queued:
                 req.owner = finish

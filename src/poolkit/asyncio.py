@@ -130,7 +130,7 @@ class _AsyncLease(Lease[Any]):
         # level 10), and the core takes it back without more ado
         if pool._quick and _cached_level(10) is False:
             # <fast-check-in>
-            taken = pool._core.release_idle(self._conn)
+            taken = pool._fast.release_idle(self._conn)
             if taken is not False:
                 self._pool = pool._returned
                 if taken is not True:  # handed to a waiter: wake it
@@ -167,7 +167,7 @@ class _Block(_AsyncLease, Generic[C]):
             # (``checkout``'s fast path, inlined: a coroutine less)
             # <fast-check-out copy>
             core = pool._core
-            conn = core.lease_idle(pool._time() if pool._clocked else 0.0)
+            conn = core.fast.lease_idle(pool._time() if pool._clocked else 0.0)
             if core.actions:
                 pool._after_core()  # perished connections closed on the way
             # </fast-check-out copy>
@@ -204,7 +204,7 @@ class _Block(_AsyncLease, Generic[C]):
         if error is None and pool._quick_exit and _cached_level(10) is False:
             # (``_AsyncLease.release``'s fast path, inlined: a call less)
             # <fast-check-in copy: return -> return _DONE>
-            taken = pool._core.release_idle(self._conn)
+            taken = pool._fast.release_idle(self._conn)
             if taken is not False:
                 self._pool = pool._returned
                 if taken is not True:  # handed to a waiter: wake it
@@ -448,7 +448,7 @@ class AsyncPool(PoolBase[C]):
             pool = self
             # <fast-check-out>
             core = pool._core
-            conn = core.lease_idle(pool._time() if pool._clocked else 0.0)
+            conn = core.fast.lease_idle(pool._time() if pool._clocked else 0.0)
             if core.actions:
                 pool._after_core()  # perished connections closed on the way
             # </fast-check-out>
@@ -475,7 +475,7 @@ class AsyncPool(PoolBase[C]):
             core = self._input()
         now = self._time()
         req = Request(now, None if timeout is None else now + timeout)
-        self._core.request(req, now)
+        self._core.fast.request(req, now)
         if req.queued:
             req.owner = loop.create_future()
         if core.actions or core.events or core.timers.dirty:

@@ -152,7 +152,7 @@ class _ThreadLease(Lease[Any]):
             lock = pool._lock
             lock.acquire()  # by hand, not ``with``: half the cost (the ``finally`` lets it go)
             try:
-                taken = self._pool is pool and pool._core.release_idle(self._conn)
+                taken = self._pool is pool and pool._fast.release_idle(self._conn)
                 if taken is not False:
                     self._pool = pool._returned
             finally:
@@ -196,7 +196,7 @@ class _Block(_ThreadLease, Generic[C]):
             lock.acquire()  # by hand, not ``with``: half the cost (the ``finally`` lets it go)
             try:
                 if pool._check is None:
-                    conn = core.lease_idle(pool._time() if pool._clocked else 0.0)
+                    conn = core.fast.lease_idle(pool._time() if pool._clocked else 0.0)
                 else:  # (the check, if one is due, runs here, in the caller)
                     conn = core.lease_checking(pool._time())
                     if conn is not None and conn.state is _CHECKING:
@@ -242,7 +242,7 @@ class _Block(_ThreadLease, Generic[C]):
             lock = pool._lock
             lock.acquire()  # by hand, not ``with``: half the cost (the ``finally`` lets it go)
             try:
-                taken = self._pool is pool and pool._core.release_idle(self._conn)
+                taken = self._pool is pool and pool._fast.release_idle(self._conn)
                 if taken is not False:
                     self._pool = pool._returned
             finally:
@@ -392,7 +392,7 @@ class Pool(PoolBase[C]):
             lock.acquire()  # by hand, not ``with``: half the cost (the ``finally`` lets it go)
             try:
                 if pool._check is None:
-                    conn = core.lease_idle(pool._time() if pool._clocked else 0.0)
+                    conn = core.fast.lease_idle(pool._time() if pool._clocked else 0.0)
                 else:  # (the check, if one is due, runs here, in the caller)
                     conn = core.lease_checking(pool._time())
                     if conn is not None and conn.state is _CHECKING:
@@ -419,7 +419,7 @@ class Pool(PoolBase[C]):
             core = self._input()
             now = self._time()
             req = Request(now, None if timeout is None else now + timeout)
-            self._core.request(req, now)
+            self._core.fast.request(req, now)
             if req.queued:  # (its owner is set before the lock is let go: a connect may serve it)
                 wait, req.owner = self._new_signal()
             if core.actions or core.events or core.timers.dirty:

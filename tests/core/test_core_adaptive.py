@@ -369,7 +369,7 @@ def _core(**options: object) -> PoolCore:
 
 def _checkout(core: PoolCore, now: float) -> Request:
     req = Request(started=now, deadline=None)
-    core.request(req, now)
+    core.fast.request(req, now)
     for action in core.take()[0]:
         if isinstance(action, StartConnect):
             core.connected(action.conn, now, object())
@@ -391,7 +391,7 @@ def test_an_adaptive_pool_lets_no_more_than_its_limit_be_in_use() -> None:
     first, second, third = (_checkout(core, 0.0) for _ in range(3))
     assert first.state is second.state is RequestState.SERVED
     assert third.state is RequestState.WAITING and view.total == 2 and view.in_use == 2
-    assert core.lease_idle(0.0) is None  # (the fast path too: at the limit)
+    assert core.fast.lease_idle(0.0) is None  # (the fast path too: at the limit)
     assert first.conn is not None
     core.release(first.conn, 0.5)
     core.take()
@@ -413,7 +413,7 @@ def test_an_adaptive_pool_takes_no_fast_path_and_learns_from_check_ins() -> None
         now += 1.0
         for req in reqs:
             assert req.conn is not None
-            assert core.release_idle(req.conn) is False  # (no fast check-in)
+            assert core.fast.release_idle(req.conn) is False  # (no fast check-in)
             core.release(req.conn, now)
             core.take()
         reqs = [_checkout(core, now) for _ in range(2)]

@@ -98,7 +98,7 @@ def test_requests_that_came_during_the_check_get_a_connect_once_the_caller_takes
     conn = core.lease_checking(1.0)
     assert conn is not None
     waiter = Request(1.0, None)
-    core.request(waiter, 1.0)
+    core.fast.request(waiter, 1.0)
     assert waiter.queued and _started(core) == []  # covered by the check
     assert core.checked(conn, 1.1) is True
     assert len(_started(core)) == 1  # now it is not
@@ -120,7 +120,7 @@ def test_no_caller_check_when_requests_wait_or_the_pool_is_paused() -> None:
     held = core.lease_checking(1.0)
     assert held is not None and core.checked(held, 1.0)
     waiter = Request(1.0, None)
-    core.request(waiter, 1.0)
+    core.fast.request(waiter, 1.0)
     assert waiter.queued
     assert core.lease_checking(1.0) is None  # first come, first served: the waiter is first
     core.clear(2.0)

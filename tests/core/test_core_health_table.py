@@ -107,7 +107,7 @@ def test_a_lease_cancels_the_probe_and_a_release_rearms_it() -> None:
 
 def queue_or_serve(core: PoolCore, now: float) -> Request:
     req = Request(started=now, deadline=None)
-    core.request(req, now)
+    core.fast.request(req, now)
     core.take()
     assert req.state is RequestState.SERVED
     return req
@@ -294,7 +294,7 @@ def test_the_circuit_opens_only_with_no_connection_open_and_closes_on_success() 
     assert isinstance(waiter.error, CircuitOpenError) and failed.reason == "circuitOpen"
     assert waiter.error.failures == 7 and str(waiter.error.cause) == "last"
     refused = Request(started=now, deadline=None)
-    core.request(refused, now)
+    core.fast.request(refused, now)
     assert isinstance(refused.error, CircuitOpenError) and not refused.queued
     now += attempt(events).retry_in
     core.fire_timers(now)
@@ -468,7 +468,7 @@ def test_a_reset_running_covers_a_waiter_as_a_connect_in_flight_does(retry: Any)
     that reset (no connect); the next one is not; a failed reset uncovers its waiter."""
     core = make(max_size=4, hooks=Hooks(reset=_probe), connect_retry=retry)
     lease = Request(started=1.0, deadline=None)
-    core.request(lease, 1.0)
+    core.fast.request(lease, 1.0)
     (conn,) = started(core.take()[0])
     core.connected(conn, 1.0, object())
     core.take()
@@ -477,10 +477,10 @@ def test_a_reset_running_covers_a_waiter_as_a_connect_in_flight_does(retry: Any)
     actions, _ = core.take()
     assert kinds(actions) == ["StartReset"] and cast(StartReset, actions[0]).conn is conn
     first = Request(started=3.0, deadline=None)
-    core.request(first, 3.0)
+    core.fast.request(first, 3.0)
     assert first.queued and kinds(core.take()[0]) == []  # covered: no connect
     second = Request(started=3.0, deadline=None)
-    core.request(second, 3.0)
+    core.fast.request(second, 3.0)
     (made,) = started(core.take()[0])  # not covered: one connect
     core.reset_done(conn, 4.0)
     actions, _ = core.take()
@@ -492,7 +492,7 @@ def test_a_reset_running_covers_a_waiter_as_a_connect_in_flight_does(retry: Any)
     core.release(conn, 6.0)
     core.take()
     third = Request(started=6.0, deadline=None)
-    core.request(third, 6.0)
+    core.fast.request(third, 6.0)
     assert kinds(core.take()[0]) == []
     core.reset_done(conn, 7.0, RuntimeError("ROLLBACK failed"))  # the cover is gone
     actions, _ = core.take()

@@ -16,7 +16,7 @@ def test_a_sweep_due_closes_its_connection_even_where_floats_disagree() -> None:
     view = core_view(core)
     core.ready(0.0)
     req = Request(0.0, None)
-    core.request(req, 0.0)
+    core.fast.request(req, 0.0)
     (conn,) = [a.conn for a in core.take()[0] if isinstance(a, StartConnect)]
     core.connected(conn, 0.1, object())
     assert req.conn is conn
@@ -31,7 +31,7 @@ def _parked_at(since: float, max_idle: float) -> tuple[PoolCore, Request]:
     core = PoolCore(PoolOptions(max_idle_time=max_idle), "a:1")
     core.ready(0.0)
     req = Request(0.0, None)
-    core.request(req, 0.0)
+    core.fast.request(req, 0.0)
     (conn,) = [a.conn for a in core.take()[0] if isinstance(a, StartConnect)]
     core.connected(conn, 0.0, object())
     core.release(conn, since)
@@ -53,14 +53,14 @@ def test_a_checkout_at_the_sweeps_own_time_agrees_with_the_sweep() -> None:
 
     core, _ = _parked_at(since, max_idle)  # a checkout just before the boundary gets it
     early = Request(before, None)
-    core.request(early, before)
+    core.fast.request(early, before)
     assert early.conn is not None and early.conn.close_reason is None
 
     core, served = _parked_at(since, max_idle)  # at the boundary it is closed as idle first
     conn = served.conn
     assert conn is not None
     late = Request(due, None)
-    core.request(late, due)
+    core.fast.request(late, due)
     assert conn.close_reason == "idle" and late.conn is not conn
 
     core, served = _parked_at(since, max_idle)  # and the sweep, due then, closes it too

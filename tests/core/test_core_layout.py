@@ -52,7 +52,10 @@ def test_the_deciding_classes_inherit_nothing(name: str) -> None:
     classes = [n for n in ast.walk(_tree(CORE / name)) if isinstance(n, ast.ClassDef)]
     assert classes, name
     for cls in classes:
-        assert not cls.bases, f"{name}: {cls.name} inherits {[ast.unparse(b) for b in cls.bases]}"
+        bases = [ast.unparse(b) for b in cls.bases]
+        if bases == ["Protocol"]:  # (an interface it declares: ``PoolCore.fast``'s port)
+            continue
+        assert not bases, f"{name}: {cls.name} inherits {bases}"
 
 
 def test_no_type_checking_stubs_in_the_core() -> None:

@@ -148,7 +148,7 @@ class Driver:
     def checkout(self, number: int, now: float, timeout: float | None) -> None:
         core = self.core
         if self.quick:
-            conn = core.lease_idle(now if core.clocked else 0.0)
+            conn = core.fast.lease_idle(now if core.clocked else 0.0)
             if conn is not None:
                 # what AsyncPool relies on: output of a fast lease is actions at most
                 assert not core.timers.dirty and not core.events, self.name
@@ -158,7 +158,7 @@ class Driver:
         req = Request(now, None if timeout is None else now + timeout)
         self.requests[number] = req
         self.number[id(req)] = number
-        core.request(req, now)
+        core.fast.request(req, now)
         if req.state is RequestState.SERVED and not req.queued:
             assert req.conn is not None
             self.leases.append(req.conn)
@@ -167,11 +167,11 @@ class Driver:
         conn = self.leases.pop(index % len(self.leases))
         core = self.core
         if self.quick:
-            taken = core.release_idle(conn)
+            taken = core.fast.release_idle(conn)
             if taken is not False:
                 assert not core.actions and not core.events and not core.timers.dirty
                 if taken is not True:
-                    core.note_wait(now - taken.started)  # as AsyncPool does, at once
+                    core.fast.note_wait(now - taken.started)  # as AsyncPool does, at once
                     self._complete(taken)
                 return
         may_output = core.release(conn, now)
@@ -572,21 +572,21 @@ def test_fast_checkout_prefers_a_free_stream_to_an_idle_connection() -> None:
         shared = state_of(core)
         core.ready(_START)
         first, second = Request(_START, None), Request(_START, None)
-        core.request(first, _START)
-        core.request(second, _START)
+        core.fast.request(first, _START)
+        core.fast.request(second, _START)
         plain, multiplexed = (a.conn for a in core.take()[0] if isinstance(a, StartConnect))
         core.connected(plain, _START, ConnectionObject(plain.id))
         core.connected(multiplexed, _START, ConnectionObject(multiplexed.id), None, 2)
         assert first.conn is plain and second.conn is multiplexed
-        assert core.release_idle(plain) is True  # available again, on top of the stack
+        assert core.fast.release_idle(plain) is True  # available again, on top of the stack
         assert core_view(core).idle_connections() == [plain] and list(shared.idle_set.open) == [
             multiplexed
         ]
         if fast:
-            conn = core.lease_idle(0.0)
+            conn = core.fast.lease_idle(0.0)
         else:
             third = Request(_START, None)
-            core.request(third, _START)
+            core.fast.request(third, _START)
             conn = third.conn
         assert conn is multiplexed and multiplexed.streams == 2, (fast, conn)
         assert plain.state is ConnState.IDLE and list(shared.idle_set.open) == []

@@ -558,7 +558,7 @@ class PoolCoreMachine(RuleBasedStateMachine):
     def lease_idle(self) -> None:
         waiting = core_view(self.c).waiting
         state = self.c.state
-        conn, actions, _ = self._do(lambda core: core.lease_idle(self._lease_idle_time()))
+        conn, actions, _ = self._do(lambda core: core.fast.lease_idle(self._lease_idle_time()))
         if conn is not None:
             assert state is PoolState.READY and waiting == 0
             assert conn.state is ConnState.LEASED
@@ -618,7 +618,7 @@ class PoolCoreMachine(RuleBasedStateMachine):
         req = Request(started=self.now, deadline=None if timeout is None else self.now + timeout)
         state = self.c.state
         self.requests.append(req)
-        _, actions, _ = self._do(lambda core: core.request(req, self.now))
+        _, actions, _ = self._do(lambda core: core.fast.request(req, self.now))
         assert not any(isinstance(a, CompleteRequest) and a.request is req for a in actions)
         if req.queued:
             assert req.state is RequestState.WAITING
@@ -707,9 +707,9 @@ class PoolCoreMachine(RuleBasedStateMachine):
         )
         stale = conn.state is ConnState.LEASED and _stale(core, conn)
         oldest = view.waiters()[:1]
-        taken, actions, _ = self._do(lambda core: core.release_idle(conn))
+        taken, actions, _ = self._do(lambda core: core.fast.release_idle(conn))
         if isinstance(taken, Request):
-            core.note_wait(self.now - taken.started)  # as the front ends do
+            core.fast.note_wait(self.now - taken.started)  # as the front ends do
         if taken:
             assert before[0] is ConnState.LEASED and before[1] == 1
             assert not core.clocked and core.state is not PoolState.CLOSED
@@ -1437,13 +1437,13 @@ def test_lb_interrupt_serves_the_waiters_it_keeps() -> None:
     use, the room they leave must serve the waiters at once, not at the next background run."""
     core = _lb_core(max_size=1, background_interval=math.inf)
     first = Request(0.0, None)
-    core.request(first, 0.0)
+    core.fast.request(first, 0.0)
     (conn,) = _started(core.take()[0])
     core.connected(conn, 0.0, "c1", "service-a")
     assert first.conn is conn
     core.take()
     second = Request(0.0, None)
-    core.request(second, 0.0)
+    core.fast.request(second, 0.0)
     assert second.queued and core.take() == ([], [])
     core.clear(1.0, interrupt_in_use=True, service_id="service-a")
     actions, _ = core.take()

@@ -73,7 +73,7 @@ def started(actions: list[Any]) -> list[Conn]:
 
 def queue(core: PoolCore, now: float = 0.0, deadline: float | None = None) -> Request:
     req = Request(started=now, deadline=deadline)
-    core.request(req, now)
+    core.fast.request(req, now)
     assert req.queued and req.state is RequestState.WAITING
     return req
 
@@ -101,7 +101,7 @@ def idle(core: PoolCore, now: float = 0.0) -> Conn:
 def pending_beside(core: PoolCore, rest: Conn, now: float = 0.0) -> Conn:
     """A connect in flight while ``rest`` stays available: lease ``rest``, queue a request (which
     starts a connect), cancel it, and return ``rest``."""
-    assert core.lease_idle(now) is rest
+    assert core.fast.lease_idle(now) is rest
     req = queue(core, now)
     (conn,) = started(core.take()[0])
     assert core.cancel(req, now)
@@ -187,7 +187,7 @@ def test_request_served_from_idle_at_once_most_recent_first() -> None:
     core.release(b, 2.0)
     core.take()
     req = Request(started=3.0, deadline=None)
-    core.request(req, 3.0)
+    core.fast.request(req, 3.0)
     actions, events = core.take()
     assert req.state is RequestState.SERVED and not req.queued
     assert req.conn is b  # the most recently used
@@ -201,17 +201,17 @@ def test_lease_idle_fast_path() -> None:
     core.release(a, 1.0)
     core.release(b, 2.0)
     core.take()
-    assert core.lease_idle(3.0) is b
+    assert core.fast.lease_idle(3.0) is b
     assert core.take() == ([], [])
-    assert core.lease_idle(3.0) is a
-    assert core.lease_idle(3.0) is None  # nothing idle
+    assert core.fast.lease_idle(3.0) is a
+    assert core.fast.lease_idle(3.0) is None  # nothing idle
     queue(core)
     core.release(a, 3.0)  # handed to the waiter
     core.take()
     core.clear(4.0)
     core.take()
     core.release(b, 4.0)
-    assert core.lease_idle(4.0) is None  # paused
+    assert core.fast.lease_idle(4.0) is None  # paused
 
 
 # ---------------------------------------------------------------------- check-in
@@ -399,7 +399,7 @@ def test_request_on_paused_or_closed_pool_fails_at_once(close: bool, error: type
         core.close(0.0)
         core.take()
     req = Request(started=0.0, deadline=None)
-    core.request(req, 0.0)
+    core.fast.request(req, 0.0)
     actions, events = core.take()
     assert req.state is RequestState.FAILED and isinstance(req.error, error) and not req.queued
     assert actions == []
@@ -503,7 +503,7 @@ def test_wait_queue_deadline() -> None:
 def test_expired_deadline_fails_at_once_without_queueing_but_connects() -> None:
     core = make()
     req = Request(started=1.0, deadline=1.0)
-    core.request(req, 1.0)
+    core.fast.request(req, 1.0)
     actions, events = core.take()
     assert req.state is RequestState.FAILED and not req.queued
     assert isinstance(req.error, WaitQueueTimeoutError)
@@ -512,7 +512,7 @@ def test_expired_deadline_fails_at_once_without_queueing_but_connects() -> None:
     assert kinds(actions) == ["StartConnect"]
     assert cast(ConnectionCheckOutFailedEvent, events[-1]).reason == "timeout"
     again = Request(started=1.0, deadline=1.0)
-    core.request(again, 1.0)
+    core.fast.request(again, 1.0)
     assert core.take()[0] == [] and again.state is RequestState.FAILED
 
 
@@ -540,7 +540,7 @@ def test_idle_connection_is_closed_at_checkout() -> None:
     core = make(max_idle_time=1.0)
     conn = idle(core, 0.0)
     req = Request(started=1.0, deadline=None)
-    core.request(req, 1.0)
+    core.fast.request(req, 1.0)
     actions, events = core.take()
     assert kinds(actions) == ["CloseConnection", "StartConnect"]
     assert cast(CloseConnection, actions[0]).conn is conn and conn.close_reason == "idle"
@@ -608,7 +608,7 @@ def test_unobserved_core_builds_no_events() -> None:
     (conn,) = started(core.take()[0])
     core.connected(conn, 0.0, object())
     req = Request(started=0.0, deadline=None)
-    core.request(req, 0.0)
+    core.fast.request(req, 0.0)
     core.release(conn, 1.0)
     core.clear(2.0)
     core.close(3.0)
@@ -648,7 +648,7 @@ def test_checkin_of_a_stale_connection_starts_a_connect_at_now(route: str) -> No
     else:
         (first,) = started(core.take()[0])
         core.connected(first, 100.0, object())
-        conn = core.lease_idle(0.0)  # 0.0: allowed on lease_idle when not clocked
+        conn = core.fast.lease_idle(0.0)  # 0.0: allowed on lease_idle when not clocked
         assert conn is first
     core.clear(101.0)
     core.ready(101.0)

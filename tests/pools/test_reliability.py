@@ -215,13 +215,13 @@ def test_request_book_is_changed_under_the_pool_lock() -> None:
     assert isinstance(start, StartConnect)
     core.connected(start.conn, 0.0, Conn(1))
     core.take()
-    holder = core.lease_idle(0.0)
+    holder = core.fast.lease_idle(0.0)
     assert holder is not None
     first = Req(7)
     with lock:
         assert book.enqueue(core, [first], 0.0, None, lambda conn: conn) == []
         req = book._waiting[7][0]
-        assert core.release_idle(holder) is req  # served: its completion is due
+        assert core.fast.release_idle(holder) is req  # served: its completion is due
     done = threading.Event()
     with lock:  # the front end holds the lock while the id is reused at once
         # (ignore: the lambda's tuple only makes two calls in one expression)

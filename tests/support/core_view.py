@@ -17,8 +17,6 @@ Reading is all these do: nothing here changes the core.
 
 from __future__ import annotations
 
-from types import MethodType
-
 from poolkit._core import Conn, ConnState, PoolCore, Request
 from poolkit._core.handout import Handout
 from poolkit._core.state import CoreState
@@ -30,10 +28,8 @@ def state_of(core: PoolCore) -> CoreState:
 
 
 def handout_of(core: PoolCore) -> Handout:
-    """The ``Handout`` of ``core``: what its checkout input ``lease_idle`` is a method of."""
-    method = core.lease_idle
-    assert isinstance(method, MethodType)
-    hand = method.__self__
+    """The ``Handout`` of ``core``: what its check-out and check-in port (``core.fast``) is."""
+    hand = core.fast
     assert isinstance(hand, Handout)
     return hand
 

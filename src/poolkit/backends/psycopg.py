@@ -96,9 +96,21 @@ from ._psycopg_hooks import (
 )
 from ._psycopg_lend import ConnectionReleasedError, lend
 
+# (psycopg_pool's classes, served by poolkit's pools: see _psycopg_dropin)
+from ._psycopg_dropin import PoolClosed, PoolTimeout, TooManyRequests  # noqa: E402
+from ._psycopg_dropin_async import AsyncConnectionPool, AsyncNullConnectionPool  # noqa: E402
+from ._psycopg_dropin_sync import ConnectionPool, NullConnectionPool  # noqa: E402
+
 __all__ = [
     "DEFAULT_RESET_QUERY",
+    "AsyncConnectionPool",
+    "AsyncNullConnectionPool",
+    "ConnectionPool",
     "ConnectionReleasedError",
+    "NullConnectionPool",
+    "PoolClosed",
+    "PoolTimeout",
+    "TooManyRequests",
     "async_check",
     "async_check_ping",
     "async_connect",

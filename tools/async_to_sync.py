@@ -86,7 +86,11 @@ RULES: list[tuple[str, str]] = [
         r"\1",
     ),
     # psycopg's and psycopg_pool's names (the psycopg_pool drop-ins)
-    (r"\bAsync(ConnectionPool|NullConnectionPool|Connection)\b", r"\1"),
+    (
+        r"\bAsync(ConnectionPool|NullConnectionPool|Connection|ConninfoParam|KwargsParam"
+        r"|ConnectionCB)\b",
+        r"\1",
+    ),
     (r"\bACT\b", "CT"),
     (r"from \.\.asyncio import Pool\b", "from ..threaded import Pool"),
     (r"\basync (def|with|for)\b", r"\1"),

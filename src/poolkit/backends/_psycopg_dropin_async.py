@@ -22,15 +22,21 @@ from __future__ import annotations
 
 import warnings
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from time import monotonic
 from types import TracebackType
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic
 
 from psycopg import AsyncConnection
 from psycopg import errors as e
 from psycopg.pq import TransactionStatus
+from psycopg_pool.abc import (
+    ACT,
+    AsyncConnectionCB,
+    AsyncConninfoParam,
+    AsyncKwargsParam,
+)
 
 from .. import (
     CircuitOpenError,
@@ -98,8 +104,6 @@ else:
 
 __all__ = ["AsyncConnectionPool", "AsyncNullConnectionPool"]
 
-ACT = TypeVar("ACT", bound="AsyncConnection[Any]")
-
 #: psycopg_pool's default ``connection_class``
 _CONNECTION_CLASS: Any = AsyncConnection
 _IDLE = TransactionStatus.IDLE
@@ -118,16 +122,16 @@ class AsyncConnectionPool(Generic[ACT]):
 
     def __init__(
         self,
-        conninfo: Any = "",
+        conninfo: AsyncConninfoParam = "",
         *,
         connection_class: type[ACT] = _CONNECTION_CLASS,
-        kwargs: Any = None,
+        kwargs: AsyncKwargsParam | None = None,
         min_size: int = 4,
         max_size: int | None = None,
         open: bool | None = None,
-        configure: Any = None,
-        check: Any = None,
-        reset: Any = None,
+        configure: AsyncConnectionCB[ACT] | None = None,
+        check: AsyncConnectionCB[ACT] | None = None,
+        reset: AsyncConnectionCB[ACT] | None = None,
         name: str | None = None,
         close_returns: bool = False,
         timeout: float = 30.0,
@@ -135,7 +139,7 @@ class AsyncConnectionPool(Generic[ACT]):
         max_lifetime: float = 60 * 60.0,
         max_idle: float = 10 * 60.0,
         reconnect_timeout: float = 5 * 60.0,
-        reconnect_failed: Any = None,
+        reconnect_failed: Callable[[Any], Any] | None = None,
         num_workers: int = 3,
         reset_session: bool | str = False,
     ) -> None:
@@ -592,16 +596,16 @@ class AsyncNullConnectionPool(AsyncConnectionPool[ACT]):
 
     def __init__(
         self,
-        conninfo: Any = "",
+        conninfo: AsyncConninfoParam = "",
         *,
         connection_class: type[ACT] = _CONNECTION_CLASS,
-        kwargs: Any = None,
+        kwargs: AsyncKwargsParam | None = None,
         min_size: int = 0,
         max_size: int | None = None,
         open: bool | None = None,
-        configure: Any = None,
-        check: Any = None,
-        reset: Any = None,
+        configure: AsyncConnectionCB[ACT] | None = None,
+        check: AsyncConnectionCB[ACT] | None = None,
+        reset: AsyncConnectionCB[ACT] | None = None,
         name: str | None = None,
         close_returns: bool = False,
         timeout: float = 30.0,
@@ -609,7 +613,7 @@ class AsyncNullConnectionPool(AsyncConnectionPool[ACT]):
         max_lifetime: float = 60 * 60.0,
         max_idle: float = 10 * 60.0,
         reconnect_timeout: float = 5 * 60.0,
-        reconnect_failed: Any = None,
+        reconnect_failed: Callable[[Any], Any] | None = None,
         num_workers: int = 3,
         reset_session: bool | str = False,
     ) -> None:

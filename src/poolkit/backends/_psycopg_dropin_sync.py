@@ -13,15 +13,21 @@ from __future__ import annotations
 import time
 import warnings
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from time import monotonic
 from types import TracebackType
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic
 
 from psycopg import Connection
 from psycopg import errors as e
 from psycopg.pq import TransactionStatus
+from psycopg_pool.abc import (
+    CT,
+    ConnectionCB,
+    ConninfoParam,
+    KwargsParam,
+)
 
 from .. import (
     CircuitOpenError,
@@ -70,8 +76,6 @@ def _maybe_await(result: Any) -> Any:
 
 __all__ = ["ConnectionPool", "NullConnectionPool"]
 
-CT = TypeVar("CT", bound="Connection[Any]")
-
 #: psycopg_pool's default ``connection_class``
 _CONNECTION_CLASS: Any = Connection
 _IDLE = TransactionStatus.IDLE
@@ -90,16 +94,16 @@ class ConnectionPool(Generic[CT]):
 
     def __init__(
         self,
-        conninfo: Any = "",
+        conninfo: ConninfoParam = "",
         *,
         connection_class: type[CT] = _CONNECTION_CLASS,
-        kwargs: Any = None,
+        kwargs: KwargsParam | None = None,
         min_size: int = 4,
         max_size: int | None = None,
         open: bool | None = None,
-        configure: Any = None,
-        check: Any = None,
-        reset: Any = None,
+        configure: ConnectionCB[CT] | None = None,
+        check: ConnectionCB[CT] | None = None,
+        reset: ConnectionCB[CT] | None = None,
         name: str | None = None,
         close_returns: bool = False,
         timeout: float = 30.0,
@@ -107,7 +111,7 @@ class ConnectionPool(Generic[CT]):
         max_lifetime: float = 60 * 60.0,
         max_idle: float = 10 * 60.0,
         reconnect_timeout: float = 5 * 60.0,
-        reconnect_failed: Any = None,
+        reconnect_failed: Callable[[Any], Any] | None = None,
         num_workers: int = 3,
         reset_session: bool | str = False,
     ) -> None:
@@ -543,16 +547,16 @@ class NullConnectionPool(ConnectionPool[CT]):
 
     def __init__(
         self,
-        conninfo: Any = "",
+        conninfo: ConninfoParam = "",
         *,
         connection_class: type[CT] = _CONNECTION_CLASS,
-        kwargs: Any = None,
+        kwargs: KwargsParam | None = None,
         min_size: int = 0,
         max_size: int | None = None,
         open: bool | None = None,
-        configure: Any = None,
-        check: Any = None,
-        reset: Any = None,
+        configure: ConnectionCB[CT] | None = None,
+        check: ConnectionCB[CT] | None = None,
+        reset: ConnectionCB[CT] | None = None,
         name: str | None = None,
         close_returns: bool = False,
         timeout: float = 30.0,
@@ -560,7 +564,7 @@ class NullConnectionPool(ConnectionPool[CT]):
         max_lifetime: float = 60 * 60.0,
         max_idle: float = 10 * 60.0,
         reconnect_timeout: float = 5 * 60.0,
-        reconnect_failed: Any = None,
+        reconnect_failed: Callable[[Any], Any] | None = None,
         num_workers: int = 3,
         reset_session: bool | str = False,
     ) -> None:

@@ -79,7 +79,6 @@ if True:  # ASYNC
     import inspect
 
     from ._psycopg_dropin import async_open_warning
-    from ._psycopg_hooks import async_check_closed_soon as _closed_check
     from ._psycopg_hooks import make_async_reset_soon as _make_reset
 
     _sleep = asyncio.sleep
@@ -93,7 +92,6 @@ if True:  # ASYNC
 else:
     import time
 
-    from ._psycopg_hooks import check as _closed_check
     from ._psycopg_hooks import make_reset as _make_reset
 
     _sleep = time.sleep
@@ -221,10 +219,12 @@ class AsyncConnectionPool(Generic[ACT]):
 
     def _check_hook(self) -> Any:
         """The check before each hand-out: the caller's ``check`` (a failure logged as
-        psycopg_pool logs it), else poolkit's (no I/O unless the server sent something)."""
+        psycopg_pool logs it); none by default, as in psycopg_pool (``check=async_check``, or
+        ``check`` for the blocking pool, from ``poolkit.backends.psycopg``: poolkit's, with no
+        round trip unless the server sent something)."""
         check = self._check
         if check is None:
-            return _closed_check
+            return None
 
         async def checked(conn: ACT) -> None:
             try:
@@ -275,30 +275,37 @@ class AsyncConnectionPool(Generic[ACT]):
             kwargs = self.kwargs or {}
             if callable(kwargs):
                 kwargs = await _maybe_await(kwargs())
-            conn = await self.connection_class.connect(conninfo or "", **kwargs)
+            try:
+                conn = await self.connection_class.connect(conninfo or "", **kwargs)
+            except Exception:
+                self._tally.counts[CONNECTIONS_ERRORS] += 1
+                raise
+            self._tally.counts[CONNECTIONS_MS] += int(1000.0 * (monotonic() - t0))
+            conn._pool = None  # (in the pool: psycopg's __del__ stays quiet)
+            try:
+                await self._configured(conn)
+            except BaseException:
+                await conn.close()
+                raise
         except Exception as ex:
-            self._tally.counts[CONNECTIONS_ERRORS] += 1
             logger.warning("error connecting in %r: %s", self.name, ex)
             await self._connect_failed()
             raise
         self._failing_since = None
-        self._tally.counts[CONNECTIONS_MS] += int(1000.0 * (monotonic() - t0))
-        conn._pool = None  # (in the pool: psycopg's __del__ stays quiet)
-        try:
-            if self._configure is not None:
-                await self._configure(conn)
-                status = conn.pgconn.transaction_status
-                if status != _IDLE:
-                    raise e.ProgrammingError(
-                        f"connection left in status {TransactionStatus(status).name} by "
-                        f"configure function {self._configure}: discarded"
-                    )
-            if self.reset_session is not False:
-                remember(conn)  # (the settings the full reset gives back)
-        except BaseException:
-            await conn.close()
-            raise
         return conn
+
+    async def _configured(self, conn: ACT) -> None:
+        """The caller's ``configure``, which must leave the connection idle."""
+        if self._configure is not None:
+            await self._configure(conn)
+            status = conn.pgconn.transaction_status
+            if status != _IDLE:
+                raise e.ProgrammingError(
+                    f"connection left in status {TransactionStatus(status).name} by "
+                    f"configure function {self._configure}: discarded"
+                )
+        if self.reset_session is not False:
+            remember(conn)  # (the settings the full reset gives back)
 
     async def _connect_failed(self) -> None:
         now = monotonic()
@@ -648,7 +655,7 @@ class AsyncNullConnectionPool(AsyncConnectionPool[ACT]):
         logger.info("waiting for pool %r initialization", self.name)
         try:
             lease = await pool.checkout(timeout)
-        except (WaitQueueTimeoutError, CircuitOpenError):
+        except Exception:  # (the connect's error is logged: "error connecting in ...")
             await self.close()
             raise PoolTimeout(f"pool initialization incomplete after {timeout} sec") from None
         lease.release()

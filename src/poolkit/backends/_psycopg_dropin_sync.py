@@ -63,7 +63,6 @@ from ._psycopg_dropin import (
     putconn_refusal,
 )
 from ._psycopg_hooks import DEFAULT_RESET_QUERY
-from ._psycopg_hooks import check as _closed_check
 from ._psycopg_hooks import make_reset as _make_reset
 from ._psycopg_settings import remember
 
@@ -190,10 +189,12 @@ class ConnectionPool(Generic[CT]):
 
     def _check_hook(self) -> Any:
         """The check before each hand-out: the caller's ``check`` (a failure logged as
-        psycopg_pool logs it), else poolkit's (no I/O unless the server sent something)."""
+        psycopg_pool logs it); none by default, as in psycopg_pool (``check=async_check``, or
+        ``check`` for the blocking pool, from ``poolkit.backends.psycopg``: poolkit's, with no
+        round trip unless the server sent something)."""
         check = self._check
         if check is None:
-            return _closed_check
+            return None
 
         def checked(conn: CT) -> None:
             try:
@@ -244,30 +245,37 @@ class ConnectionPool(Generic[CT]):
             kwargs = self.kwargs or {}
             if callable(kwargs):
                 kwargs = _maybe_await(kwargs())
-            conn = self.connection_class.connect(conninfo or "", **kwargs)
+            try:
+                conn = self.connection_class.connect(conninfo or "", **kwargs)
+            except Exception:
+                self._tally.counts[CONNECTIONS_ERRORS] += 1
+                raise
+            self._tally.counts[CONNECTIONS_MS] += int(1000.0 * (monotonic() - t0))
+            conn._pool = None  # (in the pool: psycopg's __del__ stays quiet)
+            try:
+                self._configured(conn)
+            except BaseException:
+                conn.close()
+                raise
         except Exception as ex:
-            self._tally.counts[CONNECTIONS_ERRORS] += 1
             logger.warning("error connecting in %r: %s", self.name, ex)
             self._connect_failed()
             raise
         self._failing_since = None
-        self._tally.counts[CONNECTIONS_MS] += int(1000.0 * (monotonic() - t0))
-        conn._pool = None  # (in the pool: psycopg's __del__ stays quiet)
-        try:
-            if self._configure is not None:
-                self._configure(conn)
-                status = conn.pgconn.transaction_status
-                if status != _IDLE:
-                    raise e.ProgrammingError(
-                        f"connection left in status {TransactionStatus(status).name} by "
-                        f"configure function {self._configure}: discarded"
-                    )
-            if self.reset_session is not False:
-                remember(conn)  # (the settings the full reset gives back)
-        except BaseException:
-            conn.close()
-            raise
         return conn
+
+    def _configured(self, conn: CT) -> None:
+        """The caller's ``configure``, which must leave the connection idle."""
+        if self._configure is not None:
+            self._configure(conn)
+            status = conn.pgconn.transaction_status
+            if status != _IDLE:
+                raise e.ProgrammingError(
+                    f"connection left in status {TransactionStatus(status).name} by "
+                    f"configure function {self._configure}: discarded"
+                )
+        if self.reset_session is not False:
+            remember(conn)  # (the settings the full reset gives back)
 
     def _connect_failed(self) -> None:
         now = monotonic()
@@ -599,7 +607,7 @@ class NullConnectionPool(ConnectionPool[CT]):
         logger.info("waiting for pool %r initialization", self.name)
         try:
             lease = pool.checkout(timeout)
-        except (WaitQueueTimeoutError, CircuitOpenError):
+        except Exception:  # (the connect's error is logged: "error connecting in ...")
             self.close()
             raise PoolTimeout(f"pool initialization incomplete after {timeout} sec") from None
         lease.release()

@@ -30,6 +30,18 @@ MONGODB = ROOT / "src/poolkit/mongodb"
 BACKENDS = ROOT / "src/poolkit/backends"
 PAIRS = [
     (
+        BACKENDS / "_psycopg_dropin_async.py",
+        BACKENDS / "_psycopg_dropin_sync.py",
+        '''"""The psycopg_pool drop-ins for threads: ``ConnectionPool`` and ``NullConnectionPool``,
+psycopg_pool's classes of those names served by a poolkit :class:`~poolkit.Pool`
+(``poolkit.backends.psycopg`` exports them).
+
+Generated from ``_psycopg_dropin_async`` by tools/async_to_sync.py: edit that one, then run the
+tool. Its rules are ``_psycopg_dropin``'s and ``_psycopg_dropin_async``'s; here the hooks and
+callbacks are plain functions, run in the calling thread (or the poolkit pool's).
+"""''',
+    ),
+    (
         BACKENDS / "_redis_dropin_async.py",
         BACKENDS / "_redis_dropin_sync.py",
         '''"""The drop-in pools for redis-py's blocking clients: ``ConnectionPool`` and
@@ -73,6 +85,13 @@ RULES: list[tuple[str, str]] = [
         r"\bAsync(MongoPool|Cursor|Session|Transaction|MongoConnection|Pool|Iterator|Exchange)\b",
         r"\1",
     ),
+    # psycopg's and psycopg_pool's names (the psycopg_pool drop-ins)
+    (
+        r"\bAsync(ConnectionPool|NullConnectionPool|Connection|ConninfoParam|KwargsParam"
+        r"|ConnectionCB)\b",
+        r"\1",
+    ),
+    (r"\bACT\b", "CT"),
     (r"from \.\.asyncio import Pool\b", "from ..threaded import Pool"),
     (r"\basync (def|with|for)\b", r"\1"),
     (r"\bawait ", ""),

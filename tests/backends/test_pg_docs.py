@@ -29,4 +29,5 @@ def test_example_runs(pg: PgServer, example: str) -> None:
 
 
 def test_there_is_an_example_per_backend() -> None:
-    assert len(EXAMPLES) == 4  # (asyncpg, psycopg threads and asyncio, psycopg's kept connection)
+    # (asyncpg, psycopg threads and asyncio, psycopg's kept connection, the psycopg_pool drop-in)
+    assert len(EXAMPLES) == 5

@@ -104,4 +104,9 @@ def test_each_twin_opens_with_the_generated_line(tool: ModuleType) -> None:
             f"# Generated from {source.relative_to(ROOT)} by tools/async_to_sync.py: do not edit."
         )
         names.append(target.name)
-    assert sorted(names) == ["_redis_dropin_sync.py", "connection_sync.py", "pool_sync.py"]
+    assert sorted(names) == [
+        "_psycopg_dropin_sync.py",
+        "_redis_dropin_sync.py",
+        "connection_sync.py",
+        "pool_sync.py",
+    ]

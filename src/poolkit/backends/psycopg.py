@@ -74,6 +74,10 @@ else:
     conninfo_to_dict = psycopg.conninfo.conninfo_to_dict
 
 # (after the driver: without it, the ImportError above is the one that names the extra)
+# (psycopg_pool's classes, served by poolkit's pools: see _psycopg_dropin)
+from ._psycopg_dropin import PoolClosed, PoolTimeout, TooManyRequests
+from ._psycopg_dropin_async import AsyncConnectionPool, AsyncNullConnectionPool
+from ._psycopg_dropin_sync import ConnectionPool, NullConnectionPool
 from ._psycopg_hooks import (
     DEFAULT_RESET_QUERY,
     async_check,
@@ -98,7 +102,14 @@ from ._psycopg_lend import ConnectionReleasedError, lend
 
 __all__ = [
     "DEFAULT_RESET_QUERY",
+    "AsyncConnectionPool",
+    "AsyncNullConnectionPool",
+    "ConnectionPool",
     "ConnectionReleasedError",
+    "NullConnectionPool",
+    "PoolClosed",
+    "PoolTimeout",
+    "TooManyRequests",
     "async_check",
     "async_check_ping",
     "async_connect",

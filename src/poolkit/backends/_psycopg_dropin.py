@@ -1,0 +1,270 @@
+"""What the psycopg_pool drop-ins share: ``ConnectionPool``, ``NullConnectionPool``
+(``_psycopg_dropin_sync``, generated) and ``AsyncConnectionPool``, ``AsyncNullConnectionPool``
+(``_psycopg_dropin_async``, the source), exported by ``poolkit.backends.psycopg``.
+
+Moving from psycopg_pool is one line::
+
+    from psycopg_pool import ConnectionPool                     # before
+    from poolkit.backends.psycopg import ConnectionPool         # after
+
+Each class takes psycopg_pool's constructor (the same keywords, the same defaults), has its
+methods (``open``, ``close``, ``wait``, ``connection()``, ``getconn``, ``putconn``, ``resize``,
+``check``, ``drain``, ``get_stats``, ``pop_stats``, ``check_connection``), its statistics keys,
+its exceptions and its logger (``psycopg.pool``), and is generic at run time
+(``ConnectionPool[MyConn[Row]]``). Underneath, a poolkit :class:`~poolkit.Pool` (or
+:class:`~poolkit.AsyncPool`) does the waiting, the limits, the hand-off and the cancellation:
+waiting callers are served in arrival order, a cancelled or timed-out ``getconn`` leaves the queue
+without losing a connection, and a connection is checked (no round trip unless the server sent
+something) before it is handed out.
+
+Rules of this module
+--------------------
+* Defaults are psycopg_pool's, so a swap changes nothing the caller did not ask for: ``min_size``
+  4, ``max_size`` = ``min_size``, ``timeout`` 30 s, ``max_lifetime`` 1 h (-5 % jitter),
+  ``max_idle`` 10 min, ``num_workers`` 3 (connects at once), ``open=None`` (opened in the
+  constructor, with psycopg_pool's deprecation warnings), ``close_returns`` False.
+* Given back, a connection is rolled back if it was left in a transaction (a warning on
+  ``psycopg.pool``, as psycopg_pool), closed if it was given back mid-query or broken, then the
+  caller's ``reset`` runs. That is all by default, as in psycopg_pool. ``reset_session=True``
+  (poolkit's own keyword) asks for poolkit's full reset besides: the settings a caller can
+  change on the connection object (``autocommit``, ``row_factory``, the isolation level...)
+  given back as ``configure`` left them, and ``DEFAULT_RESET_QUERY`` (advisory locks released,
+  cursors closed, ``UNLISTEN *``, ``RESET ALL``) sent; a string: that query instead. It is off by
+  default because ``RESET ALL`` undoes what a ``configure`` set with ``SET`` (psycopg_pool's own
+  documented way to set up a session), and a drop-in must not change that.
+* A connection in the pool has ``conn._pool = None`` (psycopg's ``__del__`` then stays quiet);
+  handed out, ``conn._pool`` is the drop-in pool, so that psycopg's ``Connection.close()`` gives
+  it back when ``close_returns=True``, and ``with conn:`` does not close it.
+* The exceptions are psycopg_pool's own classes' subclasses (``PoolTimeout``, ``PoolClosed``,
+  ``TooManyRequests``): ``except psycopg_pool.PoolTimeout`` still catches them. psycopg_pool is
+  therefore a dependency of the ``psycopg`` extra.
+* ``resize()`` has no counterpart in poolkit's pools (their limits are fixed at construction): it
+  starts a new poolkit pool with the new sizes, to which new checkouts go; the old one closes
+  its idle connections at once and each connection in use when it comes back.
+* ``drain()`` is poolkit's ``clear()`` (a new generation: old connections closed as met, those
+  in use when given back), after which the pool is made ready again; checkouts that were
+  waiting go on waiting.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Callable
+from typing import Any, Final
+
+from ._extras import require
+
+require("psycopg", "psycopg", "psycopg")
+require("psycopg_pool", "psycopg", "psycopg")  # (its exceptions are the base classes)
+
+import psycopg_pool  # noqa: E402
+
+from .. import Backoff, PoolOptions, PoolStats  # noqa: E402
+
+__all__ = [
+    "PoolClosed",
+    "PoolTimeout",
+    "TooManyRequests",
+]
+
+#: psycopg_pool's logger: the drop-ins log what psycopg_pool logs, there
+logger = logging.getLogger("psycopg.pool")
+
+# psycopg_pool's statistics keys (its ``BasePool``'s)
+POOL_MIN: Final = "pool_min"
+POOL_MAX: Final = "pool_max"
+POOL_SIZE: Final = "pool_size"
+POOL_AVAILABLE: Final = "pool_available"
+REQUESTS_WAITING: Final = "requests_waiting"
+REQUESTS_NUM: Final = "requests_num"
+REQUESTS_QUEUED: Final = "requests_queued"
+REQUESTS_WAIT_MS: Final = "requests_wait_ms"
+REQUESTS_ERRORS: Final = "requests_errors"
+USAGE_MS: Final = "usage_ms"
+RETURNS_BAD: Final = "returns_bad"
+CONNECTIONS_NUM: Final = "connections_num"
+CONNECTIONS_MS: Final = "connections_ms"
+CONNECTIONS_ERRORS: Final = "connections_errors"
+CONNECTIONS_LOST: Final = "connections_lost"
+
+#: psycopg_pool's reconnection delays (its ``AttemptWithBackoff``): 1 s, doubling, +-10 %
+_RETRY_BASE: Final = 1.0
+_RETRY_FACTOR: Final = 2.0
+_RETRY_JITTER: Final = 0.1
+
+
+class PoolTimeout(psycopg_pool.PoolTimeout):
+    """psycopg_pool's ``PoolTimeout``: no connection in time (a subclass of it)."""
+
+    __module__ = "poolkit.backends.psycopg"
+
+
+class PoolClosed(psycopg_pool.PoolClosed):
+    """psycopg_pool's ``PoolClosed``: the pool is closed, or not open yet (a subclass of it)."""
+
+    __module__ = "poolkit.backends.psycopg"
+
+
+class TooManyRequests(psycopg_pool.TooManyRequests):
+    """psycopg_pool's ``TooManyRequests``: ``max_waiting`` callers wait already (a subclass of
+    it)."""
+
+    __module__ = "poolkit.backends.psycopg"
+
+
+def check_size(min_size: int, max_size: int | None, *, null: bool) -> tuple[int, int]:
+    """``min_size`` and ``max_size`` by psycopg_pool's rules and messages (``null``: a null
+    pool's, whose ``min_size`` is 0 and whose ``max_size`` 0 means no limit)."""
+    if max_size is None:
+        max_size = min_size
+    if null:
+        if min_size != 0:
+            raise ValueError("null pools must have min_size = 0")
+    elif min_size < 0:
+        raise ValueError("min_size cannot be negative")
+    if max_size < min_size:
+        raise ValueError("max_size must be greater or equal than min_size")
+    if not null and min_size == max_size == 0:
+        raise ValueError("if min_size is 0 max_size must be greater than 0")
+    return min_size, max_size
+
+
+def pool_options(
+    *,
+    min_size: int,
+    max_size: int,
+    null: bool,
+    max_waiting: int,
+    max_lifetime: float,
+    max_idle: float,
+    reconnect_timeout: float,
+    num_workers: int,
+    hooks: Any,
+) -> PoolOptions:
+    """The poolkit pool's options for psycopg_pool's arguments. A null pool keeps no connection
+    (every connection is overflow: closed as soon as it is idle, unless a caller waits for it),
+    and a connect that fails fails the caller that needed it, as psycopg_pool's null pool
+    connects in the caller; a pool retries failed connects with psycopg_pool's delays, and its
+    waiting callers wait for their own deadline."""
+    if null:
+        return PoolOptions(
+            min_size=0,
+            max_size=max_size,  # (0: no limit, as in psycopg_pool's null pool)
+            soft_max_size=0,
+            max_connecting=max_size or 100,
+            max_waiting=max_waiting,
+            max_lifetime=max_lifetime,
+            max_lifetime_jitter=0.05,
+            connect_timeout=None,
+            hooks=hooks,
+        )
+    return PoolOptions(
+        min_size=min_size,
+        max_size=max_size,
+        max_connecting=num_workers,
+        max_waiting=max_waiting,
+        max_lifetime=max_lifetime,
+        max_lifetime_jitter=0.05,  # (psycopg_pool shortens each lifetime by up to 5 %)
+        max_idle_time=max_idle,
+        connect_timeout=None,  # (libpq's connect_timeout, in the DSN or kwargs, is the limit)
+        connect_retry=Backoff(
+            base=_RETRY_BASE,
+            factor=_RETRY_FACTOR,
+            jitter=_RETRY_JITTER,
+            max_delay=max(_RETRY_BASE, min(reconnect_timeout, 60.0)),
+            circuit_breaker_after=None,  # (psycopg_pool's callers wait for their timeout)
+        ),
+        hooks=hooks,
+    )
+
+
+class Tally:
+    """psycopg_pool's statistics: the counters the drop-in counts itself (``counts``), those
+    the poolkit pool counts (cumulative, read from its :class:`~poolkit.PoolStats`, less what was
+    popped), and the measures of now."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+        self._popped: dict[str, int] = {}
+
+    @staticmethod
+    def _derived(stats: PoolStats | None, handoff_waits: int) -> dict[str, int]:
+        if stats is None:
+            return {}
+        return {
+            REQUESTS_QUEUED: stats.waits,
+            REQUESTS_WAIT_MS: int(stats.wait_time_total * 1000.0),
+            CONNECTIONS_LOST: stats.checks_failed,
+        }
+
+    def read(self, stats: PoolStats | None, measures: dict[str, int]) -> dict[str, int]:
+        out = dict(self.counts)
+        for key, value in self._derived(stats, 0).items():
+            value -= self._popped.get(key, 0)
+            value += out.get(key, 0)
+            if value:
+                out[key] = value
+        out.update(measures)
+        return out
+
+    def pop(self, stats: PoolStats | None, measures: dict[str, int]) -> dict[str, int]:
+        out = self.read(stats, measures)
+        self.counts = Counter()
+        self._popped = self._derived(stats, 0)
+        return out
+
+    def forget_pool(self) -> None:
+        """A new poolkit pool (``resize``) counts from zero."""
+        self._popped = {}
+
+
+def measures(min_size: int, max_size: int, stats: PoolStats | None, null: bool) -> dict[str, int]:
+    """psycopg_pool's measures: sizes, connections (in the pool, out, being made), available,
+    callers waiting."""
+    return {
+        POOL_MIN: min_size,
+        POOL_MAX: max_size,
+        POOL_SIZE: 0 if stats is None else stats.total + stats.abandoned,
+        POOL_AVAILABLE: 0 if stats is None else stats.available,
+        REQUESTS_WAITING: 0 if stats is None else stats.waiting,
+    }
+
+
+def putconn_refusal(pool: Any, conn: Any) -> ValueError | None:
+    """psycopg_pool's refusal of a connection that is not out from ``pool``, or ``None``."""
+    owner = getattr(conn, "_pool", None)
+    if owner is pool:
+        return None
+    where = f"it comes from pool {owner.name!r}" if owner else "it doesn't come from any pool"
+    return ValueError(f"can't return connection to pool {pool.name!r}, {where}: {conn}")
+
+
+#: a pool's number, for its default name (``pool-1``...), as psycopg_pool counts
+_numbers: list[int] = [0]
+
+
+def pool_name(name: str | None) -> str:
+    if name:
+        return name
+    _numbers[0] += 1
+    return f"pool-{_numbers[0]}"
+
+
+def open_warning(kind: str) -> str:
+    return (
+        f"the default for the {kind} 'open' parameter will become 'False' in a future release. "
+        "Please use open={True|False} explicitly, or use the pool as context manager using: "
+        f"`with {kind}(...) as pool: ...`"
+    )
+
+
+def async_open_warning(kind: str) -> str:
+    return (
+        f"opening the async pool {kind} in the constructor is deprecated and will not be "
+        "supported anymore in a future release. Please use `await pool.open()`, or use the pool "
+        f"as context manager using: `async with {kind}(...) as pool: `..."
+    )
+
+
+Callback = Callable[..., Any]

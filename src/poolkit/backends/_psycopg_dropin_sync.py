@@ -1,0 +1,638 @@
+# Generated from src/poolkit/backends/_psycopg_dropin_async.py by tools/async_to_sync.py: do not edit.
+"""The psycopg_pool drop-ins for threads: ``ConnectionPool`` and ``NullConnectionPool``,
+psycopg_pool's classes of those names served by a poolkit :class:`~poolkit.Pool`
+(``poolkit.backends.psycopg`` exports them).
+
+Generated from ``_psycopg_dropin_async`` by tools/async_to_sync.py: edit that one, then run the
+tool. Its rules are ``_psycopg_dropin``'s and ``_psycopg_dropin_async``'s; here the hooks and
+callbacks are plain functions, run in the calling thread (or the poolkit pool's).
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+import weakref
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from time import monotonic
+from types import TracebackType
+from typing import Any, Generic
+
+from psycopg import Connection
+from psycopg import errors as e
+from psycopg.pq import TransactionStatus
+from psycopg_pool.abc import (
+    CT,
+    ConnectionCB,
+    ConninfoParam,
+    KwargsParam,
+)
+
+from .. import (
+    CircuitOpenError,
+    ConnectContext,
+    Hooks,
+    Lease,
+    PoolClearedError,
+    PoolClosedError,
+    PoolStats,
+    TooManyWaitersError,
+    WaitQueueTimeoutError,
+)
+from ..threaded import Pool
+from ._psycopg_dropin import (
+    CONNECTIONS_ERRORS,
+    CONNECTIONS_LOST,
+    CONNECTIONS_MS,
+    CONNECTIONS_NUM,
+    REQUESTS_ERRORS,
+    REQUESTS_NUM,
+    RETURNS_BAD,
+    USAGE_MS,
+    PoolClosed,
+    PoolTimeout,
+    Tally,
+    TooManyRequests,
+    check_size,
+    logger,
+    measures,
+    open_warning,
+    pool_name,
+    pool_options,
+    putconn_refusal,
+)
+from ._psycopg_hooks import DEFAULT_RESET_QUERY
+from ._psycopg_hooks import make_reset as _make_reset
+from ._psycopg_settings import remember
+
+_sleep = time.sleep
+
+
+def _maybe_await(result: Any) -> Any:
+    return result
+
+
+__all__ = ["ConnectionPool", "NullConnectionPool"]
+
+#: psycopg_pool's default ``connection_class``
+_CONNECTION_CLASS: Any = Connection
+_IDLE = TransactionStatus.IDLE
+_ACTIVE = TransactionStatus.ACTIVE
+_UNKNOWN = TransactionStatus.UNKNOWN
+
+
+class ConnectionPool(Generic[CT]):
+    """psycopg_pool's ``ConnectionPool``, served by a poolkit :class:`~poolkit.Pool`:
+    the same constructor, defaults, methods, statistics and exceptions (see
+    ``poolkit.backends._psycopg_dropin``). ``reset_session``: poolkit's full reset on return
+    (``True``: the settings given back and ``DEFAULT_RESET_QUERY`` sent; a string: that query),
+    off by default as in psycopg_pool."""
+
+    _null = False
+
+    def __init__(
+        self,
+        conninfo: ConninfoParam = "",
+        *,
+        connection_class: type[CT] = _CONNECTION_CLASS,
+        kwargs: KwargsParam | None = None,
+        min_size: int = 4,
+        max_size: int | None = None,
+        open: bool | None = None,
+        configure: ConnectionCB[CT] | None = None,
+        check: ConnectionCB[CT] | None = None,
+        reset: ConnectionCB[CT] | None = None,
+        name: str | None = None,
+        close_returns: bool = False,
+        timeout: float = 30.0,
+        max_waiting: int = 0,
+        max_lifetime: float = 60 * 60.0,
+        max_idle: float = 10 * 60.0,
+        reconnect_timeout: float = 5 * 60.0,
+        reconnect_failed: Callable[[Any], Any] | None = None,
+        num_workers: int = 3,
+        reset_session: bool | str = False,
+    ) -> None:
+        min_size, max_size = check_size(min_size, max_size, null=self._null)
+        if num_workers < 1:
+            raise ValueError("num_workers must be at least 1")
+        if not isinstance(reset_session, bool | str):
+            raise TypeError(f"reset_session must be a bool or a query, got {reset_session!r}")
+        self.conninfo = conninfo
+        self.kwargs = kwargs
+        self.connection_class = connection_class
+        self.name = pool_name(name)
+        self.close_returns = close_returns
+        self.timeout = timeout
+        self.max_waiting = max_waiting
+        self.max_lifetime = max_lifetime
+        self.max_idle = max_idle
+        self.reconnect_timeout = reconnect_timeout
+        self.num_workers = num_workers
+        self.reset_session = reset_session
+        self._configure = configure
+        self._check = check
+        self._reset = reset
+        self._reconnect_failed = reconnect_failed
+        self._min_size = min_size
+        self._max_size = max_size
+        self._tally = Tally()
+        self._leases: dict[int, Lease[CT]] = {}
+        self._pool: Pool[CT] | None = None
+        self._failing_since: float | None = None
+        self._opened = False
+        self._closed = True
+        self._open_implicit = False
+        if open is None:
+            open = self._open_implicit = True
+        if open:
+            self._open()
+
+    def __repr__(self) -> str:
+        cls = type(self)
+        return f"<{cls.__module__}.{cls.__name__} {self.name!r} at 0x{id(self):x}>"
+
+    @property
+    def min_size(self) -> int:
+        return self._min_size
+
+    @property
+    def max_size(self) -> int:
+        return self._max_size
+
+    @property
+    def closed(self) -> bool:
+        """``True`` if the pool is closed (or not open yet)."""
+        return self._closed
+
+    @property
+    def poolkit_pool(self) -> Pool[CT] | None:
+        """The poolkit pool serving now (``None`` before ``open()``)."""
+        return self._pool
+
+    # ------------------------------------------------------------------ the poolkit pool
+
+    def _new_pool(self) -> Pool[CT]:
+        options = pool_options(
+            min_size=self._min_size,
+            max_size=self._max_size,
+            null=self._null,
+            max_waiting=self.max_waiting,
+            max_lifetime=self.max_lifetime,
+            max_idle=self.max_idle,
+            reconnect_timeout=self.reconnect_timeout,
+            num_workers=self.num_workers,
+            hooks=Hooks(check=self._check_hook(), reset=self._reset_hook(), timeout=None),
+        )
+        return Pool(_connector(self), address=self.name, options=options)
+
+    def _check_hook(self) -> Any:
+        """The check before each hand-out: the caller's ``check`` (a failure logged as
+        psycopg_pool logs it); none by default, as in psycopg_pool (``check=async_check``, or
+        ``check`` for the blocking pool, from ``poolkit.backends.psycopg``: poolkit's, with no
+        round trip unless the server sent something)."""
+        check = self._check
+        if check is None:
+            return None
+
+        def checked(conn: CT) -> None:
+            try:
+                check(conn)
+            except Exception as ex:
+                logger.info("connection failed check: %s", ex)
+                raise
+
+        return checked
+
+    def _reset_hook(self) -> Any:
+        """The reset at check-in (``putconn`` has rolled back what was left open): the
+        caller's ``reset``, then the transaction status checked; with ``reset_session``,
+        poolkit's full reset around it. ``None`` when there is nothing to do."""
+        reset = self._reset
+        then = None
+        if reset is not None:
+
+            def then(conn: Any) -> None:
+                try:
+                    reset(conn)
+                    status = conn.pgconn.transaction_status
+                    if status != _IDLE:
+                        raise e.ProgrammingError(
+                            f"connection left in status {TransactionStatus(status).name} by "
+                            f"reset function {reset}: discarded"
+                        )
+                except Exception as ex:
+                    logger.warning("error resetting connection: %s", ex)
+                    raise
+
+        if self.reset_session is False:
+            return then
+        query = DEFAULT_RESET_QUERY if self.reset_session is True else self.reset_session
+        return _make_reset(query or None, then=then)
+
+    def _connect(self) -> CT:
+        """A new connection as psycopg_pool makes it: ``conninfo`` and ``kwargs`` resolved (a
+        callable's result), ``connection_class.connect``, ``configure``, which must leave the
+        connection idle. A failure is counted, and one that lasted ``reconnect_timeout`` calls
+        ``reconnect_failed``."""
+        self._tally.counts[CONNECTIONS_NUM] += 1
+        t0 = monotonic()
+        try:
+            conninfo = self.conninfo
+            if callable(conninfo):
+                conninfo = _maybe_await(conninfo())
+            kwargs = self.kwargs or {}
+            if callable(kwargs):
+                kwargs = _maybe_await(kwargs())
+            try:
+                conn = self.connection_class.connect(conninfo or "", **kwargs)
+            except Exception:
+                self._tally.counts[CONNECTIONS_ERRORS] += 1
+                raise
+            self._tally.counts[CONNECTIONS_MS] += int(1000.0 * (monotonic() - t0))
+            conn._pool = None  # (in the pool: psycopg's __del__ stays quiet)
+            try:
+                self._configured(conn)
+            except BaseException:
+                conn.close()
+                raise
+        except Exception as ex:
+            logger.warning("error connecting in %r: %s", self.name, ex)
+            self._connect_failed()
+            raise
+        self._failing_since = None
+        return conn
+
+    def _configured(self, conn: CT) -> None:
+        """The caller's ``configure``, which must leave the connection idle."""
+        if self._configure is not None:
+            self._configure(conn)
+            status = conn.pgconn.transaction_status
+            if status != _IDLE:
+                raise e.ProgrammingError(
+                    f"connection left in status {TransactionStatus(status).name} by "
+                    f"configure function {self._configure}: discarded"
+                )
+        if self.reset_session is not False:
+            remember(conn)  # (the settings the full reset gives back)
+
+    def _connect_failed(self) -> None:
+        now = monotonic()
+        if self._failing_since is None:
+            self._failing_since = now
+        elif now - self._failing_since >= self.reconnect_timeout:
+            self._failing_since = None
+            logger.warning(
+                "reconnection attempt in pool %r failed after %s sec",
+                self.name,
+                self.reconnect_timeout,
+            )
+            self.reconnect_failed()
+
+    def reconnect_failed(self) -> None:
+        """Called when reconnecting failed for longer than ``reconnect_timeout``."""
+        if self._reconnect_failed is not None:
+            _maybe_await(self._reconnect_failed(self))
+
+    # ------------------------------------------------------------------ open and close
+
+    def _check_open(self) -> None:
+        if self._closed and self._opened:
+            raise PoolClosed("pool has already been opened/closed and cannot be reused")
+
+    def _check_open_getconn(self) -> None:
+        if self._closed:
+            if self._opened:
+                raise PoolClosed(f"the pool {self.name!r} is already closed")
+            raise PoolClosed(f"the pool {self.name!r} is not open yet")
+        if self._open_implicit:
+            self._open_implicit = False
+            warnings.warn(open_warning(type(self).__name__), DeprecationWarning, 3)
+
+    def _open(self) -> None:
+        if not self._closed:
+            return
+        self._check_open()
+        pool = self._new_pool()
+        pool.ready()
+        self._pool = pool
+        self._closed = False
+        self._opened = True
+
+    def open(self, wait: bool = False, timeout: float = 30.0) -> None:
+        """Open the pool: connections are made in the background (``wait``: wait for
+        ``min_size`` of them, at most ``timeout`` seconds). Again on an open pool: nothing; on a
+        closed one: ``PoolClosed``."""
+        self._open()
+        if wait:
+            self.wait(timeout=timeout)
+
+    def wait(self, timeout: float = 30.0) -> None:
+        """Wait until ``min_size`` connections are ready; if they are not within ``timeout``
+        seconds, close the pool and raise ``PoolTimeout``."""
+        self._check_open_getconn()
+        logger.info("waiting for pool %r initialization", self.name)
+        deadline = monotonic() + timeout
+        delay = 0.001
+        while not self._full():
+            left = deadline - monotonic()
+            if left <= 0:
+                self.close()
+                raise PoolTimeout(f"pool initialization incomplete after {timeout} sec")
+            _sleep(min(delay, left))
+            delay = min(delay * 2, 0.02)
+        logger.info("pool %r is ready to use", self.name)
+
+    def _full(self) -> bool:
+        pool = self._pool
+        return pool is not None and pool.stats().available >= self._min_size
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Close the pool: waiting and later callers get ``PoolClosed``; the connections in the
+        pool are closed, those out when they are given back."""
+        if self._closed:
+            return
+        self._closed = True
+        logger.debug("pool %r closed", self.name)
+        pool = self._pool
+        if pool is not None:
+            pool.close()
+
+    def __enter__(self) -> ConnectionPool[CT]:
+        self._open_implicit = False
+        self.open()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_val: BaseException | None,
+        exc_tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ check-out and check-in
+
+    @contextmanager
+    def connection(self, timeout: float | None = None) -> Iterator[CT]:
+        """A connection for the block (at most ``timeout`` seconds to get one, default
+        ``self.timeout``): committed if the block succeeds, rolled back if it raises (psycopg's
+        own ``with conn``), then given back."""
+        conn = self.getconn(timeout=timeout)
+        t0 = monotonic()
+        try:
+            with conn:
+                yield conn
+        finally:
+            self.putconn(conn)
+            self._tally.counts[USAGE_MS] += int(1000.0 * (monotonic() - t0))
+
+    def getconn(self, timeout: float | None = None) -> CT:
+        """A connection (waiting at most ``timeout`` seconds, default ``self.timeout``), to give
+        back with :meth:`putconn`."""
+        if timeout is None:
+            timeout = self.timeout
+        deadline = monotonic() + timeout
+        logger.info("connection requested from %r", self.name)
+        self._tally.counts[REQUESTS_NUM] += 1
+        self._check_open_getconn()
+        while True:
+            pool = self._pool
+            assert pool is not None
+            try:
+                lease = pool.checkout(max(0.0, deadline - monotonic()))
+                break
+            except PoolClearedError:  # drain(): go on waiting, in the new generation
+                continue
+            except PoolClosedError:
+                if pool is not self._pool and not self._closed:  # resize(): the new pool
+                    continue
+                self._tally.counts[REQUESTS_ERRORS] += 1
+                raise PoolClosed(f"the pool {self.name!r} is already closed") from None
+            except (WaitQueueTimeoutError, CircuitOpenError):
+                self._tally.counts[REQUESTS_ERRORS] += 1
+                raise PoolTimeout(f"couldn't get a connection after {timeout:.2f} sec") from None
+            except TooManyWaitersError:
+                self._tally.counts[REQUESTS_ERRORS] += 1
+                raise TooManyRequests(
+                    f"the pool {self.name!r} has already {self.max_waiting} requests waiting"
+                ) from None
+            except BaseException:
+                self._tally.counts[REQUESTS_ERRORS] += 1
+                raise
+        conn = lease.connection
+        self._leases[id(conn)] = lease
+        conn._pool = self  # type: ignore[assignment]  # (psycopg's close() and with read it)
+        logger.info("connection given by %r", self.name)
+        return conn
+
+    def putconn(self, conn: CT) -> None:
+        """Give back a connection from :meth:`getconn`: rolled back if left in a transaction,
+        closed if given back mid-query, then reset and handed to the next caller (or closed, the
+        pool closed)."""
+        refusal = putconn_refusal(self, conn)
+        if refusal is not None:
+            raise refusal
+        logger.info("returning connection to %r", self.name)
+        conn._pool = None
+        lease = self._leases.pop(id(conn))
+        if self._closed:
+            conn.close()
+            lease.discard()
+            return
+        status = conn.pgconn.transaction_status
+        if status == _ACTIVE:
+            logger.warning("closing returned connection: %s", conn)
+            conn.close()
+        elif status != _IDLE and status != _UNKNOWN:
+            logger.warning("rolling back returned connection: %s", conn)
+            try:
+                conn.rollback()
+            except Exception as ex:
+                logger.warning(
+                    "rollback failed: %s: %s. Discarding connection %s",
+                    ex.__class__.__name__,
+                    ex,
+                    conn,
+                )
+                conn.close()
+        if conn.pgconn.transaction_status == _UNKNOWN:
+            self._tally.counts[RETURNS_BAD] += 1
+            logger.warning("discarding closed connection: %s", conn)
+            lease.discard()
+            return
+        lease.release()
+
+    # ------------------------------------------------------------------ maintenance
+
+    def resize(self, min_size: int, max_size: int | None = None) -> None:
+        """Change the pool's sizes: new checkouts go to a new poolkit pool of these sizes; the
+        old one closes its idle connections now, and those in use when they come back."""
+        min_size, max_size = check_size(min_size, max_size, null=self._null)
+        logger.info("resizing %r to min_size=%s max_size=%s", self.name, min_size, max_size)
+        self._min_size = min_size
+        self._max_size = max_size
+        old = self._pool
+        if old is None or self._closed:
+            return
+        new = self._new_pool()
+        new.ready()
+        self._pool = new
+        self._tally.forget_pool()
+        old.close()
+
+    def check(self) -> None:
+        """Check the connections idle in the pool now (:meth:`check_connection`): those that
+        fail are closed (and replaced, up to ``min_size``)."""
+        pool = self._pool
+        if pool is None or self._closed:
+            return
+        leases: list[Lease[CT]] = []
+        for _ in range(pool.stats().available):
+            try:
+                leases.append(pool.checkout(0))
+            except WaitQueueTimeoutError:
+                break
+        for lease in leases:
+            conn = lease.connection
+            try:
+                self.check_connection(conn)
+            except Exception:
+                self._tally.counts[CONNECTIONS_LOST] += 1
+                logger.warning("discarding broken connection: %s", conn)
+                lease.discard()
+            else:
+                lease.release()
+
+    @staticmethod
+    def check_connection(conn: CT) -> None:
+        """An empty query, outside a transaction: raises if the connection does not work (a
+        ``check`` callback, as psycopg_pool's)."""
+        if conn.autocommit:
+            conn.execute("")
+            return
+        conn.autocommit = True
+        try:
+            conn.execute("")
+        finally:
+            try:
+                conn.autocommit = False
+            except Exception:  # (the connection is closed: the error above is the one)
+                pass
+
+    def drain(self) -> None:
+        """Replace every connection: those idle now are closed and new ones made, those in use
+        are closed when given back."""
+        pool = self._pool
+        if pool is None or self._closed:
+            return
+        pool.clear()
+        pool.ready()
+
+    # ------------------------------------------------------------------ statistics
+
+    def _stats_now(self) -> PoolStats | None:
+        return None if self._pool is None else self._pool.stats()
+
+    def get_stats(self) -> dict[str, int]:
+        """psycopg_pool's statistics: counters since the last :meth:`pop_stats`, and measures."""
+        stats = self._stats_now()
+        return self._tally.read(stats, measures(self._min_size, self._max_size, stats, self._null))
+
+    def pop_stats(self) -> dict[str, int]:
+        """:meth:`get_stats`, and the counters set back to zero."""
+        stats = self._stats_now()
+        return self._tally.pop(stats, measures(self._min_size, self._max_size, stats, self._null))
+
+
+class NullConnectionPool(ConnectionPool[CT]):
+    """psycopg_pool's ``NullConnectionPool``: no connection kept; each caller gets a new
+    one (at most ``max_size`` at once, 0: no limit; callers beyond it wait in arrival order for
+    one given back), closed when given back unless a caller waits for it."""
+
+    _null = True
+
+    def __init__(
+        self,
+        conninfo: ConninfoParam = "",
+        *,
+        connection_class: type[CT] = _CONNECTION_CLASS,
+        kwargs: KwargsParam | None = None,
+        min_size: int = 0,
+        max_size: int | None = None,
+        open: bool | None = None,
+        configure: ConnectionCB[CT] | None = None,
+        check: ConnectionCB[CT] | None = None,
+        reset: ConnectionCB[CT] | None = None,
+        name: str | None = None,
+        close_returns: bool = False,
+        timeout: float = 30.0,
+        max_waiting: int = 0,
+        max_lifetime: float = 60 * 60.0,
+        max_idle: float = 10 * 60.0,
+        reconnect_timeout: float = 5 * 60.0,
+        reconnect_failed: Callable[[Any], Any] | None = None,
+        num_workers: int = 3,
+        reset_session: bool | str = False,
+    ) -> None:
+        super().__init__(
+            conninfo,
+            open=open,
+            connection_class=connection_class,
+            check=check,
+            configure=configure,
+            reset=reset,
+            kwargs=kwargs,
+            min_size=min_size,
+            max_size=max_size,
+            name=name,
+            close_returns=False,  # (as psycopg_pool's: a null pool keeps nothing to return to)
+            timeout=timeout,
+            max_waiting=max_waiting,
+            max_lifetime=max_lifetime,
+            max_idle=max_idle,
+            reconnect_timeout=reconnect_timeout,
+            reconnect_failed=reconnect_failed,
+            num_workers=num_workers,
+            reset_session=reset_session,
+        )
+
+    def wait(self, timeout: float = 30.0) -> None:
+        """Make one connection, as a test that the database can be reached (it is not kept);
+        if that takes more than ``timeout`` seconds, close the pool and raise ``PoolTimeout``."""
+        self._check_open_getconn()
+        pool = self._pool
+        assert pool is not None
+        logger.info("waiting for pool %r initialization", self.name)
+        try:
+            lease = pool.checkout(timeout)
+        except Exception:  # (the connect's error is logged: "error connecting in ...")
+            self.close()
+            raise PoolTimeout(f"pool initialization incomplete after {timeout} sec") from None
+        lease.release()
+        logger.info("pool %r is ready to use", self.name)
+
+    def _full(self) -> bool:
+        return True
+
+    def check(self) -> None:
+        """Nothing: a null pool keeps no connection."""
+
+
+def _connector(pool: ConnectionPool[Any]) -> Any:
+    """The poolkit pool's connect function: ``pool``'s ``_connect``, through a weak reference."""
+    owner = weakref.ref(pool)
+
+    def connect(ctx: ConnectContext) -> Any:
+        pool = owner()
+        if pool is None:
+            raise PoolClosedError(address=ctx.address, operation="make a connection for")
+        return pool._connect()
+
+    return connect
+
+
+for _cls in (ConnectionPool, NullConnectionPool):
+    _cls.__module__ = "poolkit.backends.psycopg"
+del _cls

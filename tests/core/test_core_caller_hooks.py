@@ -140,5 +140,5 @@ def test_the_timeout_error_names_the_check() -> None:
     core = _core(timeout=1.0)
     conn = core.lease_checking(0.0)
     assert conn is not None
-    error = state_of(core).hooks.timeout_error(conn, core.address)
+    error = state_of(core).hooks.timeout_error(conn, state_of(core).address)
     assert isinstance(error, HookTimeoutError) and error.hook == "check"

@@ -467,7 +467,7 @@ class PathsMachine(RuleBasedStateMachine):
         self._each(lambda d: d.core.clear(self.now))
         self._each(lambda d: d.core.ready(self.now))
 
-    @precondition(lambda self: self.ref.core.options.load_balanced)
+    @precondition(lambda self: state_of(self.ref.core).options.load_balanced)
     @rule(service=st.sampled_from(_SERVICES), interrupt=st.booleans())
     def clear_service(self, service: Any, interrupt: bool) -> None:
         self._each(lambda d: d.core.clear(self.now, interrupt_in_use=interrupt, service_id=service))

@@ -161,7 +161,7 @@ def _examples(default: int) -> int:
 def _stale(core: PoolCore, conn: Conn) -> bool:
     """Whether ``conn`` is behind the generation that applies to it: the pool's, or in
     load-balanced mode its service's (CMAP "stale": perished, never leased again)."""
-    if not core.options.load_balanced:
+    if not state_of(core).options.load_balanced:
         return conn.generation != core.generation
     entry = core.service_generations.get(conn.service_id)
     return entry is None or conn.generation != entry[0]
@@ -290,7 +290,7 @@ class PoolCoreMachine(RuleBasedStateMachine):
                 assert conn.close_reason is not None
                 if self.firing and conn.close_reason == "error" and conn in self.owed:
                     # a connect abandoned by its timer: never before connect_timeout has passed
-                    timeout = core.options.connect_timeout
+                    timeout = state_of(core).options.connect_timeout
                     assert timeout is not None
                     assert self.now - self.started_at[conn.id] >= timeout, (
                         f"{conn} started at {self.started_at[conn.id]} timed out at {self.now}"
@@ -342,7 +342,7 @@ class PoolCoreMachine(RuleBasedStateMachine):
         assert conn.streams <= conn.max_streams, f"{conn} leased beyond its stream limit"
         assert conn.expires > self.now, f"{conn} leased after its lifetime"
         if conn.streams == 1 and conn.role is not Role.KEPT:  # just taken from idle
-            max_idle = core.options.max_idle_time
+            max_idle = state_of(core).options.max_idle_time
             assert max_idle is None or self.now - conn.idle_since < max_idle, conn
 
     def _check_events(self, actions: list[Any], events: list[Any]) -> None:
@@ -382,7 +382,7 @@ class PoolCoreMachine(RuleBasedStateMachine):
         self.leases.append(conn)
         self.served_total += 1
         held = None
-        if self.c.options.leak_timeout is not None:  # as a front end watching leases does
+        if state_of(self.c).options.leak_timeout is not None:  # as a front end watching leases does
             held = Hold(conn, self.now, f"lease {self.served_total}")
             self.c.hold(held, self.now)
         self.holds.append(held)
@@ -430,7 +430,7 @@ class PoolCoreMachine(RuleBasedStateMachine):
         assert self.c.state is PoolState.READY
 
     def clear(self, interrupt: bool) -> None:
-        if self.c.options.load_balanced:
+        if state_of(self.c).options.load_balanced:
             self.clear_service(None, interrupt)  # every service
             return
         before = self.c.state
@@ -466,7 +466,7 @@ class PoolCoreMachine(RuleBasedStateMachine):
                     or conn.generation == self.c.generation
                 )
 
-    @precondition(lambda self: self.c.options.load_balanced)
+    @precondition(lambda self: state_of(self.c).options.load_balanced)
     @rule(service=st.sampled_from(_SERVICES), interrupt=st.sampled_from([False, True]))
     def clear_service(self, service: Any, interrupt: bool) -> None:
         """Load-balanced clear: one service (``None``: all of them) moves to a new generation.
@@ -521,7 +521,7 @@ class PoolCoreMachine(RuleBasedStateMachine):
                 assert conn.state is state, f"{conn} changed by a clear"
         assert not any(isinstance(a, CompleteRequest) for a in actions)
 
-    @precondition(lambda self: not self.c.options.load_balanced)
+    @precondition(lambda self: not state_of(self.c).options.load_balanced)
     @rule(service=st.sampled_from([1, "a"]))
     def clear_service_not_lb(self, service: Any) -> None:
         """``clear(service_id=...)`` needs load-balanced mode: refused, nothing changed."""
@@ -745,7 +745,7 @@ class PoolCoreMachine(RuleBasedStateMachine):
         obj = ConnectionObject(conn.id)
         self.objects[conn.id] = obj
         core = self.c
-        lb = core.options.load_balanced
+        lb = state_of(core).options.load_balanced
         was_connecting = conn.state is ConnState.CONNECTING
         if was_connecting:
             self.established_ids.add(conn.id)
@@ -824,13 +824,13 @@ class PoolCoreMachine(RuleBasedStateMachine):
             assert all(isinstance(a, StartConnect) for a in actions), actions
         for req in head:
             if req.state is RequestState.FAILED:
-                if self.c.options.connect_retry is None:
+                if state_of(self.c).options.connect_retry is None:
                     assert req.error is error
                 else:  # waiters keep waiting, unless the circuit opened
                     assert isinstance(req.error, CircuitOpenError), req
         if (
             was_connecting
-            and self.c.options.connect_retry is not None
+            and state_of(self.c).options.connect_retry is not None
             and self.c.state is not PoolState.CLOSED
         ):
             failing = state_of(self.c).failures.failing
@@ -907,16 +907,16 @@ class PoolCoreMachine(RuleBasedStateMachine):
         """What the hot paths compare with is what the state, generation and options say."""
         core = self.c
         # (an adaptive pool takes no fast path: each check-in is a sample of its limit)
-        plain = not core.options.load_balanced and core.options.adaptive is None
+        plain = not state_of(core).options.load_balanced and state_of(core).options.adaptive is None
         ready = core.state is PoolState.READY
         lease = core.generation if plain and not core.clocked and ready else -1
-        hooks = core.options.hooks
+        hooks = state_of(core).options.hooks
         resets = hooks is not None and hooks.reset is not None
         release = (
             core.generation
             if plain
             and core.state is not PoolState.CLOSED
-            and core.options.max_lifetime is None
+            and state_of(core).options.max_lifetime is None
             and not resets
             else -1
         )
@@ -964,7 +964,7 @@ class PoolCoreMachine(RuleBasedStateMachine):
         core = self.c
         view = core_view(core)
         shared = state_of(core)
-        opts = core.options
+        opts = state_of(core).options
         conns = list(shared.conns.values())
         by_state = {s: sum(1 for c in conns if c.state is s) for s in ConnState}
         stats = core.stats()
@@ -1056,7 +1056,7 @@ class PoolCoreMachine(RuleBasedStateMachine):
         core = self.c
         shared = state_of(core)
         established = [c for c in shared.conns.values() if c.state in _ESTABLISHED]
-        if not core.options.load_balanced:
+        if not state_of(core).options.load_balanced:
             assert core.service_generations == {}
             for conn in established:
                 assert conn.service_id is None and conn.generation <= core.generation, conn
@@ -1161,15 +1161,16 @@ class PoolCoreMachine(RuleBasedStateMachine):
         core = self.c
         for req in core_view(core).waiters():
             assert req.deadline is None or req.deadline > self.now, f"{req} outlived its deadline"
-        leak_timeout = core.options.leak_timeout
+        leak_timeout = state_of(core).options.leak_timeout
         for held in self.holds:
             if held is not None and leak_timeout is not None:
                 # watched while the pool is open: reported once its time is up, never before
                 watched_until = min(self.now, self.closed_at)
                 out_too_long = watched_until - held.since >= leak_timeout
                 assert out_too_long == (held.stack in self.reported), held
-        timeout = core.options.connect_timeout
-        max_idle = core.options.max_idle_time
+        opts = state_of(core).options
+        timeout = opts.connect_timeout
+        max_idle = opts.max_idle_time
         for conn in state_of(core).conns.values():
             if timeout is not None and conn.state is ConnState.CONNECTING:
                 assert conn.created_at + timeout > self.now, f"{conn} outlived connect_timeout"
@@ -1177,13 +1178,13 @@ class PoolCoreMachine(RuleBasedStateMachine):
                 assert self.now - conn.idle_since < max_idle, f"{conn} outlived max_idle_time"
             if conn.state is ConnState.IDLE:
                 assert conn.role is not Role.OVERFLOW, f"{conn} is overflow and idle"
-                if core.options.keep_alive is not None:  # an idle connection's probe is due
+                if opts.keep_alive is not None:  # an idle connection's probe is due
                     timer = conn.ka_timer
                     assert timer is not None and timer.when > self.now, conn
-                    assert timer.when - conn.idle_since <= core.options.keep_alive.interval or (
-                        timer.when - self.now <= core.options.keep_alive.interval
+                    assert timer.when - conn.idle_since <= opts.keep_alive.interval or (
+                        timer.when - self.now <= opts.keep_alive.interval
                     ), conn
-            timeout_ka = core.options.keep_alive and core.options.keep_alive.timeout
+            timeout_ka = opts.keep_alive and opts.keep_alive.timeout
             if conn.probe_started is not None and timeout_ka:
                 assert self.now - conn.probe_started < timeout_ka, f"{conn} probe outlived"
 
@@ -1197,7 +1198,7 @@ class PoolCoreMachine(RuleBasedStateMachine):
         shared = state_of(core)
         if core.state is not PoolState.READY or not view.waiting:
             return
-        opts = core.options
+        opts = state_of(core).options
         # (connects given up on count against both limits until their function returns)
         abandoned = shared.abandoned
         room = not opts.max_size or view.total + abandoned < opts.max_size

@@ -64,7 +64,6 @@ class PoolCore:
     __slots__ = (
         "_st",
         "actions",
-        "address",
         "align_to_wall",
         "cancel",
         "check_done",
@@ -82,7 +81,6 @@ class PoolCore:
         "keep_alive_done",
         "lease_checking",
         "lease_collected",
-        "options",
         "queue",
         "ready",
         "release",
@@ -112,8 +110,6 @@ class PoolCore:
         health = Health(shared, life, hand)
         cycle = Lifecycle(shared, life, hand, health)
         # what the state holds and never replaces, for the front ends
-        self.options = options
-        self.address = address
         self.clocked = shared.clocked
         self.service_generations = shared.service_generations
         self.actions = shared.actions

@@ -21,10 +21,12 @@ import sys
 import threading
 import time
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
 from pg_service import PgServer, need, pg, wait_until
+from poolkit.testing import FaultProxy
 
 __all__ = ["pg"]
 
@@ -37,8 +39,6 @@ else:  # (the drivers first: missing, the tests skip, or fail under POOLKIT_REQU
     psycopg = need("psycopg")
     psycopg_pool = need("psycopg_pool")
     pk = need("poolkit.backends.psycopg")
-
-from poolkit.testing import FaultProxy  # noqa: E402
 
 
 def kw(server: PgServer) -> dict[str, Any]:
@@ -76,7 +76,7 @@ def test_wait_for_around_getconn_bounds_it(pg: PgServer, impl: str) -> None:
             held = await p.getconn()
             started = time.monotonic()
             with pytest.raises(TimeoutError):
-                await asyncio.wait_for(p.getconn(timeout=30.0), 0.2)
+                await asyncio.wait_for(p.getconn(timeout=5.0), 0.2)  # (absorbed: 5 s)
             bounded(2.0, started)
             if impl == "poolkit":
                 assert p.get_stats()["requests_waiting"] == 0
@@ -110,8 +110,8 @@ def test_wait_for_is_not_absorbed_by_a_check(pg: PgServer, impl: str) -> None:
         async with pool as p:
             await p.wait(5.0)
             started = time.monotonic()
-            with pytest.raises(TimeoutError):
-                await asyncio.wait_for(p.getconn(timeout=30.0), 0.3)
+            with pytest.raises(TimeoutError):  # (absorbed: PoolTimeout, after 3 s)
+                await asyncio.wait_for(p.getconn(timeout=3.0), 0.3)
             bounded(1.5, started)
             assert checks == 1  # (cancelled in its first check: no other tried)
             await wait_until(lambda: p.get_stats().get("requests_waiting", 0) == 0, "no waiter")
@@ -186,9 +186,13 @@ OUTAGE = 3.0  # seconds the proxy resets and refuses
 REFILL_BOUND = 8.0  # seconds after the server is back
 
 
-def _through(proxy_port: int, dsn: str) -> str:
-    from urllib.parse import urlsplit, urlunsplit
+def _target(dsn: str) -> tuple[str, int]:
+    parts = urlsplit(dsn)
+    return parts.hostname or "127.0.0.1", parts.port or 5432
 
+
+def _through(proxy_port: int, dsn: str) -> str:
+    """``dsn`` with the proxy's address in place of the server's."""
     parts = urlsplit(dsn)
     user = parts.netloc.rsplit("@", 1)[0] + "@" if "@" in parts.netloc else ""
     return urlunsplit(parts._replace(netloc=f"{user}127.0.0.1:{proxy_port}"))
@@ -229,8 +233,7 @@ def test_the_pool_refills_to_min_size_by_itself_after_an_outage(pg: PgServer, im
             proxy.call(proxy.server.set_refusing, False)
             PgServer.wait(
                 lambda: (
-                    len(pg.pids()) == MIN_SIZE
-                    and pool.get_stats()["pool_available"] == MIN_SIZE
+                    len(pg.pids()) == MIN_SIZE and pool.get_stats()["pool_available"] == MIN_SIZE
                 ),
                 f"{MIN_SIZE} live connections in the pool again",
                 timeout=REFILL_BOUND,
@@ -248,13 +251,6 @@ def test_the_pool_refills_to_min_size_by_itself_after_an_outage(pg: PgServer, im
             pool.close()
     finally:
         proxy.stop()
-
-
-def _target(dsn: str) -> tuple[str, int]:
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(dsn)
-    return parts.hostname or "127.0.0.1", parts.port or 5432
 
 
 # ---------------------------------------------------------------- H3: no thread starved

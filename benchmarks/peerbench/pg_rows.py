@@ -11,7 +11,12 @@ used as its documentation shows, with the workload's pool size and its own defau
   back only: psycopg_pool's guarantee), ``psycopg_pool``'s ``AsyncConnectionPool`` /
   ``ConnectionPool`` (``pool.connection()``: commit; as shipped: nothing more; like for like:
   ``reset=`` running poolkit's statements), SQLAlchemy's ``AsyncAdaptedQueuePool`` /
-  ``QueuePool`` over psycopg.
+  ``QueuePool`` over psycopg; and poolkit's psycopg_pool drop-ins
+  (``poolkit.backends.psycopg.AsyncConnectionPool`` / ``ConnectionPool``), made as psycopg_pool's
+  classes with psycopg_pool's defaults (as shipped: its guarantees) and with ``reset_session=True``
+  (what it adds: poolkit's full reset, against psycopg_pool like for like). psycopg_pool's classes
+  and the drop-ins are used both ways psycopg_pool documents: ``pool.connection()``, and
+  ``getconn()``, the query, ``commit()``, ``putconn()``.
 * floors: the minimal FIFO pool over connections of the same driver, and one dedicated
   connection per worker; their operation is the user's (``SELECT 1``, and psycopg's COMMIT
   that ends its transaction), with no reset.

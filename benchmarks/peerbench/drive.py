@@ -9,7 +9,10 @@ which passes the checkout's wait to ``record``. The harness runs every worker fo
 
 Figures: ``ops_per_s``; ``wait_p50_us`` / ``wait_p99_us`` / ``wait_max_us`` (the checkout's wait,
 every operation of the measured time); ``ops_worker_min`` / ``ops_worker_max`` and ``fairness``
-(their ratio: 1 is every worker served alike, 0 a worker that never got a connection).
+(their ratio: 1 is every worker served alike, 0 a worker that never got a connection);
+``cpu_us_per_op``: the client's CPU per operation, the benchmark process's CPU time
+(``time.process_time()``: every thread's, the pool's own included) over the measured time,
+divided by the operations.
 """
 
 from __future__ import annotations
@@ -57,6 +60,8 @@ class Tally:
 
     counts: list[int]
     elapsed: float = 0.0
+    #: the process's CPU seconds over the measured time (set by the contention runs)
+    cpu: float = NAN
     errors: int = 0
     first_error: str = ""
     timeline: list[tuple[float, bool]] | None = None
@@ -76,6 +81,7 @@ def contention_figures(waits: list[float], tally: Tally) -> Figures:
         "ops_worker_min": float(low),
         "ops_worker_max": float(high),
         "fairness": low / high if high else NAN,
+        "cpu_us_per_op": tally.cpu / ops * 1e6 if ops else NAN,
         "errors": float(tally.errors),
     }
 
@@ -141,7 +147,9 @@ def async_contention(build: AsyncBuild, shape: Shape) -> Callable[[Env], Figures
             await drive_async(one, shape.workers, env.sizes.warmup)
             waits.clear()
             gc.collect()
+            cpu = time.process_time()
             tally = await drive_async(one, shape.workers, env.sizes.duration)
+            tally.cpu = time.process_time() - cpu
             return contention_figures(waits, tally)
 
     return lambda env: asyncio.run(measure(env))
@@ -215,7 +223,9 @@ def thread_contention(build: SyncBuild, shape: Shape) -> Callable[[Env], Figures
             drive_threads(one, shape.workers, env.sizes.warmup)
             waits.clear()
             gc.collect()
+            cpu = time.process_time()
             tally = drive_threads(one, shape.workers, env.sizes.duration)
+            tally.cpu = time.process_time() - cpu
             return contention_figures(waits, tally)
 
     return measure

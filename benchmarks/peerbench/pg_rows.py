@@ -11,7 +11,12 @@ used as its documentation shows, with the workload's pool size and its own defau
   back only: psycopg_pool's guarantee), ``psycopg_pool``'s ``AsyncConnectionPool`` /
   ``ConnectionPool`` (``pool.connection()``: commit; as shipped: nothing more; like for like:
   ``reset=`` running poolkit's statements), SQLAlchemy's ``AsyncAdaptedQueuePool`` /
-  ``QueuePool`` over psycopg.
+  ``QueuePool`` over psycopg; and poolkit's psycopg_pool drop-ins
+  (``poolkit.backends.psycopg.AsyncConnectionPool`` / ``ConnectionPool``), made as psycopg_pool's
+  classes with psycopg_pool's defaults (as shipped: its guarantees) and with ``reset_session=True``
+  (what it adds: poolkit's full reset, against psycopg_pool like for like). psycopg_pool's classes
+  and the drop-ins are used both ways psycopg_pool documents: ``pool.connection()``, and
+  ``getconn()``, the query, ``commit()``, ``putconn()``.
 * floors: the minimal FIFO pool over connections of the same driver, and one dedicated
   connection per worker; their operation is the user's (``SELECT 1``, and psycopg's COMMIT
   that ends its transaction), with no reset.
@@ -56,6 +61,7 @@ CONTENTION_COLUMNS = (
     Column("ops_worker_min", "ops/worker min"),
     Column("ops_worker_max", "ops/worker max"),
     Column("server_conns_peak", "server conns"),
+    Column("cpu_us_per_op", "client CPU µs/op", 1),
 )
 
 
@@ -240,18 +246,38 @@ async def _psycopg_async_reset(conn: Any) -> None:
         await conn.set_autocommit(False)
 
 
-def psycopg_pool_async(like_for_like: bool) -> AsyncBuild:
+def _psycopg_pool_class(dropin: bool, asynchronous: bool) -> Any:
+    """psycopg_pool's class, or poolkit's drop-in of the same name (the one line a user
+    changes)."""
+    import importlib
+
+    name = "AsyncConnectionPool" if asynchronous else "ConnectionPool"
+    module = "poolkit.backends.psycopg" if dropin else "psycopg_pool"
+    return getattr(importlib.import_module(module), name)
+
+
+def _psycopg_pool_kwargs(dropin: bool, reset_session: bool) -> dict[str, Any]:
+    assert dropin or not reset_session, "reset_session is the drop-in's keyword"
+    return {"reset_session": True} if reset_session else {}
+
+
+def psycopg_pool_async(
+    like_for_like: bool, *, dropin: bool = False, getconn: bool = False, reset_session: bool = False
+) -> AsyncBuild:
+    """psycopg_pool's ``AsyncConnectionPool`` (``dropin``: poolkit's, made the same way), used
+    with ``async with pool.connection()`` or (``getconn``) ``getconn()``, the query, ``commit()``
+    and ``putconn()``; ``reset_session``: the drop-in's full reset on."""
+
     @asynccontextmanager
     async def build(env: Env, record: Record, shape: Shape) -> AsyncIterator[AsyncOne]:
-        from psycopg_pool import AsyncConnectionPool
-
-        pool: Any = AsyncConnectionPool(
+        pool: Any = _psycopg_pool_class(dropin, True)(
             env.dsn,
             min_size=shape.size,
             max_size=shape.size,
             kwargs={"application_name": env.app},
             reset=_psycopg_async_reset if like_for_like else None,
             open=False,
+            **_psycopg_pool_kwargs(dropin, reset_session),
         )
         await pool.open(wait=True)
 
@@ -262,8 +288,19 @@ def psycopg_pool_async(like_for_like: bool) -> AsyncBuild:
                 cur = await conn.execute(SELECT)
                 await cur.fetchone()
 
+        async def one_getconn(i: int) -> None:
+            t = pc()
+            conn = await pool.getconn()
+            record(pc() - t)
+            try:
+                cur = await conn.execute(SELECT)
+                await cur.fetchone()
+                await conn.commit()
+            finally:
+                await pool.putconn(conn)
+
         try:
-            yield one
+            yield one_getconn if getconn else one
         finally:
             await pool.close()
 
@@ -360,18 +397,21 @@ def _psycopg_reset(conn: Any) -> None:
         conn.autocommit = False
 
 
-def psycopg_pool_threads(like_for_like: bool) -> SyncBuild:
+def psycopg_pool_threads(
+    like_for_like: bool, *, dropin: bool = False, getconn: bool = False, reset_session: bool = False
+) -> SyncBuild:
+    """:func:`psycopg_pool_async` for psycopg_pool's ``ConnectionPool`` (or the drop-in)."""
+
     @contextmanager
     def build(env: Env, record: Record, shape: Shape) -> Iterator[SyncOne]:
-        from psycopg_pool import ConnectionPool
-
-        pool: Any = ConnectionPool(
+        pool: Any = _psycopg_pool_class(dropin, False)(
             env.dsn,
             min_size=shape.size,
             max_size=shape.size,
             kwargs={"application_name": env.app},
             reset=_psycopg_reset if like_for_like else None,
             open=False,
+            **_psycopg_pool_kwargs(dropin, reset_session),
         )
         pool.open(wait=True)
 
@@ -381,8 +421,18 @@ def psycopg_pool_threads(like_for_like: bool) -> SyncBuild:
                 record(pc() - t)
                 conn.execute(SELECT).fetchone()
 
+        def one_getconn(i: int) -> None:
+            t = pc()
+            conn = pool.getconn()
+            record(pc() - t)
+            try:
+                conn.execute(SELECT).fetchone()
+                conn.commit()
+            finally:
+                pool.putconn(conn)
+
         try:
-            yield one
+            yield one_getconn if getconn else one
         finally:
             pool.close()
 
@@ -474,14 +524,28 @@ FLOOR = "floor: minimal FIFO pool"
 DEDICATED = "floor: dedicated connections"
 
 
+#: poolkit's psycopg_pool drop-ins, made and used as psycopg_pool's classes are
+DROPIN_ASYNC = "poolkit.backends.psycopg.AsyncConnectionPool"
+DROPIN = "poolkit.backends.psycopg.ConnectionPool"
+#: the other way psycopg_pool's documentation shows: ``getconn()``, the query, ``commit()``,
+#: ``putconn()``
+GETCONN = "getconn/putconn"
+#: the drop-in with what it adds to psycopg_pool's guarantees (poolkit's full reset)
+FULL_RESET = "full reset (reset_session=True)"
+
+
 def _async(name: str, role: Any, variant: str, build: AsyncBuild, shape: Shape,
-           needs: tuple[str, ...], note: str = "") -> Contender:  # fmt: skip
-    return Contender(name, role, variant, async_contention(build, shape), needs, note=note)
+           needs: tuple[str, ...], note: str = "",
+           versus: str | None = None) -> Contender:  # fmt: skip
+    return Contender(name, role, variant, async_contention(build, shape), needs, note=note,
+                     versus=versus)  # fmt: skip
 
 
 def _threads(name: str, role: Any, variant: str, build: SyncBuild, shape: Shape,
-             needs: tuple[str, ...], note: str = "") -> Contender:  # fmt: skip
-    return Contender(name, role, variant, thread_contention(build, shape), needs, note=note)
+             needs: tuple[str, ...], note: str = "",
+             versus: str | None = None) -> Contender:  # fmt: skip
+    return Contender(name, role, variant, thread_contention(build, shape), needs, note=note,
+                     versus=versus)  # fmt: skip
 
 
 def asyncpg_workload(key: str = "H1", workers: int = 50, size: int = 10) -> Workload:
@@ -539,6 +603,19 @@ def psycopg_async_workload(key: str = "H2", workers: int = 50, size: int = 10) -
                    psycopg_pool_async(False), shape, pp, "commit; rollback only"),
             _async("psycopg_pool.AsyncConnectionPool", "peer", LIKE_FOR_LIKE,
                    psycopg_pool_async(True), shape, pp, "commit; reset= poolkit's statements"),
+            _async(f"psycopg_pool.AsyncConnectionPool {GETCONN}", "peer", AS_SHIPPED,
+                   psycopg_pool_async(False, getconn=True), shape, pp, "commit; rollback only"),
+            _async(DROPIN_ASYNC, "poolkit", AS_SHIPPED,
+                   psycopg_pool_async(False, dropin=True), shape, pp,
+                   "the drop-in, psycopg_pool's defaults: commit; rollback only"),
+            _async(f"{DROPIN_ASYNC} {GETCONN}", "poolkit", AS_SHIPPED,
+                   psycopg_pool_async(False, dropin=True, getconn=True), shape, pp,
+                   "the drop-in, psycopg_pool's defaults: commit; rollback only",
+                   versus=f"psycopg_pool.AsyncConnectionPool {GETCONN} ({AS_SHIPPED})"),
+            _async(DROPIN_ASYNC, "poolkit", FULL_RESET,
+                   psycopg_pool_async(False, dropin=True, reset_session=True), shape, pp,
+                   "commit; + poolkit's full reset",
+                   versus=f"psycopg_pool.AsyncConnectionPool ({LIKE_FOR_LIKE})"),
             _async("SQLAlchemy AsyncAdaptedQueuePool", "peer", AS_SHIPPED,
                    sqlalchemy_async("psycopg", False), shape, sa, "rollback at check-in"),
             _async("SQLAlchemy AsyncAdaptedQueuePool", "peer", LIKE_FOR_LIKE,
@@ -575,6 +652,18 @@ def psycopg_threads_workload(key: str = "H3", workers: int = 16, size: int = 8) 
                      psycopg_pool_threads(False), shape, pp, "commit; rollback only"),
             _threads("psycopg_pool.ConnectionPool", "peer", LIKE_FOR_LIKE,
                      psycopg_pool_threads(True), shape, pp, "commit; reset= poolkit's statements"),
+            _threads(f"psycopg_pool.ConnectionPool {GETCONN}", "peer", AS_SHIPPED,
+                     psycopg_pool_threads(False, getconn=True), shape, pp, "commit; rollback only"),
+            _threads(DROPIN, "poolkit", AS_SHIPPED, psycopg_pool_threads(False, dropin=True),
+                     shape, pp, "the drop-in, psycopg_pool's defaults: commit; rollback only"),
+            _threads(f"{DROPIN} {GETCONN}", "poolkit", AS_SHIPPED,
+                     psycopg_pool_threads(False, dropin=True, getconn=True), shape, pp,
+                     "the drop-in, psycopg_pool's defaults: commit; rollback only",
+                     versus=f"psycopg_pool.ConnectionPool {GETCONN} ({AS_SHIPPED})"),
+            _threads(DROPIN, "poolkit", FULL_RESET,
+                     psycopg_pool_threads(False, dropin=True, reset_session=True), shape, pp,
+                     "commit; + poolkit's full reset",
+                     versus=f"psycopg_pool.ConnectionPool ({LIKE_FOR_LIKE})"),
             _threads("SQLAlchemy QueuePool", "peer", AS_SHIPPED, sqlalchemy_threads(False),
                      shape, sa, "rollback at check-in"),
             _threads("SQLAlchemy QueuePool", "peer", LIKE_FOR_LIKE, sqlalchemy_threads(True),

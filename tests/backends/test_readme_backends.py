@@ -23,14 +23,20 @@ README_DSN = "postgresql://postgres@127.0.0.1/test"
 README_REDIS = "redis://127.0.0.1:6379/0"
 
 
+#: the examples in order (psycopg_pool: the one-line switch to the drop-in)
+NAMES = ["asyncpg", "psycopg", "psycopg_pool", "redis", "tcp", "http2"]
+
+
 def test_there_is_an_example_per_backend() -> None:
-    names = ["asyncpg", "psycopg", "redis", "tcp", "http2"]
-    assert len(EXAMPLES) == len(names)
-    for name, example in zip(names, EXAMPLES, strict=True):
+    assert len(EXAMPLES) == len(NAMES)
+    for name, example in zip(NAMES, EXAMPLES, strict=True):
+        if name == "psycopg_pool":
+            assert "from poolkit.backends.psycopg import ConnectionPool" in example
+            continue
         assert f"import {name}" in example or "import redis as pk_redis" in example
 
 
-@pytest.mark.parametrize("example", EXAMPLES, ids=["asyncpg", "psycopg", "redis", "tcp", "http2"])
+@pytest.mark.parametrize("example", EXAMPLES, ids=NAMES)
 def test_example_runs(pg: PgServer, redis_server: RedisServer, example: str) -> None:
     code = example.replace(README_DSN, pg.dsn).replace(README_REDIS, redis_server.url)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

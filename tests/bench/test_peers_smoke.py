@@ -33,6 +33,10 @@ EXPECTED = {
         "poolkit.backends.psycopg.create_pool (rollback only (reset=False))",
         "psycopg_pool.ConnectionPool (as shipped)",
         "psycopg_pool.ConnectionPool (like for like)",
+        "psycopg_pool.ConnectionPool getconn/putconn (as shipped)",
+        "poolkit.backends.psycopg.ConnectionPool (as shipped)",
+        "poolkit.backends.psycopg.ConnectionPool getconn/putconn (as shipped)",
+        "poolkit.backends.psycopg.ConnectionPool (full reset (reset_session=True))",
         "SQLAlchemy QueuePool (as shipped)",
         "SQLAlchemy QueuePool (like for like)",
         "floor: minimal FIFO pool",
@@ -113,7 +117,8 @@ def test_a_quick_run_reports_every_pool_with_ratios_waits_and_fairness(tmp_path:
             for label, c in contenders.items():
                 figures = c["figures"]
                 for name in ("ops_per_s", "wait_p50_us", "wait_p99_us", "wait_max_us",
-                             "ops_worker_min", "ops_worker_max", "fairness"):  # fmt: skip
+                             "ops_worker_min", "ops_worker_max", "fairness",
+                             "cpu_us_per_op"):  # fmt: skip
                     assert finite(figures[name]["median"]), (key, label, name)
                 assert finite(figures["fairness_worst"]), (key, label)
     w8 = {c["label"]: c for c in workloads["W8-redis"]["contenders"]}

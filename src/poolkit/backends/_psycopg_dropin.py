@@ -60,7 +60,7 @@ require("psycopg_pool", "psycopg", "psycopg")  # (its exceptions are the base cl
 
 import psycopg_pool  # noqa: E402
 
-from .. import Backoff, PoolOptions, PoolStats  # noqa: E402
+from .. import Backoff, KeepAlive, PoolOptions, PoolStats  # noqa: E402
 
 __all__ = [
     "PoolClosed",
@@ -87,6 +87,12 @@ CONNECTIONS_NUM: Final = "connections_num"
 CONNECTIONS_MS: Final = "connections_ms"
 CONNECTIONS_ERRORS: Final = "connections_errors"
 CONNECTIONS_LOST: Final = "connections_lost"
+
+#: seconds between the probes of an idle connection: poolkit's ``check`` (no I/O unless the
+#: server sent something, as it does when the backend ends or the link is reset; then a round
+#: trip), so that connections lost while idle are replaced without a caller meeting them
+#: (psycopg_pool #370, #1315: psycopg_pool finds them only when handing them out)
+PROBE_INTERVAL: Final = 1.0
 
 #: psycopg_pool's reconnection delays (its ``AttemptWithBackoff``): 1 s, doubling, +-10 %
 _RETRY_BASE: Final = 1.0
@@ -141,12 +147,15 @@ def pool_options(
     reconnect_timeout: float,
     num_workers: int,
     hooks: Any,
+    probe: Any = None,
 ) -> PoolOptions:
     """The poolkit pool's options for psycopg_pool's arguments. A null pool keeps no connection
     (every connection is overflow: closed as soon as it is idle, unless a caller waits for it),
     and a connect that fails fails the caller that needed it, as psycopg_pool's null pool
     connects in the caller; a pool retries failed connects with psycopg_pool's delays, and its
-    waiting callers wait for their own deadline."""
+    waiting callers wait for their own deadline. ``probe``: the pool's idle connections are
+    probed with it every ``PROBE_INTERVAL`` seconds (a connection found dead is closed and
+    ``min_size`` refilled); a null pool keeps none to probe."""
     if null:
         return PoolOptions(
             min_size=0,
@@ -168,6 +177,7 @@ def pool_options(
         max_lifetime_jitter=0.05,  # (psycopg_pool shortens each lifetime by up to 5 %)
         max_idle_time=max_idle,
         connect_timeout=None,  # (libpq's connect_timeout, in the DSN or kwargs, is the limit)
+        keep_alive=None if probe is None else KeepAlive(PROBE_INTERVAL, probe),
         connect_retry=Backoff(
             base=_RETRY_BASE,
             factor=_RETRY_FACTOR,

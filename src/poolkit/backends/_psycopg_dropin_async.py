@@ -79,6 +79,7 @@ if True:  # ASYNC
     import inspect
 
     from ._psycopg_dropin import async_open_warning
+    from ._psycopg_hooks import async_check as _probe
     from ._psycopg_hooks import make_async_reset_soon as _make_reset
 
     _sleep = asyncio.sleep
@@ -92,6 +93,7 @@ if True:  # ASYNC
 else:
     import time
 
+    from ._psycopg_hooks import check as _probe
     from ._psycopg_hooks import make_reset as _make_reset
 
     _sleep = time.sleep
@@ -214,6 +216,7 @@ class AsyncConnectionPool(Generic[ACT]):
             reconnect_timeout=self.reconnect_timeout,
             num_workers=self.num_workers,
             hooks=Hooks(check=self._check_hook(), reset=self._reset_hook(), timeout=None),
+            probe=_probe,
         )
         return AsyncPool(_connector(self), address=self.name, options=options)
 

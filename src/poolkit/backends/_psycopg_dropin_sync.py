@@ -63,6 +63,7 @@ from ._psycopg_dropin import (
     putconn_refusal,
 )
 from ._psycopg_hooks import DEFAULT_RESET_QUERY
+from ._psycopg_hooks import check as _probe
 from ._psycopg_hooks import make_reset as _make_reset
 from ._psycopg_settings import remember
 
@@ -184,6 +185,7 @@ class ConnectionPool(Generic[CT]):
             reconnect_timeout=self.reconnect_timeout,
             num_workers=self.num_workers,
             hooks=Hooks(check=self._check_hook(), reset=self._reset_hook(), timeout=None),
+            probe=_probe,
         )
         return Pool(_connector(self), address=self.name, options=options)
 

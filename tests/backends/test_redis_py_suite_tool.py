@@ -17,7 +17,7 @@ CHECK = textwrap.dedent(
     """
     import os, sys
     os.environ["POOLKIT_REDIS_SUITE_POOLS"] = sys.argv[1]
-    sys.path.insert(0, sys.argv[2])
+    sys.path[:0] = [sys.argv[2], os.path.dirname(sys.argv[2])]  # (as run.py: tools/ too)
     import poolkit_swap
     import redis, redis.asyncio, redis.asyncio.client, redis.asyncio.connection, redis.client
     import redis.connection

@@ -25,6 +25,7 @@ import os
 from typing import Any
 
 import pytest
+from peer_suite_outcomes import Outcomes
 
 POOLS = os.environ.get("POOLKIT_PSYCOPG_SUITE_POOLS", "psycopg_pool")
 NAMES = ("ConnectionPool", "AsyncConnectionPool", "NullConnectionPool", "AsyncNullConnectionPool")
@@ -77,7 +78,7 @@ else:
 #: test names (``path::name``) not to run, each with all its parametrizations
 DESELECT = frozenset(json.loads(os.environ.get("POOLKIT_PSYCOPG_SUITE_DESELECT", "[]")))
 
-_outcomes: dict[str, str] = {}
+_outcomes = Outcomes()
 _builders: set[str] = set()
 
 
@@ -107,22 +108,8 @@ def pytest_runtest_protocol(item: pytest.Item) -> Any:
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    outcome = _outcomes.get(report.nodeid)
-    if report.failed:
-        _outcomes[report.nodeid] = "failed"
-    elif outcome == "failed":
-        return
-    elif report.when == "call":
-        _outcomes[report.nodeid] = "skipped" if report.skipped else "passed"
-    elif report.skipped:  # (skipped in setup)
-        _outcomes[report.nodeid] = "skipped"
+    _outcomes.note(report)
 
 
 def pytest_sessionfinish() -> None:
-    path = os.environ.get("POOLKIT_PSYCOPG_SUITE_RESULTS")
-    if not path:
-        return
-    with open(path, "w", encoding="utf-8") as out:
-        for nodeid, outcome in _outcomes.items():
-            entry = {"nodeid": nodeid, "outcome": outcome, "built": nodeid in _builders}
-            out.write(json.dumps(entry) + "\n")
+    _outcomes.write(os.environ.get("POOLKIT_PSYCOPG_SUITE_RESULTS"), _builders)

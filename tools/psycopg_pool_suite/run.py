@@ -346,7 +346,7 @@ def start_pytest(
         POOLKIT_PSYCOPG_SUITE_POOLS=pools,
         POOLKIT_PSYCOPG_SUITE_RESULTS=str(results),
         PSYCOPG_TEST_DSN=dsn,
-        PYTHONPATH=os.pathsep.join([str(HERE), str(ROOT / "src")]),
+        PYTHONPATH=os.pathsep.join([str(HERE), str(HERE.parent), str(ROOT / "src")]),
         PYTHONDONTWRITEBYTECODE="1",
         PATH=os.pathsep.join([str(python.parent), env.get("PATH", "")]),  # (mypy: test_version)
     )

@@ -13,11 +13,11 @@ JSON lines ``{"nodeid": ..., "outcome": "passed" | "failed" | "skipped"}``: fail
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
 import pytest
+from peer_suite_outcomes import Outcomes
 
 POOLS = os.environ.get("POOLKIT_REDIS_SUITE_POOLS", "redis")
 
@@ -63,7 +63,7 @@ elif POOLS == "redis":
 else:
     raise RuntimeError(f"POOLKIT_REDIS_SUITE_POOLS must be 'redis' or 'poolkit', not {POOLS!r}")
 
-_outcomes: dict[str, str] = {}
+_outcomes = Outcomes()
 
 
 def pytest_report_header() -> list[str]:
@@ -73,21 +73,8 @@ def pytest_report_header() -> list[str]:
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    outcome = _outcomes.get(report.nodeid)
-    if report.failed:
-        _outcomes[report.nodeid] = "failed"
-    elif outcome == "failed":
-        return
-    elif report.when == "call":
-        _outcomes[report.nodeid] = "skipped" if report.skipped else "passed"
-    elif report.skipped:  # (skipped in setup)
-        _outcomes[report.nodeid] = "skipped"
+    _outcomes.note(report)
 
 
 def pytest_sessionfinish() -> None:
-    path = os.environ.get("POOLKIT_REDIS_SUITE_RESULTS")
-    if not path:
-        return
-    with open(path, "w", encoding="utf-8") as out:
-        for nodeid, outcome in _outcomes.items():
-            out.write(json.dumps({"nodeid": nodeid, "outcome": outcome}) + "\n")
+    _outcomes.write(os.environ.get("POOLKIT_REDIS_SUITE_RESULTS"))

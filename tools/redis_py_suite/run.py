@@ -217,7 +217,7 @@ def start_pytest(
     env.update(
         POOLKIT_REDIS_SUITE_POOLS=pools,
         POOLKIT_REDIS_SUITE_RESULTS=str(results),
-        PYTHONPATH=os.pathsep.join([str(HERE), str(ROOT / "src")]),
+        PYTHONPATH=os.pathsep.join([str(HERE), str(HERE.parent), str(ROOT / "src")]),
         PYTHONDONTWRITEBYTECODE="1",
     )
     env.pop("PYTEST_ADDOPTS", None)

@@ -6,9 +6,11 @@ the same counts, the same errors)."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import threading
 import time
+import warnings
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -292,3 +294,39 @@ def test_async_a_cancelled_waiter_leaves_the_queue(pg: PgServer) -> None:
         await eng.dispose()
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("poolclass", ["sqlalchemy", "poolkit"])
+def test_async_engine_disposed_from_another_loop_then_used_in_a_third(
+    pg: PgServer, poolclass: str
+) -> None:
+    """The usual test-suite pattern (a loop per test, ``asyncio.run(engine.dispose())``): the
+    dispose closes the idle connections the first loop made, and the engine serves the next
+    loop, as SQLAlchemy's own pool does."""
+    eng = async_engine(pg)
+    if poolclass == "sqlalchemy":
+        eng = sa_asyncio.create_async_engine(
+            eng.url,
+            poolclass=sa_pool.AsyncAdaptedQueuePool,
+            connect_args={"server_settings": {"application_name": pg.app}},
+        )
+
+    async def use() -> None:
+        async with eng.connect() as conn:
+            assert (await conn.exec_driver_sql("SELECT 1")).scalar() == 1
+
+    async def dispose() -> None:
+        await eng.dispose()
+
+    asyncio.run(use())
+    assert len(pg.pids()) == 1
+    asyncio.run(dispose())
+    pg.wait_sessions(0)
+    with warnings.catch_warnings():
+        # (asyncpg's transports of the closed loop cannot be closed cleanly from another one:
+        # with either pool, the garbage collector warns when it takes them)
+        warnings.simplefilter("ignore", ResourceWarning)
+        gc.collect()
+    asyncio.run(use())
+    asyncio.run(dispose())
+    pg.wait_sessions(0)

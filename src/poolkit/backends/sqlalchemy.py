@@ -60,6 +60,7 @@ from __future__ import annotations
 import asyncio
 import math
 import threading
+import weakref
 from collections import deque
 from collections.abc import Coroutine
 from typing import Any
@@ -80,6 +81,7 @@ from .. import (  # noqa: E402
     PoolClosedError,
     PoolOptions,
     PoolState,
+    PoolStats,
     WaitQueueTimeoutError,
 )
 from ..asyncio import AsyncPool  # noqa: E402
@@ -92,6 +94,25 @@ __all__ = ["AsyncAdaptedQueuePool", "QueuePool"]
 _MAKE_TIMEOUT = 5.0
 
 
+class _NotYet:
+    """An asyncio pool's poolkit pool before its first checkout (paused, holding nothing)."""
+
+    state = PoolState.PAUSED
+
+
+_NOT_YET: Any = _NotYet()
+
+
+class _NoStats:
+    """The counts of a poolkit pool not made ready yet (it holds nothing)."""
+
+    available = 0
+    total = 0
+
+
+_NO_STATS = _NoStats()
+
+
 class _Empty(Exception):
     """A checkout outside a greenlet found no record ready."""
 
@@ -102,18 +123,20 @@ class _Entry:
     An async pool's record closed outside a greenlet (by the pool's own task) is closed in one
     that the returned coroutine spawns (the ``AsyncPool`` awaits it)."""
 
-    __slots__ = ("closed_by_caller", "is_async", "new", "record")
+    __slots__ = ("__weakref__", "closed", "is_async", "new", "pool", "record")
 
-    def __init__(self, record: _ConnectionRecord, is_async: bool) -> None:
+    def __init__(self, record: _ConnectionRecord, is_async: bool, pool: Any) -> None:
         self.record = record
         self.new = True
         self.is_async = is_async
-        #: the caller that gave it back closes it (outside the pool's lock)
-        self.closed_by_caller = False
+        self.pool = pool  #: the poolkit pool it belongs to
+        #: closed already, or to be closed by the caller that gave it back (outside the lock)
+        self.closed = False
 
     def close(self) -> Any:
-        if self.closed_by_caller:
+        if self.closed:
             return None
+        self.closed = True
         if self.is_async and not in_greenlet():
             return greenlet_spawn(self.record.close)
         self.record.close()
@@ -162,6 +185,8 @@ class QueuePool(_SAPool):
         #: connect function hands them out before it makes new ones), as QueuePool's queue takes
         #: them back
         self._adopted: deque[_ConnectionRecord] = deque()
+        #: every record the poolkit pools hold (for a dispose() from another event loop)
+        self._entries: weakref.WeakSet[_Entry] = weakref.WeakSet()
         #: the check-ins' decision (keep or close) and its release, one at a time
         self._overflow_lock = threading.Lock()
         self._pool = self._new_pool()
@@ -182,10 +207,13 @@ class QueuePool(_SAPool):
 
     def _make_entry(self, ctx: ConnectContext) -> _Entry:
         try:
-            entry = _Entry(self._adopted.popleft(), self._is_asyncio)
+            record = self._adopted.popleft()
         except IndexError:
-            return _Entry(_ConnectionRecord(self, connect=False), self._is_asyncio)
-        entry.new = False  # (it reconnects at its checkout if it must, as any record)
+            entry = _Entry(_ConnectionRecord(self, connect=False), self._is_asyncio, ctx.pool)
+        else:
+            entry = _Entry(record, self._is_asyncio, ctx.pool)
+            entry.new = False  # (it reconnects at its checkout if it must, as any record)
+        self._entries.add(entry)
         return entry
 
     def _new_pool(self) -> Any:
@@ -211,9 +239,19 @@ class QueuePool(_SAPool):
         self._overflow_limit = value
         self._replace_pool()
 
+    def _stats(self) -> PoolStats | _NoStats:
+        """The poolkit pool's statistics; an asyncio one never made ready (bound to no event
+        loop yet, and holding nothing) is not asked, which would bind it to the loop running
+        now, if any."""
+        pool = self._pool
+        if pool.state is PoolState.PAUSED:
+            return _NO_STATS
+        stats: PoolStats = pool.stats()
+        return stats
+
     def _room(self) -> bool:
         """Whether a checkout would be served without waiting for a record to come back."""
-        stats = self._pool.stats()
+        stats = self._stats()
         if stats.available or self._overflow_limit == -1:
             return True
         return int(stats.total) < self._size + self._overflow_limit
@@ -260,12 +298,12 @@ class QueuePool(_SAPool):
             return
         entry = lease.connection
         with self._overflow_lock:  # (nothing in it does I/O, or switches greenlets)
-            idle = self._pool.stats().available + len(self._adopted)
+            idle = self._stats().available + len(self._adopted)
             full = bool(size) and idle >= size
             if full or owner is not self._pool:
                 # QueuePool's "queue full": the record leaves the pool, closed below; or it is
                 # from before a dispose(): it leaves the old pool, for the new one to take
-                entry.closed_by_caller = True
+                entry.closed = True
                 lease.discard()
                 if not full:
                     self._adopted.append(entry.record)
@@ -300,7 +338,7 @@ class QueuePool(_SAPool):
         old, self._pool = self._pool, self._new_pool()
         while self._adopted:  # (idle too: closed, as QueuePool.dispose() closes its queue's)
             self._adopted.popleft().close()
-        if old.state is PoolState.PAUSED and not old.stats().total:
+        if old.state is PoolState.PAUSED:
             return  # (an asyncio pool never used: bound to no loop, nothing to close)
         self._close_pool(old)
 
@@ -323,7 +361,7 @@ class QueuePool(_SAPool):
         return self._timeout
 
     def checkedin(self) -> int:
-        return int(self._pool.stats().available) + len(self._adopted)
+        return int(self._stats().available) + len(self._adopted)
 
     def overflow(self) -> int:
         return self._overflow if self._size else 0
@@ -332,7 +370,7 @@ class QueuePool(_SAPool):
     def _overflow(self) -> int:
         """QueuePool's counter of the same name, which code and tests read: the records there
         are, less ``pool_size`` (negative while fewer exist)."""
-        return int(self._pool.stats().total) + len(self._adopted) - self._size
+        return int(self._stats().total) + len(self._adopted) - self._size
 
     def checkedout(self) -> int:
         return len(self._leases)
@@ -353,29 +391,44 @@ class AsyncAdaptedQueuePool(QueuePool):
     _sqla_logger_namespace = "sqlalchemy.pool.impl.AsyncAdaptedQueuePool"
 
     def _new_pool(self) -> Any:
-        # (made ready at its first checkout: on the event loop, which it binds to; SQLAlchemy's
-        # async engines are often made before any loop runs)
-        return AsyncPool(self._make_entry_async, options=self._options(), address="sqlalchemy")
+        # (made at its first checkout: an AsyncPool binds to the event loop running when it is
+        # made or first used; SQLAlchemy's async engines are made before any loop runs, or in
+        # one loop and used in the next: asyncio.run(engine.dispose()) makes the next pool)
+        return _NOT_YET
 
     async def _make_entry_async(self, ctx: ConnectContext) -> _Entry:
         return self._make_entry(ctx)
 
     def _close_pool(self, pool: Any) -> None:
-        if in_greenlet():
-            await_(pool.close())
-            return
         try:
-            asyncio.get_running_loop()
+            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
-            _run_now(pool.close())  # (no loop: what closes without waiting)
-        else:
-            task = asyncio.ensure_future(pool.close())
-            _closing.add(task)  # (held until done: a task nobody holds may be collected)
-            task.add_done_callback(_closing.discard)
+            loop = None
+        try:
+            if in_greenlet():
+                await_(pool.close())
+            elif loop is None:
+                _run_now(pool.close())  # (no loop: what closes without waiting)
+            else:
+                task = loop.create_task(pool.close())
+                _closing.add(task)  # (held until done: a task nobody holds may be collected)
+                task.add_done_callback(_closing.discard)
+        except RuntimeError:
+            # bound to another event loop (``asyncio.run(engine.dispose())`` after the engine
+            # ran in an earlier one): its idle records are closed here, as SQLAlchemy's
+            # ``dispose()`` closes them from any loop; the poolkit pool is dropped
+            out = {id(record) for record in self._leases}
+            for entry in list(self._entries):
+                if entry.pool is pool and id(entry.record) not in out and not entry.closed:
+                    entry.closed = True
+                    entry.record.close()
 
     def _checkout_lease(self, timeout: float) -> Lease[_Entry]:
         pool: AsyncPool[_Entry] = self._pool
-        if pool.state is PoolState.PAUSED:
+        if pool is _NOT_YET:
+            pool = self._pool = AsyncPool(
+                self._make_entry_async, options=self._options(), address="sqlalchemy"
+            )
             pool.ready()
         if not in_greenlet():
             return _checkout_now(pool)

@@ -32,14 +32,22 @@ Rules of this module
 * Limits: ``max_size`` is ``pool_size + max_overflow`` (no limit when ``max_overflow`` is -1 or
   ``pool_size`` 0). A record given back while ``pool_size`` records are idle already is closed
   (``QueuePool``'s "queue full"), decided under one lock so that concurrent check-ins cannot
-  both keep theirs.
-* For each record out, the pool keeps its lease: ``_do_return_conn`` releases it (the poolkit
-  pool hands it to the oldest waiter, or parks it) or discards it (closed).
+  both keep theirs; the lock is held over no I/O and no greenlet switch (the record is closed
+  after it is let go). Idle records are handed out first in, first out (``use_lifo``: last in).
+* For each record out, the pool keeps its lease and the poolkit pool it is from:
+  ``_do_return_conn`` releases it (the poolkit pool hands it to the oldest waiter, or parks it)
+  or discards it (closed).
 * ``timeout`` bounds each checkout's wait; running out raises ``sqlalchemy.exc.TimeoutError``
-  with ``QueuePool``'s message. ``timeout=0`` (or less) never waits.
-* ``dispose()`` is poolkit's ``clear()`` then ``ready()``: idle records are closed at once, as
-  ``QueuePool.dispose()`` does; records out are closed when they come back (``QueuePool`` would
-  keep them, in a pool its engine has usually dropped).
+  with ``QueuePool``'s message. ``timeout=0`` (or less) never waits for a record to come back
+  (it waits, at most ``_MAKE_TIMEOUT``, for one the pool has room to make).
+* ``dispose()`` puts a new poolkit pool in the old one's place and closes the old one: its idle
+  records at once, here. A record out at the time is taken back when it comes back, as
+  ``QueuePool`` takes it back into its queue: the new poolkit pool's connect function hands it
+  out before it makes new records (beyond ``pool_size`` idle, it is closed).
+* An asyncio pool's poolkit pool is made at its first checkout, and never asked anything
+  before (asking binds an ``AsyncPool`` to the running loop): engines are made before any loop
+  runs, and ``asyncio.run(engine.dispose())`` runs in another loop than the engine's; a
+  ``dispose()`` from another loop closes the old pool's idle records itself.
 
 Why ``AsyncAdaptedQueuePool`` stands on :class:`~poolkit.AsyncPool`
 --------------------------------------------------------------------

@@ -169,6 +169,7 @@ def test_a_failed_connect_raises_to_the_caller_and_holds_no_room(pg: PgServer) -
             bad.connect()
     pool: Any = bad.pool
     assert (pool.checkedin(), pool.checkedout(), pool.overflow()) == (0, 0, -1)
+    bad.dispose()  # (its poolkit pool's timer thread ends with it)
 
 
 def test_dispose_closes_idle_and_a_record_out_comes_back_to_the_new_pool(pg: PgServer) -> None:

@@ -31,12 +31,6 @@ MAX_INACTIVE_CONNECTION_LIFETIME: Final = 300.0
 
 #: asyncpg.create_pool's keywords that poolkit does not take, and where to go instead
 _ELSEWHERE: Final = {
-    "max_queries": "poolkit does not count a connection's queries: retire connections by age "
-    "with options=poolkit.PoolOptions(max_lifetime=seconds)",
-    "setup": "poolkit runs nothing at each hand-out: run it at the top of your "
-    "`async with pool.connection() as conn:` block (configure=/init= run once per connection)",
-    "init_size": "create_pool() makes one connection before it returns (a wrong DSN fails "
-    "there) and opens min_size in the background",
     "hooks": "create_pool() sets the hooks from reset=, check=, check_after=, configure=, "
     "hooks_timeout=; for hooks of your own, build the pool from connect() and hooks()",
 }

@@ -308,6 +308,8 @@ class Pool:
         if id(con) in self._clean:
             self._clean.discard(id(con))
             return None
+        if self._spent(con):  # (a reset that fails: the pool closes the connection)
+            raise _interface("connection expired (max_queries, or expire_connections())")
         return self._full_reset(con)
 
     async def _full_reset(self, con: Any, timeout: float | None = None) -> None:

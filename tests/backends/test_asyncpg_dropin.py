@@ -225,12 +225,13 @@ def test_a_pool_not_awaited_or_awaited_twice_says_so(pg: PgServer) -> None:
 
 
 def test_bad_arguments_are_refused_with_asyncpgs_messages() -> None:
-    for kwargs, says in [
+    cases: list[tuple[dict[str, Any], str]] = [
         ({"max_queries": 0}, "max_queries is expected to be greater than zero"),
         ({"min_size": 3, "max_size": 2}, "min_size is greater than max_size"),
         ({"min_size": 2, "init_size": 1}, "init_size is smaller than min_size"),
         ({"max_inactive_connection_lifetime": -1}, "max_inactive_connection_lifetime is expected"),
-    ]:
+    ]
+    for kwargs, says in cases:
         with pytest.raises(ValueError, match=says):
             pk.create_pool("postgresql://nowhere", **kwargs)
     with pytest.raises(TypeError, match="connection_class is expected to be a subclass"):

@@ -236,3 +236,18 @@ def test_bad_arguments_are_refused_with_asyncpgs_messages() -> None:
             pk.create_pool("postgresql://nowhere", **kwargs)
     with pytest.raises(TypeError, match="connection_class is expected to be a subclass"):
         pk.create_pool("postgresql://nowhere", connection_class=int)  # type: ignore[arg-type]
+
+
+def test_terminate_outside_the_loop_leaves_nothing_to_reconnect(pg: PgServer) -> None:
+    """asyncpg's test harness terminates its pools between tests, outside the loop, then runs
+    the next test on the same loop: the pool must not refill ``min_size`` there."""
+    loop = asyncio.new_event_loop()
+    try:
+        pool = loop.run_until_complete(make(pg, min_size=2, max_size=2)._async__init__())
+        assert len(pg.pids()) == 2
+        pool.terminate()
+        loop.run_until_complete(asyncio.sleep(1.5))  # (past the pool's background interval)
+        assert pool.stats().total == 0
+        assert pg.pids() == []
+    finally:
+        loop.close()

@@ -20,8 +20,8 @@ Rules of this module
   listeners warned of and resources invalidated (``Connection._on_release``), a connection past
   ``max_queries`` or of an expired generation closed, else reset (asyncpg's ``reset()``, or
   ``_reset()`` and your ``reset=``) within the timeout; a reset that fails terminates the
-  connection and raises. Then the lease goes back marked clean: the poolkit pool's reset hook
-  (which ``pool.connection()`` and a plain ``checkout()`` use) finds the mark and does nothing.
+  connection and raises. Then the lease goes back clean: the poolkit pool starts no reset for it
+  (its reset hook serves ``pool.connection()`` after an error and a plain ``checkout()``).
 * ``max_queries`` and ``expire_connections()`` are also the ``check`` hook's: a connection past
   either is closed when next met, never handed out.
 * ``setup`` runs at each acquire on the proxy; if it fails the connection is closed and the
@@ -213,8 +213,6 @@ class Pool:
         self._generation = 0
         #: each connection's generation (``expire_connections``)
         self._born: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
-        #: connections whose reset ran in ``release()``: the pool's reset hook skips them
-        self._clean: set[int] = set()
         #: the leases out through ``acquire()``, by their proxy's id, with their timeout
         self._leases: dict[int, tuple[Lease[Connection], float | None]] = {}
         self._released: asyncio.Event | None = None
@@ -305,9 +303,6 @@ class Pool:
 
     def _reset_hook(self, con: Any) -> Awaitable[Any] | None:
         con._proxy = None
-        if id(con) in self._clean:
-            self._clean.discard(id(con))
-            return None
         if self._spent(con):  # (a reset that fails: the pool closes the connection)
             raise _interface("connection expired (max_queries, or expire_connections())")
         return self._full_reset(con)
@@ -396,8 +391,7 @@ class Pool:
                                 raise errors[0]
                 finally:
                     for lease in leases:
-                        self._clean.add(id(lease._conn.connection))
-                        lease.release()
+                        self._give_back_clean(lease)
             return self
         except BaseException:
             self._closed = True
@@ -578,8 +572,13 @@ class Pool:
             con.terminate()
             lease.discard(exc if isinstance(exc, Exception) else None)
             raise
-        self._clean.add(id(con))
-        lease.release()
+        self._give_back_clean(lease)
+
+    def _give_back_clean(self, lease: Lease[Connection]) -> None:
+        """Give ``lease`` back with its connection reset already (by ``release()``, or new):
+        the poolkit pool's check-in without a reset, as after a ``pool.connection()`` block
+        whose ``end`` hook reset it (``AsyncPool._release(lease, clean=True)``)."""
+        self._pool._release(lease, True)
 
     async def expire_connections(self) -> None:
         """Replace every open connection at its next acquire (those in use when released)."""

@@ -251,3 +251,74 @@ def test_terminate_outside_the_loop_leaves_nothing_to_reconnect(pg: PgServer) ->
         assert pg.pids() == []
     finally:
         loop.close()
+
+
+# ------------------------------------------------------------ asyncpg's tests that read _queue
+# (tools/asyncpg_suite skips them: they count asyncpg's queue of holders; here the same races,
+# with the pool's public counts and an acquire that must be served)
+
+
+_Connection: Any = asyncpg.Connection
+
+
+class SlowResetConnection(_Connection):  # type: ignore[misc]
+    async def reset(self, *, timeout: float | None = None) -> None:
+        await asyncio.sleep(0.2)
+        await super().reset(timeout=timeout)
+
+
+class SlowCancelConnection(_Connection):  # type: ignore[misc]
+    async def _cancel(self, waiter: Any, cancel_waiter: Any = None) -> None:
+        await asyncio.sleep(0.2)
+        await super()._cancel(waiter, cancel_waiter)
+
+
+async def _all_back(pool: pk.Pool) -> None:
+    await asyncio.sleep(0.5)  # (the cleanup ends)
+    assert (pool.get_size(), pool.get_idle_size()) == (1, 1)
+    async with pool.acquire(timeout=1) as con:
+        assert await con.fetchval("SELECT 1") == 1
+
+
+@pytest.mark.parametrize("where", ["acquire", "release", "query"])
+def test_a_task_cancelled_in_acquire_release_or_a_query_gives_its_connection_back(
+    pg: PgServer, where: str
+) -> None:
+    classes = {"release": SlowResetConnection, "query": SlowCancelConnection}
+
+    async def worker(pool: pk.Pool) -> None:
+        async with pool.acquire(timeout=100) as con:
+            if where == "query":
+                await con.execute("SELECT pg_sleep(10)")
+
+    async def main() -> None:
+        cls = classes.get(where, asyncpg.Connection)
+        async with make(pg, connection_class=cls) as pool:
+            task = asyncio.ensure_future(worker(pool))
+            await asyncio.sleep(1e-9 if where == "acquire" else 0.1)
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            await _all_back(pool)
+
+    run(main)
+
+
+def test_release_after_a_protocol_abort_ends_the_connections_cleanup(pg: PgServer) -> None:
+    async def main() -> None:
+        async with make(pg, min_size=0) as pool:
+            conn = await pool.acquire()
+            raw = conn._con  # type: ignore[attr-defined]
+            terminated = asyncio.Event()
+            conn.add_termination_listener(lambda _: terminated.set())
+            assert await conn.fetchval("SELECT 1") == 1
+            stmt = next(iter(raw._stmt_cache.iter_statements()))
+            raw._protocol.abort()
+            await pool.release(conn)
+            await asyncio.wait_for(terminated.wait(), 1.0)
+            assert stmt.closed and len(raw._stmt_cache) == 0
+            await pool.release(conn)  # (again: nothing)
+            async with pool.acquire(timeout=1) as conn2:
+                assert conn2._con is not raw  # type: ignore[attr-defined]
+                assert await conn2.fetchval("SELECT 1") == 1
+
+    run(main)

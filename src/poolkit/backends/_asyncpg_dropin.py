@@ -545,8 +545,9 @@ class Pool:
     async def _release(self, lease: Lease[Connection], timeout: float | None) -> None:
         con: Any = lease._conn.connection
         con._on_release()  # (asyncpg's: resources invalidated, listeners left warned of)
-        if con.is_closed():
-            con._proxy = None
+        if con.is_closed():  # (an aborted protocol: terminate() ends asyncpg's cleanup, its
+            con._proxy = None  # termination listeners and statements, as asyncpg's release)
+            con.terminate()
             lease.discard()
             return
         if self._spent(con):

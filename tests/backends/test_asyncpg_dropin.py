@@ -322,3 +322,17 @@ def test_release_after_a_protocol_abort_ends_the_connections_cleanup(pg: PgServe
                 assert await conn2.fetchval("SELECT 1") == 1
 
     run(main)
+
+
+def test_terminate_ends_a_close_that_waits_for_releases(pg: PgServer) -> None:
+    async def main() -> None:
+        pool = await make(pg)
+        await pool.acquire()
+        closing = asyncio.ensure_future(pool.close())
+        await asyncio.sleep(0.05)
+        assert not closing.done()
+        pool.terminate()
+        await asyncio.wait_for(closing, 5)
+        await wait_until(lambda: pg.pids() == [], "the sessions to end")
+
+    run(main)

@@ -455,6 +455,7 @@ class Pool:
             if not con.is_closed():
                 con.terminate()
         self._leases.clear()
+        self._note_released()  # (a close() waiting for them ends: nothing is out any more)
         # The poolkit pool closes on its loop, even one not running now (asyncpg's test harness
         # terminates between tests): the close's first step runs before any of the pool's
         # timers at the loop's next iteration, so nothing reconnects.

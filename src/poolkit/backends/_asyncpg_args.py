@@ -80,6 +80,49 @@ def pool_options(
     return PoolOptions(min_size=min_size, max_size=max_size, max_idle_time=idle or None)
 
 
+def dropin_sizes(
+    options: PoolOptions | None,
+    init_size: int | None,
+    min_size: int | None,
+    max_size: int | None,
+    max_inactive_connection_lifetime: float | None,
+) -> tuple[PoolOptions, int]:
+    """The drop-in ``Pool``'s options (without hooks) and ``init_size``, asyncpg's arguments
+    checked with asyncpg's messages. Without ``options``, as asyncpg's pool runs: connects for
+    every waiter at once (``max_connecting`` = ``max_size``), no connect timeout but asyncpg's own
+    (``timeout=``), no wait limit but ``acquire(timeout=)``."""
+    builder = "create_pool"
+    if options is None and isinstance(min_size, int) and isinstance(max_size, int):
+        if min_size < 0:
+            raise ValueError("min_size is expected to be greater or equal to zero")
+        if max_size > 0 and min_size > max_size:
+            raise ValueError("min_size is greater than max_size")
+    idle = max_inactive_connection_lifetime
+    if idle is not None and idle < 0:
+        raise ValueError(
+            "max_inactive_connection_lifetime is expected to be greater or equal to zero"
+        )
+    opts = pool_options(builder, options, min_size, max_size, idle)
+    if options is None:
+        opts = PoolOptions(
+            min_size=opts.min_size,
+            max_size=opts.max_size,
+            max_idle_time=opts.max_idle_time,
+            max_connecting=opts.max_size,
+            connect_timeout=None,
+            wait_queue_timeout=None,
+        )
+    if init_size is None:
+        init_size = opts.min_size
+    if init_size < 0:
+        raise ValueError("init_size is expected to be greater or equal to zero")
+    if opts.max_size and init_size > opts.max_size:
+        raise ValueError("init_size is greater than max_size")
+    if init_size < opts.min_size:
+        raise ValueError("init_size is smaller than min_size")
+    return opts, init_size
+
+
 def refuse_elsewhere(
     builder: str, kwargs: dict[str, Any], connect: Callable[..., Any], shown: str
 ) -> None:

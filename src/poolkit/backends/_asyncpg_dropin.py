@@ -22,8 +22,9 @@ Rules of this module
   ``_reset()`` and your ``reset=``) within the timeout; a reset that fails terminates the
   connection and raises. Then the lease goes back clean: the poolkit pool starts no reset for it
   (its reset hook serves ``pool.connection()`` after an error and a plain ``checkout()``).
-* ``max_queries`` and ``expire_connections()`` are also the ``check`` hook's: a connection past
-  either is closed when next met, never handed out.
+* ``max_queries`` and ``expire_connections()`` are also the ``check`` and ``reset`` hooks':
+  a connection past either is closed when next met (a ``pool.connection()`` block's end, a
+  check-in, a hand-out), never handed out.
 * ``setup`` runs at each acquire on the proxy; if it fails the connection is closed and the
   error raised. ``init`` runs once after each connect, in the connect function (it fails the
   connect, and so the acquire that waited for it).
@@ -40,7 +41,10 @@ import logging
 import weakref
 from collections.abc import Awaitable, Callable, Generator, Iterable
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Literal
+
+import asyncpg  # (the asyncpg module imports this one once asyncpg is known to be there)
+from asyncpg import Connection, Record
 
 from .. import (
     AsyncPool,
@@ -55,23 +59,15 @@ from .. import (
 )
 from ..driver import _starting, check_seconds
 from ..events import Listener
-from ._asyncpg_args import pool_options, refuse_elsewhere
-from ._common import shown_address, uri_params, with_hooks
-
-if TYPE_CHECKING:
-    from asyncpg import Connection, Record
-else:
-    from asyncpg import Connection, Record
-
-import asyncpg
-
+from ._asyncpg_args import dropin_sizes, refuse_elsewhere
 from ._asyncpg_proxy import PooledConnection, invalidate_resources
+from ._common import shown_address, uri_params, with_hooks
 
 __all__ = ["Pool", "PoolAcquireContext"]
 
 logger = logging.getLogger("asyncpg.pool")
 
-#: asyncpg.create_pool's defaults that the poolkit builder did not have
+#: ``asyncpg.create_pool``'s ``max_queries`` default
 MAX_QUERIES: Final = 50000
 
 
@@ -114,7 +110,7 @@ class Pool:
         init_size: int | None = None,
         options: PoolOptions | None = None,
         listeners: Iterable[Listener] = (),
-        check: Any = "closed",
+        check: Literal["closed", "ping"] | None = "closed",
         check_after: float = 0.0,
         configure: Callable[[Connection], Awaitable[Any]] | None = None,
         hooks_timeout: float | None = 30.0,
@@ -130,47 +126,9 @@ class Pool:
             "create_pool", connect_kwargs, make, "your connect" if connect else "asyncpg.connect"
         )
         close_timeout = backend._check_args("asyncpg.create_pool", close_timeout, connect_kwargs)
-        if options is None and isinstance(min_size, int) and isinstance(max_size, int):
-            if min_size < 0:
-                raise ValueError("min_size is expected to be greater or equal to zero")
-            if max_size > 0 and min_size > max_size:
-                raise ValueError("min_size is greater than max_size")
-        opts = pool_options("create_pool", options, min_size, max_size, None)
-        if options is None:
-            if (
-                max_inactive_connection_lifetime is not None
-                and max_inactive_connection_lifetime < 0
-            ):
-                raise ValueError(
-                    "max_inactive_connection_lifetime is expected to be greater or equal to zero"
-                )
-            idle = (
-                300.0
-                if max_inactive_connection_lifetime is None
-                else max_inactive_connection_lifetime
-            )
-            if opts.min_size < 0:
-                raise ValueError("min_size is expected to be greater or equal to zero")
-            if opts.min_size > opts.max_size:
-                raise ValueError("min_size is greater than max_size")
-            opts = PoolOptions(
-                min_size=opts.min_size,
-                max_size=opts.max_size,
-                max_idle_time=idle or None,
-                max_connecting=opts.max_size,  # (asyncpg connects for every acquirer at once)
-                connect_timeout=None,  # (asyncpg's connect ``timeout`` is the limit)
-                wait_queue_timeout=None,
-            )
-        elif max_inactive_connection_lifetime is not None:
-            pool_options("create_pool", options, None, None, max_inactive_connection_lifetime)
-        if init_size is None:
-            init_size = opts.min_size
-        if init_size < 0:
-            raise ValueError("init_size is expected to be greater or equal to zero")
-        if opts.max_size and init_size > opts.max_size:
-            raise ValueError("init_size is greater than max_size")
-        if init_size < opts.min_size:
-            raise ValueError("init_size is smaller than min_size")
+        opts, init_size = dropin_sizes(
+            options, init_size, min_size, max_size, max_inactive_connection_lifetime
+        )
         if not isinstance(max_queries, int) or max_queries <= 0:
             raise ValueError("max_queries is expected to be greater than zero")
         if not (isinstance(connection_class, type) and issubclass(connection_class, Connection)):

@@ -336,3 +336,25 @@ def test_terminate_ends_a_close_that_waits_for_releases(pg: PgServer) -> None:
         await wait_until(lambda: pg.pids() == [], "the sessions to end")
 
     run(main)
+
+
+def test_inactive_connections_above_min_size_close_and_min_size_is_kept(pg: PgServer) -> None:
+    """asyncpg 0.32's ``max_inactive_connection_lifetime`` and ``min_size`` floor (its tests of
+    them read ``_holders``): idle connections above ``min_size`` close after the lifetime, those
+    up to it stay, and one lost while idle is replaced."""
+
+    async def main() -> None:
+        async with make(
+            pg, min_size=1, max_size=3, init_size=3, max_inactive_connection_lifetime=0.3
+        ) as pool:
+            assert pool.get_size() == 3
+            await wait_until(lambda: pool.get_size() == 1, "the two above min_size to close")
+            (kept,) = pg.pids()
+            await asyncio.sleep(1.5)
+            assert pg.pids() == [kept]  # (the floor stays)
+            pg.terminate(kept)
+            await wait_until(
+                lambda: len(pg.pids()) == 1 and pg.pids() != [kept], "min_size to be refilled"
+            )
+
+    run(main)

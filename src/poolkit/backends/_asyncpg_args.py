@@ -21,13 +21,15 @@ import inspect
 from collections.abc import Callable
 from typing import Any, Final
 
-from .. import PoolOptions
+from .. import KeepAlive, PoolOptions
 
 #: ``asyncpg.create_pool``'s defaults, the builder's when neither the keywords nor ``options=``
 #: say otherwise: ``min_size``, ``max_size``, ``max_inactive_connection_lifetime`` (seconds)
 MIN_SIZE: Final = 10
 MAX_SIZE: Final = 10
 MAX_INACTIVE_CONNECTION_LIFETIME: Final = 300.0
+#: seconds between the drop-in's checks of an idle connection (``is_closed()``: no I/O)
+PROBE_INTERVAL: Final = 1.0
 
 #: asyncpg.create_pool's keywords that poolkit does not take, and where to go instead
 _ELSEWHERE: Final = {
@@ -86,11 +88,14 @@ def dropin_sizes(
     min_size: int | None,
     max_size: int | None,
     max_inactive_connection_lifetime: float | None,
+    probe: Callable[[Any], Any],
 ) -> tuple[PoolOptions, int]:
     """The drop-in ``Pool``'s options (without hooks) and ``init_size``, asyncpg's arguments
     checked with asyncpg's messages. Without ``options``, as asyncpg's pool runs: connects for
     every waiter at once (``max_connecting`` = ``max_size``), no connect timeout but asyncpg's own
-    (``timeout=``), no wait limit but ``acquire(timeout=)``."""
+    (``timeout=``), no wait limit but ``acquire(timeout=)``, and an idle connection the server
+    closed is replaced by itself (asyncpg's pool hears of it from the connection; here ``probe``,
+    ``is_closed()`` with no I/O, every ``PROBE_INTERVAL`` seconds)."""
     builder = "create_pool"
     if options is None and isinstance(min_size, int) and isinstance(max_size, int):
         if min_size < 0:
@@ -111,6 +116,7 @@ def dropin_sizes(
             max_connecting=opts.max_size,
             connect_timeout=None,
             wait_queue_timeout=None,
+            keep_alive=KeepAlive(PROBE_INTERVAL, probe),
         )
     if init_size is None:
         init_size = opts.min_size

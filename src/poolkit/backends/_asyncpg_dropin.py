@@ -127,7 +127,12 @@ class Pool:
         )
         close_timeout = backend._check_args("asyncpg.create_pool", close_timeout, connect_kwargs)
         opts, init_size = dropin_sizes(
-            options, init_size, min_size, max_size, max_inactive_connection_lifetime
+            options,
+            init_size,
+            min_size,
+            max_size,
+            max_inactive_connection_lifetime,
+            backend.async_check,
         )
         if not isinstance(max_queries, int) or max_queries <= 0:
             raise ValueError("max_queries is expected to be greater than zero")

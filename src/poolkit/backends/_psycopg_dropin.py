@@ -49,6 +49,7 @@ Rules of this module
 from __future__ import annotations
 
 import logging
+import random
 from collections import Counter
 from collections.abc import Callable
 from typing import Any, Final
@@ -94,10 +95,109 @@ CONNECTIONS_LOST: Final = "connections_lost"
 #: (psycopg_pool #370, #1315: psycopg_pool finds them only when handing them out)
 PROBE_INTERVAL: Final = 1.0
 
-#: psycopg_pool's reconnection delays (its ``AttemptWithBackoff``): 1 s, doubling, +-10 %
+#: psycopg_pool's retry delays (its ``AttemptWithBackoff``'s defaults): 1 s, doubling, +-10 %
 _RETRY_BASE: Final = 1.0
 _RETRY_FACTOR: Final = 2.0
 _RETRY_JITTER: Final = 0.1
+#: psycopg_pool's shortening of each connection's ``max_lifetime``: up to 5 %
+LIFETIME_JITTER: Final = 0.05
+
+
+def retry_schedule() -> tuple[float, float, float]:
+    """psycopg_pool's retry delays as its ``AttemptWithBackoff`` says them now: the first delay,
+    its jitter (a fraction either way) and the factor of each next one. Read at each use, as
+    psycopg_pool reads its class attributes, so that a program (or a test) that sets them sets
+    the drop-ins' too; psycopg_pool's defaults if that class is not there."""
+    attempt = getattr(getattr(psycopg_pool, "base", None), "AttemptWithBackoff", None)
+    return (
+        float(getattr(attempt, "INITIAL_DELAY", _RETRY_BASE)),
+        float(getattr(attempt, "DELAY_JITTER", _RETRY_JITTER)),
+        float(getattr(attempt, "DELAY_BACKOFF", _RETRY_FACTOR)),
+    )
+
+
+class RetryBackoff(Backoff):
+    """The poolkit pool's ``connect_retry`` with psycopg_pool's delays (``retry_schedule``, read
+    at each retry): the n-th failed connect in a row waits ``INITIAL_DELAY * DELAY_BACKOFF **
+    (n - 1)`` (+-``DELAY_JITTER``), at most ``max_delay``."""
+
+    __slots__ = ()
+
+    def delay(self, failures: int, rand: float = 0.5) -> float:
+        initial, jitter, factor = retry_schedule()
+        try:
+            raw = initial * factor ** min(failures - 1, 10_000)
+        except OverflowError:
+            raw = self.max_delay
+        return min(raw, self.max_delay) * (1.0 + jitter * (2.0 * rand - 1.0))
+
+
+class CheckRetry:
+    """psycopg_pool's schedule for a ``getconn`` whose ``check`` fails (its
+    ``_getconn_with_check_loop``): the connection goes back, the second try is at once, then
+    after ``retry_schedule``'s delays, the last one cut to end at the deadline; past the
+    deadline, ``PoolTimeout``."""
+
+    __slots__ = ("_deadline", "_delay")
+
+    def __init__(self, deadline: float) -> None:
+        self._deadline = deadline
+        self._delay: float | None = None
+
+    def wait(self, now: float) -> float | None:
+        """Seconds to wait before the next try after a failed check at ``now``; ``None``: give
+        up (the deadline has passed)."""
+        if now >= self._deadline:
+            return None
+        if self._delay is None:
+            self._delay = 0.0
+            return 0.0
+        initial, jitter, factor = retry_schedule()
+        if self._delay == 0.0:
+            self._delay = initial * (1.0 + jitter * (2.0 * random.random() - 1.0))
+        else:
+            self._delay *= factor
+        return min(self._delay, self._deadline - now)
+
+
+def expiry(created: float, max_lifetime: float) -> float:
+    """When a connection made at ``created`` expires: ``max_lifetime`` shortened by up to 5 %, as
+    psycopg_pool does (so that connections made together do not all expire together)."""
+    return created + max_lifetime * (1.0 - LIFETIME_JITTER * random.random())
+
+
+#: the names of the drop-in pools open now (a name may serve more than one pool)
+_open_names: Counter[str] = Counter()
+#: the poolkit pool's warning that connects fail while no checkout waits (``log_event``'s)
+_CONNECTS_FAILING: Final = "poolkit: connects to %s are failing and no checkout was told"
+
+
+class _QuietConnectsFailing(logging.Filter):
+    """Keeps off ``poolkit.pool`` the poolkit pool's warning that connects are failing unseen,
+    for the pools of drop-ins: the drop-in logs each failed connect itself, on ``psycopg.pool``
+    ("error connecting in ..."), as psycopg_pool does, and a second line for the same failure
+    would change what a psycopg_pool user's log (or a test of it) reads."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not isinstance(record.msg, str) or not record.msg.startswith(_CONNECTS_FAILING):
+            return True
+        args = record.args
+        return not (isinstance(args, tuple) and args and _open_names[str(args[0])] > 0)
+
+
+logging.getLogger("poolkit.pool").addFilter(_QuietConnectsFailing())
+
+
+def opened(name: str) -> None:
+    """A drop-in pool named ``name`` opened (its poolkit pool's address is its name)."""
+    _open_names[name] += 1
+
+
+def closed(name: str) -> None:
+    """A drop-in pool named ``name`` closed."""
+    _open_names[name] -= 1
+    if _open_names[name] <= 0:
+        del _open_names[name]
 
 
 class PoolTimeout(psycopg_pool.PoolTimeout):
@@ -142,7 +242,6 @@ def pool_options(
     max_size: int,
     null: bool,
     max_waiting: int,
-    max_lifetime: float,
     max_idle: float,
     reconnect_timeout: float,
     num_workers: int,
@@ -163,8 +262,6 @@ def pool_options(
             soft_max_size=0,
             max_connecting=max_size or 100,
             max_waiting=max_waiting,
-            max_lifetime=max_lifetime,
-            max_lifetime_jitter=0.05,
             connect_timeout=None,
             hooks=hooks,
         )
@@ -173,12 +270,10 @@ def pool_options(
         max_size=max_size,
         max_connecting=num_workers,
         max_waiting=max_waiting,
-        max_lifetime=max_lifetime,
-        max_lifetime_jitter=0.05,  # (psycopg_pool shortens each lifetime by up to 5 %)
         max_idle_time=max_idle,
         connect_timeout=None,  # (libpq's connect_timeout, in the DSN or kwargs, is the limit)
         keep_alive=None if probe is None else KeepAlive(PROBE_INTERVAL, probe),
-        connect_retry=Backoff(
+        connect_retry=RetryBackoff(
             base=_RETRY_BASE,
             factor=_RETRY_FACTOR,
             jitter=_RETRY_JITTER,
@@ -192,7 +287,10 @@ def pool_options(
 class Tally:
     """psycopg_pool's statistics: the counters the drop-in counts itself (``counts``), those
     the poolkit pool counts (cumulative, read from its :class:`~poolkit.PoolStats`, less what was
-    popped), and the measures of now."""
+    popped), and the measures of now. ``requests_queued`` and ``requests_wait_ms`` are the
+    drop-in's own, counted when a caller starts to wait, as psycopg_pool counts them (the poolkit
+    pool counts a wait when it ends, and a null pool's caller waits there for its own
+    connect)."""
 
     def __init__(self) -> None:
         self.counts: Counter[str] = Counter()
@@ -202,11 +300,7 @@ class Tally:
     def _derived(stats: PoolStats | None, handoff_waits: int) -> dict[str, int]:
         if stats is None:
             return {}
-        return {
-            REQUESTS_QUEUED: stats.waits,
-            REQUESTS_WAIT_MS: int(stats.wait_time_total * 1000.0),
-            CONNECTIONS_LOST: stats.checks_failed,
-        }
+        return {CONNECTIONS_LOST: stats.checks_failed}
 
     def read(self, stats: PoolStats | None, measures: dict[str, int]) -> dict[str, int]:
         out = dict(self.counts)

@@ -13,9 +13,8 @@ methods (``open``, ``close``, ``wait``, ``connection()``, ``getconn``, ``putconn
 its exceptions and its logger (``psycopg.pool``), and is generic at run time
 (``ConnectionPool[MyConn[Row]]``). Underneath, a poolkit :class:`~poolkit.Pool` (or
 :class:`~poolkit.AsyncPool`) does the waiting, the limits, the hand-off and the cancellation:
-waiting callers are served in arrival order, a cancelled or timed-out ``getconn`` leaves the queue
-without losing a connection, and a connection is checked (no round trip unless the server sent
-something) before it is handed out.
+waiting callers are served in arrival order, and a cancelled or timed-out ``getconn`` leaves the
+queue without losing a connection.
 
 Rules of this module
 --------------------
@@ -23,9 +22,25 @@ Rules of this module
   4, ``max_size`` = ``min_size``, ``timeout`` 30 s, ``max_lifetime`` 1 h (-5 % jitter),
   ``max_idle`` 10 min, ``num_workers`` 3 (connects at once), ``open=None`` (opened in the
   constructor, with psycopg_pool's deprecation warnings), ``close_returns`` False.
+* Where psycopg's own pool tests time or count it, the drop-in does what psycopg_pool does:
+  ``check`` runs in ``getconn`` at every hand-out (a connection just made too); one that fails
+  goes back (``_give_back``: closed if broken) and another is taken, the second at once, the
+  next after ``CheckRetry``'s delays, to the deadline. Those delays and the reconnect delays
+  (``RetryBackoff``) are psycopg_pool's ``AttemptWithBackoff`` class attributes, read at each
+  retry (``retry_schedule``). ``max_lifetime`` is checked when a connection is given back (not a
+  rule of the poolkit pool, which would close it at a hand-out). Connects that grow the pool
+  past ``min_size`` run one at a time (``num_workers`` bounds those that fill ``min_size``).
+  ``requests_queued`` and ``requests_wait_ms`` are counted when a caller starts to wait.
+* A connect the poolkit pool gives up (it closes) goes on in a task apart (asyncio) and closes
+  what it makes; ``close`` waits for such tasks, at most its ``timeout``, as psycopg_pool's
+  waits for its workers.
+* A failed connect is logged once, on ``psycopg.pool`` as psycopg_pool logs it: the poolkit
+  pool's warning that connects fail unseen is filtered off ``poolkit.pool`` for the names of the
+  drop-in pools open (``_QuietConnectsFailing``).
 * Given back, a connection is rolled back if it was left in a transaction (a warning on
-  ``psycopg.pool``, as psycopg_pool), closed if it was given back mid-query or broken, then the
-  caller's ``reset`` runs. That is all by default, as in psycopg_pool. ``reset_session=True``
+  ``psycopg.pool``, as psycopg_pool), closed if it was given back mid-query, broken or past its
+  lifetime (a null pool's: closed there unless a caller waits for it), then the caller's
+  ``reset`` runs. That is all by default, as in psycopg_pool. ``reset_session=True``
   (poolkit's own keyword) asks for poolkit's full reset besides: the settings a caller can
   change on the connection object (``autocommit``, ``row_factory``, the isolation level...)
   given back as ``configure`` left them, and ``DEFAULT_RESET_QUERY`` (advisory locks released,

@@ -155,6 +155,20 @@ def test_max_lifetime_is_checked_when_a_connection_comes_back(pg: PgServer) -> N
     pg.wait_sessions(0)
 
 
+def test_check_closes_the_idle_connections_past_their_lifetime(pg: PgServer) -> None:
+    with pk.ConnectionPool(pg.dsn, min_size=1, max_lifetime=0.2, kwargs=kw(pg),
+                           open=True) as p:  # fmt: skip
+        p.wait(5.0)
+        with p.connection(timeout=5.0) as conn:
+            pid = conn.info.backend_pid
+        time.sleep(0.3)
+        p.check()  # (as psycopg_pool's check(): closed there, and min_size refilled)
+        assert conn.closed
+        with p.connection(timeout=5.0) as again:
+            assert again.info.backend_pid != pid
+    pg.wait_sessions(0)
+
+
 # ---------------------------------------------------------------- growth, one at a time
 
 

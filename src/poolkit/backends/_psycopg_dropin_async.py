@@ -635,7 +635,8 @@ class AsyncConnectionPool(Generic[ACT]):
 
     async def check(self) -> None:
         """Check the connections idle in the pool now (:meth:`check_connection`): those that
-        fail are closed (and replaced, up to ``min_size``)."""
+        fail, and those past their ``max_lifetime``, are closed (and replaced, up to
+        ``min_size``)."""
         pool = self._pool
         if pool is None or self._closed:
             return
@@ -647,6 +648,11 @@ class AsyncConnectionPool(Generic[ACT]):
                 break
         for lease in leases:
             conn = lease.connection
+            if getattr(conn, "_expire_at", float("inf")) <= monotonic():
+                logger.info("discarding expired connection %s", conn)
+                await conn.close()
+                lease.discard()
+                continue
             try:
                 await self.check_connection(conn)
             except Exception:

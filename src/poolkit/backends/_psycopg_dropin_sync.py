@@ -559,7 +559,8 @@ class ConnectionPool(Generic[CT]):
 
     def check(self) -> None:
         """Check the connections idle in the pool now (:meth:`check_connection`): those that
-        fail are closed (and replaced, up to ``min_size``)."""
+        fail, and those past their ``max_lifetime``, are closed (and replaced, up to
+        ``min_size``)."""
         pool = self._pool
         if pool is None or self._closed:
             return
@@ -571,6 +572,11 @@ class ConnectionPool(Generic[CT]):
                 break
         for lease in leases:
             conn = lease.connection
+            if getattr(conn, "_expire_at", float("inf")) <= monotonic():
+                logger.info("discarding expired connection %s", conn)
+                conn.close()
+                lease.discard()
+                continue
             try:
                 self.check_connection(conn)
             except Exception:

@@ -65,6 +65,41 @@ def test_reconnect_delays_are_attempt_with_backoffs_read_at_each_retry(
         assert [retry.delay(n, rand) for n in (1, 2, 3)] == pytest.approx([0.1, 0.2, 0.4])
 
 
+def test_the_reconnect_delays_are_cut_to_end_at_the_reconnect_timeout() -> None:
+    left: list[float | None] = [None]
+    retry = dropin.RetryBackoff(base=1.0, factor=2.0, jitter=0.1, max_delay=60.0,
+                                give_up_in=lambda: left[0])  # fmt: skip
+    assert retry.delay(3) == pytest.approx(4.0)  # (no run of failures timed: not cut)
+    left[0] = 0.25
+    assert retry.delay(3) == pytest.approx(0.25)
+    assert retry.delay(1, 0.0) == pytest.approx(0.25)
+    left[0] = -1.0  # (past it: at once)
+    assert retry.delay(2) == 0.0
+
+
+@pytest.mark.timing  # (a machine stalled for half a second would call it late)
+def test_reconnect_failed_is_called_at_the_reconnect_timeout(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(psycopg_pool.base.AttemptWithBackoff, "INITIAL_DELAY", 0.4)
+    monkeypatch.setattr(psycopg_pool.base.AttemptWithBackoff, "DELAY_JITTER", 0.0)
+    with socket.socket() as sock:  # (a port nothing listens on: connects are refused)
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    called: list[float] = []
+    with caplog.at_level(logging.WARNING, "psycopg.pool"):
+        started = time.monotonic()
+        with pk.ConnectionPool(f"host=127.0.0.1 port={port} user=postgres", min_size=1,
+                               reconnect_timeout=0.5, open=True,
+                               reconnect_failed=lambda pool: called.append(time.monotonic()),
+                               ) as p:  # fmt: skip
+            PgServer.wait(lambda: bool(called), "reconnect_failed", timeout=3.0)
+        assert p.closed
+    # failed at 0 and 0.4 s; the next, 0.8 s later, is cut to fall at 0.5 s and gives up there
+    assert called[0] - started < 1.0
+    assert "reconnection attempt in pool" in caplog.text
+
+
 def test_a_failed_checks_retries_follow_attempt_with_backoff_up_to_the_deadline(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

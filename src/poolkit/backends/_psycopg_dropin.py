@@ -27,9 +27,11 @@ Rules of this module
   goes back (``_give_back``: closed if broken) and another is taken, the second at once, the
   next after ``CheckRetry``'s delays, to the deadline. Those delays and the reconnect delays
   (``RetryBackoff``) are psycopg_pool's ``AttemptWithBackoff`` class attributes, read at each
-  retry (``retry_schedule``). ``max_lifetime`` is checked when a connection is given back (not a
-  rule of the poolkit pool, which would close it at a hand-out). Connects that grow the pool
-  past ``min_size`` run one at a time (``num_workers`` bounds those that fill ``min_size``).
+  retry (``retry_schedule``); a reconnect delay is cut so that a retry falls at
+  ``reconnect_timeout`` after a run's first failure, where ``reconnect_failed`` is called.
+  ``max_lifetime`` is checked when a connection is given back and by ``check()`` (not a rule of
+  the poolkit pool, which would close it at a hand-out). Connects that grow the pool past
+  ``min_size`` run one at a time (``num_workers`` bounds those that fill ``min_size``).
   ``requests_queued`` and ``requests_wait_ms`` are counted when a caller starts to wait.
 * A connect the poolkit pool gives up (it closes) goes on in a task apart (asyncio) and closes
   what it makes; ``close`` waits for such tasks, at most its ``timeout``, as psycopg_pool's
@@ -63,6 +65,7 @@ Rules of this module
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 from collections import Counter
@@ -131,12 +134,16 @@ def retry_schedule() -> tuple[float, float, float]:
     )
 
 
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class RetryBackoff(Backoff):
     """The poolkit pool's ``connect_retry`` with psycopg_pool's delays (``retry_schedule``, read
     at each retry): the n-th failed connect in a row waits ``INITIAL_DELAY * DELAY_BACKOFF **
-    (n - 1)`` (+-``DELAY_JITTER``), at most ``max_delay``."""
+    (n - 1)`` (+-``DELAY_JITTER``), at most ``max_delay``, and, as psycopg_pool cuts it, at most
+    the seconds ``give_up_in()`` says are left until the drop-in gives the run of failures up
+    (``reconnect_timeout`` after its first: the last retry falls then, and a failure there calls
+    ``reconnect_failed``); ``give_up_in()`` is ``None`` while no run is being timed."""
 
-    __slots__ = ()
+    give_up_in: Callable[[], float | None] | None = None
 
     def delay(self, failures: int, rand: float = 0.5) -> float:
         initial, jitter, factor = retry_schedule()
@@ -144,7 +151,9 @@ class RetryBackoff(Backoff):
             raw = initial * factor ** min(failures - 1, 10_000)
         except OverflowError:
             raw = self.max_delay
-        return min(raw, self.max_delay) * (1.0 + jitter * (2.0 * rand - 1.0))
+        wait = min(raw, self.max_delay) * (1.0 + jitter * (2.0 * rand - 1.0))
+        left = None if self.give_up_in is None else self.give_up_in()
+        return wait if left is None else min(wait, max(left, 0.0))
 
 
 class CheckRetry:
@@ -262,6 +271,7 @@ def pool_options(
     num_workers: int,
     hooks: Any,
     probe: Any = None,
+    give_up_in: Callable[[], float | None] | None = None,
 ) -> PoolOptions:
     """The poolkit pool's options for psycopg_pool's arguments. A null pool keeps no connection
     (every connection is overflow: closed as soon as it is idle, unless a caller waits for it),
@@ -269,7 +279,7 @@ def pool_options(
     connects in the caller; a pool retries failed connects with psycopg_pool's delays, and its
     waiting callers wait for their own deadline. ``probe``: the pool's idle connections are
     probed with it every ``PROBE_INTERVAL`` seconds (a connection found dead is closed and
-    ``min_size`` refilled); a null pool keeps none to probe."""
+    ``min_size`` refilled); a null pool keeps none to probe. ``give_up_in``: ``RetryBackoff``'s."""
     if null:
         return PoolOptions(
             min_size=0,
@@ -294,6 +304,7 @@ def pool_options(
             jitter=_RETRY_JITTER,
             max_delay=max(_RETRY_BASE, min(reconnect_timeout, 60.0)),
             circuit_breaker_after=None,  # (psycopg_pool's callers wait for their timeout)
+            give_up_in=give_up_in,
         ),
         hooks=hooks,
     )

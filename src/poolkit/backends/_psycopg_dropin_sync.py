@@ -195,6 +195,7 @@ class ConnectionPool(Generic[CT]):
             num_workers=self.num_workers,
             hooks=Hooks(reset=self._reset_hook(), timeout=None),
             probe=_probe,
+            give_up_in=_give_up_in(self),
         )
         return Pool(_connector(self), address=self.name, options=options)
 
@@ -699,6 +700,21 @@ class NullConnectionPool(ConnectionPool[CT]):
 
     def check(self) -> None:
         """Nothing: a null pool keeps no connection."""
+
+
+def _give_up_in(pool: ConnectionPool[Any]) -> Callable[[], float | None]:
+    """Seconds left until ``pool`` gives its run of failed connects up (``reconnect_timeout``
+    after the first), ``None`` while connects succeed: the cut of the retry delays
+    (``RetryBackoff``), through a weak reference."""
+    owner = weakref.ref(pool)
+
+    def left() -> float | None:
+        pool = owner()
+        if pool is None or pool._failing_since is None:
+            return None
+        return pool._failing_since + pool.reconnect_timeout - monotonic()
+
+    return left
 
 
 def _connector(pool: ConnectionPool[Any]) -> Any:

@@ -1,10 +1,10 @@
 """What the psycopg_pool drop-ins do as psycopg_pool does, where psycopg's own pool tests
 (tools/psycopg_pool_suite) time or count it: the retry delays of a failed connect and of a failed
 ``check`` (psycopg_pool's ``AttemptWithBackoff``, read at each retry), the check at every
-hand-out (a new connection too), ``max_lifetime`` checked when a connection comes back, growth
-past ``min_size`` one connect at a time, the null pool's ``requests_queued`` and its close within
-``putconn``, a connect given up by the pool closing what it made, and the poolkit pool's
-"connects failing" warning kept off psycopg_pool's users' log."""
+hand-out (a new connection too), ``max_lifetime`` checked when a connection comes back, idle
+connections handed out in turn, growth past ``min_size`` one connect at a time, the null pool's
+``requests_queued`` and its close within ``putconn``, a connect given up by the pool closing what
+it made, and the poolkit pool's "connects failing" warning kept off psycopg_pool's users' log."""
 
 from __future__ import annotations
 
@@ -201,6 +201,20 @@ def test_check_closes_the_idle_connections_past_their_lifetime(pg: PgServer) -> 
         assert conn.closed
         with p.connection(timeout=5.0) as again:
             assert again.info.backend_pid != pid
+    pg.wait_sessions(0)
+
+
+# ---------------------------------------------------------------- idle connections in turn
+
+
+def test_idle_connections_are_handed_out_in_turn(pg: PgServer) -> None:
+    with pk.ConnectionPool(pg.dsn, min_size=3, kwargs=kw(pg), open=True) as p:
+        p.wait(5.0)
+        used: list[int] = []
+        for _ in range(6):
+            with p.connection(timeout=5.0) as conn:
+                used.append(id(conn))
+        assert len(set(used)) == 3 and used[:3] == used[3:]  # (FIFO, as psycopg_pool's deque)
     pg.wait_sessions(0)
 
 

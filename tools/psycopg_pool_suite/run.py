@@ -135,12 +135,6 @@ KNOWN_FAILURES: dict[str, str] = {
     for flavour in ("", "_async")
     for test, reason in [
         (
-            f"test_pool{flavour}.py::test_uniform_use",
-            "psycopg_pool hands out idle connections in turn (FIFO); poolkit's pool hands out the "
-            "one given back last, leaving the others idle (until the core's "
-            "PoolOptions(idle_order='fifo'), which the drop-in will set)",
-        ),
-        (
             f"test_pool_common{flavour}.py::test_stats_usage[{'asyncio-Async' if flavour else ''}"
             "NullConnectionPool]",
             "requests_wait_ms (850 to 950 wanted; 960 to 1030 here on 2 loaded cores): a caller "

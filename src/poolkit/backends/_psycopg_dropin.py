@@ -32,7 +32,9 @@ Rules of this module
   ``max_lifetime`` is checked when a connection is given back and by ``check()`` (not a rule of
   the poolkit pool, which would close it at a hand-out). Connects that grow the pool past
   ``min_size`` run one at a time (``num_workers`` bounds those that fill ``min_size``).
-  ``requests_queued`` and ``requests_wait_ms`` are counted when a caller starts to wait.
+  ``requests_queued`` and ``requests_wait_ms`` are counted when a caller starts to wait. Idle
+  connections are handed out in turn (``PoolOptions(idle_order="fifo")``), the one idle longest
+  first, as psycopg_pool's deque.
 * A connect the poolkit pool gives up (it closes) goes on in a task apart (asyncio) and closes
   what it makes; ``close`` waits for such tasks, at most its ``timeout``, as psycopg_pool's
   waits for its workers.
@@ -293,6 +295,7 @@ def pool_options(
     return PoolOptions(
         min_size=min_size,
         max_size=max_size,
+        idle_order="fifo",  # (psycopg_pool hands its idle connections out in turn)
         max_connecting=num_workers,
         max_waiting=max_waiting,
         max_idle_time=max_idle,

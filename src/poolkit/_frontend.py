@@ -453,8 +453,13 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+_INF: Final = float("inf")
+
+
 def check_timeout(timeout: Any, what: str = "checkout(timeout=...)") -> float:
     """Validate a per-call timeout: seconds (float or timedelta) >= 0."""
+    if timeout.__class__ is float and 0.0 <= timeout < _INF:  # (the usual case, at once)
+        return timeout
     if isinstance(timeout, timedelta):
         timeout = timeout.total_seconds()
     if (
@@ -462,7 +467,7 @@ def check_timeout(timeout: Any, what: str = "checkout(timeout=...)") -> float:
         or not isinstance(timeout, int | float)
         or timeout != timeout
         or timeout < 0
-        or timeout == float("inf")
+        or timeout == _INF
     ):
         raise ValueError(f"{what} must be seconds >= 0 (or None for no limit), got {timeout!r}")
     return float(timeout)

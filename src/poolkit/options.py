@@ -12,7 +12,7 @@ import inspect
 import math
 from collections.abc import Callable
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 __all__ = ["Adaptive", "Backoff", "Hooks", "KeepAlive", "PoolOptions"]
 
@@ -405,6 +405,11 @@ class PoolOptions:
       together; ``0`` for exact lifetimes.
     * ``max_waiting``: the most checkouts that may wait at once; one more fails at once with
       :class:`~poolkit.TooManyWaitersError`. ``0``: no limit.
+    * ``idle_order``: which available connection a checkout takes. ``"lifo"`` (the default):
+      the one given back last, so that a quiet pool leaves the others idle, where
+      ``max_idle_time`` closes them; ``"fifo"``: the one given back first, so that every
+      connection is used in turn (none sits idle long enough for a firewall or the server to
+      drop it; what psycopg_pool and SQLAlchemy's ``QueuePool`` do by default).
     * ``keep_alive``: a :class:`KeepAlive` to probe idle connections; ``None``: no probes.
     * ``connect_retry``: a :class:`Backoff` to retry failed connects while checkouts wait (and
       trip a circuit breaker); ``None`` (the CMAP behaviour): a failed connect fails the checkout
@@ -437,6 +442,7 @@ class PoolOptions:
     max_lifetime: float | None = None
     max_lifetime_jitter: float = 0.1
     max_waiting: int = 0
+    idle_order: Literal["lifo", "fifo"] = "lifo"
     keep_alive: KeepAlive | None = None
     connect_retry: Backoff | None = None
     leak_timeout: float | None = None
@@ -461,6 +467,7 @@ class PoolOptions:
             max_lifetime: Seconds | None = None,
             max_lifetime_jitter: float = 0.1,
             max_waiting: int = 0,
+            idle_order: Literal["lifo", "fifo"] = "lifo",
             keep_alive: KeepAlive | None = None,
             connect_retry: Backoff | None = None,
             leak_timeout: Seconds | None = None,
@@ -494,6 +501,10 @@ class PoolOptions:
         if not isinstance(self.load_balanced, bool):
             raise TypeError(
                 f"PoolOptions.load_balanced must be a bool, not {type(self.load_balanced).__name__}"
+            )
+        if self.idle_order not in ("lifo", "fifo"):
+            raise ValueError(
+                f'PoolOptions.idle_order must be "lifo" or "fifo", got {self.idle_order!r}'
             )
         if self.keep_alive is not None and not isinstance(self.keep_alive, KeepAlive):
             raise TypeError(

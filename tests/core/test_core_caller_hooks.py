@@ -142,3 +142,40 @@ def test_the_timeout_error_names_the_check() -> None:
     assert conn is not None
     error = state_of(core).hooks.timeout_error(conn, state_of(core).address)
     assert isinstance(error, HookTimeoutError) and error.hook == "check"
+
+
+def test_a_free_stream_serves_a_waiter_no_check_covers() -> None:
+    """A check running covers one waiter; a request queued behind it while a multiplexed
+    connection has a stream free is served from that stream at once (it waited, with the stream
+    free, until something else moved the pool: found by the stateful test, in a load-balanced
+    clear that served it)."""
+    opts = PoolOptions(
+        max_size=4,
+        max_connecting=4,
+        background_interval=float("inf"),
+        connect_timeout=None,
+        hooks=Hooks(check=_check, check_after=0.0, timeout=5.0),
+    )
+    core = PoolCore(opts, "db:5432")
+    core.ready(0.0)
+
+    def request(now: float) -> Request:
+        req = Request(started=now, deadline=None)
+        core.fast.request(req, now)
+        return req
+
+    first = request(0.0)
+    (a,) = _started(core)
+    core.connected(a, 0.0, "a")  # (new: handed out unchecked)
+    assert first.conn is a
+    core.release(a, 1.0)
+    core.take()
+    covered = request(2.0)  # takes a: its check starts, covering this request
+    assert a.state is ConnState.CHECKING and covered.queued
+    behind = request(2.0)  # not covered: a connect for it
+    (b,) = _started(core)
+    core.connected(b, 3.0, "b", max_streams=2)  # serves the oldest; one stream stays free
+    assert covered.conn is b and b.streams == 1 and behind.conn is None
+    late = request(4.0)  # queued behind: the free stream goes to the oldest waiter now
+    assert behind.conn is b and b.streams == 2
+    assert late.conn is None and late.queued and core.stats().waiting == 1  # (a's check covers it)

@@ -125,6 +125,7 @@ def pool_options(draw: st.DrawFn) -> PoolOptions:
         max_lifetime=draw(st.sampled_from([None, None, 1.5, 4.0])),
         max_lifetime_jitter=draw(st.sampled_from([0.0, 0.1])),
         max_waiting=draw(st.sampled_from([0, 0, 1, 3])),
+        idle_order=draw(st.sampled_from(["lifo", "fifo"])),
         max_connecting=draw(st.integers(1, 3)),
         max_idle_time=draw(st.sampled_from([None, 1.0, 2.5])),
         background_interval=draw(st.sampled_from([0.5, 2.0, math.inf])),
@@ -493,9 +494,18 @@ class PoolCoreMachine(RuleBasedStateMachine):
             lambda core: core.clear(self.now, interrupt_in_use=interrupt, service_id=service)
         )
         assert core.state is before, "a load-balanced clear changed the pool's state"
-        assert view.waiters() == waiting, "a load-balanced clear touched the wait queue"
+        # CMAP: a load-balanced clear neither fails nor reorders waiters. It may serve some:
+        # interrupting in-use connections frees what an adaptive limit held them back for, and
+        # the pool hands a free stream of another service to the oldest waiter.
+        still = view.waiters()
+        assert still == [r for r in waiting if r in still], "a load-balanced clear reordered"
         for req in waiting:
-            assert req.state is RequestState.WAITING
+            if req in still:
+                assert req.state is RequestState.WAITING
+            else:
+                assert req.state is RequestState.SERVED, "a load-balanced clear failed a waiter"
+                assert req.conn is not None and req.conn.service_id not in cleared
+                assert interrupt, "a load-balanced clear without interrupt served a waiter"
         events_cleared = [e for e in events if isinstance(e, PoolClearedEvent)]
         if before is PoolState.CLOSED:
             assert actions == [] and events_cleared == []
@@ -516,10 +526,17 @@ class PoolCoreMachine(RuleBasedStateMachine):
         assert closed == expected_closed, (closed, expected_closed)
         for conn_id in closed:
             assert conns[conn_id][0].close_reason == "stale"
+        served = [r for r in waiting if r not in still]
+        serving = {r.conn.id for r in served if r.conn is not None}
+        checking = {a.conn.id for a in actions if isinstance(a, StartCheck)}
         for conn_id, (conn, state) in conns.items():
-            if conn_id not in closed:
-                assert conn.state is state, f"{conn} changed by a clear"
-        assert not any(isinstance(a, CompleteRequest) for a in actions)
+            if conn_id not in closed and conn.state is not state:
+                # (only what serves the waiters it freed room for: leased, or its check started)
+                assert (conn_id in serving and conn.state is ConnState.LEASED) or (
+                    conn_id in checking and conn.state is ConnState.CHECKING
+                ), f"{conn} changed by a clear"
+        completed = [a.request for a in actions if isinstance(a, CompleteRequest)]
+        assert all(any(r is c for r in served) for c in completed), "a clear completed a request"
 
     @precondition(lambda self: not state_of(self.c).options.load_balanced)
     @rule(service=st.sampled_from([1, "a"]))
@@ -558,9 +575,14 @@ class PoolCoreMachine(RuleBasedStateMachine):
     def lease_idle(self) -> None:
         waiting = core_view(self.c).waiting
         state = self.c.state
+        parked = core_view(self.c).idle_connections()
         conn, actions, _ = self._do(lambda core: core.fast.lease_idle(self._lease_idle_time()))
         if conn is not None:
             assert state is PoolState.READY and waiting == 0
+            if conn in parked:  # taken by idle_order: those before it were perished and closed
+                order = parked if state_of(self.c).options.idle_order == "fifo" else parked[::-1]
+                passed = order[: order.index(conn)]
+                assert all(c.state is ConnState.CLOSED for c in passed), "idle order not kept"
             assert conn.state is ConnState.LEASED
             assert conn.id in state_of(self.c).conns
             self._check_fresh(conn)
@@ -1232,10 +1254,19 @@ class PoolCoreMachine(RuleBasedStateMachine):
         # stronger: every waiter not covered by a connect in flight gets one while there is room
         if room and view.pending + abandoned < opts.max_connecting:
             assert view.waiting <= covered, "waiters not covered by connects"
-        # and nothing sits available while a request waits that no check covers
+        # and nothing sits available while a request waits that no check covers: neither an
+        # available connection nor a free stream of a multiplexed one in use (one the pool would
+        # lease: not stale, not past its lifetime)
+        life = handout_of(core)._life
+        free = [
+            c
+            for c in shared.idle_set.open
+            if not _stale(core, c) and life.perished(c, self.now, check_idle=False) is None
+        ]
         assert view.available == 0 or view.waiting <= checking, (
             "a connection is available while a request waits"
         )
+        assert not free or view.waiting <= checking, "a stream is free while a request waits"
 
     @invariant()
     def events_pair(self) -> None:

@@ -163,6 +163,7 @@ class Handout:
     __slots__ = (
         "_check_after",
         "_counts",
+        "_fifo",
         "_idle",
         "_lb",
         "_lease_gen",
@@ -216,6 +217,7 @@ class Handout:
         self.idle_set = st.idle_set
         self._waiters = st.wait_queue.queue
         self._idle = st.idle_set.stack
+        self._fifo = st.fifo
         self._open = st.idle_set.open
         self.checkouts = 0  #: checkouts served, ever (the one count the fast paths keep)
         self.set_state(st.state, st.generation)  # (the gates: "Gates" above)
@@ -244,13 +246,19 @@ class Handout:
             return None
         idle = self._idle
         if idle and not self._open:  # (a multiplexed connection with a free stream goes first)
-            conn = idle.pop()  # the newest: if ready, plain, current, nothing to check, then
+            fifo = self._fifo
+            # the newest (the oldest when FIFO): if ready, plain, current, nothing to check, then
+            conn = idle.popleft() if fifo else idle.pop()
             if conn.gate == self._lease_gen:  # fire(conn, LEASE) inlined (see _IDLE_LEASE)
                 conn.state = _IDLE_LEASE
                 conn.streams = 1
                 self.checkouts += 1
                 return conn
-            idle.append(conn)  # (put back where it was: the full check below decides)
+            # (put back where it was: the full check below decides)
+            if fifo:
+                idle.appendleft(conn)
+            else:
+                idle.append(conn)
         if self._st.state is not _READY or self._check_after is not None:
             return None  # (with a check hook, ``request`` decides: a check may start)
         if self._st.adaptive is not None and self.full():
@@ -297,8 +305,10 @@ class Handout:
         if deadline is not None:
             self.timers.push(deadline, TimerKind.DEADLINE, req)
         checking = self._counts[_CHECKING]
-        if checking and self._idle and len(waiters) > checking:
-            self.dispatch(now)  # (available ones wait beside waiters only for checks: start one)
+        if checking and (self._idle or self._open) and len(waiters) > checking:
+            # (available connections and free streams wait beside waiters only for checks: this
+            # one is not covered by one, so serve it or start a check for it)
+            self.dispatch(now)
             return
         # (room first: a pool with waiters is most often full; a check or reset running covers one)
         if (
@@ -569,12 +579,14 @@ class Handout:
                 self._open.pop(conn, None)
 
     def _pop_idle(self, now: float) -> Conn | None:
-        """Pop the most recently used available connection that is not perished, closing the
-        perished ones met on the way (CMAP checkout). One that needs a check (``Hooks.check``)
-        starts it and ``None`` is returned: the check, once passed, serves the oldest waiter."""
+        """Pop the most recently used available connection (the longest parked with
+        ``idle_order="fifo"``) that is not perished, closing the perished ones met on the way
+        (CMAP checkout). One that needs a check (``Hooks.check``) starts it and ``None`` is
+        returned: the check, once passed, serves the oldest waiter."""
         idle = self._idle
+        take = idle.popleft if self._fifo else idle.pop
         while idle:
-            conn = idle.pop()
+            conn = take()
             reason = self._life.perished(conn, now)
             if reason is None:
                 if self._check_after is not None and self.hooks.needs_check(conn, now):

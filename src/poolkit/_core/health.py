@@ -388,8 +388,9 @@ class Health:
         hooks = st.hooks
         closed = False
         found = None
+        take = idle.popleft if st.fifo else idle.pop
         while idle:
-            conn = idle.pop()
+            conn = take()
             reason = self._life.perished(conn, now)
             if reason is not None:
                 self._life.close(conn, reason)

@@ -5,7 +5,8 @@ Rules of this module
 --------------------
 * ``stack`` holds the available connections (state IDLE); one leaves it before it is leased,
   probed or closed. It is a stack: check-in pushes on the right, checkout pops from the right
-  (the most recently used first), so the left end is the longest parked (a connection back from
+  (the most recently used first; from the left with ``idle_order="fifo"``, the pool's
+  ``CoreState.fifo``), so the left end is the longest parked (a connection back from
   a keep-alive probe is parked anew, its idle time running on). It is only ever changed in
   place: ``PoolCore`` holds the same deque (and the same ``open`` dict).
 * ``open`` holds multiplexed connections in use with a stream free (and not perished when put

@@ -67,6 +67,7 @@ class CoreState:
         "events",
         "expected_streams",
         "failures",
+        "fifo",
         "generation",
         "hooks",
         "idle_set",
@@ -106,6 +107,9 @@ class CoreState:
         self.size_limit: int = options.max_size or 1 << 62  #: ``max_size``; 0 is no limit
         self.lifetime = options.max_lifetime
         self.max_waiting = options.max_waiting
+        #: ``idle_order="fifo"``: checkouts take the longest parked available connection (the
+        #: left end of ``IdleSet.stack``) instead of the most recently used (its right end)
+        self.fifo = options.idle_order == "fifo"
         #: the checkouts a connect in flight is counted to serve (``PoolOptions.expected_streams``;
         #: then the stream limit of the last connection made: ``Health.connected``)
         self.expected_streams = options.expected_streams

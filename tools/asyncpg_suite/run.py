@@ -40,6 +40,9 @@ from types import ModuleType
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
+sys.path.insert(0, str(HERE.parent))  # tools/: what the runners share
+import peer_sdist  # noqa: E402
+
 #: what runs: asyncpg's pool tests
 TESTS = ["tests/test_pool.py"]
 #: what asyncpg's tests need beside asyncpg (its test dependency group, what test_pool uses)
@@ -121,13 +124,7 @@ def sources(cache: Path, version: str) -> Path:
         return tree
     download = cache / "download"
     download.mkdir(parents=True, exist_ok=True)
-    if not list(download.glob(f"asyncpg-{version}.tar.gz")):
-        say(f"fetching asyncpg {version}'s source distribution from PyPI")
-        run(
-            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:",
-             "-d", str(download), f"asyncpg=={version}"]
-        )  # fmt: skip
-    (archive,) = download.glob(f"asyncpg-{version}.tar.gz")
+    archive = peer_sdist.fetch("asyncpg", version, download, say)
     with tempfile.TemporaryDirectory(dir=cache) as tmp, tarfile.open(archive) as tar:
         members = [m for m in tar.getmembers() if m.name.startswith(f"asyncpg-{version}/tests/")]
         tar.extractall(tmp, members=members, filter="data")

@@ -94,6 +94,30 @@ async def poolkit_asyncpg(env: Env, record: Record, shape: Shape) -> AsyncIterat
 
 
 @asynccontextmanager
+async def poolkit_asyncpg_acquire(
+    env: Env, record: Record, shape: Shape
+) -> AsyncIterator[AsyncOne]:
+    """The drop-in called the asyncpg way (``async with pool.acquire() as conn``): the same
+    reset at release as asyncpg's pool, in the caller."""
+    from poolkit.backends import asyncpg as pk
+
+    pool = await pk.create_pool(
+        env.dsn, min_size=shape.size, max_size=shape.size, application_name=env.app
+    )
+
+    async def one(i: int) -> None:
+        t = pc()
+        async with pool.acquire() as conn:
+            record(pc() - t)
+            await conn.fetchval(SELECT)
+
+    try:
+        yield one
+    finally:
+        await pool.close()
+
+
+@asynccontextmanager
 async def asyncpg_pool(env: Env, record: Record, shape: Shape) -> AsyncIterator[AsyncOne]:
     import asyncpg
 
@@ -574,6 +598,9 @@ def asyncpg_workload(key: str = "H1", workers: int = 50, size: int = 10) -> Work
         contenders=(
             _async("poolkit.backends.asyncpg", "poolkit", AS_SHIPPED, poolkit_asyncpg, shape, ap,
                    "full reset at check-in (asyncpg's)"),
+            _async("poolkit.backends.asyncpg.create_pool acquire()", "poolkit", AS_SHIPPED,
+                   poolkit_asyncpg_acquire, shape, ap,
+                   "the drop-in called as asyncpg's: async with pool.acquire(); same reset"),
             _async("asyncpg.create_pool", "peer", AS_SHIPPED, asyncpg_pool, shape, ap,
                    "its reset is poolkit's: as shipped is like for like"),
             _async("SQLAlchemy AsyncAdaptedQueuePool", "peer", AS_SHIPPED,

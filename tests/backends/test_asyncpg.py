@@ -280,10 +280,10 @@ def test_create_pool_is_ready_and_serves_64_tasks_on_10_connections(pg: PgServer
     async def main() -> None:
         options = poolkit.PoolOptions(max_size=10)
         pool = await pk_asyncpg.create_pool(pg.dsn, options=options, application_name=pg.app)
-        assert isinstance(pool, poolkit.AsyncPool)
+        assert isinstance(pool, pk_asyncpg.Pool) and isinstance(pool.pool, poolkit.AsyncPool)
         hooks = pool.options.hooks
-        assert hooks is not None and hooks.reset is pk_asyncpg.async_reset
-        assert len(pg.pids()) == 1  # ready: one connection made already
+        assert hooks is not None and hooks.reset is not None and hooks.lend is not None
+        assert pg.pids() == []  # (init_size is min_size, 0 here: none made yet, as asyncpg's)
 
         async def worker(n: int) -> list[int]:
             got = []

@@ -12,7 +12,6 @@ import pytest
 
 import poolkit
 from pg_service import PgServer, need, pg
-from poolkit.driver import PoolStarter
 
 __all__ = ["pg"]
 
@@ -29,7 +28,7 @@ def run(main: Callable[[], Coroutine[Any, Any, None]]) -> None:
     asyncio.run(main())
 
 
-def one_connection(server: PgServer, **kwargs: Any) -> PoolStarter[Any]:
+def one_connection(server: PgServer, **kwargs: Any) -> pk_asyncpg.Pool:
     options = poolkit.PoolOptions(max_size=1)
     return pk_asyncpg.create_pool(
         server.dsn, options=options, application_name=server.app, **kwargs
@@ -94,7 +93,7 @@ def test_everything_on_a_released_proxy_refuses(pg: PgServer) -> None:
                 lambda: conn.execute("ROLLBACK"),
                 conn.is_closed,
                 conn.get_server_pid,
-                lambda: conn._protocol,  # (and what is not a method of Connection)
+                lambda: conn._protocol,  # type: ignore[attr-defined]  # (not a method of Connection)
             ):
                 with pytest.raises(asyncpg.InterfaceError, match=RELEASED):
                     use()
@@ -169,7 +168,7 @@ def test_the_hooks_and_the_close_get_the_connection_itself(pg: PgServer) -> None
     run(main)
 
 
-async def fail_in_a_transaction(pool: poolkit.AsyncPool[Any]) -> None:
+async def fail_in_a_transaction(pool: pk_asyncpg.Pool | poolkit.AsyncPool[Any]) -> None:
     async with pool.connection() as conn:
         await conn.execute("BEGIN")
         await conn.fetchval("SELECT 1/0")

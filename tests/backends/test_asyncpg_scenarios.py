@@ -11,7 +11,6 @@ import pytest
 
 import poolkit
 from pg_service import PgServer, SilentProxy, need, pg, wait_until
-from poolkit.driver import PoolStarter
 
 __all__ = ["pg"]
 
@@ -26,7 +25,7 @@ def run(main: Callable[[], Coroutine[Any, Any, None]]) -> None:
     asyncio.run(main())
 
 
-def one_connection(server: PgServer, **kwargs: Any) -> PoolStarter[Any]:
+def one_connection(server: PgServer, **kwargs: Any) -> pk_asyncpg.Pool:
     """A pool of one connection: the next caller surely gets the previous caller's session."""
     options = poolkit.PoolOptions(max_size=1)
     app = server.app
@@ -77,7 +76,7 @@ def test_a_failed_transaction_does_not_reach_the_next_caller(pg: PgServer) -> No
     run(main)
 
 
-async def fail_in_a_transaction(pool: poolkit.AsyncPool[Any]) -> None:
+async def fail_in_a_transaction(pool: pk_asyncpg.Pool | poolkit.AsyncPool[Any]) -> None:
     async with pool.connection() as conn:
         await conn.execute("BEGIN")
         await conn.execute("SELECT 1/0")
@@ -160,7 +159,7 @@ def test_unchecked_a_terminated_connection_gives_one_clear_error(pg: PgServer) -
     run(main)
 
 
-async def select_one(pool: poolkit.AsyncPool[Any]) -> None:
+async def select_one(pool: pk_asyncpg.Pool | poolkit.AsyncPool[Any]) -> None:
     async with pool.connection() as conn:
         await conn.fetchval("SELECT 1")
 

@@ -195,8 +195,8 @@ def test_a_running_pool_that_loses_its_server_still_warns(
         ) as pool:
             assert pool_warnings() == []
             flaky.failing = -1  # the server is gone from here on
-            pool.clear(interrupt_in_use=True)  # (its connection closed; min_size refilled)
-            pool.ready()
+            pool.pool.clear(interrupt_in_use=True)  # (its connection closed; min_size refilled)
+            pool.pool.ready()
             await asyncio.wait_for(told.wait(), 10)
 
     asyncio.run(main())

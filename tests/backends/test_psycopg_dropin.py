@@ -69,7 +69,9 @@ def test_defaults_are_psycopg_pools(pg: PgServer) -> None:
         assert isinstance(pool, poolkit.Pool)
         options = pool.options
         assert (options.min_size, options.max_size, options.max_connecting) == (4, 4, 3)
-        assert (options.max_idle_time, options.max_lifetime) == (600.0, 3600.0)
+        assert options.max_idle_time == 600.0
+        assert options.max_lifetime is None  # (checked at putconn, as psycopg_pool does)
+        assert options.idle_order == "fifo"  # (in turn, as psycopg_pool's deque)
         assert options.max_waiting == 0
         ours.wait(5.0)
         assert len(pg.pids()) == 4

@@ -23,9 +23,11 @@ README_DSN = "postgresql://postgres@127.0.0.1/test"
 README_REDIS = "redis://127.0.0.1:6379/0"
 
 
-#: the examples in order (psycopg_pool: the one-line switch to the drop-in; sqlalchemy: the
-#: one-line switch from SQLAlchemy's QueuePool)
-NAMES = ["asyncpg", "psycopg", "psycopg_pool", "redis", "tcp", "http2", "sqlalchemy"]
+#: the examples in order (asyncpg_switch, psycopg_pool: the one-line switches to the drop-ins;
+#: sqlalchemy: the one-line switch from SQLAlchemy's QueuePool)
+NAMES = [
+    "asyncpg", "asyncpg_switch", "psycopg", "psycopg_pool", "redis", "tcp", "http2", "sqlalchemy"
+]
 
 
 def test_there_is_an_example_per_backend() -> None:
@@ -36,6 +38,9 @@ def test_there_is_an_example_per_backend() -> None:
             continue
         if name == "sqlalchemy":
             assert "poolclass=QueuePool" in example
+            continue
+        if name == "asyncpg_switch":  # (the one line: asyncpg's name, poolkit's module)
+            assert "# import asyncpg\nfrom poolkit.backends import asyncpg\n" in example
             continue
         assert f"import {name}" in example or "import redis as pk_redis" in example
 

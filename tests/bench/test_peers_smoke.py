@@ -22,6 +22,7 @@ SUBSET = "H1,H3,H4,W1-async,W8-redis"
 EXPECTED = {
     "H1": [
         "poolkit.backends.asyncpg (as shipped)",
+        "poolkit.backends.asyncpg.create_pool acquire() (as shipped)",
         "asyncpg.create_pool (as shipped)",
         "SQLAlchemy AsyncAdaptedQueuePool (as shipped)",
         "SQLAlchemy AsyncAdaptedQueuePool (like for like)",

@@ -130,72 +130,24 @@ def listed(nodeid: str, table: dict[str, str]) -> str | None:
 
 #: tests that pass with psycopg_pool's pools and not with poolkit's, each with the reason: run at
 #: every run, tolerated and reported (never silently: the summary lists them)
-_CHECK_NEW = (
-    "the check callback is not run on a connection handed out as soon as it was made: poolkit's "
-    "Hooks.check runs on connections that sat available (psycopg_pool checks at every getconn)"
-)
-_CANCELLED_CONNECT = (
-    "ResourceWarning (an error under the tests' -W error): a connect the poolkit pool cancels "
-    "when it closes (psycopg_pool lets its workers finish) leaves psycopg's half-made "
-    "AsyncConnection to the garbage collector"
-)
 KNOWN_FAILURES: dict[str, str] = {
     f"tests/pool/{test}": reason
     for flavour in ("", "_async")
     for test, reason in [
         (
-            f"test_pool{flavour}.py::test_check_backoff",
-            "a failing check is retried with psycopg_pool's AttemptWithBackoff delays, which the "
-            "test patches and times in the log; poolkit closes the connection and serves the next "
-            "at once",
-        ),
-        (
-            f"test_pool{flavour}.py::test_reconnect",
-            "the test patches psycopg_pool.base.AttemptWithBackoff's delays (0.1 s) and times the "
-            "retries in the log; poolkit's retries follow its own Backoff (psycopg_pool's default "
-            "1 s, doubling), which the patch does not reach",
-        ),
-        (
-            f"test_pool{flavour}.py::test_grow",
-            "the times at which connections come while the pool grows: psycopg_pool grows one "
-            "connection at a time, poolkit connects up to num_workers at once",
-        ),
-        (
-            f"test_pool{flavour}.py::test_max_lifetime",
-            "poolkit never hands out a connection past max_lifetime (CMAP's perished rule: it is "
-            "closed when a checkout meets it); psycopg_pool checks the lifetime only when a "
-            "connection comes back, so it hands an expired one out once more, which the test "
-            "expects (pids[0] == pids[1] 0.3 s into a 0.2 s lifetime)",
-        ),
-        (
-            f"test_pool{flavour}.py::test_uniform_use",
-            "psycopg_pool hands out idle connections in turn (FIFO); poolkit's pool hands out the "
-            "one given back last, leaving the others idle",
-        ),
-        (f"test_pool_common{flavour}.py::test_check_init", _CHECK_NEW),
-        (f"test_pool_common{flavour}.py::test_check_timeout", _CHECK_NEW),
-        (
             f"test_pool_common{flavour}.py::test_stats_usage[{'asyncio-Async' if flavour else ''}"
             "NullConnectionPool]",
-            "requests_queued: a null pool's caller waits for the poolkit pool's connect (counted "
-            "as queued); psycopg_pool's null pool connects in the caller",
+            "requests_wait_ms (850 to 950 wanted; 960 to 1030 here on 2 loaded cores, in range "
+            "when a connect takes under about 15 ms): a caller of the null pool that finds "
+            "max_size connections out (or being made) waits from then, and the drop-in counts "
+            "all of it; psycopg_pool's null pool makes its "
+            "connections in the callers while holding its lock, so a caller that comes while "
+            "they connect waits on the lock first, uncounted, and enters the queue only after. "
+            "To count as psycopg_pool does, the drop-in would have to connect one caller at a "
+            "time (worse for its users) or leave out time its callers did wait",
         ),
     ]
 }
-KNOWN_FAILURES.update(
-    {
-        "tests/pool/test_pool_async.py::test_cancellation_in_queue": _CANCELLED_CONNECT,
-        "tests/pool/test_pool_common_async.py::test_cancellation_in_queue": _CANCELLED_CONNECT,
-        "tests/pool/test_pool_async.py::test_open_wait": _CANCELLED_CONNECT,
-        "tests/pool/test_pool_async.py::test_open_as_wait": _CANCELLED_CONNECT,
-        "tests/pool/test_pool_async.py::test_wait_ready": _CANCELLED_CONNECT,
-        "tests/pool/test_pool_null_async.py::test_wait_ready": _CANCELLED_CONNECT,
-        "tests/pool/test_pool_null_async.py::test_closed_putconn": (
-            "the asyncio null pool closes a connection given back in a task of the poolkit pool, "
-            "after putconn returned; psycopg_pool closes it within putconn"
-        ),
-    }
-)
 
 
 def say(message: str) -> None:

@@ -37,6 +37,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
+sys.path.insert(0, str(HERE.parent))  # tools/: what the runners share
+import peer_sdist  # noqa: E402
 
 #: redis-py's test files for what the drop-ins serve: pools, pipelines, pub/sub (sync, asyncio)
 FILES = [
@@ -123,12 +125,7 @@ def sources(cache: Path, version: str) -> Path:
         return tree
     download = cache / "download"
     download.mkdir(parents=True, exist_ok=True)
-    say(f"fetching redis-py {version}'s source distribution from PyPI")
-    run(
-        [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:",
-         "-d", str(download), f"redis=={version}"]
-    )  # fmt: skip
-    (archive,) = download.glob(f"redis-{version}.tar.gz")
+    archive = peer_sdist.fetch("redis", version, download, say)
     with tempfile.TemporaryDirectory(dir=cache) as tmp, tarfile.open(archive) as tar:
         tar.extractall(tmp, filter="data")
         unpacked = Path(tmp) / f"redis-{version}"

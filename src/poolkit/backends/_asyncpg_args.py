@@ -21,22 +21,18 @@ import inspect
 from collections.abc import Callable
 from typing import Any, Final
 
-from .. import PoolOptions
+from .. import KeepAlive, PoolOptions
 
 #: ``asyncpg.create_pool``'s defaults, the builder's when neither the keywords nor ``options=``
 #: say otherwise: ``min_size``, ``max_size``, ``max_inactive_connection_lifetime`` (seconds)
 MIN_SIZE: Final = 10
 MAX_SIZE: Final = 10
 MAX_INACTIVE_CONNECTION_LIFETIME: Final = 300.0
+#: seconds between the drop-in's checks of an idle connection (``is_closed()``: no I/O)
+PROBE_INTERVAL: Final = 1.0
 
 #: asyncpg.create_pool's keywords that poolkit does not take, and where to go instead
 _ELSEWHERE: Final = {
-    "max_queries": "poolkit does not count a connection's queries: retire connections by age "
-    "with options=poolkit.PoolOptions(max_lifetime=seconds)",
-    "setup": "poolkit runs nothing at each hand-out: run it at the top of your "
-    "`async with pool.connection() as conn:` block (configure=/init= run once per connection)",
-    "init_size": "create_pool() makes one connection before it returns (a wrong DSN fails "
-    "there) and opens min_size in the background",
     "hooks": "create_pool() sets the hooks from reset=, check=, check_after=, configure=, "
     "hooks_timeout=; for hooks of your own, build the pool from connect() and hooks()",
 }
@@ -84,6 +80,53 @@ def pool_options(
     if idle is None:
         idle = MAX_INACTIVE_CONNECTION_LIFETIME
     return PoolOptions(min_size=min_size, max_size=max_size, max_idle_time=idle or None)
+
+
+def dropin_sizes(
+    options: PoolOptions | None,
+    init_size: int | None,
+    min_size: int | None,
+    max_size: int | None,
+    max_inactive_connection_lifetime: float | None,
+    probe: Callable[[Any], Any],
+) -> tuple[PoolOptions, int]:
+    """The drop-in ``Pool``'s options (without hooks) and ``init_size``, asyncpg's arguments
+    checked with asyncpg's messages. Without ``options``, as asyncpg's pool runs: connects for
+    every waiter at once (``max_connecting`` = ``max_size``), no connect timeout but asyncpg's own
+    (``timeout=``), no wait limit but ``acquire(timeout=)``, and an idle connection the server
+    closed is replaced by itself (asyncpg's pool hears of it from the connection; here ``probe``,
+    ``is_closed()`` with no I/O, every ``PROBE_INTERVAL`` seconds)."""
+    builder = "create_pool"
+    if options is None and isinstance(min_size, int) and isinstance(max_size, int):
+        if min_size < 0:
+            raise ValueError("min_size is expected to be greater or equal to zero")
+        if max_size > 0 and min_size > max_size:
+            raise ValueError("min_size is greater than max_size")
+    idle = max_inactive_connection_lifetime
+    if idle is not None and idle < 0:
+        raise ValueError(
+            "max_inactive_connection_lifetime is expected to be greater or equal to zero"
+        )
+    opts = pool_options(builder, options, min_size, max_size, idle)
+    if options is None:
+        opts = PoolOptions(
+            min_size=opts.min_size,
+            max_size=opts.max_size,
+            max_idle_time=opts.max_idle_time,
+            max_connecting=opts.max_size,
+            connect_timeout=None,
+            wait_queue_timeout=None,
+            keep_alive=KeepAlive(PROBE_INTERVAL, probe),
+        )
+    if init_size is None:
+        init_size = opts.min_size
+    if init_size < 0:
+        raise ValueError("init_size is expected to be greater or equal to zero")
+    if opts.max_size and init_size > opts.max_size:
+        raise ValueError("init_size is greater than max_size")
+    if init_size < opts.min_size:
+        raise ValueError("init_size is smaller than min_size")
+    return opts, init_size
 
 
 def refuse_elsewhere(

@@ -55,7 +55,7 @@ def _released(name: str) -> asyncpg.InterfaceError:
 class PooledConnection(_Base):  # type: ignore[misc,valid-type,unused-ignore]  # (no asyncpg-stubs)
     """An ``asyncpg.Connection`` for the length of one lease (see the module's rules)."""
 
-    __slots__ = ("__weakref__", "_con", "_lease")
+    __slots__ = ("__weakref__", "_con", "_holder", "_lease")
 
     def __init__(self, connection: Any, lease: Lease[Any]) -> None:
         self._con = connection

@@ -13,9 +13,8 @@ methods (``open``, ``close``, ``wait``, ``connection()``, ``getconn``, ``putconn
 its exceptions and its logger (``psycopg.pool``), and is generic at run time
 (``ConnectionPool[MyConn[Row]]``). Underneath, a poolkit :class:`~poolkit.Pool` (or
 :class:`~poolkit.AsyncPool`) does the waiting, the limits, the hand-off and the cancellation:
-waiting callers are served in arrival order, a cancelled or timed-out ``getconn`` leaves the queue
-without losing a connection, and a connection is checked (no round trip unless the server sent
-something) before it is handed out.
+waiting callers are served in arrival order, and a cancelled or timed-out ``getconn`` leaves the
+queue without losing a connection.
 
 Rules of this module
 --------------------
@@ -23,9 +22,29 @@ Rules of this module
   4, ``max_size`` = ``min_size``, ``timeout`` 30 s, ``max_lifetime`` 1 h (-5 % jitter),
   ``max_idle`` 10 min, ``num_workers`` 3 (connects at once), ``open=None`` (opened in the
   constructor, with psycopg_pool's deprecation warnings), ``close_returns`` False.
+* Where psycopg's own pool tests time or count it, the drop-in does what psycopg_pool does:
+  ``check`` runs in ``getconn`` at every hand-out (a connection just made too); one that fails
+  goes back (``_give_back``: closed if broken) and another is taken, the second at once, the
+  next after ``CheckRetry``'s delays, to the deadline. Those delays and the reconnect delays
+  (``RetryBackoff``) are psycopg_pool's ``AttemptWithBackoff`` class attributes, read at each
+  retry (``retry_schedule``); a reconnect delay is cut so that a retry falls at
+  ``reconnect_timeout`` after a run's first failure, where ``reconnect_failed`` is called.
+  ``max_lifetime`` is checked when a connection is given back and by ``check()`` (not a rule of
+  the poolkit pool, which would close it at a hand-out). Connects that grow the pool past
+  ``min_size`` run one at a time (``num_workers`` bounds those that fill ``min_size``).
+  ``requests_queued`` and ``requests_wait_ms`` are counted when a caller starts to wait. Idle
+  connections are handed out in turn (``PoolOptions(idle_order="fifo")``), the one idle longest
+  first, as psycopg_pool's deque.
+* A connect the poolkit pool gives up (it closes) goes on in a task apart (asyncio) and closes
+  what it makes; ``close`` waits for such tasks, at most its ``timeout``, as psycopg_pool's
+  waits for its workers.
+* A failed connect is logged once, on ``psycopg.pool`` as psycopg_pool logs it: the poolkit
+  pool's warning that connects fail unseen is filtered off ``poolkit.pool`` for the names of the
+  drop-in pools open (``_QuietConnectsFailing``).
 * Given back, a connection is rolled back if it was left in a transaction (a warning on
-  ``psycopg.pool``, as psycopg_pool), closed if it was given back mid-query or broken, then the
-  caller's ``reset`` runs. That is all by default, as in psycopg_pool. ``reset_session=True``
+  ``psycopg.pool``, as psycopg_pool), closed if it was given back mid-query, broken or past its
+  lifetime (a null pool's: closed there unless a caller waits for it), then the caller's
+  ``reset`` runs. That is all by default, as in psycopg_pool. ``reset_session=True``
   (poolkit's own keyword) asks for poolkit's full reset besides: the settings a caller can
   change on the connection object (``autocommit``, ``row_factory``, the isolation level...)
   given back as ``configure`` left them, and ``DEFAULT_RESET_QUERY`` (advisory locks released,
@@ -48,7 +67,9 @@ Rules of this module
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import random
 from collections import Counter
 from collections.abc import Callable
 from typing import Any, Final
@@ -94,10 +115,115 @@ CONNECTIONS_LOST: Final = "connections_lost"
 #: (psycopg_pool #370, #1315: psycopg_pool finds them only when handing them out)
 PROBE_INTERVAL: Final = 1.0
 
-#: psycopg_pool's reconnection delays (its ``AttemptWithBackoff``): 1 s, doubling, +-10 %
+#: psycopg_pool's retry delays (its ``AttemptWithBackoff``'s defaults): 1 s, doubling, +-10 %
 _RETRY_BASE: Final = 1.0
 _RETRY_FACTOR: Final = 2.0
 _RETRY_JITTER: Final = 0.1
+#: psycopg_pool's shortening of each connection's ``max_lifetime``: up to 5 %
+LIFETIME_JITTER: Final = 0.05
+
+
+def retry_schedule() -> tuple[float, float, float]:
+    """psycopg_pool's retry delays as its ``AttemptWithBackoff`` says them now: the first delay,
+    its jitter (a fraction either way) and the factor of each next one. Read at each use, as
+    psycopg_pool reads its class attributes, so that a program (or a test) that sets them sets
+    the drop-ins' too; psycopg_pool's defaults if that class is not there."""
+    attempt = getattr(getattr(psycopg_pool, "base", None), "AttemptWithBackoff", None)
+    return (
+        float(getattr(attempt, "INITIAL_DELAY", _RETRY_BASE)),
+        float(getattr(attempt, "DELAY_JITTER", _RETRY_JITTER)),
+        float(getattr(attempt, "DELAY_BACKOFF", _RETRY_FACTOR)),
+    )
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class RetryBackoff(Backoff):
+    """The poolkit pool's ``connect_retry`` with psycopg_pool's delays (``retry_schedule``, read
+    at each retry): the n-th failed connect in a row waits ``INITIAL_DELAY * DELAY_BACKOFF **
+    (n - 1)`` (+-``DELAY_JITTER``), at most ``max_delay``, and, as psycopg_pool cuts it, at most
+    the seconds ``give_up_in()`` says are left until the drop-in gives the run of failures up
+    (``reconnect_timeout`` after its first: the last retry falls then, and a failure there calls
+    ``reconnect_failed``); ``give_up_in()`` is ``None`` while no run is being timed."""
+
+    give_up_in: Callable[[], float | None] | None = None
+
+    def delay(self, failures: int, rand: float = 0.5) -> float:
+        initial, jitter, factor = retry_schedule()
+        try:
+            raw = initial * factor ** min(failures - 1, 10_000)
+        except OverflowError:
+            raw = self.max_delay
+        wait = min(raw, self.max_delay) * (1.0 + jitter * (2.0 * rand - 1.0))
+        left = None if self.give_up_in is None else self.give_up_in()
+        return wait if left is None else min(wait, max(left, 0.0))
+
+
+class CheckRetry:
+    """psycopg_pool's schedule for a ``getconn`` whose ``check`` fails (its
+    ``_getconn_with_check_loop``): the connection goes back, the second try is at once, then
+    after ``retry_schedule``'s delays, the last one cut to end at the deadline; past the
+    deadline, ``PoolTimeout``."""
+
+    __slots__ = ("_deadline", "_delay")
+
+    def __init__(self, deadline: float) -> None:
+        self._deadline = deadline
+        self._delay: float | None = None
+
+    def wait(self, now: float) -> float | None:
+        """Seconds to wait before the next try after a failed check at ``now``; ``None``: give
+        up (the deadline has passed)."""
+        if now >= self._deadline:
+            return None
+        if self._delay is None:
+            self._delay = 0.0
+            return 0.0
+        initial, jitter, factor = retry_schedule()
+        if self._delay == 0.0:
+            self._delay = initial * (1.0 + jitter * (2.0 * random.random() - 1.0))
+        else:
+            self._delay *= factor
+        return min(self._delay, self._deadline - now)
+
+
+def expiry(created: float, max_lifetime: float) -> float:
+    """When a connection made at ``created`` expires: ``max_lifetime`` shortened by up to 5 %, as
+    psycopg_pool does (so that connections made together do not all expire together)."""
+    return created + max_lifetime * (1.0 - LIFETIME_JITTER * random.random())
+
+
+#: the names of the drop-in pools open now (a name may serve more than one pool)
+_open_names: Counter[str] = Counter()
+#: the poolkit pool's warning that connects fail while no checkout waits (``log_event``'s)
+_CONNECTS_FAILING: Final = "poolkit: connects to %s are failing and no checkout was told"
+
+
+class _QuietConnectsFailing(logging.Filter):
+    """Keeps off ``poolkit.pool`` the poolkit pool's warning that connects are failing unseen,
+    for the pools of drop-ins: the drop-in logs each failed connect itself, on ``psycopg.pool``
+    ("error connecting in ..."), as psycopg_pool does, and a second line for the same failure
+    would change what a psycopg_pool user's log (or a test of it) reads."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not isinstance(record.msg, str) or not record.msg.startswith(_CONNECTS_FAILING):
+            return True
+        args = record.args
+        return not (isinstance(args, tuple) and args and _open_names[str(args[0])] > 0)
+
+
+logging.getLogger("poolkit.pool").addFilter(_QuietConnectsFailing())
+
+
+def opened(name: str) -> None:
+    """A drop-in pool named ``name`` opened (its poolkit pool's address is its name)."""
+    _open_names[name] += 1
+
+
+def closed(name: str) -> None:
+    """A drop-in pool named ``name`` closed."""
+    _open_names[name] -= 1
+    if _open_names[name] <= 0:
+        del _open_names[name]
 
 
 class PoolTimeout(psycopg_pool.PoolTimeout):
@@ -142,12 +268,12 @@ def pool_options(
     max_size: int,
     null: bool,
     max_waiting: int,
-    max_lifetime: float,
     max_idle: float,
     reconnect_timeout: float,
     num_workers: int,
     hooks: Any,
     probe: Any = None,
+    give_up_in: Callable[[], float | None] | None = None,
 ) -> PoolOptions:
     """The poolkit pool's options for psycopg_pool's arguments. A null pool keeps no connection
     (every connection is overflow: closed as soon as it is idle, unless a caller waits for it),
@@ -155,7 +281,7 @@ def pool_options(
     connects in the caller; a pool retries failed connects with psycopg_pool's delays, and its
     waiting callers wait for their own deadline. ``probe``: the pool's idle connections are
     probed with it every ``PROBE_INTERVAL`` seconds (a connection found dead is closed and
-    ``min_size`` refilled); a null pool keeps none to probe."""
+    ``min_size`` refilled); a null pool keeps none to probe. ``give_up_in``: ``RetryBackoff``'s."""
     if null:
         return PoolOptions(
             min_size=0,
@@ -163,27 +289,25 @@ def pool_options(
             soft_max_size=0,
             max_connecting=max_size or 100,
             max_waiting=max_waiting,
-            max_lifetime=max_lifetime,
-            max_lifetime_jitter=0.05,
             connect_timeout=None,
             hooks=hooks,
         )
     return PoolOptions(
         min_size=min_size,
         max_size=max_size,
+        idle_order="fifo",  # (psycopg_pool hands its idle connections out in turn)
         max_connecting=num_workers,
         max_waiting=max_waiting,
-        max_lifetime=max_lifetime,
-        max_lifetime_jitter=0.05,  # (psycopg_pool shortens each lifetime by up to 5 %)
         max_idle_time=max_idle,
         connect_timeout=None,  # (libpq's connect_timeout, in the DSN or kwargs, is the limit)
         keep_alive=None if probe is None else KeepAlive(PROBE_INTERVAL, probe),
-        connect_retry=Backoff(
+        connect_retry=RetryBackoff(
             base=_RETRY_BASE,
             factor=_RETRY_FACTOR,
             jitter=_RETRY_JITTER,
             max_delay=max(_RETRY_BASE, min(reconnect_timeout, 60.0)),
             circuit_breaker_after=None,  # (psycopg_pool's callers wait for their timeout)
+            give_up_in=give_up_in,
         ),
         hooks=hooks,
     )
@@ -192,7 +316,10 @@ def pool_options(
 class Tally:
     """psycopg_pool's statistics: the counters the drop-in counts itself (``counts``), those
     the poolkit pool counts (cumulative, read from its :class:`~poolkit.PoolStats`, less what was
-    popped), and the measures of now."""
+    popped), and the measures of now. ``requests_queued`` and ``requests_wait_ms`` are the
+    drop-in's own, counted when a caller starts to wait, as psycopg_pool counts them (the poolkit
+    pool counts a wait when it ends, and a null pool's caller waits there for its own
+    connect)."""
 
     def __init__(self) -> None:
         self.counts: Counter[str] = Counter()
@@ -202,11 +329,7 @@ class Tally:
     def _derived(stats: PoolStats | None, handoff_waits: int) -> dict[str, int]:
         if stats is None:
             return {}
-        return {
-            REQUESTS_QUEUED: stats.waits,
-            REQUESTS_WAIT_MS: int(stats.wait_time_total * 1000.0),
-            CONNECTIONS_LOST: stats.checks_failed,
-        }
+        return {CONNECTIONS_LOST: stats.checks_failed}
 
     def read(self, stats: PoolStats | None, measures: dict[str, int]) -> dict[str, int]:
         out = dict(self.counts)

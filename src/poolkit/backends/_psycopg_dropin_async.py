@@ -57,16 +57,22 @@ from ._psycopg_dropin import (
     CONNECTIONS_NUM,
     REQUESTS_ERRORS,
     REQUESTS_NUM,
+    REQUESTS_QUEUED,
+    REQUESTS_WAIT_MS,
     RETURNS_BAD,
     USAGE_MS,
+    CheckRetry,
     PoolClosed,
     PoolTimeout,
     Tally,
     TooManyRequests,
     check_size,
+    closed,
+    expiry,
     logger,
     measures,
     open_warning,
+    opened,
     pool_name,
     pool_options,
     putconn_refusal,
@@ -91,6 +97,7 @@ if True:  # ASYNC
             return await result
         return result
 else:
+    import threading
     import time
 
     from ._psycopg_hooks import check as _probe
@@ -168,6 +175,15 @@ class AsyncConnectionPool(Generic[ACT]):
         self._max_size = max_size
         self._tally = Tally()
         self._leases: dict[int, Lease[ACT]] = {}
+        #: held by a connect that grows the pool past ``min_size``: psycopg_pool grows it one
+        #: connection at a time (``num_workers`` bounds the connects that fill ``min_size``)
+        if True:  # ASYNC
+            self._growing = asyncio.Lock()
+            #: connects (and closes of what they made) that go on after the poolkit pool gave
+            #: them up: ``close`` waits for them, as psycopg_pool's for its workers
+            self._apart: set[asyncio.Task[Any]] = set()
+        else:
+            self._growing = threading.Lock()
         self._pool: AsyncPool[ACT] | None = None
         self._failing_since: float | None = None
         self._opened = False
@@ -211,32 +227,14 @@ class AsyncConnectionPool(Generic[ACT]):
             max_size=self._max_size,
             null=self._null,
             max_waiting=self.max_waiting,
-            max_lifetime=self.max_lifetime,
             max_idle=self.max_idle,
             reconnect_timeout=self.reconnect_timeout,
             num_workers=self.num_workers,
-            hooks=Hooks(check=self._check_hook(), reset=self._reset_hook(), timeout=None),
+            hooks=Hooks(reset=self._reset_hook(), timeout=None),
             probe=_probe,
+            give_up_in=_give_up_in(self),
         )
         return AsyncPool(_connector(self), address=self.name, options=options)
-
-    def _check_hook(self) -> Any:
-        """The check before each hand-out: the caller's ``check`` (a failure logged as
-        psycopg_pool logs it); none by default, as in psycopg_pool (``check=async_check``, or
-        ``check`` for the blocking pool, from ``poolkit.backends.psycopg``: poolkit's, with no
-        round trip unless the server sent something)."""
-        check = self._check
-        if check is None:
-            return None
-
-        async def checked(conn: ACT) -> None:
-            try:
-                await check(conn)
-            except Exception as ex:
-                logger.info("connection failed check: %s", ex)
-                raise
-
-        return checked
 
     def _reset_hook(self) -> Any:
         """The reset at check-in (``putconn`` has rolled back what was left open): the
@@ -265,9 +263,50 @@ class AsyncConnectionPool(Generic[ACT]):
         return _make_reset(query or None, then=then)
 
     async def _connect(self) -> ACT:
+        """The poolkit pool's connect: a connect that grows the pool past ``min_size`` waits for
+        the one before it (psycopg_pool grows one connection at a time). For asyncio the
+        connection is made in a task apart (``_make``): if the poolkit pool gives the connect up
+        (it closes, or is cleared), that task goes on and closes what it makes, so that nothing
+        is left half made to the garbage collector; ``close`` waits for it."""
+        pool = self._pool
+        if not self._null and pool is not None and pool.stats().total > self._min_size:
+            if True:  # ASYNC
+                async with self._growing:
+                    return await self._make_apart()
+            else:
+                with self._growing:
+                    return self._make()
+        if True:  # ASYNC
+            return await self._make_apart()
+        else:
+            return self._make()
+
+    if True:  # ASYNC
+
+        async def _make_apart(self) -> ACT:
+            task = asyncio.ensure_future(self._make())
+            self._keep(task)
+            try:
+                return await asyncio.shield(task)
+            except asyncio.CancelledError:
+                task.add_done_callback(self._close_made)
+                raise
+
+        def _keep(self, task: asyncio.Task[Any]) -> None:
+            self._apart.add(task)
+            task.add_done_callback(self._apart.discard)
+
+        def _close_made(self, task: asyncio.Task[ACT]) -> None:
+            """A connect given up by the poolkit pool has ended: close what it made."""
+            if task.cancelled() or task.exception() is not None:
+                return
+            self._keep(asyncio.ensure_future(task.result().close()))
+
+    async def _make(self) -> ACT:
         """A new connection as psycopg_pool makes it: ``conninfo`` and ``kwargs`` resolved (a
         callable's result), ``connection_class.connect``, ``configure``, which must leave the
-        connection idle. A failure is counted, and one that lasted ``reconnect_timeout`` calls
+        connection idle; its expiry set (``max_lifetime``, checked when it is given back). A
+        failure is counted, and one that lasted ``reconnect_timeout`` calls
         ``reconnect_failed``."""
         self._tally.counts[CONNECTIONS_NUM] += 1
         t0 = monotonic()
@@ -283,7 +322,8 @@ class AsyncConnectionPool(Generic[ACT]):
             except Exception:
                 self._tally.counts[CONNECTIONS_ERRORS] += 1
                 raise
-            self._tally.counts[CONNECTIONS_MS] += int(1000.0 * (monotonic() - t0))
+            made = monotonic()
+            self._tally.counts[CONNECTIONS_MS] += int(1000.0 * (made - t0))
             conn._pool = None  # (in the pool: psycopg's __del__ stays quiet)
             try:
                 await self._configured(conn)
@@ -295,6 +335,8 @@ class AsyncConnectionPool(Generic[ACT]):
             await self._connect_failed()
             raise
         self._failing_since = None
+        conn._created_at = made
+        conn._expire_at = expiry(made, self.max_lifetime)
         return conn
 
     async def _configured(self, conn: ACT) -> None:
@@ -360,6 +402,7 @@ class AsyncConnectionPool(Generic[ACT]):
         self._pool = pool
         self._closed = False
         self._opened = True
+        opened(self.name)
 
     async def open(self, wait: bool = False, timeout: float = 30.0) -> None:
         """Open the pool: connections are made in the background (``wait``: wait for
@@ -395,10 +438,14 @@ class AsyncConnectionPool(Generic[ACT]):
         if self._closed:
             return
         self._closed = True
+        closed(self.name)
         logger.debug("pool %r closed", self.name)
         pool = self._pool
         if pool is not None:
             await pool.close()
+        if True:  # ASYNC
+            if self._apart:  # (connects given up by the poolkit pool: they close what they make)
+                await asyncio.wait(list(self._apart), timeout=timeout)
 
     async def __aenter__(self) -> AsyncConnectionPool[ACT]:
         self._open_implicit = False
@@ -425,60 +472,115 @@ class AsyncConnectionPool(Generic[ACT]):
         try:
             async with conn:
                 yield conn
-        finally:
-            await self.putconn(conn)
+        finally:  # (the use is timed up to the putconn, as psycopg_pool times it)
             self._tally.counts[USAGE_MS] += int(1000.0 * (monotonic() - t0))
+            await self.putconn(conn)
 
     async def getconn(self, timeout: float | None = None) -> ACT:
         """A connection (waiting at most ``timeout`` seconds, default ``self.timeout``), to give
-        back with :meth:`putconn`."""
+        back with :meth:`putconn`. With a ``check``, each connection is checked before it is
+        handed out, as psycopg_pool does: one that fails goes back to the pool (closed if it is
+        broken) and another is taken, the second at once, the next after psycopg_pool's retry
+        delays, until the deadline."""
         if timeout is None:
             timeout = self.timeout
         deadline = monotonic() + timeout
         logger.info("connection requested from %r", self.name)
         self._tally.counts[REQUESTS_NUM] += 1
         self._check_open_getconn()
+        retry: CheckRetry | None = None
         while True:
-            pool = self._pool
-            assert pool is not None
-            try:
-                lease = await pool.checkout(max(0.0, deadline - monotonic()))
+            lease = await self._checkout(deadline, timeout)
+            conn = lease.connection
+            check = self._check
+            if check is None:
                 break
-            except PoolClearedError:  # drain(): go on waiting, in the new generation
-                continue
-            except PoolClosedError:
-                if pool is not self._pool and not self._closed:  # resize(): the new pool
-                    continue
-                self._tally.counts[REQUESTS_ERRORS] += 1
-                raise PoolClosed(f"the pool {self.name!r} is already closed") from None
-            except (WaitQueueTimeoutError, CircuitOpenError):
-                self._tally.counts[REQUESTS_ERRORS] += 1
-                raise PoolTimeout(f"couldn't get a connection after {timeout:.2f} sec") from None
-            except TooManyWaitersError:
-                self._tally.counts[REQUESTS_ERRORS] += 1
-                raise TooManyRequests(
-                    f"the pool {self.name!r} has already {self.max_waiting} requests waiting"
-                ) from None
-            except BaseException:
-                self._tally.counts[REQUESTS_ERRORS] += 1
+            try:
+                await check(conn)
+            except Exception as ex:
+                logger.info("connection failed check: %s", ex)
+                await self._give_back(conn, lease, from_getconn=True)
+            except BaseException:  # (cancelled: the connection goes back, no retry)
+                await self._give_back(conn, lease, from_getconn=True)
                 raise
-        conn = lease.connection
+            else:
+                break
+            if retry is None:
+                retry = CheckRetry(deadline)
+            delay = retry.wait(monotonic())
+            if delay is not None:
+                await _sleep(delay)
+            if delay is None or monotonic() >= deadline:
+                raise PoolTimeout(f"couldn't get a connection after {timeout:.2f} sec")
         self._leases[id(conn)] = lease
         conn._pool = self  # type: ignore[assignment]  # (psycopg's close() and with read it)
         logger.info("connection given by %r", self.name)
         return conn
 
+    async def _checkout(self, deadline: float, timeout: float) -> Lease[ACT]:
+        """A lease from the poolkit pool by ``deadline``, its errors as psycopg_pool's. A caller
+        that finds no connection idle (a null pool's: ``max_size`` out) is counted as queued,
+        and its wait timed, as psycopg_pool counts them."""
+        queued = False
+        pool = self._pool
+        if pool is not None:
+            stats = pool.stats()
+            if self._null:
+                queued = bool(self._max_size) and stats.total >= self._max_size
+            else:
+                queued = stats.available == 0
+            if queued:
+                self._tally.counts[REQUESTS_QUEUED] += 1
+        t0 = monotonic()
+        try:
+            while True:
+                pool = self._pool
+                assert pool is not None
+                try:
+                    return await pool.checkout(max(0.0, deadline - monotonic()))
+                except PoolClearedError:  # drain(): go on waiting, in the new generation
+                    continue
+                except PoolClosedError:
+                    if pool is not self._pool and not self._closed:  # resize(): the new pool
+                        continue
+                    self._tally.counts[REQUESTS_ERRORS] += 1
+                    raise PoolClosed(f"the pool {self.name!r} is already closed") from None
+                except (WaitQueueTimeoutError, CircuitOpenError):
+                    self._tally.counts[REQUESTS_ERRORS] += 1
+                    raise PoolTimeout(
+                        f"couldn't get a connection after {timeout:.2f} sec"
+                    ) from None
+                except TooManyWaitersError:
+                    self._tally.counts[REQUESTS_ERRORS] += 1
+                    raise TooManyRequests(
+                        f"the pool {self.name!r} has already {self.max_waiting} requests waiting"
+                    ) from None
+                except BaseException:
+                    self._tally.counts[REQUESTS_ERRORS] += 1
+                    raise
+        finally:
+            if queued:
+                self._tally.counts[REQUESTS_WAIT_MS] += int(1000.0 * (monotonic() - t0))
+
     async def putconn(self, conn: ACT) -> None:
         """Give back a connection from :meth:`getconn`: rolled back if left in a transaction,
-        closed if given back mid-query, then reset and handed to the next caller (or closed, the
-        pool closed)."""
+        closed if given back mid-query or past its ``max_lifetime``, then reset and handed to
+        the next caller (or closed, the pool closed). A null pool closes it here unless a caller
+        waits for it."""
         refusal = putconn_refusal(self, conn)
         if refusal is not None:
             raise refusal
         logger.info("returning connection to %r", self.name)
+        await self._give_back(conn, self._leases.pop(id(conn)), from_getconn=False)
+
+    async def _give_back(self, conn: ACT, lease: Lease[ACT], *, from_getconn: bool) -> None:
+        """``lease`` (on ``conn``) given back, by ``putconn`` or after a failed check in
+        ``getconn`` (``from_getconn``), as psycopg_pool's ``_return_connection`` does."""
         conn._pool = None
-        lease = self._leases.pop(id(conn))
-        if self._closed:
+        pool = self._pool
+        if self._closed or (self._null and (pool is None or pool.stats().waiting == 0)):
+            if conn.pgconn.transaction_status == _UNKNOWN and not self._closed:
+                self._tally.counts[RETURNS_BAD] += 1
             await conn.close()
             lease.discard()
             return
@@ -499,8 +601,17 @@ class AsyncConnectionPool(Generic[ACT]):
                 )
                 await conn.close()
         if conn.pgconn.transaction_status == _UNKNOWN:
-            self._tally.counts[RETURNS_BAD] += 1
-            logger.warning("discarding closed connection: %s", conn)
+            if from_getconn:
+                self._tally.counts[CONNECTIONS_LOST] += 1
+                logger.info("not serving connection found broken")
+            else:
+                self._tally.counts[RETURNS_BAD] += 1
+                logger.warning("discarding closed connection: %s", conn)
+            lease.discard()
+            return
+        if getattr(conn, "_expire_at", float("inf")) <= monotonic():
+            logger.info("discarding expired connection")
+            await conn.close()
             lease.discard()
             return
         lease.release()
@@ -525,7 +636,8 @@ class AsyncConnectionPool(Generic[ACT]):
 
     async def check(self) -> None:
         """Check the connections idle in the pool now (:meth:`check_connection`): those that
-        fail are closed (and replaced, up to ``min_size``)."""
+        fail, and those past their ``max_lifetime``, are closed (and replaced, up to
+        ``min_size``)."""
         pool = self._pool
         if pool is None or self._closed:
             return
@@ -537,6 +649,11 @@ class AsyncConnectionPool(Generic[ACT]):
                 break
         for lease in leases:
             conn = lease.connection
+            if getattr(conn, "_expire_at", float("inf")) <= monotonic():
+                logger.info("discarding expired connection %s", conn)
+                await conn.close()
+                lease.discard()
+                continue
             try:
                 await self.check_connection(conn)
             except Exception:
@@ -669,6 +786,21 @@ class AsyncNullConnectionPool(AsyncConnectionPool[ACT]):
 
     async def check(self) -> None:
         """Nothing: a null pool keeps no connection."""
+
+
+def _give_up_in(pool: AsyncConnectionPool[Any]) -> Callable[[], float | None]:
+    """Seconds left until ``pool`` gives its run of failed connects up (``reconnect_timeout``
+    after the first), ``None`` while connects succeed: the cut of the retry delays
+    (``RetryBackoff``), through a weak reference."""
+    owner = weakref.ref(pool)
+
+    def left() -> float | None:
+        pool = owner()
+        if pool is None or pool._failing_since is None:
+            return None
+        return pool._failing_since + pool.reconnect_timeout - monotonic()
+
+    return left
 
 
 def _connector(pool: AsyncConnectionPool[Any]) -> Any:

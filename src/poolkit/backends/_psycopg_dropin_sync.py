@@ -10,6 +10,7 @@ callbacks are plain functions, run in the calling thread (or the poolkit pool's)
 
 from __future__ import annotations
 
+import threading
 import time
 import warnings
 import weakref
@@ -48,16 +49,22 @@ from ._psycopg_dropin import (
     CONNECTIONS_NUM,
     REQUESTS_ERRORS,
     REQUESTS_NUM,
+    REQUESTS_QUEUED,
+    REQUESTS_WAIT_MS,
     RETURNS_BAD,
     USAGE_MS,
+    CheckRetry,
     PoolClosed,
     PoolTimeout,
     Tally,
     TooManyRequests,
     check_size,
+    closed,
+    expiry,
     logger,
     measures,
     open_warning,
+    opened,
     pool_name,
     pool_options,
     putconn_refusal,
@@ -140,6 +147,9 @@ class ConnectionPool(Generic[CT]):
         self._max_size = max_size
         self._tally = Tally()
         self._leases: dict[int, Lease[CT]] = {}
+        #: held by a connect that grows the pool past ``min_size``: psycopg_pool grows it one
+        #: connection at a time (``num_workers`` bounds the connects that fill ``min_size``)
+        self._growing = threading.Lock()
         self._pool: Pool[CT] | None = None
         self._failing_since: float | None = None
         self._opened = False
@@ -180,32 +190,14 @@ class ConnectionPool(Generic[CT]):
             max_size=self._max_size,
             null=self._null,
             max_waiting=self.max_waiting,
-            max_lifetime=self.max_lifetime,
             max_idle=self.max_idle,
             reconnect_timeout=self.reconnect_timeout,
             num_workers=self.num_workers,
-            hooks=Hooks(check=self._check_hook(), reset=self._reset_hook(), timeout=None),
+            hooks=Hooks(reset=self._reset_hook(), timeout=None),
             probe=_probe,
+            give_up_in=_give_up_in(self),
         )
         return Pool(_connector(self), address=self.name, options=options)
-
-    def _check_hook(self) -> Any:
-        """The check before each hand-out: the caller's ``check`` (a failure logged as
-        psycopg_pool logs it); none by default, as in psycopg_pool (``check=async_check``, or
-        ``check`` for the blocking pool, from ``poolkit.backends.psycopg``: poolkit's, with no
-        round trip unless the server sent something)."""
-        check = self._check
-        if check is None:
-            return None
-
-        def checked(conn: CT) -> None:
-            try:
-                check(conn)
-            except Exception as ex:
-                logger.info("connection failed check: %s", ex)
-                raise
-
-        return checked
 
     def _reset_hook(self) -> Any:
         """The reset at check-in (``putconn`` has rolled back what was left open): the
@@ -234,9 +226,22 @@ class ConnectionPool(Generic[CT]):
         return _make_reset(query or None, then=then)
 
     def _connect(self) -> CT:
+        """The poolkit pool's connect: a connect that grows the pool past ``min_size`` waits for
+        the one before it (psycopg_pool grows one connection at a time). For asyncio the
+        connection is made in a task apart (``_make``): if the poolkit pool gives the connect up
+        (it closes, or is cleared), that task goes on and closes what it makes, so that nothing
+        is left half made to the garbage collector; ``close`` waits for it."""
+        pool = self._pool
+        if not self._null and pool is not None and pool.stats().total > self._min_size:
+            with self._growing:
+                return self._make()
+        return self._make()
+
+    def _make(self) -> CT:
         """A new connection as psycopg_pool makes it: ``conninfo`` and ``kwargs`` resolved (a
         callable's result), ``connection_class.connect``, ``configure``, which must leave the
-        connection idle. A failure is counted, and one that lasted ``reconnect_timeout`` calls
+        connection idle; its expiry set (``max_lifetime``, checked when it is given back). A
+        failure is counted, and one that lasted ``reconnect_timeout`` calls
         ``reconnect_failed``."""
         self._tally.counts[CONNECTIONS_NUM] += 1
         t0 = monotonic()
@@ -252,7 +257,8 @@ class ConnectionPool(Generic[CT]):
             except Exception:
                 self._tally.counts[CONNECTIONS_ERRORS] += 1
                 raise
-            self._tally.counts[CONNECTIONS_MS] += int(1000.0 * (monotonic() - t0))
+            made = monotonic()
+            self._tally.counts[CONNECTIONS_MS] += int(1000.0 * (made - t0))
             conn._pool = None  # (in the pool: psycopg's __del__ stays quiet)
             try:
                 self._configured(conn)
@@ -264,6 +270,8 @@ class ConnectionPool(Generic[CT]):
             self._connect_failed()
             raise
         self._failing_since = None
+        conn._created_at = made
+        conn._expire_at = expiry(made, self.max_lifetime)
         return conn
 
     def _configured(self, conn: CT) -> None:
@@ -321,6 +329,7 @@ class ConnectionPool(Generic[CT]):
         self._pool = pool
         self._closed = False
         self._opened = True
+        opened(self.name)
 
     def open(self, wait: bool = False, timeout: float = 30.0) -> None:
         """Open the pool: connections are made in the background (``wait``: wait for
@@ -356,6 +365,7 @@ class ConnectionPool(Generic[CT]):
         if self._closed:
             return
         self._closed = True
+        closed(self.name)
         logger.debug("pool %r closed", self.name)
         pool = self._pool
         if pool is not None:
@@ -386,60 +396,115 @@ class ConnectionPool(Generic[CT]):
         try:
             with conn:
                 yield conn
-        finally:
-            self.putconn(conn)
+        finally:  # (the use is timed up to the putconn, as psycopg_pool times it)
             self._tally.counts[USAGE_MS] += int(1000.0 * (monotonic() - t0))
+            self.putconn(conn)
 
     def getconn(self, timeout: float | None = None) -> CT:
         """A connection (waiting at most ``timeout`` seconds, default ``self.timeout``), to give
-        back with :meth:`putconn`."""
+        back with :meth:`putconn`. With a ``check``, each connection is checked before it is
+        handed out, as psycopg_pool does: one that fails goes back to the pool (closed if it is
+        broken) and another is taken, the second at once, the next after psycopg_pool's retry
+        delays, until the deadline."""
         if timeout is None:
             timeout = self.timeout
         deadline = monotonic() + timeout
         logger.info("connection requested from %r", self.name)
         self._tally.counts[REQUESTS_NUM] += 1
         self._check_open_getconn()
+        retry: CheckRetry | None = None
         while True:
-            pool = self._pool
-            assert pool is not None
-            try:
-                lease = pool.checkout(max(0.0, deadline - monotonic()))
+            lease = self._checkout(deadline, timeout)
+            conn = lease.connection
+            check = self._check
+            if check is None:
                 break
-            except PoolClearedError:  # drain(): go on waiting, in the new generation
-                continue
-            except PoolClosedError:
-                if pool is not self._pool and not self._closed:  # resize(): the new pool
-                    continue
-                self._tally.counts[REQUESTS_ERRORS] += 1
-                raise PoolClosed(f"the pool {self.name!r} is already closed") from None
-            except (WaitQueueTimeoutError, CircuitOpenError):
-                self._tally.counts[REQUESTS_ERRORS] += 1
-                raise PoolTimeout(f"couldn't get a connection after {timeout:.2f} sec") from None
-            except TooManyWaitersError:
-                self._tally.counts[REQUESTS_ERRORS] += 1
-                raise TooManyRequests(
-                    f"the pool {self.name!r} has already {self.max_waiting} requests waiting"
-                ) from None
-            except BaseException:
-                self._tally.counts[REQUESTS_ERRORS] += 1
+            try:
+                check(conn)
+            except Exception as ex:
+                logger.info("connection failed check: %s", ex)
+                self._give_back(conn, lease, from_getconn=True)
+            except BaseException:  # (cancelled: the connection goes back, no retry)
+                self._give_back(conn, lease, from_getconn=True)
                 raise
-        conn = lease.connection
+            else:
+                break
+            if retry is None:
+                retry = CheckRetry(deadline)
+            delay = retry.wait(monotonic())
+            if delay is not None:
+                _sleep(delay)
+            if delay is None or monotonic() >= deadline:
+                raise PoolTimeout(f"couldn't get a connection after {timeout:.2f} sec")
         self._leases[id(conn)] = lease
         conn._pool = self  # type: ignore[assignment]  # (psycopg's close() and with read it)
         logger.info("connection given by %r", self.name)
         return conn
 
+    def _checkout(self, deadline: float, timeout: float) -> Lease[CT]:
+        """A lease from the poolkit pool by ``deadline``, its errors as psycopg_pool's. A caller
+        that finds no connection idle (a null pool's: ``max_size`` out) is counted as queued,
+        and its wait timed, as psycopg_pool counts them."""
+        queued = False
+        pool = self._pool
+        if pool is not None:
+            stats = pool.stats()
+            if self._null:
+                queued = bool(self._max_size) and stats.total >= self._max_size
+            else:
+                queued = stats.available == 0
+            if queued:
+                self._tally.counts[REQUESTS_QUEUED] += 1
+        t0 = monotonic()
+        try:
+            while True:
+                pool = self._pool
+                assert pool is not None
+                try:
+                    return pool.checkout(max(0.0, deadline - monotonic()))
+                except PoolClearedError:  # drain(): go on waiting, in the new generation
+                    continue
+                except PoolClosedError:
+                    if pool is not self._pool and not self._closed:  # resize(): the new pool
+                        continue
+                    self._tally.counts[REQUESTS_ERRORS] += 1
+                    raise PoolClosed(f"the pool {self.name!r} is already closed") from None
+                except (WaitQueueTimeoutError, CircuitOpenError):
+                    self._tally.counts[REQUESTS_ERRORS] += 1
+                    raise PoolTimeout(
+                        f"couldn't get a connection after {timeout:.2f} sec"
+                    ) from None
+                except TooManyWaitersError:
+                    self._tally.counts[REQUESTS_ERRORS] += 1
+                    raise TooManyRequests(
+                        f"the pool {self.name!r} has already {self.max_waiting} requests waiting"
+                    ) from None
+                except BaseException:
+                    self._tally.counts[REQUESTS_ERRORS] += 1
+                    raise
+        finally:
+            if queued:
+                self._tally.counts[REQUESTS_WAIT_MS] += int(1000.0 * (monotonic() - t0))
+
     def putconn(self, conn: CT) -> None:
         """Give back a connection from :meth:`getconn`: rolled back if left in a transaction,
-        closed if given back mid-query, then reset and handed to the next caller (or closed, the
-        pool closed)."""
+        closed if given back mid-query or past its ``max_lifetime``, then reset and handed to
+        the next caller (or closed, the pool closed). A null pool closes it here unless a caller
+        waits for it."""
         refusal = putconn_refusal(self, conn)
         if refusal is not None:
             raise refusal
         logger.info("returning connection to %r", self.name)
+        self._give_back(conn, self._leases.pop(id(conn)), from_getconn=False)
+
+    def _give_back(self, conn: CT, lease: Lease[CT], *, from_getconn: bool) -> None:
+        """``lease`` (on ``conn``) given back, by ``putconn`` or after a failed check in
+        ``getconn`` (``from_getconn``), as psycopg_pool's ``_return_connection`` does."""
         conn._pool = None
-        lease = self._leases.pop(id(conn))
-        if self._closed:
+        pool = self._pool
+        if self._closed or (self._null and (pool is None or pool.stats().waiting == 0)):
+            if conn.pgconn.transaction_status == _UNKNOWN and not self._closed:
+                self._tally.counts[RETURNS_BAD] += 1
             conn.close()
             lease.discard()
             return
@@ -460,8 +525,17 @@ class ConnectionPool(Generic[CT]):
                 )
                 conn.close()
         if conn.pgconn.transaction_status == _UNKNOWN:
-            self._tally.counts[RETURNS_BAD] += 1
-            logger.warning("discarding closed connection: %s", conn)
+            if from_getconn:
+                self._tally.counts[CONNECTIONS_LOST] += 1
+                logger.info("not serving connection found broken")
+            else:
+                self._tally.counts[RETURNS_BAD] += 1
+                logger.warning("discarding closed connection: %s", conn)
+            lease.discard()
+            return
+        if getattr(conn, "_expire_at", float("inf")) <= monotonic():
+            logger.info("discarding expired connection")
+            conn.close()
             lease.discard()
             return
         lease.release()
@@ -486,7 +560,8 @@ class ConnectionPool(Generic[CT]):
 
     def check(self) -> None:
         """Check the connections idle in the pool now (:meth:`check_connection`): those that
-        fail are closed (and replaced, up to ``min_size``)."""
+        fail, and those past their ``max_lifetime``, are closed (and replaced, up to
+        ``min_size``)."""
         pool = self._pool
         if pool is None or self._closed:
             return
@@ -498,6 +573,11 @@ class ConnectionPool(Generic[CT]):
                 break
         for lease in leases:
             conn = lease.connection
+            if getattr(conn, "_expire_at", float("inf")) <= monotonic():
+                logger.info("discarding expired connection %s", conn)
+                conn.close()
+                lease.discard()
+                continue
             try:
                 self.check_connection(conn)
             except Exception:
@@ -620,6 +700,21 @@ class NullConnectionPool(ConnectionPool[CT]):
 
     def check(self) -> None:
         """Nothing: a null pool keeps no connection."""
+
+
+def _give_up_in(pool: ConnectionPool[Any]) -> Callable[[], float | None]:
+    """Seconds left until ``pool`` gives its run of failed connects up (``reconnect_timeout``
+    after the first), ``None`` while connects succeed: the cut of the retry delays
+    (``RetryBackoff``), through a weak reference."""
+    owner = weakref.ref(pool)
+
+    def left() -> float | None:
+        pool = owner()
+        if pool is None or pool._failing_since is None:
+            return None
+        return pool._failing_since + pool.reconnect_timeout - monotonic()
+
+    return left
 
 
 def _connector(pool: ConnectionPool[Any]) -> Any:

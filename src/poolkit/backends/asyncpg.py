@@ -1,17 +1,18 @@
-"""PostgreSQL with asyncpg: a connect function, the hooks asyncpg's own pool runs, one-call pool.
+"""PostgreSQL with asyncpg: asyncpg's pool served by poolkit (:class:`Pool`, what
+:func:`create_pool` returns), a connect function, and the hooks asyncpg's own pool runs.
 
     pool = await poolkit.backends.asyncpg.create_pool("postgresql://app@db/app", max_size=10)
-    async with pool.connection() as conn:        # conn: an asyncpg.Connection (a proxy)
+    async with pool.acquire() as conn:           # conn: an asyncpg.Connection (a proxy)
         print(await conn.fetchval("SELECT 1"))
     await pool.close()
 
-(or ``async with poolkit.backends.asyncpg.create_pool(...) as pool:``, as with asyncpg's pool).
-:func:`create_pool` takes ``asyncpg.create_pool``'s keywords and defaults (``min_size=10``,
-``max_size=10``...): the call is a one-line swap; the pool is poolkit's (``pool.connection()``
-where asyncpg has ``pool.acquire()``; ``docs/backends-postgres.md`` lists the others). Each
-caller gets a :class:`PooledConnection`, a proxy of the connection that refuses use once its
-block is over, as asyncpg's pool's (the ``lend`` hook).
+:func:`create_pool` is ``asyncpg.create_pool`` (its keywords, defaults, methods, errors: see
+``_asyncpg_dropin``), so the switch is one line; ``pool.connection()`` (poolkit's way) works on
+it too, and ``pool.pool`` is the poolkit :class:`~poolkit.AsyncPool` underneath. Each caller gets
+a :class:`PooledConnection`, a proxy of the connection that refuses use once it is released, as
+asyncpg's pool's (the ``lend`` hook).
 
+For a poolkit pool of your own, build it from :func:`async_connect` and :func:`async_hooks`:
 The hooks (:func:`async_hooks`), what asyncpg's ``Pool`` does with its connections, as poolkit
 :class:`~poolkit.Hooks`:
 
@@ -54,17 +55,16 @@ import contextlib
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Literal
 
-from .. import AsyncPool, ConnectContext, Hooks, PoolOptions
-from ..driver import PoolStarter, async_start, check_seconds
+from .. import ConnectContext, Hooks, PoolOptions
+from ..driver import check_seconds
 from ..events import Listener
 from ._asyncpg_args import (
     MAX_INACTIVE_CONNECTION_LIFETIME,
     MAX_SIZE,
     MIN_SIZE,
-    pool_options,
     refuse_elsewhere,
 )
-from ._common import check_pg_args, shown_address, uri_params, with_hooks
+from ._common import check_pg_args
 from ._extras import require
 
 if TYPE_CHECKING:
@@ -74,6 +74,7 @@ else:
     asyncpg = require("asyncpg", "asyncpg", "asyncpg")
     Connection = asyncpg.Connection
 
+from ._asyncpg_dropin import MAX_QUERIES, Pool, PoolAcquireContext
 from ._asyncpg_proxy import (  # (needs asyncpg)
     PooledConnection,
     connection_of,
@@ -83,8 +84,11 @@ from ._asyncpg_proxy import (  # (needs asyncpg)
 
 __all__ = [
     "MAX_INACTIVE_CONNECTION_LIFETIME",
+    "MAX_QUERIES",
     "MAX_SIZE",
     "MIN_SIZE",
+    "Pool",
+    "PoolAcquireContext",
     "PooledConnection",
     "async_check",
     "async_check_ping",
@@ -349,92 +353,70 @@ def _reset_with(then: Callable[[Connection], Awaitable[Any]]) -> Callable[[Conne
 def create_pool(
     dsn: str | None = None,
     *,
+    init_size: int | None = None,
     min_size: int | None = None,
     max_size: int | None = None,
+    max_queries: int = MAX_QUERIES,
     max_inactive_connection_lifetime: float | None = None,
+    connect: Callable[..., Awaitable[Connection]] | None = None,
+    setup: Callable[[Connection], Awaitable[Any]] | None = None,
+    init: Callable[[Connection], Awaitable[Any]] | None = None,
+    reset: bool | str | Callable[[Connection], Awaitable[Any]] | None = None,
+    loop: asyncio.AbstractEventLoop | None = None,
+    connection_class: type[Connection] = Connection,
+    record_class: type[asyncpg.Record] = asyncpg.Record,
     options: PoolOptions | None = None,
     listeners: Iterable[Listener] = (),
-    reset: bool | str | Callable[[Connection], Awaitable[Any]] = True,
     check: Check = "closed",
     check_after: float = 0.0,
     configure: Callable[[Connection], Awaitable[Any]] | None = None,
-    init: Callable[[Connection], Awaitable[Any]] | None = None,
-    connect: Callable[..., Awaitable[Connection]] | None = None,
-    loop: asyncio.AbstractEventLoop | None = None,
     hooks_timeout: float | None = 30.0,
-    application_name: str = "poolkit",
+    application_name: str | None = None,
     close_timeout: float | None = 10.0,
     address: str | None = None,
     **connect_kwargs: Any,
-) -> PoolStarter[Connection]:
-    """An :class:`~poolkit.AsyncPool` of asyncpg connections with the :func:`async_hooks` set,
-    ready:
-    ``pool = await create_pool(dsn, ...)``, or ``async with create_pool(dsn, ...) as pool:``.
+) -> Pool:
+    """asyncpg's ``create_pool``: a :class:`Pool` (asyncpg's ``Pool``, served by a poolkit
+    :class:`~poolkit.AsyncPool`), to ``await`` or use as ``async with create_pool(...) as pool:``.
 
-    It takes ``asyncpg.create_pool``'s keywords where they mean the same, so the call that makes
-    the pool is a one-line swap (the pool's methods are poolkit's, not ``asyncpg.Pool``'s):
-    ``min_size`` (10), ``max_size`` (10), ``max_inactive_connection_lifetime``
-    (300 seconds; ``PoolOptions.max_idle_time``, ``0``: none), ``init`` (``configure``),
-    ``reset`` (below), ``connect``, ``connection_class``, ``record_class``, ``loop`` (the running
-    loop, or ``None``); the defaults are asyncpg's pool's (``min_size`` lower when ``max_size``
-    is below 10). ``max_queries``, ``setup`` and ``init_size``, which poolkit has no use for, are
-    refused with a ``TypeError`` saying what to do instead; so are pool options given as
-    keywords, and keywords ``asyncpg.connect`` does not take.
+    asyncpg's keywords and defaults (``min_size=10``, ``max_size=10``, ``max_queries=50000``,
+    ``max_inactive_connection_lifetime=300``, ``init_size=min_size``; ``min_size`` lower when
+    ``max_size`` is below 10), with the meaning asyncpg gives them: ``await pool`` makes
+    ``init_size`` connections (the first alone: a wrong DSN or password fails there), ``setup``
+    runs at each acquire, ``init`` after each connect, ``reset`` at each release (``None``:
+    asyncpg's ``Connection.reset()``).
 
-    ``options``: a :class:`~poolkit.PoolOptions`, the pool's whole configuration (its own
-    defaults, CMAP's, for what it leaves out), for what the keywords above do not say; given,
-    ``min_size``, ``max_size`` and ``max_inactive_connection_lifetime`` are refused (say them in
-    it). ``options.hooks`` must be unset (these arguments set it). ``listeners``: the pool's.
-
-    ``reset``: ``True`` asyncpg's full reset, ``False`` none, a string: your reset query (run
-    after the rollback), an async function: run after the rollback in place of the query (as
-    asyncpg's pool runs its ``reset=``). ``check``/``check_after``/``configure``: see
-    :func:`async_hooks`; ``hooks_timeout``: the seconds a check or reset may take
-    (``Hooks.timeout``).
-    ``application_name``/``close_timeout``: see :func:`async_connect`; ``connect_kwargs`` go to
-    ``asyncpg.connect`` (or to ``connect``). One connection is made before the pool is returned,
-    so a wrong DSN or password fails here (the pool is closed again)."""
-    if init is not None:
-        if configure is not None:
-            raise TypeError("create_pool(): init= is asyncpg's name for configure=: give one")
-        configure = init
-    make: Callable[..., Any] = connect or asyncpg.connect
-    refuse_elsewhere(
-        "create_pool", connect_kwargs, make, "your connect" if connect else "asyncpg.connect"
-    )
-    close_timeout = _check_args("asyncpg.create_pool", close_timeout, connect_kwargs)
-    options = with_hooks(
-        pool_options("create_pool", options, min_size, max_size, max_inactive_connection_lifetime),
-        async_hooks(
-            reset=reset if callable(reset) else reset is not False,
-            check=check,
-            check_after=check_after,
-            configure=configure,
-            timeout=hooks_timeout,
-        ),
-        "create_pool",
-    )
-    connect_one = _connect(
+    poolkit's keywords besides: ``options`` (a :class:`~poolkit.PoolOptions`, the pool's whole
+    configuration: then ``min_size``, ``max_size`` and ``max_inactive_connection_lifetime`` are
+    refused), ``listeners``, ``check`` (``"closed"``, ``"ping"`` or ``None``) and
+    ``check_after``, ``configure`` (``init``'s other name, as a hook), ``hooks_timeout``,
+    ``application_name`` (set in ``server_settings``; ``None``: asyncpg's, none),
+    ``close_timeout`` (see :func:`async_connect`), ``address`` (shown in events); ``reset``
+    also takes ``False`` (only roll back a transaction left open) or a string (your reset
+    query). ``connect_kwargs`` go to ``asyncpg.connect`` (or to ``connect``): one it does not
+    take is refused here."""
+    return Pool(
         dsn,
+        init_size=init_size,
+        min_size=min_size,
+        max_size=max_size,
+        max_queries=max_queries,
+        max_inactive_connection_lifetime=max_inactive_connection_lifetime,
+        connect=connect,
+        setup=setup,
+        init=init,
+        reset=reset,
+        loop=loop,
+        connection_class=connection_class,
+        record_class=record_class,
+        options=options,
+        listeners=listeners,
+        check=check,
+        check_after=check_after,
+        configure=configure,
+        hooks_timeout=hooks_timeout,
         application_name=application_name,
-        reset_query=reset if isinstance(reset, str) else "" if callable(reset) else None,
         close_timeout=close_timeout,
-        driver_connect=connect,
+        address=address,
         **connect_kwargs,
     )
-    given = {k: connect_kwargs[k] for k in ("host", "port", "database") if k in connect_kwargs}
-    params = uri_params(dsn) | given
-    shown = address or shown_address(params)
-
-    async def start() -> AsyncPool[Connection]:
-        if loop is not None and loop is not asyncio.get_running_loop():
-            raise ValueError(
-                "create_pool(loop=...): the pool runs on the event loop that awaits "
-                "create_pool(), and this is another one (leave loop= out)"
-            )
-        pool = AsyncPool(connect_one, address=shown, options=options, listeners=listeners)
-        await async_start(pool)
-        return pool
-
-    return PoolStarter(start)
-

@@ -463,18 +463,25 @@ def psycopg_pool_threads(
     return build
 
 
-def sqlalchemy_threads(like_for_like: bool) -> SyncBuild:
-    """SQLAlchemy's ``QueuePool`` over psycopg (``create_engine``)."""
+def sqlalchemy_threads(like_for_like: bool, *, dropin: bool = False) -> SyncBuild:
+    """SQLAlchemy's ``QueuePool`` over psycopg (``create_engine``); ``dropin``: poolkit's
+    ``poolkit.backends.sqlalchemy.QueuePool`` in its place (``poolclass=``), used the same way."""
 
     @contextmanager
     def build(env: Env, record: Record, shape: Shape) -> Iterator[SyncOne]:
         from sqlalchemy import create_engine, event
 
+        pool: dict[str, Any] = {}
+        if dropin:
+            from poolkit.backends.sqlalchemy import QueuePool
+
+            pool["poolclass"] = QueuePool
         engine = create_engine(
             sqlalchemy_url(env.dsn, "psycopg"),
             pool_size=shape.size,
             max_overflow=0,
             connect_args={"application_name": env.app},
+            **pool,
         )
         if like_for_like:
 
@@ -554,6 +561,8 @@ DROPIN = "poolkit.backends.psycopg.ConnectionPool"
 #: the other way psycopg_pool's documentation shows: ``getconn()``, the query, ``commit()``,
 #: ``putconn()``
 GETCONN = "getconn/putconn"
+#: poolkit's QueuePool for SQLAlchemy's engines, in the place of SQLAlchemy's
+SA_DROPIN = "poolkit.backends.sqlalchemy.QueuePool"
 #: the drop-in with what it adds to psycopg_pool's guarantees (poolkit's full reset)
 FULL_RESET = "full reset (reset_session=True)"
 
@@ -695,6 +704,12 @@ def psycopg_threads_workload(key: str = "H3", workers: int = 16, size: int = 8) 
                      shape, sa, "rollback at check-in"),
             _threads("SQLAlchemy QueuePool", "peer", LIKE_FOR_LIKE, sqlalchemy_threads(True),
                      shape, sa, "rollback + poolkit's statements (event)"),
+            _threads(SA_DROPIN, "poolkit", AS_SHIPPED, sqlalchemy_threads(False, dropin=True),
+                     shape, sa, "poolclass=; SQLAlchemy's rollback at check-in",
+                     versus=f"SQLAlchemy QueuePool ({AS_SHIPPED})"),
+            _threads(SA_DROPIN, "poolkit", LIKE_FOR_LIKE, sqlalchemy_threads(True, dropin=True),
+                     shape, sa, "poolclass=; rollback + poolkit's statements (event)",
+                     versus=f"SQLAlchemy QueuePool ({LIKE_FOR_LIKE})"),
             _threads(FLOOR, "floor", "", psycopg_floor, shape, pg, "commit, no reset"),
             _threads(DEDICATED, "dedicated", "", psycopg_dedicated, shape, pg,
                      f"{workers} connections"),

@@ -23,8 +23,11 @@ README_DSN = "postgresql://postgres@127.0.0.1/test"
 README_REDIS = "redis://127.0.0.1:6379/0"
 
 
-#: the examples in order (asyncpg_switch, psycopg_pool: the one-line switches to the drop-ins)
-NAMES = ["asyncpg", "asyncpg_switch", "psycopg", "psycopg_pool", "redis", "tcp", "http2"]
+#: the examples in order (asyncpg_switch, psycopg_pool: the one-line switches to the drop-ins;
+#: sqlalchemy: the one-line switch from SQLAlchemy's QueuePool)
+NAMES = [
+    "asyncpg", "asyncpg_switch", "psycopg", "psycopg_pool", "redis", "tcp", "http2", "sqlalchemy"
+]
 
 
 def test_there_is_an_example_per_backend() -> None:
@@ -32,6 +35,9 @@ def test_there_is_an_example_per_backend() -> None:
     for name, example in zip(NAMES, EXAMPLES, strict=True):
         if name == "psycopg_pool":
             assert "from poolkit.backends.psycopg import ConnectionPool" in example
+            continue
+        if name == "sqlalchemy":
+            assert "poolclass=QueuePool" in example
             continue
         if name == "asyncpg_switch":  # (the one line: asyncpg's name, poolkit's module)
             assert "# import asyncpg\nfrom poolkit.backends import asyncpg\n" in example
@@ -42,6 +48,10 @@ def test_there_is_an_example_per_backend() -> None:
 @pytest.mark.parametrize("example", EXAMPLES, ids=NAMES)
 def test_example_runs(pg: PgServer, redis_server: RedisServer, example: str) -> None:
     code = example.replace(README_DSN, pg.dsn).replace(README_REDIS, redis_server.url)
+    code = code.replace(  # (SQLAlchemy's URL names the driver)
+        README_DSN.replace("postgresql:", "postgresql+psycopg:"),
+        pg.dsn.replace("postgresql:", "postgresql+psycopg:"),
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip(), "an example prints what it got"

@@ -40,6 +40,8 @@ EXPECTED = {
         "poolkit.backends.psycopg.ConnectionPool (full reset (reset_session=True))",
         "SQLAlchemy QueuePool (as shipped)",
         "SQLAlchemy QueuePool (like for like)",
+        "poolkit.backends.sqlalchemy.QueuePool (as shipped)",
+        "poolkit.backends.sqlalchemy.QueuePool (like for like)",
         "floor: minimal FIFO pool",
         "floor: dedicated connections",
     ],

@@ -7,6 +7,8 @@ extra (``pip install 'poolkit[asyncpg]'``...): importing this package imports no
 * ``poolkit.backends.psycopg``: PostgreSQL with psycopg 3 (``Pool`` and ``AsyncPool``).
 * ``poolkit.backends.redis``: Redis with redis-py (``Pool`` and ``AsyncPool``), and drop-in
   ``ConnectionPool`` classes for ``redis.Redis(connection_pool=...)``.
+* ``poolkit.backends.sqlalchemy``: ``QueuePool`` and ``AsyncAdaptedQueuePool`` for SQLAlchemy's
+  engines (``create_engine(url, poolclass=QueuePool)``).
 * ``poolkit.backends.tcp``: raw TCP, optionally TLS (asyncio streams and blocking sockets).
 * ``poolkit.backends.http2``: HTTP/2 with h2 (``AsyncPool``, one connection serving many
   streams), and an httpx transport on it.

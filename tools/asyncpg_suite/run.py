@@ -6,7 +6,7 @@ private attributes, with its reason; not run with poolkit's).
 ``python tools/asyncpg_suite/run.py`` (from any venv that has asyncpg; .ci/run runs it):
 
 1. reads the installed asyncpg's version and fetches that version's source distribution from
-   PyPI (``pip download --no-binary :all:``), and copies its ``tests/`` only into a cache folder
+   the package index (``tools/peer_sdist.py``), and copies its ``tests/`` only into a cache folder
    (``--cache``, default ``$POOLKIT_ASYNCPG_SUITE_CACHE`` or ``~/.cache/poolkit/asyncpg-suite``);
 2. makes a venv of its own there with that asyncpg and pytest, once;
 3. starts a private PostgreSQL cluster (``initdb``, as tools/psycopg_pool_suite does; without it,

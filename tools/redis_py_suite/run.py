@@ -5,7 +5,7 @@ with poolkit's, except the tests listed in SKIPS (each with its reason).
 ``python tools/redis_py_suite/run.py`` (from any venv that has redis-py; .ci/run runs it):
 
 1. reads the installed redis-py's version and fetches that version's source distribution from
-   PyPI (``pip download --no-binary :all:``; it ships redis-py's tests/), into a cache folder
+   the package index (``tools/peer_sdist.py``; it ships redis-py's tests/), into a cache folder
    (``--cache``, default ``$POOLKIT_REDIS_SUITE_CACHE`` or ``~/.cache/poolkit/redis-py-suite``);
 2. makes a venv of its own there with that redis-py and what its tests need (pytest-asyncio and
    the rest: the project's own venv and test suite do not depend on them);

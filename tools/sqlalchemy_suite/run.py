@@ -8,7 +8,7 @@ read SQLAlchemy's pools' private attributes; not run with poolkit's), each with 
 .ci/run runs it):
 
 1. reads the installed SQLAlchemy's version and fetches that version's source distribution from
-   PyPI (``pip download --no-binary SQLAlchemy``: it ships SQLAlchemy's tests, and its testing
+   the package index (``tools/peer_sdist.py``: it ships SQLAlchemy's tests, and its testing
    plugin in ``lib/``), into a cache folder (``--cache``, default ``$POOLKIT_SQLA_SUITE_CACHE``
    or ``~/.cache/poolkit/sqlalchemy-suite``), never into the repository; a run works in fresh
    copies of its ``test/``, ``lib/`` and pytest configuration (``pyproject.toml``,
@@ -50,6 +50,8 @@ from types import ModuleType
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
+sys.path.insert(0, str(HERE.parent))  # tools/: what the runners share
+import peer_sdist  # noqa: E402
 
 #: SQLAlchemy's test files for what the pools serve: the pool, reconnects, transactions, logging,
 #: execution, the asyncio engine
@@ -145,12 +147,7 @@ def sources(cache: Path, sqla: str) -> Path:
         return source
     download = cache / "download"
     download.mkdir(parents=True, exist_ok=True)
-    say(f"fetching SQLAlchemy {sqla}'s source distribution")
-    # (--no-binary for SQLAlchemy only: its build requirements, Cython among them, come as
-    # wheels, else pip builds Cython from source for minutes to read the sdist's metadata)
-    run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", "SQLAlchemy",
-         "-d", str(download), f"SQLAlchemy=={sqla}"])  # fmt: skip
-    (archive,) = [p for p in download.glob("*.tar.gz") if p.name.lower().startswith("sqlalchemy-")]
+    archive = peer_sdist.fetch("SQLAlchemy", sqla, download, say)
     wanted = ("test/", "lib/", "pyproject.toml", "setup.cfg")
     with tempfile.TemporaryDirectory(dir=cache) as tmp, tarfile.open(archive) as tar:
         members = [

@@ -47,8 +47,9 @@ against one of the pool's three gate values.
   limit of one stream, at most one in use, not overflow, neither draining nor closed), else
   ``_NO_GATE`` (-2), which no gate value equals. ``_NO_GATE`` is always safe: a plain connection
   that has it takes the full paths until it is re-gated.
-* ``_lease_gen`` (``lease_idle``): the generation when the pool is ready, not load-balanced and
-  not clocked (no idle time, lifetime or keep-alive to check at checkout); else -1.
+* ``_lease_gen`` (``lease_idle``): the generation when the pool is ready, not load-balanced,
+  not clocked (no idle time, lifetime or keep-alive to check at checkout) and LIFO (``lease_idle``
+  takes the newest; ``idle_order="fifo"`` takes the full path, ``_pop_idle``); else -1.
 * ``_release_gen`` (``give_back``): the generation when the pool is not closed, not
   load-balanced, with no ``max_lifetime`` nor reset hook (nothing to check at check-in); else -1.
 * ``_quick_gen`` (``release_idle``): ``_release_gen``, and -1 when the pool is clocked (a
@@ -246,19 +247,13 @@ class Handout:
             return None
         idle = self._idle
         if idle and not self._open:  # (a multiplexed connection with a free stream goes first)
-            fifo = self._fifo
-            # the newest (the oldest when FIFO): if ready, plain, current, nothing to check, then
-            conn = idle.popleft() if fifo else idle.pop()
+            conn = idle.pop()  # the newest: if ready, plain, current, nothing to check, then
             if conn.gate == self._lease_gen:  # fire(conn, LEASE) inlined (see _IDLE_LEASE)
                 conn.state = _IDLE_LEASE
                 conn.streams = 1
                 self.checkouts += 1
                 return conn
-            # (put back where it was: the full check below decides)
-            if fifo:
-                idle.appendleft(conn)
-            else:
-                idle.append(conn)
+            idle.append(conn)  # (put back where it was: the full check below decides)
         if self._st.state is not _READY or self._check_after is not None:
             return None  # (with a check hook, ``request`` decides: a check may start)
         if self._st.adaptive is not None and self.full():
@@ -543,7 +538,8 @@ class Handout:
         self._st.state = state
         self._st.generation = generation
         plain = not self._lb and self._st.adaptive is None
-        self._lease_gen = generation if plain and not self.clocked and state is _READY else -1
+        quick = plain and not self.clocked and not self._fifo and state is _READY
+        self._lease_gen = generation if quick else -1
         plain_release = (
             plain and state is not _CLOSED and self._lifetime is None and not self.hooks.resets
         )
@@ -584,9 +580,9 @@ class Handout:
         (CMAP checkout). One that needs a check (``Hooks.check``) starts it and ``None`` is
         returned: the check, once passed, serves the oldest waiter."""
         idle = self._idle
-        take = idle.popleft if self._fifo else idle.pop
+        fifo = self._fifo
         while idle:
-            conn = take()
+            conn = idle.popleft() if fifo else idle.pop()
             reason = self._life.perished(conn, now)
             if reason is None:
                 if self._check_after is not None and self.hooks.needs_check(conn, now):

@@ -388,9 +388,9 @@ class Health:
         hooks = st.hooks
         closed = False
         found = None
-        take = idle.popleft if st.fifo else idle.pop
+        fifo = st.fifo
         while idle:
-            conn = take()
+            conn = idle.popleft() if fifo else idle.pop()
             reason = self._life.perished(conn, now)
             if reason is not None:
                 self._life.close(conn, reason)

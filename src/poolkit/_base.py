@@ -617,6 +617,14 @@ class PoolBase(Generic[C]):
         return None if entry is None else entry[0]
 
     @property
+    def available(self) -> int:
+        """The connections available now (``stats().available``), read without the pool's lock
+        and without folding anything: a glance for gauges and heuristics (a drop-in counting the
+        callers that will wait), at no cost on a hot path; it may be stale by the time it is
+        used. ``stats()`` is the consistent snapshot."""
+        return len(self._core.idle)
+
+    @property
     def state(self) -> PoolState:
         return self._core.state
 

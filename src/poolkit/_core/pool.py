@@ -78,6 +78,7 @@ class PoolCore:
         "fast",
         "fire_timers",
         "hold",
+        "idle",
         "keep_alive_done",
         "lease_checking",
         "lease_collected",
@@ -117,6 +118,8 @@ class PoolCore:
         self.timers = shared.timers
         #: the waiting requests, oldest first (the wait queue's own deque: read it, never write)
         self.queue = shared.wait_queue.queue
+        #: the available connections (the idle set's own deque: read it, never write)
+        self.idle = shared.idle_set.stack
         self.take = shared.take
         #: the earliest deadline, for the front end to arm its timer with; clears ``timers.dirty``
         self.take_deadline = shared.timers.take_deadline

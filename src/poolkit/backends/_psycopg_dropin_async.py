@@ -524,11 +524,10 @@ class AsyncConnectionPool(Generic[ACT]):
         queued = False
         pool = self._pool
         if pool is not None:
-            stats = pool.stats()
             if self._null:
-                queued = bool(self._max_size) and stats.total >= self._max_size
-            else:
-                queued = stats.available == 0
+                queued = bool(self._max_size) and pool.stats().total >= self._max_size
+            else:  # (a glance, no turn of the pool's lock: on the path of every getconn)
+                queued = pool.available == 0
             if queued:
                 self._tally.counts[REQUESTS_QUEUED] += 1
         t0 = monotonic()

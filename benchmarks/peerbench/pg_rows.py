@@ -140,21 +140,29 @@ async def asyncpg_pool(env: Env, record: Record, shape: Shape) -> AsyncIterator[
         await pool.close()
 
 
-def sqlalchemy_async(dialect: str, like_for_like: bool) -> AsyncBuild:
+def sqlalchemy_async(dialect: str, like_for_like: bool, *, dropin: bool = False) -> AsyncBuild:
     """SQLAlchemy's ``AsyncAdaptedQueuePool`` over ``dialect`` (``asyncpg`` or ``psycopg``);
-    ``like_for_like``: a ``reset`` pool event runs the reset poolkit's backend runs."""
+    ``like_for_like``: a ``reset`` pool event runs the reset poolkit's backend runs; ``dropin``:
+    poolkit's ``poolkit.backends.sqlalchemy.AsyncAdaptedQueuePool`` in its place
+    (``poolclass=``), used the same way."""
 
     @asynccontextmanager
     async def build(env: Env, record: Record, shape: Shape) -> AsyncIterator[AsyncOne]:
         from sqlalchemy import event
         from sqlalchemy.ext.asyncio import create_async_engine
 
+        pool: dict[str, Any] = {}
+        if dropin:
+            from poolkit.backends.sqlalchemy import AsyncAdaptedQueuePool
+
+            pool["poolclass"] = AsyncAdaptedQueuePool
         app = {"application_name": env.app}
         engine = create_async_engine(
             sqlalchemy_url(env.dsn, dialect),
             pool_size=shape.size,
             max_overflow=0,
             connect_args={"server_settings": app} if dialect == "asyncpg" else app,
+            **pool,
         )
         if like_for_like:
             reset = _asyncpg_reset if dialect == "asyncpg" else _psycopg_async_reset
@@ -563,6 +571,8 @@ DROPIN = "poolkit.backends.psycopg.ConnectionPool"
 GETCONN = "getconn/putconn"
 #: poolkit's QueuePool for SQLAlchemy's engines, in the place of SQLAlchemy's
 SA_DROPIN = "poolkit.backends.sqlalchemy.QueuePool"
+#: its asyncio twin, for ``create_async_engine``
+SA_DROPIN_ASYNC = "poolkit.backends.sqlalchemy.AsyncAdaptedQueuePool"
 #: the drop-in with what it adds to psycopg_pool's guarantees (poolkit's full reset)
 FULL_RESET = "full reset (reset_session=True)"
 
@@ -607,6 +617,10 @@ def asyncpg_workload(key: str = "H1", workers: int = 50, size: int = 10) -> Work
                    sqlalchemy_async("asyncpg", False), shape, sa, "rollback at check-in"),
             _async("SQLAlchemy AsyncAdaptedQueuePool", "peer", LIKE_FOR_LIKE,
                    sqlalchemy_async("asyncpg", True), shape, sa, "+ asyncpg's reset (event)"),
+            _async(SA_DROPIN_ASYNC, "poolkit", AS_SHIPPED,
+                   sqlalchemy_async("asyncpg", False, dropin=True), shape, sa,
+                   "poolclass=; SQLAlchemy's rollback at check-in",
+                   versus=f"SQLAlchemy AsyncAdaptedQueuePool ({AS_SHIPPED})"),
             _async(FLOOR, "floor", "", asyncpg_floor, shape, ap, "no reset"),
             _async(DEDICATED, "dedicated", "", asyncpg_dedicated, shape, ap,
                    f"{workers} connections"),
@@ -657,6 +671,10 @@ def psycopg_async_workload(key: str = "H2", workers: int = 50, size: int = 10) -
             _async("SQLAlchemy AsyncAdaptedQueuePool", "peer", LIKE_FOR_LIKE,
                    sqlalchemy_async("psycopg", True), shape, sa,
                    "rollback + poolkit's statements (event)"),
+            _async(SA_DROPIN_ASYNC, "poolkit", AS_SHIPPED,
+                   sqlalchemy_async("psycopg", False, dropin=True), shape, sa,
+                   "poolclass=; SQLAlchemy's rollback at check-in",
+                   versus=f"SQLAlchemy AsyncAdaptedQueuePool ({AS_SHIPPED})"),
             _async(FLOOR, "floor", "", psycopg_async_floor, shape, pg, "commit, no reset"),
             _async(DEDICATED, "dedicated", "", psycopg_async_dedicated, shape, pg,
                    f"{workers} connections"),

@@ -398,11 +398,12 @@ class AsyncConnectionPool(Generic[ACT]):
             except RuntimeError:
                 raise RuntimeError(f"{type(self).__name__} open with no running loop") from None
         pool = self._new_pool()
+        # (before ready(): a connect refused at once reports its failure from the first connect)
+        opened(self.name)
         pool.ready()
         self._pool = pool
         self._closed = False
         self._opened = True
-        opened(self.name)
 
     async def open(self, wait: bool = False, timeout: float = 30.0) -> None:
         """Open the pool: connections are made in the background (``wait``: wait for
@@ -438,11 +439,15 @@ class AsyncConnectionPool(Generic[ACT]):
         if self._closed:
             return
         self._closed = True
-        closed(self.name)
         logger.debug("pool %r closed", self.name)
         pool = self._pool
-        if pool is not None:
-            await pool.close()
+        try:
+            if pool is not None:
+                await pool.close()
+        finally:
+            # (after the poolkit pool's close: the events of connects that failed before it
+            # have been delivered by then, and a closed pool reports no more of them)
+            closed(self.name)
         if True:  # ASYNC
             if self._apart:  # (connects given up by the poolkit pool: they close what they make)
                 await asyncio.wait(list(self._apart), timeout=timeout)

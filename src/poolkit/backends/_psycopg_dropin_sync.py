@@ -325,11 +325,12 @@ class ConnectionPool(Generic[CT]):
             return
         self._check_open()
         pool = self._new_pool()
+        # (before ready(): a connect refused at once reports its failure from the first connect)
+        opened(self.name)
         pool.ready()
         self._pool = pool
         self._closed = False
         self._opened = True
-        opened(self.name)
 
     def open(self, wait: bool = False, timeout: float = 30.0) -> None:
         """Open the pool: connections are made in the background (``wait``: wait for
@@ -365,11 +366,15 @@ class ConnectionPool(Generic[CT]):
         if self._closed:
             return
         self._closed = True
-        closed(self.name)
         logger.debug("pool %r closed", self.name)
         pool = self._pool
-        if pool is not None:
-            pool.close()
+        try:
+            if pool is not None:
+                pool.close()
+        finally:
+            # (after the poolkit pool's close: the events of connects that failed before it
+            # have been delivered by then, and a closed pool reports no more of them)
+            closed(self.name)
 
     def __enter__(self) -> ConnectionPool[CT]:
         self._open_implicit = False

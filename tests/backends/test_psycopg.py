@@ -438,3 +438,16 @@ def test_without_hooks_a_terminated_connection_stays_in_the_pool(pg: PgServer) -
             with pytest.raises(psycopg.OperationalError), pool.connection() as conn:
                 conn.execute("SELECT 1")
         assert pool.stats().total == 1  # nothing replaced it
+
+
+def test_is_broken_on_a_connection_or_shutdown_error_even_with_psycopg_flags_unset(
+    pg: PgServer,
+) -> None:
+    # (psycopg can report a terminated backend as "connection socket closed" with neither
+    # ``closed`` nor ``broken`` set: the error's class decides then)
+    with pk.connect(pg.dsn, application_name=pg.app)(CTX) as conn:
+        assert not conn.closed and not conn.broken
+        assert pk.is_broken(conn, psycopg.errors.AdminShutdown())
+        assert pk.is_broken(conn, psycopg.errors.ConnectionFailure())
+        assert not pk.is_broken(conn, psycopg.errors.DivisionByZero())
+        assert not pk.is_broken(conn, psycopg.errors.QueryCanceled())

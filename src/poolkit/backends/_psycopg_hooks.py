@@ -28,10 +28,10 @@ import logging
 import select
 import weakref
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Final
 
 import psycopg
-from psycopg.pq import TransactionStatus
+from psycopg.pq import ConnStatus, TransactionStatus
 
 from ._psycopg_lend import given_back, pooled, release_lent
 from ._psycopg_settings import Settings, remember, remembered, restore_plain_attributes
@@ -129,8 +129,18 @@ def async_remembering(
 
 def is_broken(conn: Conn | AsyncConn, error: BaseException) -> bool:
     """The ``is_broken`` hook (plain for both pools): the connection is closed or broken (an SQL
-    error such as a division by zero leaves it usable: its transaction is rolled back)."""
-    return bool(conn.closed or conn.broken)
+    error such as a division by zero leaves it usable: its transaction is rolled back). Besides
+    psycopg's own flags, which a backend terminated mid-query does not always raise (psycopg may
+    report "connection socket closed" with neither set): libpq's status gone bad, or an error of
+    SQLSTATE class 08 (connection exception) or 57P01-57P03 (the server shutting down)."""
+    if conn.closed or conn.broken or conn.pgconn.status == _BAD:
+        return True
+    state = getattr(error, "sqlstate", None)
+    return isinstance(state, str) and (state.startswith("08") or state in _SHUTDOWN)
+
+
+_BAD: Final = ConnStatus.BAD
+_SHUTDOWN: Final = frozenset({"57P01", "57P02", "57P03"})
 
 
 # ---------------------------------------------------------------------- plain (Pool)

@@ -404,7 +404,7 @@ def test_an_adaptive_pool_takes_no_fast_path_and_learns_from_check_ins() -> None
     operation time (2 at a time, each 1 s: 2 a second, 1 s); the first rounds cruise at the
     initial limit, and a third checkout waits for a check-in."""
     core = _core(max_size=10, max_connecting=2, adaptive=Adaptive(round_ops=4))
-    assert (handout_of(core)._lease_gen, handout_of(core)._quick_gen) == (-1, -1)
+    assert (handout_of(core)._lease_gen, handout_of(core)._release_gen) == (-1, -1)
     adaptive = state_of(core).adaptive
     assert adaptive is not None
     now = 0.0

@@ -592,3 +592,33 @@ def test_fast_checkout_prefers_a_free_stream_to_an_idle_connection() -> None:
         assert plain.state is ConnState.IDLE and list(shared.idle_set.open) == []
         leased.append(conn.id)
     assert leased[0] == leased[1]
+
+
+def test_a_fast_check_in_of_a_clocked_pool_parks_nothing_and_hands_off_to_a_waiter() -> None:
+    """In a clocked pool (``max_idle_time`` here) ``release_idle`` hands a connection to the
+    oldest waiter, but never parks one: parking stamps the connection's idle time, which the
+    idle sweep reads. Parked with the time of its last parking, the connection checked in at
+    109 would be closed by the sweep at 110 as idle for 10 s; it has been idle for 1 s."""
+    core = PoolCore(PoolOptions(max_size=1, max_idle_time=10.0), "host:27017")
+    core.ready(_START)
+    first = Request(_START, None)
+    core.fast.request(first, _START)
+    (connect,) = (a for a in core.take()[0] if isinstance(a, StartConnect))
+    core.connected(connect.conn, _START, ConnectionObject(connect.conn.id))
+    conn = first.conn
+    assert conn is connect.conn
+    # contended: the check-in hands the connection to the waiter, on the fast path
+    waiter = Request(_START + 1.0, None)
+    core.fast.request(waiter, _START + 1.0)
+    assert waiter.queued and core.fast.release_idle(conn) is waiter
+    assert waiter.state is RequestState.SERVED and waiter.conn is conn
+    # uncontended: refused, nothing changed; the front end takes the full check-in
+    assert core.fast.release_idle(conn) is False
+    assert conn.state is ConnState.LEASED and core_view(core).available == 0
+    core.release(conn, _START + 9.0)
+    core.take()
+    core.fire_timers(_START + 10.0)
+    closes = [a for a in core.take()[0] if isinstance(a, CloseConnection)]
+    assert closes == [] and core_view(core).idle_connections() == [conn]
+    core.fire_timers(_START + 19.0)
+    assert [a.conn for a in core.take()[0] if isinstance(a, CloseConnection)] == [conn]

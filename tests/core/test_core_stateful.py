@@ -734,8 +734,10 @@ class PoolCoreMachine(RuleBasedStateMachine):
             core.fast.note_wait(self.now - taken.started)  # as the front ends do
         if taken:
             assert before[0] is ConnState.LEASED and before[1] == 1
-            assert not core.clocked and core.state is not PoolState.CLOSED
+            assert core.state is not PoolState.CLOSED
             assert conn.generation == core.generation
+            # a clocked pool parks a connection with its time and timers: only the full path
+            assert oldest or not core.clocked, "parked by the fast path in a clocked pool"
             if oldest:  # handed straight to the oldest waiter
                 req = oldest[0]
                 assert taken is req and req.state is RequestState.SERVED and req.conn is conn
@@ -944,9 +946,8 @@ class PoolCoreMachine(RuleBasedStateMachine):
             and not resets
             else -1
         )
-        quick = -1 if core.clocked else release
         hand = handout_of(core)
-        assert (hand._lease_gen, hand._release_gen, hand._quick_gen) == (lease, release, quick)
+        assert (hand._lease_gen, hand._release_gen) == (lease, release)
 
     @invariant()
     def request_states(self) -> None:
@@ -1060,7 +1061,7 @@ class PoolCoreMachine(RuleBasedStateMachine):
             assert conn.gate == -2 or (plain and conn.gate == conn.generation), conn
             if plain and conn.state in (ConnState.IDLE, ConnState.CONNECTING):
                 assert conn.gate == conn.generation, f"{conn} kept off the fast paths"
-            if conn.gate == handout_of(core)._quick_gen and conn.state is ConnState.LEASED:
+            if conn.gate == handout_of(core)._release_gen and conn.state is ConnState.LEASED:
                 assert conn.streams == 1, conn  # what release_idle relies on
         # multiplexed connections with a free stream, in use, are where leases go first
         for conn in shared.idle_set.open:

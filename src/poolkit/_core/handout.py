@@ -36,12 +36,13 @@ Rules of this module
   a keep-alive timer (``note_stale``).
 * A failed request is completed here only (``fail``): counted, told, and handed back.
 * ``idle_since`` is kept only in a clocked pool (one that reads idle times); ``release_idle``
-  applies only in an unclocked one, so it needs no ``now``.
+  parks a connection only in an unclocked one (in a clocked one it hands connections to waiters
+  only: a waiter's lease reads no idle time), so it needs no ``now``.
 
 Gates
 -----
 The fast paths decide "nothing to check" with one integer comparison: a connection's ``gate``
-against one of the pool's three gate values.
+against one of the pool's two gate values.
 
 * ``conn.gate`` (kept by ``records.regate``) is the connection's generation while it is *plain* (a
   limit of one stream, at most one in use, not overflow, neither draining nor closed), else
@@ -52,8 +53,10 @@ against one of the pool's three gate values.
   takes the newest; ``idle_order="fifo"`` takes the full path, ``_pop_idle``); else -1.
 * ``_release_gen`` (``give_back``): the generation when the pool is not closed, not
   load-balanced, with no ``max_lifetime`` nor reset hook (nothing to check at check-in); else -1.
-* ``_quick_gen`` (``release_idle``): ``_release_gen``, and -1 when the pool is clocked (a
-  check-in there must park the connection with its time, which ``release_idle`` does not take).
+  ``release_idle`` takes the same gate; in a clocked pool it only hands the connection to a
+  waiter, and declines to park it (a check-in there parks the connection with its time and arms
+  its timers, which ``release_idle`` does not take): under contention every check-in is a
+  hand-off, the fast one.
 
 A connection whose gate equals a gate value is current (its generation is the pool's) and plain,
 and the pool needs nothing else checked: the fast path may lease it or take it back as is. -1 and
@@ -173,7 +176,6 @@ class Handout:
         "_max_size",
         "_max_waiting",
         "_open",
-        "_quick_gen",
         "_release_gen",
         "_st",
         "_waiters",
@@ -338,14 +340,15 @@ class Handout:
         once, or return false.
 
         False means the check-in must go through :meth:`release` (a stale or multiplexed
-        connection, a clocked or load-balanced pool, a closed pool) and nothing was changed. True
+        connection, a load-balanced pool, a closed pool; no waiter in a clocked pool) and nothing
+        was changed. True
         means the connection is available again. A ``Request`` means it was handed to that
         waiting request, now served, which the caller must wake (nothing is appended to
         ``actions``) and the caller reports the wait it ended (``note_wait``). Needs no ``now``:
         it applies only where the time of a check-in is never read. The caller uses it only when
         nobody observes the pool (it builds no event).
         """
-        if conn.gate != self._quick_gen:  # (a plain connection out: leased, one stream)
+        if conn.gate != self._release_gen:  # (a plain connection out: leased, one stream)
             return False
         waiters = self._waiters
         if waiters:
@@ -357,6 +360,8 @@ class Handout:
             req.conn = conn
             self.checkouts += 1
             return req
+        if self.clocked:  # parked with its time and timers: the full path
+            return False
         # fire(conn, RELEASE_LAST) inlined: LEASED -> IDLE changes no counter (see _LEASED_IDLE).
         conn.streams = 0
         conn.state = _LEASED_IDLE
@@ -544,7 +549,6 @@ class Handout:
             plain and state is not _CLOSED and self._lifetime is None and not self.hooks.resets
         )
         self._release_gen = generation if plain_release else -1
-        self._quick_gen = -1 if self.clocked else self._release_gen
 
     def _take(self, now: float) -> Conn | None:
         """A connection to lease now, or ``None``: a multiplexed one in use with a stream free

@@ -146,7 +146,7 @@ class _LeaseOwner(Protocol):
     #: ``hooks.lend``: what a lease hands out in place of its connection (``None``: the connection)
     _lend: Callable[[Any, Lease[Any]], Any] | None
 
-    def _release(self, lease: Lease[Any]) -> None: ...
+    def _release(self, lease: Lease[Any], clean: bool = False) -> None: ...
     def _discard(self, lease: Lease[Any], error: BaseException | None) -> None: ...
 
 
@@ -164,7 +164,7 @@ class Returned:
         self.address: str = pool.address
         self._pool = pool
 
-    def _release(self, lease: Lease[Any]) -> None:
+    def _release(self, lease: Lease[Any], clean: bool = False) -> None:
         raise self._pool._invalid_lease(lease)
 
     def _discard(self, lease: Lease[Any], error: BaseException | None) -> None:
@@ -232,9 +232,11 @@ class Lease(Generic[C]):
         """True until the lease is given back."""
         return type(self._pool) is not Returned
 
-    def release(self) -> None:
-        """Give the connection back to the pool."""
-        self._pool._release(self)
+    def release(self, reset: bool = True) -> None:
+        """Give the connection back to the pool. ``reset=False``: the caller has reset the
+        connection itself (as a ``hooks.end`` that returns ``True`` has), so ``hooks.reset`` is
+        not run for it; it is handed out again as it is."""
+        self._pool._release(self, not reset)
 
     def discard(self, error: BaseException | None = None) -> None:
         """Give the connection back to be closed (reason ``error``), e.g. after a network error."""
@@ -291,11 +293,11 @@ def watched(base: Any) -> Any:
     class Watched(base):  # type: ignore[misc]  # (a class made from a variable)
         __slots__ = ("_held",)  # (set by the pool right after ``new_lease``)
 
-        def release(self) -> None:
+        def release(self, reset: bool = True) -> None:
             pool = self._pool
             if type(pool) is not Returned:
                 pool._unhold(self._held)
-            super().release()
+            super().release(reset)
 
         def discard(self, error: BaseException | None = None) -> None:
             pool = self._pool

@@ -141,7 +141,7 @@ class _ThreadLease(Lease[Any]):
 
     __slots__ = ()
 
-    def release(self) -> None:
+    def release(self, reset: bool = True) -> None:
         # the pool, or its ``Returned`` marker once given back: ``Returned._quick`` is false, so
         # that a lease given back takes the slow path, which raises
         pool: Pool[Any] = self._pool  # type: ignore[assignment]  # (or Returned)
@@ -163,7 +163,10 @@ class _ThreadLease(Lease[Any]):
                 pool._handed_off(taken)
                 return
             # </fast-check-in>
-        pool._release(self)  # the slow path (the Returned marker: raises "already returned")
+        # the slow path (the Returned marker: raises "already returned"); ``reset=False``
+        # (the caller reset it) is a check-in the fast path takes as it is: it applies only
+        # where no reset runs
+        pool._release(self, not reset)
 
 
 @final

@@ -806,3 +806,63 @@ def test_an_end_that_says_it_reset_the_connection_spares_the_reset(
         with pytest.raises(ValueError, match="the block raised"), pool.connection():
             raise ValueError("the block raised")
         check(pool)
+
+
+@pytest.mark.parametrize("watched", [False, True], ids=["plain", "leak-watched"])
+def test_a_lease_released_with_reset_false_is_handed_out_again_without_the_reset(
+    front_kind: str, watched: bool
+) -> None:
+    """``lease.release(reset=False)``: the caller reset the connection itself (a driver's own
+    reset, as the asyncpg drop-in's ``release()``), so ``hooks.reset`` does not run for it and it
+    is available at once; ``release()`` runs the reset. A leak-watched lease (``leak_timeout``)
+    is unwatched either way; a lease given back twice raises the second time."""
+    resets: list[int] = []
+
+    def reset(conn: Conn) -> None:
+        resets.append(conn.id)
+
+    async def areset(conn: Conn) -> None:
+        reset(conn)
+
+    leak = 60.0 if watched else None
+
+    def check(pool: Any) -> None:
+        stats = pool.stats()
+        assert resets == [1]  # (the release() only)
+        # (the caller's reset is counted among the resets, as a ``hooks.end``'s is)
+        assert (stats.resets, stats.in_use, stats.available, stats.total) == (2, 0, 1, 1)
+
+    if front_kind == "asyncio":
+
+        async def aconnect(ctx: poolkit.ConnectContext) -> Conn:
+            return Conn(ctx.connection_id)
+
+        async def main() -> None:
+            hooks = poolkit.Hooks(reset=areset)
+            options = poolkit.PoolOptions(max_size=1, hooks=hooks, leak_timeout=leak)
+            async with poolkit.AsyncPool(aconnect, options=options) as pool:
+                lease = await pool.checkout()
+                lease.release(reset=False)
+                assert pool.stats().available == 1 and resets == []
+                with pytest.raises(poolkit.InvalidLeaseError, match="already returned"):
+                    lease.release(reset=False)
+                (await pool.checkout()).release()
+                for _ in range(10):  # (the reset runs in a task of the pool's)
+                    await asyncio.sleep(0)
+                check(pool)
+
+        asyncio.run(main())
+        return
+
+    def connect(ctx: poolkit.ConnectContext) -> Conn:
+        return Conn(ctx.connection_id)
+
+    options = poolkit.PoolOptions(max_size=1, hooks=poolkit.Hooks(reset=reset), leak_timeout=leak)
+    with poolkit.Pool(connect, options=options) as pool:
+        lease = pool.checkout()
+        lease.release(reset=False)
+        assert pool.stats().available == 1 and resets == []
+        with pytest.raises(poolkit.InvalidLeaseError, match="already returned"):
+            lease.release(reset=False)
+        pool.checkout().release()
+        check(pool)

@@ -337,6 +337,7 @@ class Pool:
                 "create_pool(), and this is another one (leave loop= out)"
             )
         self._initializing = True
+        self._loop = asyncio.get_running_loop()  # (the poolkit pool's, which closes on it)
         pool = self._pool
         try:
             with _starting(pool):
@@ -422,7 +423,7 @@ class Pool:
         # The poolkit pool closes on its loop, even one not running now (asyncpg's test harness
         # terminates between tests): the close's first step runs before any of the pool's
         # timers at the loop's next iteration, so nothing reconnects.
-        loop = self._pool._loop
+        loop = self._loop
         if loop is None or loop.is_closed():
             return
         task = loop.create_task(self._pool.close())
@@ -507,7 +508,8 @@ class Pool:
             self._released.set()
 
     async def _release(self, lease: Lease[Connection], timeout: float | None) -> None:
-        con: Any = lease._conn.connection
+        proxy: Any = lease.connection  # (a PooledConnection: ``_lend`` made it)
+        con: Any = proxy._con
         con._on_release()  # (asyncpg's: resources invalidated, listeners left warned of)
         if con.is_closed():  # (an aborted protocol: terminate() ends asyncpg's cleanup, its
             con._proxy = None  # termination listeners and statements, as asyncpg's release)
@@ -539,11 +541,11 @@ class Pool:
             raise
         self._give_back_clean(lease)
 
-    def _give_back_clean(self, lease: Lease[Connection]) -> None:
+    @staticmethod
+    def _give_back_clean(lease: Lease[Connection]) -> None:
         """Give ``lease`` back with its connection reset already (by ``release()``, or new):
-        the poolkit pool's check-in without a reset, as after a ``pool.connection()`` block
-        whose ``end`` hook reset it (``AsyncPool._release(lease, clean=True)``)."""
-        self._pool._release(lease, True)
+        the poolkit pool's check-in without its reset hook (``lease.release(reset=False)``)."""
+        lease.release(reset=False)
 
     async def expire_connections(self) -> None:
         """Replace every open connection at its next acquire (those in use when released)."""

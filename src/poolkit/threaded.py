@@ -43,9 +43,11 @@ from __future__ import annotations
 import inspect
 import logging
 import threading
+import weakref
 from _thread import allocate_lock as _allocate_lock
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from functools import partial
 from types import TracebackType
 from typing import Any, Generic, TypeVar, Unpack, final, overload
 
@@ -81,8 +83,6 @@ __all__ = ["Pool"]
 C = TypeVar("C")
 T = TypeVar("T")
 _log = logging.getLogger("poolkit.pool")
-#: the longest single wait of the timer thread: any deadline further away is waited for in steps
-_MAX_WAIT = min(threading.TIMEOUT_MAX, 86400.0)
 _CHECKING = ConnState.CHECKING
 #: a ``connection()`` block's ``_state`` once entered (see ``_Block``)
 _ENTERED: Any = object()
@@ -116,6 +116,45 @@ def _call_hook(function: Callable[[Any], Any], name: str, conn: Conn) -> BaseExc
 
 def _start_daemon(target: Callable[[], None], name: str) -> None:
     threading.Thread(target=target, name=name, daemon=True).start()
+
+
+#: how long the timer thread of a pool waits at most between two looks at whether the pool is
+#: still referenced (see ``_timer_loop``)
+_GONE_CHECK = 5.0
+
+
+def _timer_loop(ref: weakref.ReferenceType[Pool[Any]], cv: threading.Condition) -> None:
+    """The timer thread of a ``Pool`` (one without a ``call_at``): it waits for the earliest
+    deadline and fires it, until the pool closes.
+
+    It holds the pool only while it looks at it and fires its timer, never while it waits: a pool
+    dropped without ``close()`` is collected, as psycopg_pool's is, with the connections it held,
+    and the thread ends at its next look (a ready pool's background run is due every second or
+    so; at most ``_GONE_CHECK`` seconds later)."""
+    while True:
+        with cv:
+            while True:
+                pool = ref()
+                if pool is None:
+                    return
+                if pool._core.state is PoolState.CLOSED:
+                    pool._timer_thread = False
+                    return
+                at = pool._timer_at
+                if at is None:
+                    delay = _GONE_CHECK
+                else:
+                    delay = at - pool._time()
+                    if delay <= 0:
+                        break
+                    delay = min(delay, _GONE_CHECK)
+                del pool  # (not held while waiting)
+                cv.wait(delay)
+        try:
+            pool._on_timer()
+        except Exception:  # a bug: logged, and the timer goes on (no deadline may be lost)
+            _log.exception("the timer of pool %s raised", pool.address)
+        del pool
 
 
 def _lock_signal() -> tuple[Callable[[], Any], Callable[[], Any]]:
@@ -671,29 +710,11 @@ class Pool(PoolBase[C]):
             return
         if not self._timer_thread:
             self._timer_thread = True
-            _start_daemon(self._timer_loop, f"poolkit-timer-{self.address}")
+            cv = self._timer_cv
+            _start_daemon(
+                partial(_timer_loop, weakref.ref(self), cv), f"poolkit-timer-{self.address}"
+            )
         self._timer_cv.notify()
-
-    def _timer_loop(self) -> None:
-        cv = self._timer_cv
-        while True:
-            with cv:
-                while True:
-                    if self._core.state is PoolState.CLOSED:
-                        self._timer_thread = False
-                        return
-                    at = self._timer_at
-                    if at is None:
-                        cv.wait()
-                        continue
-                    delay = at - self._time()
-                    if delay <= 0:
-                        break
-                    cv.wait(min(delay, _MAX_WAIT))  # (a deadline past what the platform can wait)
-            try:
-                self._on_timer()
-            except Exception:  # a bug: logged, and the timer goes on (no deadline may be lost)
-                _log.exception("the timer of pool %s raised", self.address)
 
     def _close_step(self, core: PoolCore, now: float) -> None:
         """``close``'s input: the core closes; the timer thread wakes to end."""

@@ -145,6 +145,29 @@ def test_getconn_putconn_and_the_pool_attribute(pg: PgServer) -> None:
         p.putconn(again)
 
 
+def test_a_pool_dropped_unclosed_is_collected_with_its_sessions(pg: PgServer) -> None:
+    """A pool its user drops without ``close()`` goes as psycopg_pool's does: collected, its
+    threads ended, its sessions gone from the server, and no warning (psycopg's "deleted while
+    still open" included: pytest turns warnings into errors here)."""
+    import gc
+    import weakref
+
+    p = pk.ConnectionPool(pg.dsn, min_size=2, kwargs=kw(pg), open=True)
+    p.wait()
+    with p.connection() as conn:
+        conn.execute("SELECT 1")
+    pg.wait_sessions(2)
+    inner = weakref.ref(p._pool)  # (the poolkit pool, which its timer thread once kept alive)
+    threads = [t for t in threading.enumerate() if t.name.startswith("poolkit-")]
+    del p, conn
+    gc.collect()
+    assert inner() is None, "the poolkit pool was kept alive"
+    pg.wait_sessions(0)
+    for thread in threads:
+        thread.join(8.0)  # (a timer thread's longest wait between two looks is 5 s)
+        assert not thread.is_alive(), thread
+
+
 def test_a_transaction_left_open_is_rolled_back_with_psycopg_pools_warning(
     pg: PgServer, caplog: pytest.LogCaptureFixture
 ) -> None:

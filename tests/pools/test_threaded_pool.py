@@ -3,10 +3,12 @@ hangs, fairness across threads, listeners, fork."""
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 import threading
 import warnings
+import weakref
 from collections.abc import Coroutine
 from typing import Any, cast
 
@@ -398,3 +400,24 @@ def test_a_lease_says_the_address_of_its_pool_masked_and_also_once_given_back() 
         lease.release()
         assert lease.address == pool.address
     assert seen == ["postgresql://u:secret@db:5432/x"]  # (the connect function sees it whole)
+
+
+def test_a_pool_dropped_unclosed_is_collected_and_its_timer_thread_ends() -> None:
+    """A ``Pool`` that its user drops without ``close()`` is collected (with the connections it
+    holds, as psycopg_pool's), and its timer thread ends: the thread holds the pool only while it
+    fires, and ends at its next look. Integration: real threads, bounded waits."""
+
+    def connect(ctx: poolkit.ConnectContext) -> Conn:
+        return Conn(ctx.connection_id)
+
+    options = poolkit.PoolOptions(max_size=1, max_idle_time=600.0)
+    pool: poolkit.Pool[Conn] = poolkit.Pool(connect, address="db:dropped", options=options)
+    pool.ready()
+    pool.checkout().release()
+    (timer,) = [t for t in threading.enumerate() if t.name == "poolkit-timer-db:dropped"]
+    ref = weakref.ref(pool)
+    del pool
+    gc.collect()
+    timer.join(8.0)  # (its longest wait between two looks is 5 s)
+    assert ref() is None, "the pool was kept alive"
+    assert not timer.is_alive(), "the timer thread of a collected pool runs on"

@@ -30,8 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-#: the modules whose fast paths are copied (under ``src/poolkit``)
-MODULES = ("asyncio.py", "threaded.py")
+#: the modules whose fast paths are copied (under ``src/poolkit``; the core's check-in hands back
+#: in ``Handout.release_idle`` inlined and in ``_hand_back``)
+MODULES = ("asyncio.py", "threaded.py", "_core/handout.py")
 
 _OPEN = re.compile(r"^( *)# <([a-z-]+)( copy(?:: (.*))?)?>\n$")
 _CLOSE = re.compile(r"^ *# </([a-z-]+)( copy)?>\n$")

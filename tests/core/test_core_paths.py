@@ -19,7 +19,8 @@ and waiting (in order), the service generations, ``stats()``, the live timers, w
 became, and the actions of the step (connects, closes with their reasons, requests completed, in
 order). Only events may differ: an unobserved core tells only what is always told (a leak, say),
 the same on either path and no more than an observed core tells. What the fast paths are
-documented to skip is not compared: ``idle_since`` in an unclocked pool (never read there), and
+documented to skip is not compared: ``idle_since`` in an unclocked pool (never read there) and
+of a connection not available (stamped anew before it is read: ``_idle_time_read``), and
 the wait of a request ``release_idle`` hands a connection to is noted by the caller
 (``note_wait``, here at once as ``AsyncPool`` does).
 
@@ -40,7 +41,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from core_view import core_view, state_of
-from poolkit import Backoff, KeepAlive, PoolOptions
+from poolkit import Backoff, Hooks, KeepAlive, PoolOptions
 from poolkit._core import (
     CloseConnection,
     CompleteRequest,
@@ -51,6 +52,7 @@ from poolkit._core import (
     RequestState,
     StartConnect,
     StartKeepAlive,
+    StartReset,
 )
 from poolkit.errors import PoolClosedError
 from poolkit.stats import PoolState
@@ -87,7 +89,11 @@ def pool_options(draw: st.DrawFn) -> PoolOptions:
     min_size = draw(st.integers(0, max_size if max_size else 2))
     soft = draw(st.one_of(st.none(), st.integers(min_size, max_size if max_size else 4)))
     clocked = draw(st.sampled_from([False, False, True]))
+    # (a reset hook keeps release_idle off; release_idle_clean, a check-in its caller reset,
+    # takes the fast path all the same)
+    resets = draw(st.sampled_from([False, False, True]))
     return PoolOptions(
+        hooks=Hooks(reset=_no_reset) if resets else None,
         max_size=max_size,
         min_size=min_size,
         soft_max_size=soft,
@@ -106,6 +112,10 @@ def pool_options(draw: st.DrawFn) -> PoolOptions:
             else None
         ),
     )
+
+
+def _no_reset(conn: Any) -> None:
+    """(A reset hook the core never calls: the drivers report its end, ``reset_done``.)"""
 
 
 class ConnectionObject:
@@ -133,6 +143,7 @@ class Driver:
         self.leases: list[Conn] = []
         self.owed: list[Conn] = []
         self.probing: list[Conn] = []
+        self.resetting: list[Conn] = []
         self.served: list[int] = []  #: queued checkouts served, in the order they were
         self.step: list[tuple[Any, ...]] = []  #: the actions of the last step, normalized
         self.events: list[Any] = []  #: the events of the last step
@@ -163,18 +174,20 @@ class Driver:
             assert req.conn is not None
             self.leases.append(req.conn)
 
-    def release(self, index: int, now: float) -> None:
+    def release(self, index: int, now: float, clean: bool = False) -> None:
+        """A check-in (``clean``: of a connection its caller reset, ``release(reset=False)``)."""
         conn = self.leases.pop(index % len(self.leases))
         core = self.core
         if self.quick:
-            taken = core.fast.release_idle(conn)
+            fast = core.fast
+            taken = fast.release_idle_clean(conn) if clean else fast.release_idle(conn)
             if taken is not False:
                 assert not core.actions and not core.events and not core.timers.dirty
                 if taken is not True:
                     core.fast.note_wait(now - taken.started)  # as AsyncPool does, at once
                     self._complete(taken)
                 return
-        may_output = core.release(conn, now)
+        may_output = core.release(conn, now, clean)
         if not may_output:  # the front end takes nothing: there must be nothing to take
             assert not core.actions and not core.timers.dirty, self.name
             assert not core.events or core.observed, self.name
@@ -197,6 +210,10 @@ class Driver:
     def connect_failed(self, index: int, now: float) -> None:
         conn = self.owed.pop(index % len(self.owed))
         self.core.connect_failed(conn, now, ConnectError(f"connect {conn.id}"))
+
+    def reset_done(self, index: int, now: float, fail: bool) -> None:
+        conn = self.resetting.pop(index % len(self.resetting))
+        self.core.reset_done(conn, now, ConnectError("reset") if fail else None)
 
     def probe_done(self, index: int, now: float, fail: bool) -> None:
         conn = self.probing.pop(index % len(self.probing))
@@ -229,6 +246,9 @@ class Driver:
             elif isinstance(action, StartKeepAlive):
                 self.probing.append(action.conn)
                 self.step.append(("probe", action.conn.id))
+            elif isinstance(action, StartReset):
+                self.resetting.append(action.conn)
+                self.step.append(("reset", action.conn.id))
             else:
                 assert isinstance(action, CompleteRequest), action
                 self._complete(action.request)
@@ -332,11 +352,20 @@ def _conn_state(conn: Conn, clocked: bool) -> tuple[Any, ...]:
         conn.gate,
         conn.created_at,
         conn.expires,
-        conn.idle_since if clocked else None,  # kept only in a clocked pool (see PoolCore)
+        # kept only in a clocked pool (see PoolCore), read only while it is available
+        conn.idle_since if clocked and _idle_time_read(conn) else None,
         conn.probe_started,
         None if ka is None else (ka.kind, ka.when),
         _obj_id(conn.connection),
     )
+
+
+def _idle_time_read(conn: Conn) -> bool:
+    """Whether the pool may read ``conn.idle_since`` now: while it is available, or held by its
+    keep-alive probe only (which leaves the idle time running). Every way into those stamps it
+    (parked, connected, checked, reset, a multiplexed connection's last stream back but the
+    probe's), so it is not compared otherwise: release_idle's hand-off leaves it as it was."""
+    return conn.state is ConnState.IDLE or conn.probe_started is not None
 
 
 class PathsMachine(RuleBasedStateMachine):
@@ -407,6 +436,17 @@ class PathsMachine(RuleBasedStateMachine):
     @rule(index=st.integers(min_value=0))
     def release_more(self, index: int) -> None:
         self.release(index)
+
+    @precondition(lambda self: self.ref.leases)
+    @rule(index=st.integers(min_value=0))
+    def release_clean(self, index: int) -> None:
+        """A check-in whose caller reset the connection (``Lease.release(reset=False)``)."""
+        self._each(lambda d: d.release(index, self.now, clean=True))
+
+    @precondition(lambda self: self.ref.resetting)
+    @rule(index=st.integers(min_value=0), fail=st.booleans())
+    def reset_done(self, index: int, fail: bool) -> None:
+        self._each(lambda d: d.reset_done(index, self.now, fail))
 
     @precondition(lambda self: bool(core_view(self.ref.core).waiting))
     @rule(index=st.integers(min_value=0))

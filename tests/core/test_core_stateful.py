@@ -711,9 +711,11 @@ class PoolCoreMachine(RuleBasedStateMachine):
             assert conn not in state_of(self.c).idle_set.open, f"stale {conn} open for new leases"
 
     @precondition(lambda self: self.leases and not self.c.observed)
-    @rule(index=st.integers(min_value=0))
-    def release_quick(self, index: int) -> None:
-        """The front ends' check-in: ``release_idle`` first, the full one if it says no."""
+    @rule(index=st.integers(min_value=0), clean=st.sampled_from([False, False, True]))
+    def release_quick(self, index: int, clean: bool) -> None:
+        """The front ends' check-in: ``release_idle`` first, the full one if it says no;
+        ``clean`` (``Lease.release(reset=False)``): ``release_idle_clean``, and the full one with
+        ``clean=True``."""
         conn = self.leases[index % len(self.leases)]
         self._drop_lease(conn)
         self.releases += 1
@@ -729,12 +731,16 @@ class PoolCoreMachine(RuleBasedStateMachine):
         )
         stale = conn.state is ConnState.LEASED and _stale(core, conn)
         oldest = view.waiters()[:1]
-        taken, actions, _ = self._do(lambda core: core.fast.release_idle(conn))
+        resets = core.stats().resets
+        fast = core.fast.release_idle_clean if clean else core.fast.release_idle
+        taken, actions, _ = self._do(lambda core: fast(conn))
         if isinstance(taken, Request):
             core.fast.note_wait(self.now - taken.started)  # as the front ends do
         if taken:
             assert before[0] is ConnState.LEASED and before[1] == 1
             assert core.state is not PoolState.CLOSED
+            # the caller's reset is counted, as the full check-in counts it
+            assert core.stats().resets == resets + clean
             assert conn.generation == core.generation
             # a clocked pool parks a connection with its time and timers: only the full path
             assert oldest or not core.clocked, "parked by the fast path in a clocked pool"
@@ -759,7 +765,8 @@ class PoolCoreMachine(RuleBasedStateMachine):
                 len(shared.conns),
             )
             assert after == before, "a refused quick release changed something"
-            self._do(lambda core: core.release(conn, self.now))
+            assert core.stats().resets == resets, "a refused quick release counted a reset"
+            self._do(lambda core: core.release(conn, self.now, clean))
             self._checked_in_stale(conn, stale)
 
     @precondition(lambda self: self.owed)
@@ -938,16 +945,16 @@ class PoolCoreMachine(RuleBasedStateMachine):
         lease = core.generation if plain and not core.clocked and lifo and ready else -1
         hooks = state_of(core).options.hooks
         resets = hooks is not None and hooks.reset is not None
-        release = (
+        clean = (
             core.generation
             if plain
             and core.state is not PoolState.CLOSED
             and state_of(core).options.max_lifetime is None
-            and not resets
             else -1
         )
+        release = -1 if resets else clean
         hand = handout_of(core)
-        assert (hand._lease_gen, hand._release_gen) == (lease, release)
+        assert (hand._lease_gen, hand._release_gen, hand._clean_gen) == (lease, release, clean)
 
     @invariant()
     def request_states(self) -> None:

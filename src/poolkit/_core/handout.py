@@ -35,14 +35,15 @@ Rules of this module
   the full check (``_take``, ``lease``), which may close perished connections (actions) and stop
   a keep-alive timer (``note_stale``).
 * A failed request is completed here only (``fail``): counted, told, and handed back.
-* ``idle_since`` is kept only in a clocked pool (one that reads idle times); ``release_idle``
-  parks a connection only in an unclocked one (in a clocked one it hands connections to waiters
-  only: a waiter's lease reads no idle time), so it needs no ``now``.
+* ``idle_since`` is kept only in a clocked pool (one that reads idle times), and read only while
+  the connection is available (parking stamps it). ``release_idle`` parks a connection only in
+  an unclocked pool (in a clocked one it hands connections to waiters only, leaving their
+  ``idle_since`` as it was: a lease reads none), so it needs no ``now``.
 
 Gates
 -----
 The fast paths decide "nothing to check" with one integer comparison: a connection's ``gate``
-against one of the pool's two gate values.
+against one of the pool's three gate values.
 
 * ``conn.gate`` (kept by ``records.regate``) is the connection's generation while it is *plain* (a
   limit of one stream, at most one in use, not overflow, neither draining nor closed), else
@@ -53,7 +54,11 @@ against one of the pool's two gate values.
   takes the newest; ``idle_order="fifo"`` takes the full path, ``_pop_idle``); else -1.
 * ``_release_gen`` (``give_back``): the generation when the pool is not closed, not
   load-balanced, with no ``max_lifetime`` nor reset hook (nothing to check at check-in); else -1.
-  ``release_idle`` takes the same gate; in a clocked pool it only hands the connection to a
+* ``_clean_gen`` (``release_idle_clean``, the fast check-in of a connection its caller reset,
+  ``Lease.release(reset=False)``): ``_release_gen`` whatever the reset hook (the caller ran the
+  reset).
+
+  ``release_idle`` takes ``_release_gen``; in a clocked pool it only hands the connection to a
   waiter, and declines to park it (a check-in there parks the connection with its time and arms
   its timers, which ``release_idle`` does not take): under contention every check-in is a
   hand-off, the fast one.
@@ -166,6 +171,7 @@ class Handout:
 
     __slots__ = (
         "_check_after",
+        "_clean_gen",
         "_counts",
         "_fifo",
         "_idle",
@@ -341,15 +347,15 @@ class Handout:
 
         False means the check-in must go through :meth:`release` (a stale or multiplexed
         connection, a load-balanced pool, a closed pool; no waiter in a clocked pool) and nothing
-        was changed. True
-        means the connection is available again. A ``Request`` means it was handed to that
-        waiting request, now served, which the caller must wake (nothing is appended to
-        ``actions``) and the caller reports the wait it ended (``note_wait``). Needs no ``now``:
-        it applies only where the time of a check-in is never read. The caller uses it only when
-        nobody observes the pool (it builds no event).
+        was changed. True means the connection is available again. A ``Request`` means it was
+        handed to that waiting request, now served, which the caller must wake (nothing is
+        appended to ``actions``) and the caller reports the wait it ended (``note_wait``). Needs
+        no ``now``: it applies only where the time of a check-in is never read. The caller uses
+        it only when nobody observes the pool (it builds no event).
         """
         if conn.gate != self._release_gen:  # (a plain connection out: leased, one stream)
             return False
+        # <hand-back copy>
         waiters = self._waiters
         if waiters:
             # serve without lease: the connection stays leased, now on the waiter's behalf.
@@ -367,6 +373,42 @@ class Handout:
         conn.state = _LEASED_IDLE
         self._idle.append(conn)
         return True
+        # </hand-back copy>
+
+    def release_idle_clean(self, conn: Conn) -> Request | bool:
+        """:meth:`release_idle` for a connection its caller reset itself (``release(conn, now,
+        clean=True)``'s fast path, ``Lease.release(reset=False)``): it applies in a pool with a
+        reset hook too (the ``_clean_gen`` gate), and counts the caller's reset among the resets,
+        as ``release`` does, when it takes the connection."""
+        if conn.gate != self._clean_gen:
+            return False
+        taken = self._hand_back(conn)
+        if taken is not False:
+            self.tally.hook_ended(False, failed=False)  # (a reset all the same, run by the caller)
+        return taken
+
+    def _hand_back(self, conn: Conn) -> Request | bool:
+        """What the fast check-ins do once the gate let ``conn`` through (``release_idle``
+        holds a copy inlined: ``tools/inline_copies.py``)."""
+        # <hand-back>
+        waiters = self._waiters
+        if waiters:
+            # serve without lease: the connection stays leased, now on the waiter's behalf.
+            req = waiters.popitem(last=False)[0]  # WaitQueue.pop_oldest inlined
+            if req.deadline is not None:
+                self.timers.note_stale()
+            req.state = _SERVED
+            req.conn = conn
+            self.checkouts += 1
+            return req
+        if self.clocked:  # parked with its time and timers: the full path
+            return False
+        # fire(conn, RELEASE_LAST) inlined: LEASED -> IDLE changes no counter (see _LEASED_IDLE).
+        conn.streams = 0
+        conn.state = _LEASED_IDLE
+        self._idle.append(conn)
+        return True
+        # </hand-back>
 
     def note_wait(self, seconds: float) -> None:
         """A request handed a connection by ``release_idle`` had waited ``seconds`` (its front
@@ -545,10 +587,9 @@ class Handout:
         plain = not self._lb and self._st.adaptive is None
         quick = plain and not self.clocked and not self._fifo and state is _READY
         self._lease_gen = generation if quick else -1
-        plain_release = (
-            plain and state is not _CLOSED and self._lifetime is None and not self.hooks.resets
-        )
-        self._release_gen = generation if plain_release else -1
+        clean_release = plain and state is not _CLOSED and self._lifetime is None
+        self._clean_gen = generation if clean_release else -1
+        self._release_gen = generation if clean_release and not self.hooks.resets else -1
 
     def _take(self, now: float) -> Conn | None:
         """A connection to lease now, or ``None``: a multiplexed one in use with a stream free

@@ -499,7 +499,7 @@ class Pool:
         if timeout is None:
             timeout = acquired_timeout
         try:
-            await asyncio.shield(self._release(lease, timeout))
+            await asyncio.shield(self._release(lease, connection, timeout))
         finally:
             self._note_released()
 
@@ -507,8 +507,8 @@ class Pool:
         if not self._leases and self._released is not None:
             self._released.set()
 
-    async def _release(self, lease: Lease[Connection], timeout: float | None) -> None:
-        proxy: Any = lease.connection  # (a PooledConnection: ``_lend`` made it)
+    async def _release(self, lease: Lease[Connection], proxy: Any, timeout: float | None) -> None:
+        """``lease`` given back, reset first; ``proxy`` is what it lent (a PooledConnection)."""
         con: Any = proxy._con
         con._on_release()  # (asyncpg's: resources invalidated, listeners left warned of)
         if con.is_closed():  # (an aborted protocol: terminate() ends asyncpg's cleanup, its

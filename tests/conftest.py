@@ -5,6 +5,13 @@ import uuid
 import pytest
 
 import hang_watchdog
+
+# what a run collected (tests/support/census.py: tests/project/test_readme_timing.py reads it)
+from census import (  # noqa: F401
+    pytest_collection_finish,
+    pytest_collection_modifyitems,
+    pytest_deselected,
+)
 from certs import Cert, self_signed
 
 # the suite's watchdog (tests/support/hang_watchdog.py): a hang ends the run, even one that

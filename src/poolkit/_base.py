@@ -177,7 +177,9 @@ class PoolBase(Generic[C]):
         self._call_at: Any = clock.call_at if isinstance(clock, DrivenClock) else None
         self._timer_at: float | None = None  #: the deadline the timer is armed for
         self._timer_handle: Any = None  #: the armed ``call_at`` timer, if any
-        self._sink = EventSink(listener_tuple(listeners))
+        self._sink = EventSink(
+            listener_tuple(listeners), warn_connects_failing=options.warn_connects_failing
+        )
         self._listened = bool(self._sink.listeners)
         #: whether the fast paths may run at all (no listener; leases not watched for leaks);
         #: each one also checks that DEBUG logging is off (``log._cached_level(10) is False``)

@@ -360,10 +360,14 @@ class EventSink:
     leaves delivery to the outer loop.
     """
 
-    __slots__ = ("_delivering", "_held", "_listeners", "_local", "_lock", "_queue")
+    __slots__ = ("_delivering", "_held", "_listeners", "_local", "_lock", "_queue", "_warn")
 
-    def __init__(self, listeners: tuple[Listener, ...]) -> None:
+    def __init__(
+        self, listeners: tuple[Listener, ...], *, warn_connects_failing: bool = True
+    ) -> None:
         self._listeners = listeners
+        #: ``PoolOptions.warn_connects_failing``: whether ``ConnectFailingEvent`` is warned of
+        self._warn = warn_connects_failing
         self._queue: deque[PoolEvent] = deque()
         self._lock = threading.Lock()
         self._local = threading.local()
@@ -410,7 +414,7 @@ class EventSink:
                     if held is not None and type(event) in HELD:
                         held.append(event)
                     else:
-                        _log.log_event(event)
+                        _log.log_event(event, warn_connects_failing=self._warn)
             finally:
                 local.busy = False
                 self._delivering = False
@@ -427,7 +431,7 @@ class EventSink:
             held, self._held = self._held, None
             if say and held:
                 for event in held:
-                    _log.log_event(event)
+                    _log.log_event(event, warn_connects_failing=self._warn)
 
     def reinit_after_fork(self) -> None:
         self._held = None

@@ -198,10 +198,11 @@ def build(event: ev.PoolEvent) -> LogMessage:
 _POOL_LOGGER: Final = logging.getLogger("poolkit.pool")
 
 
-def log_event(event: ev.PoolEvent) -> None:
+def log_event(event: ev.PoolEvent, *, warn_connects_failing: bool = True) -> None:
     """Log ``event`` as its CMAP message if DEBUG is on for ``poolkit.connection``; a leaked
-    lease and connects failing unseen also as a warning on ``poolkit.pool``, their recovery and
-    an adaptive limit's change at INFO."""
+    lease and connects failing unseen also as a warning on ``poolkit.pool`` (the latter unless
+    ``warn_connects_failing`` is false: ``PoolOptions.warn_connects_failing``), their recovery
+    and an adaptive limit's change at INFO."""
     if type(event) is ev.LeaseLeakedEvent:
         if event.collected:
             how = "was garbage-collected while out (its connection is closed)"
@@ -220,13 +221,14 @@ def log_event(event: ev.PoolEvent) -> None:
             where,
         )
     elif type(event) is ev.ConnectFailingEvent:
-        _POOL_LOGGER.warning(
-            "poolkit: connects to %s are failing and no checkout was told (%d in a row): %r; "
-            "the pool goes on trying",
-            event.address,
-            event.failures,
-            event.error,
-        )
+        if warn_connects_failing:
+            _POOL_LOGGER.warning(
+                "poolkit: connects to %s are failing and no checkout was told (%d in a row): "
+                "%r; the pool goes on trying",
+                event.address,
+                event.failures,
+                event.error,
+            )
     elif type(event) is ev.ConnectLostEvent:
         _POOL_LOGGER.warning(
             "poolkit: connect %d to %s was given up on and has not returned in %.3f s: it no "

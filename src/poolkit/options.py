@@ -427,6 +427,11 @@ class PoolOptions:
       issue 28's.)
     * ``hooks``: a :class:`Hooks` (configure after connect, check before hand-out, reset on
       check-in, is_broken after an error); ``None``: connections go in and out as they are.
+    * ``warn_connects_failing``: whether the pool warns, on logger ``poolkit.pool``, that
+      connects are failing while no checkout is told (once per run of failures: filling
+      ``min_size``, refilling, retrying). ``False`` for a layer that logs each failed connect
+      itself (the psycopg_pool drop-ins log it on ``psycopg.pool``, as psycopg_pool does);
+      listeners get the :class:`~poolkit.events.ConnectFailingEvent` either way.
     """
 
     max_size: int = 100
@@ -448,6 +453,7 @@ class PoolOptions:
     leak_timeout: float | None = None
     hooks: Hooks | None = None
     adaptive: Adaptive | None = None
+    warn_connects_failing: bool = True
 
     if TYPE_CHECKING:  # what the constructor takes (durations also as timedelta; read as float)
 
@@ -473,6 +479,7 @@ class PoolOptions:
             leak_timeout: Seconds | None = None,
             hooks: Hooks | None = None,
             adaptive: Adaptive | None = None,
+            warn_connects_failing: bool = True,
         ) -> None: ...
 
     def __post_init__(self) -> None:
@@ -498,10 +505,11 @@ class PoolOptions:
             )
         jitter = _fraction("PoolOptions.max_lifetime_jitter", self.max_lifetime_jitter, 0.5)
         setattr_(self, "max_lifetime_jitter", jitter)
-        if not isinstance(self.load_balanced, bool):
-            raise TypeError(
-                f"PoolOptions.load_balanced must be a bool, not {type(self.load_balanced).__name__}"
-            )
+        for name in ("load_balanced", "warn_connects_failing"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(
+                    f"PoolOptions.{name} must be a bool, not {type(getattr(self, name)).__name__}"
+                )
         if self.idle_order not in ("lifo", "fifo"):
             raise ValueError(
                 f'PoolOptions.idle_order must be "lifo" or "fifo", got {self.idle_order!r}'

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import sys
-import threading
 import time
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
@@ -27,6 +26,7 @@ import pytest
 
 from pg_service import PgServer, need, pg, wait_until
 from poolkit.testing import FaultProxy
+from starvation import assert_no_thread_starved, operations_per_thread
 
 __all__ = ["pg"]
 
@@ -255,9 +255,7 @@ def test_the_pool_refills_to_min_size_by_itself_after_an_outage(pg: PgServer, im
 
 # ---------------------------------------------------------------- H3: no thread starved
 
-THREADS = 16
-SIZE = 8
-RUN = 2.0  # seconds
+SIZE = 8  # (16 threads: starvation.THREADS)
 
 
 @pytest.mark.timing
@@ -269,35 +267,13 @@ def test_no_thread_is_starved(pg: PgServer, impl: str) -> None:
     min/mean 0.96-0.99 for both here): a regression guard."""
     pool = sync_pool(impl)(pg.dsn, min_size=SIZE, kwargs=kw(pg), open=False)
     pool.open(wait=True, timeout=10.0)
-    counts = [0] * THREADS
-    errors: list[BaseException] = []
-    stop = threading.Event()
-    start = threading.Barrier(THREADS + 1, timeout=10.0)
 
-    def work(i: int) -> None:
-        try:
-            start.wait()
-            while not stop.is_set():
-                with pool.connection(timeout=5.0) as conn:
-                    conn.execute("SELECT 1").fetchone()
-                counts[i] += 1
-        except BaseException as exc:  # (reported by the test, not lost in the thread)
-            errors.append(exc)
-            stop.set()
+    def operation() -> None:
+        with pool.connection(timeout=5.0) as conn:
+            conn.execute("SELECT 1").fetchone()
 
-    threads = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(THREADS)]
     try:
-        for thread in threads:
-            thread.start()
-        start.wait()
-        time.sleep(RUN)
+        counts = operations_per_thread(operation)
     finally:
-        stop.set()
-        for thread in threads:
-            thread.join(timeout=10.0)
         pool.close()
-    assert not errors, errors
-    assert not any(thread.is_alive() for thread in threads)
-    mean = sum(counts) / THREADS
-    assert mean > 0
-    assert min(counts) >= mean / 2, f"per thread: {counts} (mean {mean:.0f})"
+    assert_no_thread_starved(counts)

@@ -28,6 +28,8 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 import redis
 import redis.asyncio
+import redis.backoff
+import redis.retry
 
 import poolkit
 from poolkit import events as ev
@@ -590,9 +592,12 @@ def private_redis() -> Iterator[Callable[..., str]]:
         process = subprocess.Popen([*command, *args], stdout=subprocess.DEVNULL)
         started.append((process, folder))
         deadline = time.monotonic() + 10
+        # (no retries of redis-py's own: this loop retries, and redis-py's default Retry backs
+        # off for seconds on the AuthenticationError of a server that asks for a password)
+        once = redis.retry.Retry(redis.backoff.NoBackoff(), 0)
         while True:
             try:
-                with redis.Redis(unix_socket_path=sock, socket_timeout=1) as probe:
+                with redis.Redis(unix_socket_path=sock, socket_timeout=1, retry=once) as probe:
                     probe.ping()
                 break
             except redis.AuthenticationError:

@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import threading
-import time
 import warnings
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from pg_service import PgServer, need, pg, wait_until
+from starvation import assert_no_thread_starved, operations_per_thread
 
 __all__ = ["pg"]
 
@@ -144,9 +143,7 @@ def test_a_task_cancelled_holding_a_connection_gives_it_back(
 
 # ---------------------------------------------------------------- H3: no thread starved
 
-THREADS = 16
-SIZE = 8
-RUN = 2.0  # seconds
+SIZE = 8  # (16 threads: starvation.THREADS)
 
 
 @pytest.mark.timing
@@ -179,35 +176,13 @@ def test_no_thread_is_starved(pg: PgServer, impl: str) -> None:
     warm = [engine.connect() for _ in range(SIZE)]
     for conn in warm:
         conn.close()
-    counts = [0] * THREADS
-    errors: list[BaseException] = []
-    stop = threading.Event()
-    start = threading.Barrier(THREADS + 1, timeout=10.0)
 
-    def work(i: int) -> None:
-        try:
-            start.wait()
-            while not stop.is_set():
-                with engine.connect() as conn:
-                    conn.exec_driver_sql("SELECT 1").scalar()
-                counts[i] += 1
-        except BaseException as exc:  # (reported by the test, not lost in the thread)
-            errors.append(exc)
-            stop.set()
+    def operation() -> None:
+        with engine.connect() as conn:
+            conn.exec_driver_sql("SELECT 1").scalar()
 
-    threads = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(THREADS)]
     try:
-        for thread in threads:
-            thread.start()
-        start.wait()
-        time.sleep(RUN)
+        counts = operations_per_thread(operation)
     finally:
-        stop.set()
-        for thread in threads:
-            thread.join(timeout=15.0)
         engine.dispose()
-    assert not errors, errors
-    assert not any(thread.is_alive() for thread in threads)
-    mean = sum(counts) / THREADS
-    assert mean > 0
-    assert min(counts) >= mean / 2, f"per thread: {counts} (mean {mean:.0f})"
+    assert_no_thread_starved(counts)

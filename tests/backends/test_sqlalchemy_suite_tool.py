@@ -29,7 +29,7 @@ CHECK = textwrap.dedent(
     a = create_async_engine(url.replace("psycopg", "asyncpg"), pool_size=4)
     print(type(a.sync_engine.pool).__name__, type(a.sync_engine.pool).__module__)
     print(len({sqlalchemy.QueuePool, sqlalchemy.pool.QueuePool, sqlalchemy.pool.impl.QueuePool}))
-    print(poolkit_swap._built[0])
+    print(poolkit_swap.RECORDER.building)
     """
 )
 

@@ -73,6 +73,7 @@ def test_timedelta_and_cmap_names() -> None:
         ),
         ({"connect_timeout": 0}, ValueError, "connect_timeout must be > 0"),
         ({"load_balanced": 1}, TypeError, "load_balanced must be a bool"),
+        ({"warn_connects_failing": None}, TypeError, "warn_connects_failing must be a bool"),
     ],
 )
 def test_invalid_values_name_option_and_rule(

@@ -538,6 +538,36 @@ def test_background_connect_failures_are_warned_once_per_run(
     drive(front_kind, scenario, ready=False, min_size=2, background_interval=0.5)
 
 
+def test_connects_failing_unseen_are_not_warned_of_when_the_pool_says_so(
+    front_kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # PoolOptions(warn_connects_failing=False), the psycopg_pool drop-ins' (they log each failed
+    # connect themselves): no warning on poolkit.pool; listeners still get the
+    # event, and the CMAP debug log still has it.
+    caplog.set_level(logging.DEBUG, logger="poolkit")
+
+    async def scenario(f: Front) -> None:
+        f.connect_errors = [ConnectionRefusedError("down")] * 3
+        f.pool.ready()
+        for _ in range(3):
+            await f.advance(0.5)
+        assert f.pool.stats().connect_failures == 3
+        assert len(f.of(poolkit.events.ConnectFailingEvent)) == 1
+        warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert warned == [], warned
+        debug = [r.getMessage() for r in caplog.records if r.name == "poolkit.connection"]
+        assert any(m.startswith("ConnectFailingEvent") for m in debug), debug
+
+    drive(
+        front_kind,
+        scenario,
+        ready=False,
+        min_size=2,
+        background_interval=0.5,
+        warn_connects_failing=False,
+    )
+
+
 SECRET_ADDRESS = "user:s3cr3t@host:27017"
 
 

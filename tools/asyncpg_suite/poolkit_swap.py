@@ -15,29 +15,14 @@ notes, for each test, whether it built a pool of the side under test, and with
 
 from __future__ import annotations
 
-import functools
-import json
-import os
 from typing import Any
 
 import pytest
-from peer_suite_outcomes import Outcomes
+from peer_suite_outcomes import Recorder, side
 
-POOLS = os.environ.get("POOLKIT_ASYNCPG_SUITE_POOLS", "asyncpg")
-#: whether the test running now built a pool of the side under test
-_built: list[bool] = [False]
-
-
-def _noting(cls: type[Any]) -> None:
-    """``cls.__init__`` notes that a pool was built (the class's own ``__init__``, wrapped)."""
-    init = cls.__dict__["__init__"]
-
-    @functools.wraps(init)
-    def noted(self: Any, *args: Any, **kwargs: Any) -> None:
-        _built[0] = True
-        init(self, *args, **kwargs)
-
-    cls.__init__ = noted  # type: ignore[misc]
+ENV = "POOLKIT_ASYNCPG_SUITE"
+POOLS = side(ENV, "asyncpg")
+RECORDER = Recorder(ENV, "asyncpg's own", "poolkit's drop-in")
 
 
 def _rebind(function: Any, old: Any, new: Any) -> None:
@@ -59,7 +44,7 @@ def _swap() -> dict[str, str]:
     from poolkit.backends import asyncpg as pk
 
     old = asyncpg.pool.Pool
-    _noting(pk.Pool)
+    RECORDER.noting(pk.Pool)
     done: dict[str, str] = {}
     for module in (asyncpg, asyncpg.pool):
         module.Pool = pk.Pool  # type: ignore[attr-defined,misc]
@@ -73,48 +58,12 @@ def _swap() -> dict[str, str]:
 
 
 if POOLS == "poolkit":
-    SWAPPED = _swap()
-elif POOLS == "asyncpg":
+    RECORDER.swapped = _swap()
+else:
     import asyncpg.pool
 
-    _noting(asyncpg.pool.Pool)
-    SWAPPED = {}
-else:
-    raise RuntimeError(f"POOLKIT_ASYNCPG_SUITE_POOLS must be 'asyncpg' or 'poolkit', not {POOLS!r}")
-
-DESELECT = frozenset(json.loads(os.environ.get("POOLKIT_ASYNCPG_SUITE_DESELECT", "[]")))
-_outcomes = Outcomes()
-_builders: set[str] = set()
+    RECORDER.noting(asyncpg.pool.Pool)
 
 
-def pytest_report_header() -> list[str]:
-    if not SWAPPED:
-        return ["pools: asyncpg's own"]
-    return ["pools: poolkit's drop-in"] + [f"  {k} = {v}" for k, v in SWAPPED.items()]
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if not DESELECT:
-        return
-    kept = [item for item in items if item.nodeid not in DESELECT]
-    if len(kept) < len(items):
-        config.hook.pytest_deselected(items=[item for item in items if item not in kept])
-        items[:] = kept
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_protocol(item: pytest.Item) -> Any:
-    _built[0] = False
-    try:
-        return (yield)
-    finally:
-        if _built[0]:
-            _builders.add(item.nodeid)
-
-
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    _outcomes.note(report)
-
-
-def pytest_sessionfinish() -> None:
-    _outcomes.write(os.environ.get("POOLKIT_ASYNCPG_SUITE_RESULTS"), _builders)
+def pytest_configure(config: pytest.Config) -> None:
+    RECORDER.register(config)

@@ -9,7 +9,7 @@ private attributes, with its reason; not run with poolkit's).
    the package index (``tools/peer_sdist.py``), and copies its ``tests/`` only into a cache folder
    (``--cache``, default ``$POOLKIT_ASYNCPG_SUITE_CACHE`` or ``~/.cache/poolkit/asyncpg-suite``);
 2. makes a venv of its own there with that asyncpg and pytest, once;
-3. starts a private PostgreSQL cluster (``initdb``, as tools/psycopg_pool_suite does; without it,
+3. starts a private PostgreSQL cluster (``initdb``, tools/peer_suite.py's; without it,
    the server of ``$POOLKIT_TEST_PG_DSN``) and runs the tests in two databases of its own at
    once, with asyncpg's pool in one and poolkit's in the other (``POOLKIT_ASYNCPG_SUITE_POOLS``:
    see poolkit_swap.py). asyncpg's ``_testbase`` uses the running cluster through ``PGHOST``,
@@ -24,24 +24,18 @@ Exit status 0 when nothing differs; 1 with the list of tests that do; 2 if it co
 
 from __future__ import annotations
 
-import argparse
-import importlib.metadata
-import importlib.util
-import json
 import os
-import shutil
 import subprocess
 import sys
-import tarfile
-import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent.parent
 sys.path.insert(0, str(HERE.parent))  # tools/: what the runners share
-import peer_sdist  # noqa: E402
+from peer_suite import Suite, figures, reach, run, shared_server  # noqa: E402
+
+SUITE = Suite("asyncpg suite", "POOLKIT_ASYNCPG_SUITE", HERE)
 
 #: what runs: asyncpg's pool tests
 TESTS = ["tests/test_pool.py"]
@@ -90,114 +84,16 @@ SKIPS: dict[str, str] = {
 }
 
 
-def say(message: str) -> None:
-    print(f"asyncpg suite: {message}", flush=True)
-
-
-def run(cmd: list[str], **kwargs: object) -> None:
-    subprocess.run(cmd, check=True, **kwargs)  # type: ignore[call-overload]
-
-
-def _psycopg_runner() -> ModuleType:
-    """tools/psycopg_pool_suite/run.py, for its private PostgreSQL cluster."""
-    spec = importlib.util.spec_from_file_location(
-        "psycopg_pool_suite_run", HERE.parent / "psycopg_pool_suite" / "run.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def asyncpg_version() -> str:
-    try:
-        return importlib.metadata.version("asyncpg")
-    except importlib.metadata.PackageNotFoundError:
-        sys.exit("asyncpg suite: asyncpg is not installed here (pip install -e '.[dev]')")
-
-
-def sources(cache: Path, version: str) -> Path:
-    """asyncpg ``version``'s ``tests/`` (from its source distribution), fetched once; the folder
-    that holds it."""
-    tree = cache / f"asyncpg-{version}-tests"
-    if (tree / "tests" / "test_pool.py").is_file():
-        return tree
-    download = cache / "download"
-    download.mkdir(parents=True, exist_ok=True)
-    archive = peer_sdist.fetch("asyncpg", version, download, say)
-    with tempfile.TemporaryDirectory(dir=cache) as tmp, tarfile.open(archive) as tar:
-        members = [m for m in tar.getmembers() if m.name.startswith(f"asyncpg-{version}/tests/")]
-        tar.extractall(tmp, members=members, filter="data")
-        unpacked = Path(tmp) / f"asyncpg-{version}"
-        if not (unpacked / "tests" / "test_pool.py").is_file():
-            sys.exit(f"asyncpg suite: {archive.name} has no tests/test_pool.py")
-        if tree.exists():
-            shutil.rmtree(tree)
-        unpacked.rename(tree)
-    return tree
-
-
-def venv(cache: Path, version: str) -> Path:
-    """The python of a venv with asyncpg ``version`` and what its tests need, made once."""
-    home = cache / "venv"
-    python = home / "bin" / "python"
-    marker = home / "poolkit-suite.json"
-    wanted = {"asyncpg": version, "needs": NEEDS, "python": sys.version.split()[0]}
-    if python.exists() and marker.is_file() and json.loads(marker.read_text()) == wanted:
-        return python
-    if home.exists():
-        shutil.rmtree(home)
-    say(f"making a venv for asyncpg's tests in {home}")
-    run([sys.executable, "-m", "venv", str(home)])
-    run([str(python), "-m", "pip", "install", "-q", f"asyncpg=={version}", *NEEDS])
-    marker.write_text(json.dumps(wanted))
-    return python
-
-
 def start_pytest(
     python: Path, tree: Path, server: dict[str, str], pools: str, tests: list[str], results: Path
 ) -> subprocess.Popen[bytes]:
-    """Start ``tests`` in asyncpg's tree with ``pools`` against ``server`` (PG* variables); its
-    output goes to ``results`` with the suffix .log, its outcomes to ``results``."""
-    env = dict(os.environ)
-    env.update(server)
-    env.update(
-        POOLKIT_ASYNCPG_SUITE_POOLS=pools,
-        POOLKIT_ASYNCPG_SUITE_RESULTS=str(results),
-        PYTHONPATH=os.pathsep.join([str(HERE), str(HERE.parent), str(ROOT / "src")]),
-        PYTHONDONTWRITEBYTECODE="1",
-    )
-    env.pop("PYTEST_ADDOPTS", None)
-    if pools == "poolkit":
-        env["POOLKIT_ASYNCPG_SUITE_DESELECT"] = json.dumps(sorted(SKIPS))
-    cmd = [str(python), "-m", "pytest", "-p", "poolkit_swap", "-p", "no:cacheprovider", "-q",
-           "--tb=native", "--no-header", "-o", "addopts=", *tests]  # fmt: skip
-    results.unlink(missing_ok=True)
-    with open(results.with_suffix(".log"), "w", encoding="utf-8") as log:
-        return subprocess.Popen(cmd, cwd=tree, env=env, stdout=log, stderr=subprocess.STDOUT)
-
-
-def outcomes(run: subprocess.Popen[bytes], results: Path) -> tuple[dict[str, str], set[str]]:
-    """What ``run`` found, by node id, once it has ended; the tests that built a pool."""
-    run.wait()
-    if not results.is_file():
-        sys.exit(f"asyncpg suite: pytest wrote no results; see {results.with_suffix('.log')}")
-    found: dict[str, str] = {}
-    built: set[str] = set()
-    for line in results.read_text(encoding="utf-8").splitlines():
-        entry = json.loads(line)
-        found[entry["nodeid"]] = entry["outcome"]
-        if entry["built"]:
-            built.add(entry["nodeid"])
-    return found, built
-
-
-def figures(found: dict[str, str], seconds: float) -> str:
-    counts = {o: sum(v == o for v in found.values()) for o in ("passed", "failed", "skipped")}
-    return (
-        f"{counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped "
-        f"in {seconds:.0f} s"
-    )
+    """Start ``tests`` in asyncpg's tree with ``pools`` against ``server`` (PG* variables)."""
+    return SUITE.start_pytest(
+        python, tree, pools, tests, results,
+        args=["-p", "no:cacheprovider", "-q", "--tb=native", "--no-header", "-o", "addopts="],
+        env=server,
+        deselect=SKIPS if pools == "poolkit" else None,
+    )  # fmt: skip
 
 
 def server_env(dsn: str, database: str) -> dict[str, str]:
@@ -211,8 +107,8 @@ def server_env(dsn: str, database: str) -> dict[str, str]:
     }
 
 
-def admin(python: Path, server: dict[str, str], sql: str) -> None:
-    """Run ``sql`` in the server's ``postgres`` database, with the suite's asyncpg."""
+def admin(python: Path, dsn: str) -> Callable[[str], None]:
+    """Runs SQL in the server's ``postgres`` database, with the suite's asyncpg."""
     script = (
         "import asyncio, asyncpg, sys\n"
         "async def main():\n"
@@ -221,39 +117,38 @@ def admin(python: Path, server: dict[str, str], sql: str) -> None:
         "    await c.close()\n"
         "asyncio.run(main())\n"
     )
-    run([str(python), "-c", script, sql], env={**os.environ, **server})
+
+    def execute(sql: str) -> None:
+        run([str(python), "-c", script, sql], env={**os.environ, **server_env(dsn, "postgres")})
+
+    return execute
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    default_cache = os.environ.get("POOLKIT_ASYNCPG_SUITE_CACHE") or str(
-        Path.home() / ".cache" / "poolkit" / "asyncpg-suite"
-    )
-    parser.add_argument("--cache", default=default_cache, help="where sources and venv are kept")
-    parser.add_argument("--reruns", type=int, default=2, help="runs more of a test that differs")
-    parser.add_argument("tests", nargs="*", help="files or node ids (default: TESTS)")
-    args = parser.parse_args()
+    args = SUITE.arguments(
+        __doc__, "asyncpg-suite", "where sources and venv are kept", "tests",
+        "files or node ids (default: TESTS)",
+    )  # fmt: skip
+    say = SUITE.say
     started = time.monotonic()
-    version = asyncpg_version()
-    cache = Path(args.cache).expanduser().resolve() / version
-    cache.mkdir(parents=True, exist_ok=True)
-    tree = sources(cache, version)
-    python = venv(cache, version)
+    version = SUITE.version("asyncpg", extra="dev")
+    cache = SUITE.cache(args.cache, version)
+    tree = SUITE.sdist(
+        cache, "asyncpg", version, cache / f"asyncpg-{version}-tests", "tests/test_pool.py",
+        keep=lambda name: name.startswith("tests/"),
+    )  # fmt: skip
+    python = SUITE.venv(
+        cache, {"asyncpg": version}, [f"asyncpg=={version}"], NEEDS, "asyncpg's tests"
+    )
     tests = args.tests or TESTS
-    work = cache / "last-run"
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir()
+    work = SUITE.work(cache)
     sides = ("asyncpg", "poolkit")
     names = {side: f"poolkit_asyncpg_suite_{side}_{os.getpid()}" for side in sides}
-    helper = _psycopg_runner()
-    with helper.private_cluster() as private:
-        dsn = private or helper.shared_server()
+    with SUITE.private_cluster() as private:
+        dsn = private or shared_server()
         where = "a private cluster" if private else "the shared server"
         envs = {side: server_env(dsn, names[side]) for side in sides}
-        for side in sides:
-            admin(python, envs[side], f"DROP DATABASE IF EXISTS {names[side]} WITH (FORCE)")
-            admin(python, envs[side], f"CREATE DATABASE {names[side]}")
-        try:
+        with SUITE.databases(admin(python, dsn), names.values()):
             say(f"asyncpg {version}'s pool tests with asyncpg's pool and poolkit's, at once, on "
                 f"{where}")  # fmt: skip
             t0 = time.monotonic()
@@ -261,34 +156,28 @@ def main() -> int:
                 side: start_pytest(python, tree, envs[side], side, tests, work / f"{side}.jsonl")
                 for side in sides
             }
-            base, base_built = outcomes(runs["asyncpg"], work / "asyncpg.jsonl")
+            base, base_built = SUITE.outcomes(runs["asyncpg"], work / "asyncpg.jsonl")
             base_time = time.monotonic() - t0
-            ours, ours_built = outcomes(runs["poolkit"], work / "poolkit.jsonl")
+            ours, ours_built = SUITE.outcomes(runs["poolkit"], work / "poolkit.jsonl")
             ours_time = time.monotonic() - t0
             passed_before = {t for t, o in base.items() if o == "passed"}
-            differ = sorted(t for t in passed_before if t not in SKIPS and ours.get(t) != "passed")
-            for attempt in range(args.reruns):
-                if not differ:
-                    break
-                say(f"running again, alone, the {len(differ)} that differ ({attempt + 1}): "
-                    + ", ".join(differ))  # fmt: skip
-                results = work / f"again{attempt}.jsonl"
-                again, again_built = outcomes(
-                    start_pytest(python, tree, envs["poolkit"], "poolkit", differ, results),
-                    results,
-                )
-                for nodeid in differ:
-                    if again.get(nodeid) == "passed":
-                        say(f"passed when run again alone: {nodeid}")
-                        ours[nodeid] = "passed"
-                        if nodeid in again_built:
-                            ours_built.add(nodeid)
-                differ = [t for t in differ if again.get(t) != "passed"]
-        finally:
-            for side in sides:
-                admin(python, envs[side], f"DROP DATABASE IF EXISTS {names[side]} WITH (FORCE)")
+            differ = SUITE.rerun(
+                sorted(t for t in passed_before if t not in SKIPS and ours.get(t) != "passed"),
+                args.reruns,
+                lambda differ, results: start_pytest(
+                    python, tree, envs["poolkit"], "poolkit", differ, results
+                ),
+                lambda attempt: work / f"again{attempt}.jsonl",
+                lambda attempt, differ: (
+                    f"running again, alone, the {len(differ)} that differ ({attempt + 1}): "
+                    + ", ".join(differ)
+                ),
+                ours,
+                ours_built,
+                passed=lambda nodeid: say(f"passed when run again alone: {nodeid}"),
+            )
     if len(passed_before) < 30:
-        print((work / "asyncpg.log").read_text(encoding="utf-8"))
+        SUITE.show_log(work / "asyncpg.log")
         say(f"only {len(passed_before)} tests passed with asyncpg's pool: the run is broken")
         return 2
     skipped = {t for t in base if t in SKIPS}
@@ -301,8 +190,7 @@ def main() -> int:
     for nodeid in sorted(t for t, o in ours.items() if o == "passed" and base.get(t) != "passed"):
         say(f"does not pass with asyncpg's pool, passes with poolkit's: {nodeid}")
     worse = {t: ours.get(t, "absent") for t in differ}
-    wanted = len((passed_before & base_built) - skipped)
-    reached = len({t for t, o in ours.items() if o == "passed"} & ours_built)
+    reached, wanted = reach(base, base_built, ours, ours_built, skipped)
     say(
         f"passing tests that built a pool: {reached} with poolkit's (at least {wanted} wanted: "
         f"asyncpg's {len(passed_before & base_built)}, less SKIPS)"
@@ -312,7 +200,7 @@ def main() -> int:
         say("the swap did not reach every test: fewer passing tests built poolkit's pool")
         status = 1
     if worse:
-        print((work / "poolkit.log").read_text(encoding="utf-8"))
+        SUITE.show_log(work / "poolkit.log")
         for nodeid, state in sorted(worse.items()):
             say(f"passes with asyncpg's pool, {state.upper()} with poolkit's: {nodeid}")
         say(f"{len(worse)} differ (the logs are in {work})")

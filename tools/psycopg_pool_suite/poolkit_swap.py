@@ -19,31 +19,13 @@ phase (setup, call, teardown) failed; skipped for skips and expected failures.
 
 from __future__ import annotations
 
-import functools
-import json
-import os
-from typing import Any
-
 import pytest
-from peer_suite_outcomes import Outcomes
+from peer_suite_outcomes import Recorder, side
 
-POOLS = os.environ.get("POOLKIT_PSYCOPG_SUITE_POOLS", "psycopg_pool")
+ENV = "POOLKIT_PSYCOPG_SUITE"
+POOLS = side(ENV, "psycopg_pool")
 NAMES = ("ConnectionPool", "AsyncConnectionPool", "NullConnectionPool", "AsyncNullConnectionPool")
-
-#: whether the test running now built a pool of the side under test
-_built: list[bool] = [False]
-
-
-def _noting(cls: type[Any]) -> None:
-    """``cls.__init__`` notes that a pool was built (the class's own ``__init__``, wrapped)."""
-    init = cls.__dict__["__init__"]
-
-    @functools.wraps(init)
-    def noted(self: Any, *args: Any, **kwargs: Any) -> None:
-        _built[0] = True
-        init(self, *args, **kwargs)
-
-    cls.__init__ = noted
+RECORDER = Recorder(ENV, "psycopg_pool's own", "poolkit's drop-ins")
 
 
 def _swap() -> dict[str, str]:
@@ -53,8 +35,8 @@ def _swap() -> dict[str, str]:
     from poolkit.backends import _psycopg_dropin_async, _psycopg_dropin_sync
     from poolkit.backends import psycopg as pk
 
-    _noting(_psycopg_dropin_async.AsyncConnectionPool)
-    _noting(_psycopg_dropin_sync.ConnectionPool)
+    RECORDER.noting(_psycopg_dropin_async.AsyncConnectionPool)
+    RECORDER.noting(_psycopg_dropin_sync.ConnectionPool)
     done: dict[str, str] = {}
     for name in NAMES:
         cls = getattr(pk, name)
@@ -64,52 +46,12 @@ def _swap() -> dict[str, str]:
 
 
 if POOLS == "poolkit":
-    SWAPPED = _swap()
-elif POOLS == "psycopg_pool":
+    RECORDER.swapped = _swap()
+else:
     import psycopg_pool.base
 
-    _noting(psycopg_pool.base.BasePool)
-    SWAPPED = {}
-else:
-    raise RuntimeError(
-        f"POOLKIT_PSYCOPG_SUITE_POOLS must be 'psycopg_pool' or 'poolkit', not {POOLS!r}"
-    )
-
-#: test names (``path::name``) not to run, each with all its parametrizations
-DESELECT = frozenset(json.loads(os.environ.get("POOLKIT_PSYCOPG_SUITE_DESELECT", "[]")))
-
-_outcomes = Outcomes()
-_builders: set[str] = set()
+    RECORDER.noting(psycopg_pool.base.BasePool)
 
 
-def pytest_report_header() -> list[str]:
-    if not SWAPPED:
-        return ["pools: psycopg_pool's own"]
-    return ["pools: poolkit's drop-ins"] + [f"  {k} = {v}" for k, v in SWAPPED.items()]
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if not DESELECT:
-        return
-    kept = [item for item in items if item.nodeid.split("[", 1)[0] not in DESELECT]
-    if len(kept) < len(items):
-        config.hook.pytest_deselected(items=[item for item in items if item not in kept])
-        items[:] = kept
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_protocol(item: pytest.Item) -> Any:
-    _built[0] = False
-    try:
-        return (yield)
-    finally:
-        if _built[0]:
-            _builders.add(item.nodeid)
-
-
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    _outcomes.note(report)
-
-
-def pytest_sessionfinish() -> None:
-    _outcomes.write(os.environ.get("POOLKIT_PSYCOPG_SUITE_RESULTS"), _builders)
+def pytest_configure(config: pytest.Config) -> None:
+    RECORDER.register(config)

@@ -13,13 +13,14 @@ JSON lines ``{"nodeid": ..., "outcome": "passed" | "failed" | "skipped"}``: fail
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import pytest
-from peer_suite_outcomes import Outcomes
+from peer_suite_outcomes import Recorder, side
 
-POOLS = os.environ.get("POOLKIT_REDIS_SUITE_POOLS", "redis")
+ENV = "POOLKIT_REDIS_SUITE"
+POOLS = side(ENV, "redis")
+RECORDER = Recorder(ENV, "redis-py's own", "poolkit's drop-ins", builds=False)
 
 
 def _swap() -> dict[str, str]:
@@ -57,24 +58,8 @@ def _swap() -> dict[str, str]:
 
 
 if POOLS == "poolkit":
-    SWAPPED = _swap()
-elif POOLS == "redis":
-    SWAPPED = {}
-else:
-    raise RuntimeError(f"POOLKIT_REDIS_SUITE_POOLS must be 'redis' or 'poolkit', not {POOLS!r}")
-
-_outcomes = Outcomes()
+    RECORDER.swapped = _swap()
 
 
-def pytest_report_header() -> list[str]:
-    if not SWAPPED:
-        return ["pools: redis-py's own"]
-    return ["pools: poolkit's drop-ins"] + [f"  {k} = {v}" for k, v in SWAPPED.items()]
-
-
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    _outcomes.note(report)
-
-
-def pytest_sessionfinish() -> None:
-    _outcomes.write(os.environ.get("POOLKIT_REDIS_SUITE_RESULTS"))
+def pytest_configure(config: pytest.Config) -> None:
+    RECORDER.register(config)

@@ -20,25 +20,20 @@ Exit status 0 when nothing differs; 1 with the list of tests that do; 2 if it co
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import importlib.metadata
-import json
-import os
 import shutil
 import socket
 import subprocess
 import sys
-import tarfile
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent.parent
 sys.path.insert(0, str(HERE.parent))  # tools/: what the runners share
-import peer_sdist  # noqa: E402
+from peer_suite import Suite, free_port  # noqa: E402
+
+SUITE = Suite("redis-py suite", "POOLKIT_REDIS_SUITE", HERE)
 
 #: redis-py's test files for what the drop-ins serve: pools, pipelines, pub/sub (sync, asyncio)
 FILES = [
@@ -103,63 +98,6 @@ SKIPS: dict[str, str] = {
 }
 
 
-def say(message: str) -> None:
-    print(f"redis-py suite: {message}", flush=True)
-
-
-def run(cmd: list[str], **kwargs: object) -> None:
-    subprocess.run(cmd, check=True, **kwargs)  # type: ignore[call-overload]
-
-
-def redis_version() -> str:
-    try:
-        return importlib.metadata.version("redis")
-    except importlib.metadata.PackageNotFoundError:
-        sys.exit("redis-py suite: redis-py is not installed here (pip install -e '.[test]')")
-
-
-def sources(cache: Path, version: str) -> Path:
-    """redis-py ``version``'s unpacked source distribution (with its tests/), fetched once."""
-    tree = cache / f"redis-{version}"
-    if (tree / "tests" / "conftest.py").is_file():
-        return tree
-    download = cache / "download"
-    download.mkdir(parents=True, exist_ok=True)
-    archive = peer_sdist.fetch("redis", version, download, say)
-    with tempfile.TemporaryDirectory(dir=cache) as tmp, tarfile.open(archive) as tar:
-        tar.extractall(tmp, filter="data")
-        unpacked = Path(tmp) / f"redis-{version}"
-        if not (unpacked / "tests" / "conftest.py").is_file():
-            sys.exit(f"redis-py suite: {archive.name} has no tests/: cannot run redis-py's tests")
-        if tree.exists():
-            shutil.rmtree(tree)
-        unpacked.rename(tree)
-    return tree
-
-
-def venv(cache: Path, version: str) -> Path:
-    """The python of a venv with redis-py ``version`` and what its tests need, made once."""
-    home = cache / "venv"
-    python = home / "bin" / "python"
-    marker = home / "poolkit-suite.json"
-    wanted = {"redis": version, "needs": NEEDS, "python": sys.version.split()[0]}
-    if python.exists() and marker.is_file() and json.loads(marker.read_text()) == wanted:
-        return python
-    if home.exists():
-        shutil.rmtree(home)
-    say(f"making a venv for redis-py's tests in {home}")
-    run([sys.executable, "-m", "venv", str(home)])
-    run([str(python), "-m", "pip", "install", "-q", f"redis=={version}", *NEEDS])
-    marker.write_text(json.dumps(wanted))
-    return python
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @contextlib.contextmanager
 def redis_server(workdir: Path) -> Iterator[str]:
     """A private redis-server on a free port of 127.0.0.1 (no persistence, in ``workdir``); its
@@ -176,7 +114,7 @@ def redis_server(workdir: Path) -> Iterator[str]:
         if _answers(port, server):
             break
     else:
-        sys.exit(f"redis-py suite: {binary} did not start on port {port}")
+        SUITE.fail(f"{binary} did not start on port {port}")
     try:
         yield f"redis://127.0.0.1:{port}/0"
     finally:
@@ -208,56 +146,31 @@ def _answers(port: int, server: subprocess.Popen[bytes]) -> bool:
 def start_pytest(
     python: Path, tree: Path, url: str, pools: str, tests: list[str], results: Path
 ) -> subprocess.Popen[bytes]:
-    """Start ``tests`` (files or node ids) in redis-py's tree with ``pools`` against ``url``;
-    its output goes to ``results`` with the suffix .log, its outcomes to ``results``."""
-    env = dict(os.environ)
-    env.update(
-        POOLKIT_REDIS_SUITE_POOLS=pools,
-        POOLKIT_REDIS_SUITE_RESULTS=str(results),
-        PYTHONPATH=os.pathsep.join([str(HERE), str(HERE.parent), str(ROOT / "src")]),
-        PYTHONDONTWRITEBYTECODE="1",
-    )
-    env.pop("PYTEST_ADDOPTS", None)
+    """Start ``tests`` (files or node ids) in redis-py's tree with ``pools`` against ``url``."""
     deselect = [f"--deselect={nodeid}" for nodeid in SKIPS] if pools == "poolkit" else []
-    cmd = [str(python), "-m", "pytest", "-p", "poolkit_swap", "-p", "no:cacheprovider",
-           "-q", "--tb=native", "--no-header", "-o", "addopts=", f"--redis-url={url}",
-           *deselect, *tests]  # fmt: skip
-    results.unlink(missing_ok=True)
-    with open(results.with_suffix(".log"), "w", encoding="utf-8") as log:
-        return subprocess.Popen(cmd, cwd=tree, env=env, stdout=log, stderr=subprocess.STDOUT)
-
-
-def outcomes(run: subprocess.Popen[bytes], results: Path) -> dict[str, str]:
-    """What ``run`` (from :func:`start_pytest`) found, by node id, once it has ended."""
-    run.wait()
-    if not results.is_file():
-        sys.exit(f"redis-py suite: pytest wrote no results; see {results.with_suffix('.log')}")
-    found: dict[str, str] = {}
-    for line in results.read_text(encoding="utf-8").splitlines():
-        entry = json.loads(line)
-        found[entry["nodeid"]] = entry["outcome"]
-    return found
+    return SUITE.start_pytest(
+        python, tree, pools, tests, results,
+        args=["-p", "no:cacheprovider", "-q", "--tb=native", "--no-header", "-o", "addopts=",
+              f"--redis-url={url}", *deselect],
+    )  # fmt: skip
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    default_cache = os.environ.get("POOLKIT_REDIS_SUITE_CACHE") or str(
-        Path.home() / ".cache" / "poolkit" / "redis-py-suite"
-    )
-    parser.add_argument("--cache", default=default_cache, help="where sources and venv are kept")
-    parser.add_argument("--reruns", type=int, default=2, help="runs more of a test that differs")
-    parser.add_argument("tests", nargs="*", help="files or node ids (default: FILES)")
-    args = parser.parse_args()
+    args = SUITE.arguments(
+        __doc__, "redis-py-suite", "where sources and venv are kept", "tests",
+        "files or node ids (default: FILES)",
+    )  # fmt: skip
+    say = SUITE.say
     started = time.monotonic()
-    version = redis_version()
-    cache = Path(args.cache).expanduser().resolve() / version
-    cache.mkdir(parents=True, exist_ok=True)
-    tree = sources(cache, version)
-    python = venv(cache, version)
+    version = SUITE.version("redis", "redis-py")
+    cache = SUITE.cache(args.cache, version)
+    tree = SUITE.sdist(
+        cache, "redis", version, cache / f"redis-{version}", "tests/conftest.py",
+        missing=f"redis-{version}.tar.gz has no tests/: cannot run redis-py's tests",
+    )  # fmt: skip
+    python = SUITE.venv(cache, {"redis": version}, [f"redis=={version}"], NEEDS, "redis-py's tests")
     tests = args.tests or FILES
-    work = cache / "last-run"  # (the logs of the last run stay there)
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir()
+    work = SUITE.work(cache)
     # the two runs at once, each on a server of its own (mostly waiting: pub/sub timeouts)
     with redis_server(work / "a") as url_a, redis_server(work / "b") as url_b:
         say(f"redis-py {version}'s tests with redis-py's pools and with poolkit's, at once")
@@ -265,19 +178,18 @@ def main() -> int:
             start_pytest(python, tree, url, pools, tests, work / f"{pools}.jsonl")
             for url, pools in ((url_a, "redis"), (url_b, "poolkit"))
         ]
-        base = outcomes(runs[0], work / "redis.jsonl")
-        ours = outcomes(runs[1], work / "poolkit.jsonl")
-        differ = sorted(t for t, o in ours.items() if o == "failed" and base.get(t) == "passed")
-        for attempt in range(args.reruns):
-            if not differ:
-                break
-            say(f"running again the {len(differ)} that differ ({attempt + 1})")
-            results = work / f"again{attempt}.jsonl"
-            again = outcomes(start_pytest(python, tree, url_b, "poolkit", differ, results), results)
-            differ = [t for t in differ if again.get(t) != "passed"]
+        base, _ = SUITE.outcomes(runs[0], work / "redis.jsonl")
+        ours, _ = SUITE.outcomes(runs[1], work / "poolkit.jsonl")
+        differ = SUITE.rerun(
+            sorted(t for t, o in ours.items() if o == "failed" and base.get(t) == "passed"),
+            args.reruns,
+            lambda differ, results: start_pytest(python, tree, url_b, "poolkit", differ, results),
+            lambda attempt: work / f"again{attempt}.jsonl",
+            lambda attempt, differ: f"running again the {len(differ)} that differ ({attempt + 1})",
+        )
     passed = sum(o == "passed" for o in base.values())
     if passed < 100:
-        print((work / "redis.log").read_text(encoding="utf-8"))
+        SUITE.show_log(work / "redis.log")
         say(f"only {passed} tests passed with redis-py's pools: the run is broken")
         return 2
     missing = sorted(set(SKIPS) - set(base))
@@ -293,7 +205,7 @@ def main() -> int:
     for nodeid in better:
         say(f"fails with redis-py's pools, passes with poolkit's: {nodeid}")
     if differ:
-        print((work / "poolkit.log").read_text(encoding="utf-8"))
+        SUITE.show_log(work / "poolkit.log")
         for nodeid in differ:
             say(f"passes with redis-py's pools, FAILS with poolkit's: {nodeid}")
         say(f"{len(differ)} differ (the logs are in {work})")

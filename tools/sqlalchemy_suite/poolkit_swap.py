@@ -21,18 +21,15 @@ subclass), and with
 from __future__ import annotations
 
 import functools
-import json
-import os
 from typing import Any
 
 import pytest
-from peer_suite_outcomes import Outcomes
+from peer_suite_outcomes import Recorder, side
 
-POOLS = os.environ.get("POOLKIT_SQLA_SUITE_POOLS", "sqlalchemy")
+ENV = "POOLKIT_SQLA_SUITE"
+POOLS = side(ENV, "sqlalchemy")
 NAMES = ("QueuePool", "AsyncAdaptedQueuePool")
-
-#: whether the test running now built a pool of the side under test
-_built: list[bool] = [False]
+RECORDER = Recorder(ENV, "SQLAlchemy's own", "poolkit's")
 
 
 def _noting(cls: type[Any]) -> None:
@@ -47,7 +44,7 @@ def _noting(cls: type[Any]) -> None:
     @functools.wraps(make_logger)
     def noted(instance: Any, *args: Any, **kwargs: Any) -> None:
         if isinstance(instance, cls):
-            _built[0] = True
+            RECORDER.built()
         make_logger(instance, *args, **kwargs)
 
     sqlalchemy.log.instance_logger = noted
@@ -72,56 +69,12 @@ def _swap() -> dict[str, str]:
 
 
 if POOLS == "poolkit":
-    SWAPPED = _swap()
-elif POOLS == "sqlalchemy":
+    RECORDER.swapped = _swap()
+else:
     import sqlalchemy.pool.impl
 
     _noting(sqlalchemy.pool.impl.QueuePool)
-    SWAPPED = {}
-else:
-    raise RuntimeError(
-        f"POOLKIT_SQLA_SUITE_POOLS must be 'sqlalchemy' or 'poolkit', not {POOLS!r}"
-    )
-
-#: test names (``path::name``) not to run, each with all its parametrizations
-DESELECT = frozenset(json.loads(os.environ.get("POOLKIT_SQLA_SUITE_DESELECT", "[]")))
-
-_outcomes = Outcomes()
-_builders: set[str] = set()
 
 
-def pytest_report_header() -> list[str]:
-    if not SWAPPED:
-        return ["pools: SQLAlchemy's own"]
-    return ["pools: poolkit's"] + [f"  {k} = {v}" for k, v in SWAPPED.items()]
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if not DESELECT:
-        return
-    kept = [
-        item
-        for item in items
-        if item.nodeid not in DESELECT and item.nodeid.split("[", 1)[0] not in DESELECT
-    ]
-    if len(kept) < len(items):
-        config.hook.pytest_deselected(items=[item for item in items if item not in kept])
-        items[:] = kept
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_protocol(item: pytest.Item) -> Any:
-    _built[0] = False
-    try:
-        return (yield)
-    finally:
-        if _built[0]:
-            _builders.add(item.nodeid)
-
-
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    _outcomes.note(report)
-
-
-def pytest_sessionfinish() -> None:
-    _outcomes.write(os.environ.get("POOLKIT_SQLA_SUITE_RESULTS"), _builders)
+def pytest_configure(config: pytest.Config) -> None:
+    RECORDER.register(config)

@@ -16,8 +16,8 @@ read SQLAlchemy's pools' private attributes; not run with poolkit's), each with 
    puts it first), the same version as the one installed here;
 2. makes a venv of its own there with the installed psycopg's, asyncpg's and greenlet's versions
    and pytest, once;
-3. starts a private PostgreSQL cluster (``initdb`` on a free port, as
-   ``tools/psycopg_pool_suite/run.py`` does; else fresh databases on the shared server), makes a
+3. starts a private PostgreSQL cluster (``initdb`` on a free port: ``tools/peer_suite.py``, as
+   every runner; else fresh databases on the shared server), makes a
    database per run with the schemas the schema-translate tests need (``test_schema``,
    ``test_schema_2``), and runs FILES four times at once: ``--dburi postgresql+psycopg://...``
    and ``--dburi postgresql+asyncpg://...``, each with SQLAlchemy's pools and with poolkit's
@@ -32,26 +32,19 @@ Exit status 0 when nothing differs; 1 with the list of tests that do; 2 if it co
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import importlib.metadata
-import importlib.util
-import json
 import os
-import shutil
 import subprocess
 import sys
-import tarfile
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent.parent
 sys.path.insert(0, str(HERE.parent))  # tools/: what the runners share
-import peer_sdist  # noqa: E402
+from peer_suite import Suite, figures, listed, reach, run, shared_server, tree_copy  # noqa: E402
+
+SUITE = Suite("SQLAlchemy suite", "POOLKIT_SQLA_SUITE", HERE)
 
 #: SQLAlchemy's test files for what the pools serve: the pool, reconnects, transactions, logging,
 #: execution, the asyncio engine
@@ -105,95 +98,10 @@ SKIPS: dict[str, str] = {
 }
 
 
-def say(message: str) -> None:
-    print(f"SQLAlchemy suite: {message}", flush=True)
-
-
-def run(cmd: list[str], **kwargs: object) -> None:
-    subprocess.run(cmd, check=True, **kwargs)  # type: ignore[call-overload]
-
-
-def version(name: str) -> str:
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        sys.exit(f"SQLAlchemy suite: {name} is not installed here (pip install -e '.[test]')")
-
-
-def _psycopg_runner() -> ModuleType:
-    """tools/psycopg_pool_suite/run.py, for its private cluster and databases."""
-    spec = importlib.util.spec_from_file_location(
-        "_psycopg_pool_suite_run", HERE.parent / "psycopg_pool_suite" / "run.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def listed(nodeid: str, table: dict[str, str]) -> str | None:
-    """The entry of ``table`` (SKIPS: test names) ``nodeid`` falls under: its own, or its test
-    function's (``name[param]`` under ``name``)."""
-    if nodeid in table:
-        return nodeid
-    name = nodeid.split("[", 1)[0]
-    return name if name in table else None
-
-
-def sources(cache: Path, sqla: str) -> Path:
-    """SQLAlchemy's test/, lib/ and pytest configuration, from its sdist, extracted once."""
-    source = cache / "source"
-    if (source / "test" / "engine" / "test_pool.py").is_file():
-        return source
-    download = cache / "download"
-    download.mkdir(parents=True, exist_ok=True)
-    archive = peer_sdist.fetch("SQLAlchemy", sqla, download, say)
-    wanted = ("test/", "lib/", "pyproject.toml", "setup.cfg")
-    with tempfile.TemporaryDirectory(dir=cache) as tmp, tarfile.open(archive) as tar:
-        members = [
-            m for m in tar.getmembers() if m.name.split("/", 1)[-1].startswith(wanted)
-        ]  # fmt: skip
-        tar.extractall(tmp, members=members, filter="data")
-        (top,) = Path(tmp).iterdir()
-        if source.exists():
-            shutil.rmtree(source)
-        # (lib/'s compiled extensions are not built: the tests run pure Python SQLAlchemy)
-        shutil.move(str(top), str(source))
-    return source
-
-
-def venv(cache: Path) -> Path:
-    """The python of a venv with pytest and this venv's drivers and greenlet, made once."""
-    home = cache / "venv"
-    python = home / "bin" / "python"
-    marker = home / "poolkit-suite.json"
-    pins = [f"{name}=={version(name)}" for name in PINNED]
-    wanted = {"pins": pins, "needs": NEEDS, "python": sys.version.split()[0]}
-    if python.exists() and marker.is_file() and json.loads(marker.read_text()) == wanted:
-        return python
-    if home.exists():
-        shutil.rmtree(home)
-    say(f"making a venv for SQLAlchemy's tests in {home}")
-    run([sys.executable, "-m", "venv", str(home)])
-    run([str(python), "-m", "pip", "install", "-q", *pins, *NEEDS])
-    marker.write_text(json.dumps(wanted))
-    return python
-
-
-def tree_copy(source: Path, target: Path) -> Path:
-    """A fresh copy of the sources (each run writes its .pytest_cache and querytest files)."""
-    if target.exists():
-        shutil.rmtree(target)
-    shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache"))
-    return target
-
-
 @contextlib.contextmanager
-def databases(
-    pg: ModuleType, python: Path, server: str, names: list[str]
-) -> Iterator[None]:
+def databases(python: Path, server: str, names: list[str]) -> Iterator[None]:
     """Databases ``names`` (fresh) with SCHEMAS in each, dropped at the end."""
-    with pg.databases(python, server, names):
+    with SUITE.databases(SUITE.psycopg_admin(python, server), names):
         script = (
             "import psycopg, sys\n"
             "with psycopg.connect(sys.argv[1], autocommit=True) as c:\n"
@@ -217,57 +125,19 @@ def dburi(server: str, driver: str, database: str) -> str:
 def start_pytest(
     python: Path, tree: Path, uri: str, pools: str, tests: list[str], results: Path
 ) -> subprocess.Popen[bytes]:
-    """Start ``tests`` (paths or node ids) in the tree with ``pools`` on ``uri``; its output goes
-    to ``results`` with the suffix .log, its outcomes to ``results``."""
-    env = dict(os.environ)
-    env.update(
-        POOLKIT_SQLA_SUITE_POOLS=pools,
-        POOLKIT_SQLA_SUITE_RESULTS=str(results),
-        # (lib/ first: the SQLAlchemy under test is the sdist's, as its conftest.py wants)
-        PYTHONPATH=os.pathsep.join(
-            [str(tree / "lib"), str(HERE), str(HERE.parent), str(ROOT / "src")]
-        ),
-        PYTHONDONTWRITEBYTECODE="1",
-    )
-    env.pop("PYTEST_ADDOPTS", None)
-    if pools == "poolkit":
-        env["POOLKIT_SQLA_SUITE_DESELECT"] = json.dumps(sorted(SKIPS))
-    # (-p no:cacheprovider: nothing kept between runs; -q over the configuration's -v)
-    cmd = [str(python), "-m", "pytest", "-p", "poolkit_swap", "-p", "no:cacheprovider", "-q",
-           "--no-header", "--dburi", uri, *tests]  # fmt: skip
-    results.unlink(missing_ok=True)
-    with open(results.with_suffix(".log"), "w", encoding="utf-8") as log:
-        return subprocess.Popen(cmd, cwd=tree, env=env, stdout=log, stderr=subprocess.STDOUT)
-
-
-def outcomes(run: subprocess.Popen[bytes], results: Path) -> tuple[dict[str, str], set[str]]:
-    """What ``run`` (from :func:`start_pytest`) found, by node id, once it has ended; the tests
-    that built a pool of the side under test."""
-    run.wait()
-    if not results.is_file():
-        sys.exit(f"SQLAlchemy suite: pytest wrote no results; see {results.with_suffix('.log')}")
-    found: dict[str, str] = {}
-    built: set[str] = set()
-    for line in results.read_text(encoding="utf-8").splitlines():
-        entry = json.loads(line)
-        found[entry["nodeid"]] = entry["outcome"]
-        if entry["built"]:
-            built.add(entry["nodeid"])
-    return found, built
-
-
-def figures(found: dict[str, str], seconds: float) -> str:
-    counts = {o: sum(v == o for v in found.values()) for o in ("passed", "failed", "skipped")}
-    return (
-        f"{counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped "
-        f"in {seconds:.0f} s"
-    )
+    """Start ``tests`` (paths or node ids) in the tree with ``pools`` on ``uri``."""
+    # (lib/ first: the SQLAlchemy under test is the sdist's, as its conftest.py wants;
+    # -p no:cacheprovider: nothing kept between runs; -q over the configuration's -v)
+    return SUITE.start_pytest(
+        python, tree, pools, tests, results,
+        args=["-p", "no:cacheprovider", "-q", "--no-header", "--dburi", uri],
+        path=[tree / "lib"],
+        deselect=SKIPS if pools == "poolkit" else None,
+    )  # fmt: skip
 
 
 def compare(
-    driver: str,
-    base: tuple[dict[str, str], set[str]],
-    ours: tuple[dict[str, str], set[str]],
+    base: tuple[dict[str, str], set[str]], ours: tuple[dict[str, str], set[str]]
 ) -> tuple[dict[str, str], int, int]:
     """The tests that pass with SQLAlchemy's pools and not with poolkit's (not SKIPS), by node
     id with poolkit's outcome; the passing tests that built a pool with poolkit's, and the
@@ -275,41 +145,36 @@ def compare(
     (found, base_built), (mine, mine_built) = base, ours
     passed_before = {t for t, o in found.items() if o == "passed"}
     skipped = {t for t in found if listed(t, SKIPS)}
-    worse = {
-        t: mine.get(t, "absent") for t in passed_before - skipped if mine.get(t) != "passed"
-    }
-    wanted = len((passed_before & base_built) - skipped)
-    reached = len({t for t, o in mine.items() if o == "passed"} & mine_built)
+    worse = {t: mine.get(t, "absent") for t in passed_before - skipped if mine.get(t) != "passed"}
+    reached, wanted = reach(found, base_built, mine, mine_built, skipped)
     return worse, reached, wanted
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    default_cache = os.environ.get("POOLKIT_SQLA_SUITE_CACHE") or str(
-        Path.home() / ".cache" / "poolkit" / "sqlalchemy-suite"
-    )
-    parser.add_argument("--cache", default=default_cache, help="where the venv and runs are kept")
-    parser.add_argument("--reruns", type=int, default=2, help="runs more of a test that differs")
-    parser.add_argument(
-        "--drivers", default=",".join(DRIVERS), help="the --dburi drivers, comma-separated"
-    )
-    parser.add_argument("selection", nargs="*", help="paths or node ids (default: FILES)")
-    args = parser.parse_args()
+    args = SUITE.arguments(
+        __doc__, "sqlalchemy-suite", "where the venv and runs are kept", "selection",
+        "paths or node ids (default: FILES)",
+        extra=lambda parser: parser.add_argument(
+            "--drivers", default=",".join(DRIVERS), help="the --dburi drivers, comma-separated"
+        ),
+    )  # fmt: skip
+    say = SUITE.say
     started = time.monotonic()
     drivers = [d for d in args.drivers.split(",") if d]
     if not drivers or set(drivers) - set(DRIVERS):
         say(f"--drivers must name some of {', '.join(DRIVERS)}, got {args.drivers!r}")
         return 2
-    sqla = version("SQLAlchemy")
-    cache = Path(args.cache).expanduser().resolve() / sqla
-    cache.mkdir(parents=True, exist_ok=True)
-    source = sources(cache, sqla)
-    python = venv(cache)
+    sqla = SUITE.version("SQLAlchemy")
+    cache = SUITE.cache(args.cache, sqla)
+    source = SUITE.sdist(
+        cache, "SQLAlchemy", sqla, cache / "source", "test/engine/test_pool.py",
+        # (lib/'s compiled extensions are not built: the tests run pure Python SQLAlchemy)
+        keep=lambda name: name.startswith(("test/", "lib/", "pyproject.toml", "setup.cfg")),
+    )  # fmt: skip
+    pins = [f"{name}=={SUITE.version(name)}" for name in PINNED]
+    python = SUITE.venv(cache, {"pins": pins}, pins, NEEDS, "SQLAlchemy's tests")
     tests = args.selection or FILES
-    work = cache / "last-run"  # (the logs of the last run stay there)
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir()
-    pg = _psycopg_runner()
+    work = SUITE.work(cache)
     sides = [(driver, pools) for driver in drivers for pools in ("sqlalchemy", "poolkit")]
     trees = {side: tree_copy(source, work / f"tree-{side[0]}-{side[1]}") for side in sides}
     names = {side: f"poolkit_sqla_{side[0]}_{side[1]}_{os.getpid()}" for side in sides}
@@ -321,10 +186,32 @@ def main() -> int:
     took: dict[tuple[str, str], float] = {}
     again_passed: list[str] = []
     status = 0
-    with pg.private_cluster() as private:
-        server = private or pg.shared_server()
+
+    def rerun(driver: str) -> None:
+        """Run again, alone, the tests that fail with poolkit's pools over ``driver`` only."""
+        base, ours = found[(driver, "sqlalchemy")], found[(driver, "poolkit")]
+        worse, _, _ = compare(base, ours)
+        side = (driver, "poolkit")
+        SUITE.rerun(
+            sorted(t for t, o in worse.items() if o == "failed"),
+            args.reruns,
+            lambda failing, results: start_pytest(
+                python, trees[side], uris[side], "poolkit", failing, results
+            ),
+            lambda attempt: work / f"{driver}-again{attempt}.jsonl",
+            lambda attempt, failing: (
+                f"{driver}: running again, alone, the {len(failing)} that fail with "
+                f"poolkit's pools ({attempt + 1} of {args.reruns}): {', '.join(failing)}"
+            ),
+            ours[0],
+            ours[1],
+            passed=lambda nodeid: again_passed.append(f"{driver}: {nodeid}"),
+        )
+
+    with SUITE.private_cluster() as private:
+        server = private or shared_server()
         where = "a private cluster" if private else "the shared server"
-        with databases(pg, python, server, list(names.values())):
+        with databases(python, server, list(names.values())):
             uris = {side: dburi(server, side[0], names[side]) for side in sides}
             say(
                 f"SQLAlchemy {sqla}'s tests over {' and '.join(drivers)}, with SQLAlchemy's "
@@ -336,38 +223,15 @@ def main() -> int:
                 for side in sides
             }
             for side, process in runs.items():
-                found[side] = outcomes(process, jsonl(side))
+                found[side] = SUITE.outcomes(process, jsonl(side))
                 took[side] = time.monotonic() - t0
             for driver in drivers:
-                base, ours = found[(driver, "sqlalchemy")], found[(driver, "poolkit")]
-                worse, _, _ = compare(driver, base, ours)
-                failing = sorted(t for t, o in worse.items() if o == "failed")
-                for attempt in range(args.reruns):
-                    if not failing:
-                        break
-                    say(
-                        f"{driver}: running again, alone, the {len(failing)} that fail with "
-                        f"poolkit's pools ({attempt + 1} of {args.reruns}): {', '.join(failing)}"
-                    )
-                    side = (driver, "poolkit")
-                    results = work / f"{driver}-again{attempt}.jsonl"
-                    again, again_built = outcomes(
-                        start_pytest(python, trees[side], uris[side], "poolkit", failing,
-                                     results),
-                        results,
-                    )  # fmt: skip
-                    for nodeid in failing:
-                        if again.get(nodeid) == "passed":
-                            ours[0][nodeid] = "passed"
-                            again_passed.append(f"{driver}: {nodeid}")
-                            if nodeid in again_built:
-                                ours[1].add(nodeid)
-                    failing = [t for t in failing if again.get(t) != "passed"]
+                rerun(driver)
     for driver in drivers:
         base, ours = found[(driver, "sqlalchemy")], found[(driver, "poolkit")]
         passed_before = sum(o == "passed" for o in base[0].values())
         if passed_before < 100:
-            print((work / f"{driver}-sqlalchemy.log").read_text(encoding="utf-8")[-20000:])
+            SUITE.show_log(work / f"{driver}-sqlalchemy.log", 20000)
             say(f"{driver}: only {passed_before} tests passed with SQLAlchemy's pools: broken run")
             return 2
         skipped = {t for t in base[0] if listed(t, SKIPS)}
@@ -379,7 +243,7 @@ def main() -> int:
         for nodeid in sorted(t for t, o in ours[0].items() if o == "passed" and base[0].get(t)
                              == "failed"):  # fmt: skip
             say(f"{driver}: fails with SQLAlchemy's pools, passes with poolkit's: {nodeid}")
-        worse, reached, wanted = compare(driver, base, ours)
+        worse, reached, wanted = compare(base, ours)
         say(
             f"{driver}: passing tests that built a pool: {reached} with poolkit's (at least "
             f"{wanted} wanted: SQLAlchemy's, less SKIPS)"
@@ -388,7 +252,7 @@ def main() -> int:
             say(f"{driver}: the swap did not reach every test: fewer built poolkit's pools")
             status = 1
         if worse:
-            print((work / f"{driver}-poolkit.log").read_text(encoding="utf-8")[-30000:])
+            SUITE.show_log(work / f"{driver}-poolkit.log", 30000)
             for nodeid, state in sorted(worse.items()):
                 say(f"{driver}: passes with SQLAlchemy's pools, {state.upper()} with poolkit's: "
                     f"{nodeid}")  # fmt: skip
@@ -396,8 +260,9 @@ def main() -> int:
             status = 1
     for entry, reason in sorted(SKIPS.items()):
         say(f"SKIPS (not run with poolkit's): {entry}: {reason}")
-    for entry in sorted(set(SKIPS) - {listed(t, SKIPS) for side in found for t in found[side][0]}):
-        say(f"listed in SKIPS but not among SQLAlchemy's tests: {entry}")
+    SUITE.unlisted(
+        SKIPS, "SKIPS", (t for side in found for t in found[side][0]), "SQLAlchemy's tests"
+    )
     for entry in again_passed:
         say(f"failed once with poolkit's pools, passed when run again alone: {entry}")
     if status == 0:

@@ -39,8 +39,8 @@ Rules of this module
   what it makes; ``close`` waits for such tasks, at most its ``timeout``, as psycopg_pool's
   waits for its workers.
 * A failed connect is logged once, on ``psycopg.pool`` as psycopg_pool logs it: the poolkit
-  pool's warning that connects fail unseen is filtered off ``poolkit.pool`` for the names of the
-  drop-in pools open (``_QuietConnectsFailing``).
+  pool's own warning that connects fail unseen is off
+  (``PoolOptions(warn_connects_failing=False)``).
 * Given back, a connection is rolled back if it was left in a transaction (a warning on
   ``psycopg.pool``, as psycopg_pool), closed if it was given back mid-query, broken or past its
   lifetime (a null pool's: closed there unless a caller waits for it), then the caller's
@@ -192,40 +192,6 @@ def expiry(created: float, max_lifetime: float) -> float:
     return created + max_lifetime * (1.0 - LIFETIME_JITTER * random.random())
 
 
-#: the names of the drop-in pools open now (a name may serve more than one pool)
-_open_names: Counter[str] = Counter()
-#: the poolkit pool's warning that connects fail while no checkout waits (``log_event``'s)
-_CONNECTS_FAILING: Final = "poolkit: connects to %s are failing and no checkout was told"
-
-
-class _QuietConnectsFailing(logging.Filter):
-    """Keeps off ``poolkit.pool`` the poolkit pool's warning that connects are failing unseen,
-    for the pools of drop-ins: the drop-in logs each failed connect itself, on ``psycopg.pool``
-    ("error connecting in ..."), as psycopg_pool does, and a second line for the same failure
-    would change what a psycopg_pool user's log (or a test of it) reads."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if not isinstance(record.msg, str) or not record.msg.startswith(_CONNECTS_FAILING):
-            return True
-        args = record.args
-        return not (isinstance(args, tuple) and args and _open_names[str(args[0])] > 0)
-
-
-logging.getLogger("poolkit.pool").addFilter(_QuietConnectsFailing())
-
-
-def opened(name: str) -> None:
-    """A drop-in pool named ``name`` opened (its poolkit pool's address is its name)."""
-    _open_names[name] += 1
-
-
-def closed(name: str) -> None:
-    """A drop-in pool named ``name`` closed."""
-    _open_names[name] -= 1
-    if _open_names[name] <= 0:
-        del _open_names[name]
-
-
 class PoolTimeout(psycopg_pool.PoolTimeout):
     """psycopg_pool's ``PoolTimeout``: no connection in time (a subclass of it)."""
 
@@ -291,6 +257,7 @@ def pool_options(
             max_waiting=max_waiting,
             connect_timeout=None,
             hooks=hooks,
+            warn_connects_failing=False,  # (the drop-in logs each failed connect itself)
         )
     return PoolOptions(
         min_size=min_size,
@@ -310,6 +277,7 @@ def pool_options(
             give_up_in=give_up_in,
         ),
         hooks=hooks,
+        warn_connects_failing=False,  # (the drop-in logs each failed connect itself)
     )
 
 

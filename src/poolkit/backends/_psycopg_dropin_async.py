@@ -67,12 +67,10 @@ from ._psycopg_dropin import (
     Tally,
     TooManyRequests,
     check_size,
-    closed,
     expiry,
     logger,
     measures,
     open_warning,
-    opened,
     pool_name,
     pool_options,
     putconn_refusal,
@@ -398,8 +396,6 @@ class AsyncConnectionPool(Generic[ACT]):
             except RuntimeError:
                 raise RuntimeError(f"{type(self).__name__} open with no running loop") from None
         pool = self._new_pool()
-        # (before ready(): a connect refused at once reports its failure from the first connect)
-        opened(self.name)
         pool.ready()
         self._pool = pool
         self._closed = False
@@ -441,13 +437,8 @@ class AsyncConnectionPool(Generic[ACT]):
         self._closed = True
         logger.debug("pool %r closed", self.name)
         pool = self._pool
-        try:
-            if pool is not None:
-                await pool.close()
-        finally:
-            # (after the poolkit pool's close: the events of connects that failed before it
-            # have been delivered by then, and a closed pool reports no more of them)
-            closed(self.name)
+        if pool is not None:
+            await pool.close()
         if True:  # ASYNC
             if self._apart:  # (connects given up by the poolkit pool: they close what they make)
                 await asyncio.wait(list(self._apart), timeout=timeout)

@@ -59,12 +59,10 @@ from ._psycopg_dropin import (
     Tally,
     TooManyRequests,
     check_size,
-    closed,
     expiry,
     logger,
     measures,
     open_warning,
-    opened,
     pool_name,
     pool_options,
     putconn_refusal,
@@ -325,8 +323,6 @@ class ConnectionPool(Generic[CT]):
             return
         self._check_open()
         pool = self._new_pool()
-        # (before ready(): a connect refused at once reports its failure from the first connect)
-        opened(self.name)
         pool.ready()
         self._pool = pool
         self._closed = False
@@ -368,13 +364,8 @@ class ConnectionPool(Generic[CT]):
         self._closed = True
         logger.debug("pool %r closed", self.name)
         pool = self._pool
-        try:
-            if pool is not None:
-                pool.close()
-        finally:
-            # (after the poolkit pool's close: the events of connects that failed before it
-            # have been delivered by then, and a closed pool reports no more of them)
-            closed(self.name)
+        if pool is not None:
+            pool.close()
 
     def __enter__(self) -> ConnectionPool[CT]:
         self._open_implicit = False

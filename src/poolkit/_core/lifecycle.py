@@ -222,9 +222,9 @@ class Lifecycle:
         self._hand.limits_changed()
         idle = st.idle_set
         # the roles: first lost by the available connections a checkout takes last, then by
-        # the others (out, connecting, checked, reset), oldest first
+        # the others (out, connecting, checked, reset), the newest first
         last_taken = list(reversed(idle.stack)) if st.fifo else list(idle.stack)
-        others = [c for c in st.conns.values() if c.state is not _IDLE]
+        others = [c for c in reversed(st.conns.values()) if c.state is not _IDLE]
         soft_limit = st.size_limit if options.soft_max_size is None else options.soft_max_size
         st.roles.resize(options.min_size, soft_limit, last_taken + others)
         life = self._life

@@ -312,7 +312,6 @@ def test_the_statistics_go_on() -> None:
     assert core_view(core).total == 1
 
 
-
 def _two_multiplexed(core: PoolCore, out_on_second: int) -> tuple[Conn, Conn, list[Request]]:
     """Two connections of two streams: the first with both out, the second with
     ``out_on_second``."""

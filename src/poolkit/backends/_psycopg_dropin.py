@@ -114,6 +114,9 @@ CONNECTIONS_LOST: Final = "connections_lost"
 #: trip), so that connections lost while idle are replaced without a caller meeting them
 #: (psycopg_pool #370, #1315: psycopg_pool finds them only when handing them out)
 PROBE_INTERVAL: Final = 1.0
+#: a null pool's connects at once when its ``max_size`` is 0 (no limit): psycopg_pool's null pool
+#: connects in each caller, with no bound of its own
+NULL_MAX_CONNECTING: Final = 100
 
 #: psycopg_pool's retry delays (its ``AttemptWithBackoff``'s defaults): 1 s, doubling, +-10 %
 _RETRY_BASE: Final = 1.0
@@ -287,7 +290,7 @@ def pool_options(
             min_size=0,
             max_size=max_size,  # (0: no limit, as in psycopg_pool's null pool)
             soft_max_size=0,
-            max_connecting=max_size or 100,
+            max_connecting=max_size or NULL_MAX_CONNECTING,
             max_waiting=max_waiting,
             connect_timeout=None,
             hooks=hooks,
@@ -346,10 +349,6 @@ class Tally:
         self.counts = Counter()
         self._popped = self._derived(stats, 0)
         return out
-
-    def forget_pool(self) -> None:
-        """A new poolkit pool (``resize``) counts from zero."""
-        self._popped = {}
 
 
 def measures(min_size: int, max_size: int, stats: PoolStats | None, null: bool) -> dict[str, int]:

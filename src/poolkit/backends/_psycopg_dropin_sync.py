@@ -47,6 +47,7 @@ from ._psycopg_dropin import (
     CONNECTIONS_LOST,
     CONNECTIONS_MS,
     CONNECTIONS_NUM,
+    NULL_MAX_CONNECTING,
     REQUESTS_ERRORS,
     REQUESTS_NUM,
     REQUESTS_QUEUED,
@@ -469,8 +470,6 @@ class ConnectionPool(Generic[CT]):
                 except PoolClearedError:  # drain(): go on waiting, in the new generation
                     continue
                 except PoolClosedError:
-                    if pool is not self._pool and not self._closed:  # resize(): the new pool
-                        continue
                     self._tally.counts[REQUESTS_ERRORS] += 1
                     raise PoolClosed(f"the pool {self.name!r} is already closed") from None
                 except (WaitQueueTimeoutError, CircuitOpenError):
@@ -547,20 +546,18 @@ class ConnectionPool(Generic[CT]):
     # ------------------------------------------------------------------ maintenance
 
     def resize(self, min_size: int, max_size: int | None = None) -> None:
-        """Change the pool's sizes: new checkouts go to a new poolkit pool of these sizes; the
-        old one closes its idle connections now, and those in use when they come back."""
+        """Change the pool's sizes in place (the poolkit pool's ``resize``): the connections
+        stay, the callers waiting are served in their order as the room grows (connects start
+        to the new ``min_size``), the statistics go on; with smaller sizes the idle connections
+        beyond ``max_size`` close now and those in use when they come back."""
         min_size, max_size = check_size(min_size, max_size, null=self._null)
         logger.info("resizing %r to min_size=%s max_size=%s", self.name, min_size, max_size)
-        self._min_size = min_size
+        self._min_size = min_size  # (first: the connects it starts read them)
         self._max_size = max_size
-        old = self._pool
-        if old is None or self._closed:
-            return
-        new = self._new_pool()
-        new.ready()
-        self._pool = new
-        self._tally.forget_pool()
-        old.close()
+        pool = self._pool
+        if pool is not None and not self._closed:
+            connecting = (max_size or NULL_MAX_CONNECTING) if self._null else None
+            pool.resize(min_size, max_size, max_connecting=connecting)
 
     def check(self) -> None:
         """Check the connections idle in the pool now (:meth:`check_connection`): those that

@@ -270,6 +270,13 @@ class PoolCoreMachine(RuleBasedStateMachine):
             assert not max_size or len(shared.conns) + shared.abandoned <= max_size
             connecting = shared.counts[ConnState.CONNECTING] + shared.abandoned
             assert connecting <= shared.options.max_connecting
+        max_size = shared.options.max_size
+        if max_size and len(shared.conns) + shared.abandoned > max_size:
+            # beyond max_size (a resize lowered it) the surplus serves nobody: it closes as it
+            # comes back, and the connections within the limit serve the waiters
+            for action in actions:
+                if isinstance(action, CompleteRequest) and action.request.conn is not None:
+                    assert action.request.conn.role is not Role.OVERFLOW, action.request.conn
         self._apply(actions)
         if self.c.observed:
             self._check_events(actions, events)

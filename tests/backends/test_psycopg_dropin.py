@@ -355,6 +355,80 @@ def test_drain_replaces_the_connections_and_resize_changes_the_sizes(pg: PgServe
             p.putconn(conn)
 
 
+def test_resize_keeps_the_pool_and_serves_the_waiting_callers_in_order(pg: PgServer) -> None:
+    with pk.ConnectionPool(pg.dsn, min_size=2, kwargs=kw(pg), timeout=10.0) as p:
+        p.wait(5.0)
+        pool = p.poolkit_pool
+        held = [p.getconn() for _ in range(2)]
+        kept = {pids(c) for c in held}
+        served: list[str] = []
+        conns: dict[str, Any] = {}
+
+        def caller(name: str) -> None:
+            conns[name] = p.getconn()
+            served.append(name)
+
+        threads = []
+        for name in ("first", "second"):
+            threads.append(threading.Thread(target=caller, args=(name,)))
+            threads[-1].start()
+            PgServer.wait(lambda: p.get_stats()["requests_waiting"] == len(threads), name)
+        p.resize(2, 3)  # room for one: the first caller's
+        PgServer.wait(lambda: served == ["first"], "the first caller served")
+        assert p.poolkit_pool is pool  # (no new pool: the same connections, the same queue)
+        assert kept <= set(pg.pids()) and len(pg.pids()) == 3
+        p.putconn(held.pop())  # (the second one waits for a connection given back)
+        PgServer.wait(lambda: served == ["first", "second"], "the second caller served")
+        for thread in threads:
+            thread.join(5.0)
+        stats = p.get_stats()
+        assert (stats["pool_min"], stats["pool_max"]) == (2, 3)
+        assert stats["requests_num"] == 4 and stats["requests_queued"] == 2  # (not reset)
+        p.resize(1, 1)  # smaller: the idle ones close now, those out when given back
+        for conn in [*held, *conns.values()]:
+            p.putconn(conn)
+        pg.wait_sessions(1)
+        assert p.get_stats()["pool_size"] == 1 and pool.stats().total == 1
+
+
+def test_async_resize_keeps_the_pool_and_serves_the_waiting_caller(pg: PgServer) -> None:
+    async def main() -> None:
+        async with pk.AsyncConnectionPool(pg.dsn, min_size=1, kwargs=kw(pg)) as p:
+            await p.wait(5.0)
+            pool = p.poolkit_pool
+            held = await p.getconn()
+            waiter = asyncio.create_task(p.getconn(timeout=10.0))
+            await until(lambda: p.get_stats()["requests_waiting"] == 1)
+            await p.resize(1, 2)
+            conn = await asyncio.wait_for(waiter, 5.0)
+            assert p.poolkit_pool is pool and pids(held) in pg.pids()
+            await p.resize(1)  # (max_size = min_size, as psycopg_pool's)
+            await p.putconn(conn)  # beyond the limit: closed
+            await p.putconn(held)
+            await until(lambda: len(pg.pids()) == 1)
+            assert p.get_stats()["requests_queued"] == 1
+
+    asyncio.run(main())
+
+
+def test_null_pool_resize_grows_its_connects_at_once(pg: PgServer) -> None:
+    with pk.NullConnectionPool(pg.dsn, max_size=1, kwargs=kw(pg), timeout=10.0) as p:
+        pool = p.poolkit_pool
+        assert pool is not None and pool.options.max_connecting == 1
+        held = p.getconn()
+        got: list[Any] = []
+        thread = threading.Thread(target=lambda: got.append(p.getconn()))
+        thread.start()
+        PgServer.wait(lambda: p.get_stats()["requests_waiting"] == 1, "a waiting caller")
+        p.resize(0, 2)
+        thread.join(5.0)
+        assert got and pids(got[0]) != pids(held) and p.poolkit_pool is pool
+        assert (pool.options.max_size, pool.options.max_connecting) == (2, 2)
+        for conn in (held, got[0]):
+            p.putconn(conn)
+        pg.wait_sessions(0)
+
+
 # ---------------------------------------------------------------- asyncio, cancellation
 
 

@@ -196,7 +196,9 @@ class Handout:
     def __init__(self, st: CoreState, life: ConnectionLife) -> None:
         self._st = st
         self._life = life
-        # what the paths below read from ``st``, held here: never replaced there ("Fast paths")
+        # what the paths below read from ``st``, held here: never replaced there ("Fast paths"),
+        # but for ``options`` and ``_max_size``, read again when a resize changes them
+        # (``limits_changed``)
         self.options = st.options
         self.address = st.address
         self.clocked = st.clocked

@@ -314,6 +314,93 @@ def test_null_pool_keeps_no_connection_and_hands_one_to_a_waiter(pg: PgServer) -
         pk.NullConnectionPool(min_size=1, open=False)
 
 
+class _Clock:
+    """A clock for ``requests_wait_ms``'s counting, moved by the test."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_null_pool_counts_a_wait_from_the_end_of_the_connects_ahead(
+    pg: PgServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # psycopg_pool's null pool connects in the caller, holding its lock: a caller that comes
+    # meanwhile enters the queue, and counts, only once that connect is done
+    from poolkit.backends import _psycopg_dropin
+
+    clock = _Clock()
+    monkeypatch.setattr(_psycopg_dropin, "monotonic", clock)
+    connecting = threading.Event()
+    go = threading.Event()
+
+    def conninfo() -> str:
+        connecting.set()
+        go.wait(10.0)
+        return pg.dsn
+
+    with pk.NullConnectionPool(conninfo, max_size=1, kwargs=kw(pg), timeout=10.0) as p:
+        got: dict[str, Any] = {}
+        first = threading.Thread(target=lambda: got.update(first=p.getconn()))
+        first.start()
+        assert connecting.wait(5.0)
+        second = threading.Thread(target=lambda: got.update(second=p.getconn()))
+        second.start()  # (finds max_size=1 connection being made: queued)
+        PgServer.wait(lambda: p.get_stats().get("requests_queued") == 1, "a caller queued")
+        clock.now = 3.0
+        go.set()  # the connect ahead ends at 3.0: the second caller's wait counts from then
+        first.join(5.0)
+        PgServer.wait(lambda: p.get_stats()["requests_waiting"] == 1, "the second waiting")
+        clock.now = 5.0
+        p.putconn(got["first"])  # handed to the second at 5.0
+        second.join(5.0)
+        assert p.get_stats()["requests_wait_ms"] == 2000
+        p.putconn(got["second"])
+        # a caller that finds no connect running counts from when it comes
+        held = p.getconn()
+        third = threading.Thread(target=lambda: got.update(third=p.getconn()))
+        third.start()
+        PgServer.wait(lambda: p.get_stats()["requests_waiting"] == 1, "a third caller waiting")
+        clock.now = 5.5
+        p.putconn(held)
+        third.join(5.0)
+        assert p.pop_stats()["requests_wait_ms"] == 2500
+        p.putconn(got["third"])
+
+
+def test_a_null_pool_wait_counts_from_the_end_of_the_connects_it_found(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from poolkit.backends import _psycopg_dropin
+
+    clock = _Clock()
+    monkeypatch.setattr(_psycopg_dropin, "monotonic", clock)
+    ahead = _psycopg_dropin.ConnectsAhead()
+    ahead.started(1)
+    ahead.started(2)
+    wait = ahead.queued()  # at 0, with connects 1 and 2 running
+    ahead.started(3)  # (after it came: a replacement, made while it is queued)
+    clock.now = 1.0
+    ahead.ended(1)
+    clock.now = 2.0
+    ahead.ended(2)  # the last it found: it counts from here
+    clock.now = 3.0
+    ahead.ended(3)
+    clock.now = 4.5
+    assert ahead.waited_ms(wait) == 2500
+    ahead.started(4)
+    wait = ahead.queued()
+    clock.now = 5.0
+    assert ahead.waited_ms(wait) == 0  # connect 4 still runs: not yet in psycopg_pool's queue
+    ahead.ended(4)
+    clock.now = 6.0
+    wait = ahead.queued()  # none running: from now
+    clock.now = 6.25
+    assert ahead.waited_ms(wait) == 250
+
+
 # ---------------------------------------------------------------- the full reset, asked for
 
 
@@ -359,6 +446,7 @@ def test_resize_keeps_the_pool_and_serves_the_waiting_callers_in_order(pg: PgSer
     with pk.ConnectionPool(pg.dsn, min_size=2, kwargs=kw(pg), timeout=10.0) as p:
         p.wait(5.0)
         pool = p.poolkit_pool
+        assert pool is not None
         held = [p.getconn() for _ in range(2)]
         kept = {pids(c) for c in held}
         served: list[str] = []

@@ -55,6 +55,7 @@ from ._psycopg_dropin import (
     RETURNS_BAD,
     USAGE_MS,
     CheckRetry,
+    ConnectsAhead,
     PoolClosed,
     PoolTimeout,
     Tally,
@@ -147,6 +148,8 @@ class ConnectionPool(Generic[CT]):
         self._min_size = min_size
         self._max_size = max_size
         self._tally = Tally()
+        #: a null pool's connects in flight, for its callers' ``requests_wait_ms``
+        self._ahead = ConnectsAhead()
         self._leases: dict[int, Lease[CT]] = {}
         #: held by a connect that grows the pool past ``min_size``: psycopg_pool grows it one
         #: connection at a time (``num_workers`` bounds the connects that fill ``min_size``)
@@ -452,10 +455,13 @@ class ConnectionPool(Generic[CT]):
         that finds no connection idle (a null pool's: ``max_size`` out) is counted as queued,
         and its wait timed, as psycopg_pool counts them."""
         queued = False
+        wait = None
         pool = self._pool
         if pool is not None:
             if self._null:
                 queued = bool(self._max_size) and pool.stats().total >= self._max_size
+                if queued:  # (counted from the end of the connects running: ConnectsAhead)
+                    wait = self._ahead.queued()
             else:  # (a glance, no turn of the pool's lock: on the path of every getconn)
                 queued = pool.available == 0
             if queued:
@@ -486,7 +492,9 @@ class ConnectionPool(Generic[CT]):
                     self._tally.counts[REQUESTS_ERRORS] += 1
                     raise
         finally:
-            if queued:
+            if wait is not None:
+                self._tally.counts[REQUESTS_WAIT_MS] += self._ahead.waited_ms(wait)
+            elif queued:
                 self._tally.counts[REQUESTS_WAIT_MS] += int(1000.0 * (monotonic() - t0))
 
     def putconn(self, conn: CT) -> None:
@@ -726,7 +734,13 @@ def _connector(pool: ConnectionPool[Any]) -> Any:
         pool = owner()
         if pool is None:
             raise PoolClosedError(address=ctx.address, operation="make a connection for")
-        return pool._connect()
+        if not pool._null:
+            return pool._connect()
+        pool._ahead.started(ctx.connection_id)
+        try:
+            return pool._connect()
+        finally:
+            pool._ahead.ended(ctx.connection_id)
 
     return connect
 

@@ -415,6 +415,38 @@ class PoolBase(Generic[C]):
             )
         )
 
+    def resize(self, min_size: int, max_size: int, *, max_connecting: int | None = None) -> None:
+        """Change ``min_size`` and ``max_size`` (and ``max_connecting``, unless ``None``) of the
+        running pool, in place: no connection is dropped for it, no waiter failed, the
+        statistics go on (``options`` is then the pool's options with the new values).
+
+        * The values are checked as :class:`~poolkit.PoolOptions` checks them (its
+          ``ValueError`` or ``TypeError``, naming the option at fault), and the pool is left as
+          it was if one is refused; a closed pool raises :class:`~poolkit.PoolClosedError`; a
+          pool with ``adaptive`` set refuses (``ValueError``: the limit it finds has
+          ``max_size`` for ceiling). An explicit ``soft_max_size`` is kept, moved into
+          ``[min_size, max_size]`` when it falls outside (``None`` follows ``max_size``).
+        * Larger: the room is used at once, as the pool's own growth uses it: the waiting
+          checkouts are served oldest first by the connects it starts (``max_connecting`` at a
+          time), and connects start to reach the new ``min_size`` (a paused pool starts them
+          when it is made ready).
+        * Smaller: connections beyond the new limits become *overflow* connections (those beyond
+          ``max_size`` and the soft limit): the available ones close now, those a checkout would
+          take last first (the longest parked with ``idle_order="lifo"``, the most recently used
+          with ``"fifo"``); those in use, being checked or reset close when they come back, even
+          with checkouts waiting while the pool is over ``max_size`` (the connections within it
+          serve those); pending connects go on, and what one beyond ``max_size`` makes is closed
+          when it is established. Until then ``stats().total`` may exceed ``max_size``; no
+          connect starts while it does. Connections beyond ``min_size`` are no longer kept: the
+          idle ones close after ``max_idle_time`` (at once if they were idle that long).
+        """
+        self._bind("resize", required=False)
+
+        def step(core: PoolCore, now: float) -> None:
+            self.options = core.resize(now, min_size, max_size, max_connecting)
+
+        self._feed(step)
+
     # ------------------------------------------------------------------ checkout and check-in
 
     def _served(self, req: Request) -> Lease[C]:

@@ -337,6 +337,93 @@ def test_null_pool_keeps_no_connection_and_hands_one_to_a_waiter(pg: PgServer) -
         pk.NullConnectionPool(min_size=1, open=False)
 
 
+class _Clock:
+    """A clock for ``requests_wait_ms``'s counting, moved by the test."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_null_pool_counts_a_wait_from_the_end_of_the_connects_ahead(
+    pg: PgServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # psycopg_pool's null pool connects in the caller, holding its lock: a caller that comes
+    # meanwhile enters the queue, and counts, only once that connect is done
+    from poolkit.backends import _psycopg_dropin
+
+    clock = _Clock()
+    monkeypatch.setattr(_psycopg_dropin, "monotonic", clock)
+    connecting = threading.Event()
+    go = threading.Event()
+
+    def conninfo() -> str:
+        connecting.set()
+        go.wait(10.0)
+        return pg.dsn
+
+    with pk.NullConnectionPool(conninfo, max_size=1, kwargs=kw(pg), timeout=10.0) as p:
+        got: dict[str, Any] = {}
+        first = threading.Thread(target=lambda: got.update(first=p.getconn()))
+        first.start()
+        assert connecting.wait(5.0)
+        second = threading.Thread(target=lambda: got.update(second=p.getconn()))
+        second.start()  # (finds max_size=1 connection being made: queued)
+        PgServer.wait(lambda: p.get_stats().get("requests_queued") == 1, "a caller queued")
+        clock.now = 3.0
+        go.set()  # the connect ahead ends at 3.0: the second caller's wait counts from then
+        first.join(5.0)
+        PgServer.wait(lambda: p.get_stats()["requests_waiting"] == 1, "the second waiting")
+        clock.now = 5.0
+        p.putconn(got["first"])  # handed to the second at 5.0
+        second.join(5.0)
+        assert p.get_stats()["requests_wait_ms"] == 2000
+        p.putconn(got["second"])
+        # a caller that finds no connect running counts from when it comes
+        held = p.getconn()
+        third = threading.Thread(target=lambda: got.update(third=p.getconn()))
+        third.start()
+        PgServer.wait(lambda: p.get_stats()["requests_waiting"] == 1, "a third caller waiting")
+        clock.now = 5.5
+        p.putconn(held)
+        third.join(5.0)
+        assert p.pop_stats()["requests_wait_ms"] == 2500
+        p.putconn(got["third"])
+
+
+def test_a_null_pool_wait_counts_from_the_end_of_the_connects_it_found(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from poolkit.backends import _psycopg_dropin
+
+    clock = _Clock()
+    monkeypatch.setattr(_psycopg_dropin, "monotonic", clock)
+    ahead = _psycopg_dropin.ConnectsAhead()
+    ahead.started(1)
+    ahead.started(2)
+    wait = ahead.queued()  # at 0, with connects 1 and 2 running
+    ahead.started(3)  # (after it came: a replacement, made while it is queued)
+    clock.now = 1.0
+    ahead.ended(1)
+    clock.now = 2.0
+    ahead.ended(2)  # the last it found: it counts from here
+    clock.now = 3.0
+    ahead.ended(3)
+    clock.now = 4.5
+    assert ahead.waited_ms(wait) == 2500
+    ahead.started(4)
+    wait = ahead.queued()
+    clock.now = 5.0
+    assert ahead.waited_ms(wait) == 0  # connect 4 still runs: not yet in psycopg_pool's queue
+    ahead.ended(4)
+    clock.now = 6.0
+    wait = ahead.queued()  # none running: from now
+    clock.now = 6.25
+    assert ahead.waited_ms(wait) == 250
+
+
 # ---------------------------------------------------------------- the full reset, asked for
 
 
@@ -376,6 +463,81 @@ def test_drain_replaces_the_connections_and_resize_changes_the_sizes(pg: PgServe
         assert len({pids(c) for c in conns}) == 3
         for conn in conns:
             p.putconn(conn)
+
+
+def test_resize_keeps_the_pool_and_serves_the_waiting_callers_in_order(pg: PgServer) -> None:
+    with pk.ConnectionPool(pg.dsn, min_size=2, kwargs=kw(pg), timeout=10.0) as p:
+        p.wait(5.0)
+        pool = p.poolkit_pool
+        assert pool is not None
+        held = [p.getconn() for _ in range(2)]
+        kept = {pids(c) for c in held}
+        served: list[str] = []
+        conns: dict[str, Any] = {}
+
+        def caller(name: str) -> None:
+            conns[name] = p.getconn()
+            served.append(name)
+
+        threads = []
+        for name in ("first", "second"):
+            threads.append(threading.Thread(target=caller, args=(name,)))
+            threads[-1].start()
+            PgServer.wait(lambda: p.get_stats()["requests_waiting"] == len(threads), name)
+        p.resize(2, 3)  # room for one: the first caller's
+        PgServer.wait(lambda: served == ["first"], "the first caller served")
+        assert p.poolkit_pool is pool  # (no new pool: the same connections, the same queue)
+        assert kept <= set(pg.pids()) and len(pg.pids()) == 3
+        p.putconn(held.pop())  # (the second one waits for a connection given back)
+        PgServer.wait(lambda: served == ["first", "second"], "the second caller served")
+        for thread in threads:
+            thread.join(5.0)
+        stats = p.get_stats()
+        assert (stats["pool_min"], stats["pool_max"]) == (2, 3)
+        assert stats["requests_num"] == 4 and stats["requests_queued"] == 2  # (not reset)
+        p.resize(1, 1)  # smaller: the idle ones close now, those out when given back
+        for conn in [*held, *conns.values()]:
+            p.putconn(conn)
+        pg.wait_sessions(1)
+        assert p.get_stats()["pool_size"] == 1 and pool.stats().total == 1
+
+
+def test_async_resize_keeps_the_pool_and_serves_the_waiting_caller(pg: PgServer) -> None:
+    async def main() -> None:
+        async with pk.AsyncConnectionPool(pg.dsn, min_size=1, kwargs=kw(pg)) as p:
+            await p.wait(5.0)
+            pool = p.poolkit_pool
+            held = await p.getconn()
+            waiter = asyncio.create_task(p.getconn(timeout=10.0))
+            await until(lambda: p.get_stats()["requests_waiting"] == 1)
+            await p.resize(1, 2)
+            conn = await asyncio.wait_for(waiter, 5.0)
+            assert p.poolkit_pool is pool and pids(held) in pg.pids()
+            await p.resize(1)  # (max_size = min_size, as psycopg_pool's)
+            await p.putconn(conn)  # beyond the limit: closed
+            await p.putconn(held)
+            await until(lambda: len(pg.pids()) == 1)
+            assert p.get_stats()["requests_queued"] == 1
+
+    asyncio.run(main())
+
+
+def test_null_pool_resize_grows_its_connects_at_once(pg: PgServer) -> None:
+    with pk.NullConnectionPool(pg.dsn, max_size=1, kwargs=kw(pg), timeout=10.0) as p:
+        pool = p.poolkit_pool
+        assert pool is not None and pool.options.max_connecting == 1
+        held = p.getconn()
+        got: list[Any] = []
+        thread = threading.Thread(target=lambda: got.append(p.getconn()))
+        thread.start()
+        PgServer.wait(lambda: p.get_stats()["requests_waiting"] == 1, "a waiting caller")
+        p.resize(0, 2)
+        thread.join(5.0)
+        assert got and pids(got[0]) != pids(held) and p.poolkit_pool is pool
+        assert (pool.options.max_size, pool.options.max_connecting) == (2, 2)
+        for conn in (held, got[0]):
+            p.putconn(conn)
+        pg.wait_sessions(0)
 
 
 # ---------------------------------------------------------------- asyncio, cancellation

@@ -231,6 +231,9 @@ class PoolCoreMachine(RuleBasedStateMachine):
         self.caller_checks: list[Conn] = []
         #: events seen: checkouts started, checkouts ended (out or failed), check-ins
         self.ev_started = self.ev_ended = self.ev_checked_in = 0
+        #: whether ``resize`` lowered ``max_size`` below what the pool held (then it may hold
+        #: more until its surplus is back)
+        self.shrunk = False
 
     # ------------------------------------------------------------------ driving
 
@@ -259,6 +262,21 @@ class PoolCoreMachine(RuleBasedStateMachine):
                 assert e.stack not in self.reported, f"{e.stack} reported twice"
                 self.reported.add(e.stack)
         assert self.c.actions == [] and self.c.events == []
+        shared = state_of(self.c)
+        if any(isinstance(a, StartConnect) for a in actions):
+            # a connect starts only under max_size and max_connecting (after a resize lowered
+            # them too)
+            max_size = shared.options.max_size
+            assert not max_size or len(shared.conns) + shared.abandoned <= max_size
+            connecting = shared.counts[ConnState.CONNECTING] + shared.abandoned
+            assert connecting <= shared.options.max_connecting
+        max_size = shared.options.max_size
+        if max_size and len(shared.conns) + shared.abandoned > max_size:
+            # beyond max_size (a resize lowered it) the surplus serves nobody: it closes as it
+            # comes back, and the connections within the limit serve the waiters
+            for action in actions:
+                if isinstance(action, CompleteRequest) and action.request.conn is not None:
+                    assert action.request.conn.role is not Role.OVERFLOW, action.request.conn
         self._apply(actions)
         if self.c.observed:
             self._check_events(actions, events)
@@ -921,6 +939,59 @@ class PoolCoreMachine(RuleBasedStateMachine):
         if self.now == self.fired_at:
             self.advance(0.0)  # as a front end re-arms its timer: what fell due runs now
 
+    @rule(
+        min_size=st.integers(-1, 4),
+        max_size=st.integers(0, 6),
+        max_connecting=st.sampled_from([None, None, 1, 3]),
+    )
+    def resize(self, min_size: int, max_size: int, max_connecting: int | None) -> None:
+        """New sizes for the running pool: refused (a closed or adaptive pool, bad values) with
+        nothing changed, or in force at once; the invariants say the rest (the surplus is
+        overflow and closes as it comes back, waiters served in order, no connect over
+        max_size, roles within the new limits)."""
+        core = self.c
+        shared = state_of(core)
+        conns = list(shared.conns.values())
+        before = (shared.options, shared.size_limit, [c.role for c in conns], core.stats())
+        if core.state is PoolState.CLOSED:
+            refused: type[Exception] | None = PoolClosedError
+        elif shared.adaptive is not None or min_size < 0 or (max_size and min_size > max_size):
+            refused = ValueError
+        else:
+            refused = None
+        if refused is not None:
+            try:
+                core.resize(self.now, min_size, max_size, max_connecting)
+            except refused:
+                pass
+            else:  # pragma: no cover
+                raise AssertionError(f"resize({min_size}, {max_size}) did not raise")
+            after = (shared.options, shared.size_limit, [c.role for c in conns], core.stats())
+            assert after == before and core.take() == ([], [])
+            return
+        held = len(conns) + shared.abandoned
+        options, _, _ = self._do(
+            lambda core: core.resize(self.now, min_size, max_size, max_connecting)
+        )
+        assert options is state_of(core).options
+        assert (options.min_size, options.max_size) == (min_size, max_size)
+        if max_connecting is not None:
+            assert options.max_connecting == max_connecting
+        if max_size and held > max_size:
+            self.shrunk = True
+        if state_of(core).counts[ConnState.CONNECTING] + state_of(core).abandoned > (
+            options.max_connecting
+        ):
+            self.shrunk = True
+        # connections kept (none closed but available ones beyond the limits, or perished);
+        # the statistics go on
+        stats = core.stats()
+        assert stats.checkouts == before[3].checkouts
+        assert stats.connections_created == before[3].connections_created
+        for conn in conns:
+            if conn.state is ConnState.CLOSED:
+                assert conn.close_reason in ("idle", "stale", "lifetime"), conn
+
     @rule(dt=st.sampled_from([0.0, 0.25, 0.5, 1.0, 2.0, 5.0]))
     def advance(self, dt: float) -> None:
         self.now += dt
@@ -1010,9 +1081,13 @@ class PoolCoreMachine(RuleBasedStateMachine):
             if lost and core.state is not PoolState.CLOSED:
                 assert self.now >= c.created_at + lost_at, c
         assert shared.abandoned == stats.abandoned == abandoned
-        if opts.max_size:
-            assert len(conns) + abandoned <= opts.max_size
-        assert by_state[ConnState.CONNECTING] + abandoned <= opts.max_connecting
+        if opts.max_size and len(conns) + abandoned > opts.max_size:
+            # only after a resize lowered max_size: the surplus is overflow, and closes as it
+            # comes back (no connect starts meanwhile: ``_do``)
+            assert self.shrunk, "more connections than max_size"
+            assert len(conns) - shared.roles.overflow <= opts.max_size
+        # (more only after a resize lowered max_connecting: no connect starts meanwhile, ``_do``)
+        assert by_state[ConnState.CONNECTING] + abandoned <= opts.max_connecting or self.shrunk
         assert stats.total == view.total == len(conns)
         assert stats.available == view.available == by_state[ConnState.IDLE]
         assert stats.pending == view.pending == by_state[ConnState.CONNECTING]

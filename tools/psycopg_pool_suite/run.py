@@ -115,24 +115,7 @@ SKIPS["tests/pool/test_pool_async.py::test_cancelled_waiter_assigned_conn_is_rec
 
 #: tests that pass with psycopg_pool's pools and not with poolkit's, each with the reason: run at
 #: every run, tolerated and reported (never silently: the summary lists them)
-KNOWN_FAILURES: dict[str, str] = {
-    f"tests/pool/{test}": reason
-    for flavour in ("", "_async")
-    for test, reason in [
-        (
-            f"test_pool_common{flavour}.py::test_stats_usage[{'asyncio-Async' if flavour else ''}"
-            "NullConnectionPool]",
-            "requests_wait_ms (850 to 950 wanted; 960 to 1030 here on 2 loaded cores, in range "
-            "when a connect takes under about 15 ms): a caller of the null pool that finds "
-            "max_size connections out (or being made) waits from then, and the drop-in counts "
-            "all of it; psycopg_pool's null pool makes its "
-            "connections in the callers while holding its lock, so a caller that comes while "
-            "they connect waits on the lock first, uncounted, and enters the queue only after. "
-            "To count as psycopg_pool does, the drop-in would have to connect one caller at a "
-            "time (worse for its users) or leave out time its callers did wait",
-        ),
-    ]
-}
+KNOWN_FAILURES: dict[str, str] = {}
 
 
 def start_pytest(

@@ -204,7 +204,9 @@ class Handout:
     def __init__(self, st: CoreState, life: ConnectionLife) -> None:
         self._st = st
         self._life = life
-        # what the paths below read from ``st``, held here: never replaced there ("Fast paths")
+        # what the paths below read from ``st``, held here: never replaced there ("Fast paths"),
+        # but for ``options`` and ``_max_size``, read again when a resize changes them
+        # (``limits_changed``)
         self.options = st.options
         self.address = st.address
         self.clocked = st.clocked
@@ -490,6 +492,24 @@ class Handout:
 
         self.idle_set.take_if(surplus, self._life.close)
 
+    def over_limit(self) -> bool:
+        """Whether the pool holds more connections than ``max_size`` (connects given up on
+        included): only after a resize lowered it, until what is beyond it comes back."""
+        return len(self.conns) + self._st.abandoned > self._max_size
+
+    def surplus(self, conn: Conn) -> bool:
+        """Whether ``conn``, back from its last lease, just made, or out of its check or reset,
+        closes instead of serving a waiter or being parked: an overflow connection with nobody
+        waiting for it, or while the pool is over ``max_size`` (a resize lowered it: the waiters
+        are served by the connections within it)."""
+        return conn.role is _OVERFLOW and (not self._waiters or self.over_limit())
+
+    def limits_changed(self) -> None:
+        """``Lifecycle.resize`` changed the options and ``max_size``: what is held here of them
+        is read again."""
+        self.options = self._st.options
+        self._max_size = self._st.size_limit
+
     def full(self) -> bool:
         """Whether the connections in use reached the adaptive limit (only asked when the pool
         has one)."""
@@ -531,7 +551,7 @@ class Handout:
             else:
                 regate(conn)  # (no lease left: plain again if its limit went back to 1)
             reason = self._life.perished(conn, now, check_idle=False)
-            if reason is None and conn.role is _OVERFLOW and not self._waiters:
+            if reason is None and self.surplus(conn):
                 reason = CLOSE_IDLE  # overflow connections close as soon as they are idle
             if reason is not None:
                 self._life.close(conn, reason)
@@ -560,6 +580,8 @@ class Handout:
             return False
         if conn.streams >= conn.max_streams:
             return False  # its limit went down meanwhile: no new lease until use falls below it
+        if conn.role is _OVERFLOW and self.over_limit():
+            return False  # beyond max_size (a resize): no new lease; closed when its last is back
         if self._waiters:
             self.serve(self.wait_queue.pop_oldest(), conn, now)
             return True

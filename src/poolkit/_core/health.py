@@ -134,6 +134,7 @@ class Health:
             and st.state is _READY
             and self._life.perished(conn, now) is None
             and (st.adaptive is None or self._hand.room_for_held())
+            and not self._hand.surplus(conn)  # (beyond max_size after a resize: closed)
         ):
             self._hand.serve(st.wait_queue.pop_oldest(), conn, now)
         elif conn.role is _OVERFLOW and st.state is not _CLOSED:
@@ -428,6 +429,10 @@ class Health:
         parked."""
         st = self._st
         if self._closed_if_perished(conn, now):
+            return
+        if self._hand.surplus(conn):  # (overflow: closed as soon as it is idle)
+            self._life.close(conn, CLOSE_IDLE)
+            self._hand.dispatch(now)
             return
         if st.wait_queue and (st.adaptive is None or self._hand.room_for_held()):
             self._hand.serve(st.wait_queue.pop_oldest(), conn, now)

@@ -10,12 +10,19 @@ Rules of this module
   background run at once. Outside load-balanced mode it emits nothing if the pool was already
   paused, and interrupts old connections before it fails the waiters (the order of the CMAP spec
   tests); in that mode the pool stays as it is and the wait queue stays (``_clear_service``).
+* ``resize`` decides everything before it changes anything: a closed pool, an adaptive one or
+  limits that ``PoolOptions`` refuses raise, the pool unchanged. Then the options, the size
+  limit and the roles change together, the available connections beyond the new limits close
+  (overflow ones, the ones a checkout would take last), and the waiters are served and the pool
+  filled as after any change (``Handout.dispatch``); connections out, checked or reset beyond
+  them are overflow, closed when they come back (``Handout.surplus``).
 * A timer entry is live only while its target still wants it (``CoreState.timer_is_live``,
   which asks the collaborator that owns the entry); everything else is skipped when it surfaces.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, assert_never
 
 from ..errors import ConnectTimeoutError, PoolClosedError
@@ -29,6 +36,7 @@ from ..events import (
     PoolClosedEvent,
     PoolReadyEvent,
 )
+from ..options import PoolOptions
 from .connection_life import ConnectionLife
 from .handout import Handout
 from .health import Health
@@ -38,7 +46,9 @@ from .records import (
     _CLOSED,
     _CONNECTING,
     _DRAINING,
+    _IDLE,
     _LEASED,
+    _OVERFLOW,
     _PAUSED,
     _READY,
     _RESETTING,
@@ -177,6 +187,61 @@ class Lifecycle:
         st.idle_set.sweep = st.background = None
         if st.observed:
             st.events.append(PoolClosedEvent(address=st.address))
+
+    def resize(
+        self, now: float, min_size: int, max_size: int, max_connecting: int | None = None
+    ) -> PoolOptions:
+        """New ``min_size`` and ``max_size`` (and ``max_connecting``, unless ``None``) for the
+        running pool; returns the options now in force. ``PoolBase.resize`` says what it does."""
+        st = self._st
+        if st.state is _CLOSED:
+            raise PoolClosedError(address=st.address, operation="resize a")
+        if st.adaptive is not None:
+            raise ValueError(
+                "resize() of a pool with PoolOptions.adaptive: the limit it finds stays within "
+                "max_size; make a new pool to change it"
+            )
+        old = st.options
+        connecting = old.max_connecting if max_connecting is None else max_connecting
+        # validated as the constructor validates them (soft_max_size apart: then kept within)
+        options = dataclasses.replace(
+            old,
+            min_size=min_size,
+            max_size=max_size,
+            max_connecting=connecting,
+            soft_max_size=None,
+        )
+        if old.soft_max_size is not None:
+            soft = max(old.soft_max_size, options.min_size)
+            if options.max_size:
+                soft = min(soft, options.max_size)
+            options = dataclasses.replace(options, soft_max_size=soft)
+        # decided: nothing below raises
+        st.options = options
+        st.size_limit = options.max_size or 1 << 62
+        self._hand.limits_changed()
+        idle = st.idle_set
+        # the roles: first lost by the available connections a checkout takes last, then by
+        # the others (out, connecting, checked, reset), the newest first
+        last_taken = list(reversed(idle.stack)) if st.fifo else list(idle.stack)
+        others = [c for c in reversed(st.conns.values()) if c.state is not _IDLE]
+        soft_limit = st.size_limit if options.soft_max_size is None else options.soft_max_size
+        st.roles.resize(options.min_size, soft_limit, last_taken + others)
+        life = self._life
+        # available ones beyond the limits (now overflow) close, and those no longer kept that
+        # were idle for max_idle_time (or perished otherwise: the checkout would close them)
+        idle.take_if(
+            lambda c: CLOSE_IDLE if c.role is _OVERFLOW else life.perished(c, now), life.close
+        )
+        if self._hand.over_limit():  # (multiplexed ones out take no new lease: "surplus")
+            for conn in [c for c in idle.open if c.role is _OVERFLOW]:
+                idle.discard_open(conn)
+        if st.max_idle is not None:  # (connections no longer kept may close for idleness)
+            if idle.sweep is not None:
+                st.timers.note_stale()
+            idle.arm_sweep()
+        self._hand.dispatch(now)
+        return options
 
     def align_to_wall(self, offset: float) -> None:
         """The wall clock's reading less the front end's clock's (``time.time() - now``): what

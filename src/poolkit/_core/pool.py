@@ -88,6 +88,7 @@ class PoolCore:
         "release",
         "reset_after_fork",
         "reset_done",
+        "resize",
         "service_generations",
         "set_max_streams",
         "stats",
@@ -149,6 +150,7 @@ class PoolCore:
         self.ready = cycle.ready
         self.clear = cycle.clear
         self.close = cycle.close
+        self.resize = cycle.resize
         self.reset_after_fork = cycle.reset_after_fork
         self.align_to_wall = cycle.align_to_wall
         self.fire_timers = cycle.fire_timers

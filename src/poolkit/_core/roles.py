@@ -10,11 +10,14 @@ Rules of this module
 * A connection that closes frees its role for the next one down (``promote``): a kept one is
   replaced by a demand one, a demand one by an overflow one; established connections are
   preferred, and nothing is created here.
+* New limits (``resize``) move roles both ways until the counts fit them: kept ones beyond
+  ``min_size`` become demand ones, demand ones beyond the soft limit overflow ones, and up again
+  where there is room; nothing is closed or created here either.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from typing import final
 
 from .records import _CONNECTING, _DEMAND, _KEPT, _OVERFLOW, Conn, Role
@@ -83,6 +86,37 @@ class Roles:
         self.set(chosen, freed)
         if below is _DEMAND:
             self.promote(_DEMAND, conns)  # a demand place is free now: an overflow one may take it
+
+    def resize(self, min_size: int, soft: int, order: Sequence[Conn]) -> None:
+        """The pool's limits changed (``Lifecycle.resize``): ``min_size`` and the soft limit are
+        these now, and the roles of the records (``order``: all of them, the first to lose a role
+        first, the last to gain one first) move until they fit: kept ones beyond ``min_size``
+        become demand ones, then demand ones beyond the soft limit overflow ones; overflow ones
+        below the soft limit become demand ones, then demand ones below ``min_size`` kept
+        ones."""
+        self.min_size = min_size
+        self.soft = soft
+        total = len(order)
+        for conn in order:
+            if self.kept <= min_size:
+                break
+            if conn.role is _KEPT:
+                self.set(conn, _DEMAND)
+        for conn in order:  # (kept ones are at most min_size <= soft: demand ones are there)
+            if total - self.overflow <= soft:
+                break
+            if conn.role is _DEMAND:
+                self.set(conn, _OVERFLOW)
+        for conn in reversed(order):
+            if total - self.overflow >= soft:
+                break
+            if conn.role is _OVERFLOW:
+                self.set(conn, _DEMAND)
+        for conn in reversed(order):
+            if self.kept >= min_size:
+                break
+            if conn.role is _DEMAND:
+                self.set(conn, _KEPT)
 
     def clear(self) -> None:
         """Forget every record (after a fork)."""

@@ -98,13 +98,15 @@ class CoreState:
         observed: bool,
         rand: Callable[[], float],
     ) -> None:
+        #: the options in force (``Lifecycle.resize`` replaces them, with ``size_limit``)
         self.options = options
         self.address = address
         #: whether events are built (the front end sets it as listeners come and go)
         self.observed = observed
         self.lb = options.load_balanced
         self.max_idle = options.max_idle_time
-        self.size_limit: int = options.max_size or 1 << 62  #: ``max_size``; 0 is no limit
+        #: ``max_size``; 0 is no limit (``Lifecycle.resize`` changes it)
+        self.size_limit: int = options.max_size or 1 << 62
         self.lifetime = options.max_lifetime
         self.max_waiting = options.max_waiting
         #: ``idle_order="fifo"``: checkouts take the longest parked available connection (the

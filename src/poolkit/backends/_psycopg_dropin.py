@@ -70,8 +70,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 import random
+import threading
 from collections import Counter
 from collections.abc import Callable
+from time import monotonic
 from typing import Any, Final
 
 from ._extras import require
@@ -114,6 +116,9 @@ CONNECTIONS_LOST: Final = "connections_lost"
 #: trip), so that connections lost while idle are replaced without a caller meeting them
 #: (psycopg_pool #370, #1315: psycopg_pool finds them only when handing them out)
 PROBE_INTERVAL: Final = 1.0
+#: a null pool's connects at once when its ``max_size`` is 0 (no limit): psycopg_pool's null pool
+#: connects in each caller, with no bound of its own
+NULL_MAX_CONNECTING: Final = 100
 
 #: psycopg_pool's retry delays (its ``AttemptWithBackoff``'s defaults): 1 s, doubling, +-10 %
 _RETRY_BASE: Final = 1.0
@@ -253,7 +258,7 @@ def pool_options(
             min_size=0,
             max_size=max_size,  # (0: no limit, as in psycopg_pool's null pool)
             soft_max_size=0,
-            max_connecting=max_size or 100,
+            max_connecting=max_size or NULL_MAX_CONNECTING,
             max_waiting=max_waiting,
             connect_timeout=None,
             hooks=hooks,
@@ -287,7 +292,7 @@ class Tally:
     popped), and the measures of now. ``requests_queued`` and ``requests_wait_ms`` are the
     drop-in's own, counted when a caller starts to wait, as psycopg_pool counts them (the poolkit
     pool counts a wait when it ends, and a null pool's caller waits there for its own
-    connect)."""
+    connect); a null pool's wait counts from the end of the connects ahead (``ConnectsAhead``)."""
 
     def __init__(self) -> None:
         self.counts: Counter[str] = Counter()
@@ -315,9 +320,69 @@ class Tally:
         self._popped = self._derived(stats, 0)
         return out
 
-    def forget_pool(self) -> None:
-        """A new poolkit pool (``resize``) counts from zero."""
-        self._popped = {}
+
+class _Wait:
+    """One caller of a null pool that found no room: the connects in flight when it came
+    (``ahead``) and the time its wait counts from (``since``)."""
+
+    __slots__ = ("ahead", "since")
+
+    def __init__(self, ahead: set[int], since: float) -> None:
+        self.ahead = ahead
+        self.since = since
+
+
+class ConnectsAhead:
+    """A null pool's ``requests_wait_ms``, counted as psycopg_pool's null pool counts it.
+
+    psycopg_pool's null pool makes a caller's connection in that caller, holding the pool's lock
+    (``_get_ready_connection`` under ``_getconn_unchecked``'s lock): a caller that comes while
+    others connect waits for the lock, uncounted, and once it holds it and finds ``max_size``
+    connections made, it enters the queue and its wait counts from then (``t0``) until a
+    connection given back is handed to it, or it gives up. The drop-in's connects are made by
+    the poolkit pool, side by side (``max_connecting``), while the callers wait in its queue; a
+    caller that finds no room counts its wait from the moment the connects in flight when it
+    came have all ended (at once if none was), which is when psycopg_pool's would have held
+    the lock with ``max_size`` connections made: the same span, from the same event. Connects
+    started after it came (to replace a connection given back broken) count in its wait, as
+    psycopg_pool's workers' do; a caller served or giving up while a connect it found still
+    runs has waited no time in psycopg_pool's queue (0)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # (the blocking drop-ins connect in the pool's threads)
+        self._running: set[int] = set()
+        self._waits: set[_Wait] = set()
+
+    def started(self, connection_id: int) -> None:
+        with self._lock:
+            self._running.add(connection_id)
+
+    def ended(self, connection_id: int) -> None:
+        now = monotonic()
+        with self._lock:
+            self._running.discard(connection_id)
+            for wait in self._waits:
+                if connection_id in wait.ahead:
+                    wait.ahead.discard(connection_id)
+                    wait.since = now
+
+    def queued(self) -> _Wait:
+        """A caller found no room: its wait, from now or from the end of the connects running."""
+        now = monotonic()
+        with self._lock:
+            wait = _Wait(set(self._running), now)
+            if wait.ahead:
+                self._waits.add(wait)
+        return wait
+
+    def waited_ms(self, wait: _Wait) -> int:
+        """The caller of ``wait`` was served or gave up: its wait, in milliseconds."""
+        now = monotonic()
+        with self._lock:
+            self._waits.discard(wait)
+            if wait.ahead:
+                return 0
+        return int(1000.0 * (now - wait.since))
 
 
 def measures(min_size: int, max_size: int, stats: PoolStats | None, null: bool) -> dict[str, int]:

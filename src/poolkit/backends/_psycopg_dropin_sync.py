@@ -47,6 +47,7 @@ from ._psycopg_dropin import (
     CONNECTIONS_LOST,
     CONNECTIONS_MS,
     CONNECTIONS_NUM,
+    NULL_MAX_CONNECTING,
     REQUESTS_ERRORS,
     REQUESTS_NUM,
     REQUESTS_QUEUED,
@@ -54,6 +55,7 @@ from ._psycopg_dropin import (
     RETURNS_BAD,
     USAGE_MS,
     CheckRetry,
+    ConnectsAhead,
     PoolClosed,
     PoolTimeout,
     Tally,
@@ -144,6 +146,8 @@ class ConnectionPool(Generic[CT]):
         self._min_size = min_size
         self._max_size = max_size
         self._tally = Tally()
+        #: a null pool's connects in flight, for its callers' ``requests_wait_ms``
+        self._ahead = ConnectsAhead()
         self._leases: dict[int, Lease[CT]] = {}
         #: held by a connect that grows the pool past ``min_size``: psycopg_pool grows it one
         #: connection at a time (``num_workers`` bounds the connects that fill ``min_size``)
@@ -442,10 +446,13 @@ class ConnectionPool(Generic[CT]):
         that finds no connection idle (a null pool's: ``max_size`` out) is counted as queued,
         and its wait timed, as psycopg_pool counts them."""
         queued = False
+        wait = None
         pool = self._pool
         if pool is not None:
             if self._null:
                 queued = bool(self._max_size) and pool.stats().total >= self._max_size
+                if queued:  # (counted from the end of the connects running: ConnectsAhead)
+                    wait = self._ahead.queued()
             else:  # (a glance, no turn of the pool's lock: on the path of every getconn)
                 queued = pool.available == 0
             if queued:
@@ -460,8 +467,6 @@ class ConnectionPool(Generic[CT]):
                 except PoolClearedError:  # drain(): go on waiting, in the new generation
                     continue
                 except PoolClosedError:
-                    if pool is not self._pool and not self._closed:  # resize(): the new pool
-                        continue
                     self._tally.counts[REQUESTS_ERRORS] += 1
                     raise PoolClosed(f"the pool {self.name!r} is already closed") from None
                 except (WaitQueueTimeoutError, CircuitOpenError):
@@ -478,7 +483,9 @@ class ConnectionPool(Generic[CT]):
                     self._tally.counts[REQUESTS_ERRORS] += 1
                     raise
         finally:
-            if queued:
+            if wait is not None:
+                self._tally.counts[REQUESTS_WAIT_MS] += self._ahead.waited_ms(wait)
+            elif queued:
                 self._tally.counts[REQUESTS_WAIT_MS] += int(1000.0 * (monotonic() - t0))
 
     def putconn(self, conn: CT) -> None:
@@ -538,20 +545,18 @@ class ConnectionPool(Generic[CT]):
     # ------------------------------------------------------------------ maintenance
 
     def resize(self, min_size: int, max_size: int | None = None) -> None:
-        """Change the pool's sizes: new checkouts go to a new poolkit pool of these sizes; the
-        old one closes its idle connections now, and those in use when they come back."""
+        """Change the pool's sizes in place (the poolkit pool's ``resize``): the connections
+        stay, the callers waiting are served in their order as the room grows (connects start
+        to the new ``min_size``), the statistics go on; with smaller sizes the idle connections
+        beyond ``max_size`` close now and those in use when they come back."""
         min_size, max_size = check_size(min_size, max_size, null=self._null)
         logger.info("resizing %r to min_size=%s max_size=%s", self.name, min_size, max_size)
-        self._min_size = min_size
+        self._min_size = min_size  # (first: the connects it starts read them)
         self._max_size = max_size
-        old = self._pool
-        if old is None or self._closed:
-            return
-        new = self._new_pool()
-        new.ready()
-        self._pool = new
-        self._tally.forget_pool()
-        old.close()
+        pool = self._pool
+        if pool is not None and not self._closed:
+            connecting = (max_size or NULL_MAX_CONNECTING) if self._null else None
+            pool.resize(min_size, max_size, max_connecting=connecting)
 
     def check(self) -> None:
         """Check the connections idle in the pool now (:meth:`check_connection`): those that
@@ -720,7 +725,13 @@ def _connector(pool: ConnectionPool[Any]) -> Any:
         pool = owner()
         if pool is None:
             raise PoolClosedError(address=ctx.address, operation="make a connection for")
-        return pool._connect()
+        if not pool._null:
+            return pool._connect()
+        pool._ahead.started(ctx.connection_id)
+        try:
+            return pool._connect()
+        finally:
+            pool._ahead.ended(ctx.connection_id)
 
     return connect
 

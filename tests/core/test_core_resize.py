@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from core_view import core_view, state_of
-from poolkit import Adaptive, Hooks, PoolOptions
+from poolkit import Adaptive, Backoff, Hooks, PoolOptions
 from poolkit._core import (
     CloseConnection,
     CompleteRequest,
@@ -364,3 +364,34 @@ def test_growing_again_before_the_surplus_is_back_keeps_it() -> None:
         core.release(conn, 3.0)
     assert _closed(core.take()[0]) == []
     assert core.stats().available == 3
+
+
+def test_a_connect_backing_off_beyond_a_lowered_max_size_is_not_retried() -> None:
+    """A connect that timed out (given up on, still running: ``abandoned``) left its slot backing
+    off; a resize to ``max_size=1`` puts the pool beyond it (the slot and the connect given up
+    on). When the backoff is over the slot is dropped, not retried: a retry was a third
+    connection towards a limit of one (the state machine found it)."""
+    core = PoolCore(
+        PoolOptions(
+            min_size=2,
+            max_connecting=2,
+            background_interval=INF,
+            connect_timeout=1.0,
+            connect_retry=Backoff(base=0.25, factor=2.0, max_delay=1.0, jitter=0.0),
+        ),
+        "db:5432",
+    )
+    core.ready(0.0)
+    first, _second = _started(core.take()[0])
+    core.connected(first, 0.0, "c1")
+    core.take()
+    core.fire_timers(1.0)  # the second connect times out: given up on, its slot backs off
+    core.take()
+    assert state_of(core).abandoned == 1
+    core.resize(1.0, 0, 1)
+    core.take()
+    core.fire_timers(1.25)  # the backoff is over
+    actions = core.take()[0]
+    assert _started(actions) == []
+    shared = state_of(core)
+    assert len(shared.conns) + shared.abandoned <= 1

@@ -225,11 +225,12 @@ class Health:
             or failing.pending is not slot
             or st.state is not _READY
             or st.counts[_CONNECTING] + st.abandoned >= st.options.max_connecting
+            or self._hand.over_limit()
         ):
-            # Recovered meanwhile (another connect succeeded), paused, or connects given up on
-            # still run: no retry from this slot (``ConnectionLife.drop`` forgets it as the
-            # pending one); the connects needed start as usual (the retry when an abandoned
-            # connect returns).
+            # Recovered meanwhile (another connect succeeded), paused, connects given up on
+            # still run, or beyond ``max_size`` (a resize lowered it): no retry from this slot
+            # (``ConnectionLife.drop`` forgets it as the pending one); the connects needed start
+            # as usual (the retry when an abandoned connect returns).
             self._life.drop(slot)
             self._hand.dispatch(now)
             return

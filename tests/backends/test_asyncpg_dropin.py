@@ -349,6 +349,8 @@ def test_inactive_connections_above_min_size_close_and_min_size_is_kept(pg: PgSe
         ) as pool:
             assert pool.get_size() == 3
             await wait_until(lambda: pool.get_size() == 1, "the two above min_size to close")
+            # (the server ends a closed session's backend a moment after the client's goodbye)
+            await wait_until(lambda: len(pg.pids()) == 1, "their sessions to end")
             (kept,) = pg.pids()
             await asyncio.sleep(1.5)
             assert pg.pids() == [kept]  # (the floor stays)

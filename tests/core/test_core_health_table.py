@@ -66,7 +66,7 @@ def parked(core: PoolCore, now: float = 0.0) -> Conn:
 
 def timers(core: PoolCore) -> list[tuple[float, str]]:
     """The live timers, earliest first."""
-    live = [e for e in core.timers._heap if state_of(core).timer_is_live(e)]
+    live = [e for _, _, e in core.timers._heap if state_of(core).timer_is_live(e)]
     return sorted((e.when, e.kind.name) for e in live)
 
 

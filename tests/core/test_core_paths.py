@@ -274,7 +274,7 @@ class Driver:
         shared = state_of(core)
         clocked = core.clocked
         failing = shared.failures.failing
-        live = [e for e in core.timers._heap if shared.timer_is_live(e)]
+        live = [e for _, _, e in core.timers._heap if shared.timer_is_live(e)]
         return {
             "state": (
                 core.state,

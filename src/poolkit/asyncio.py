@@ -130,10 +130,12 @@ class _AsyncLease(Lease[Any]):
         # level 10), and the core takes it back without more ado
         if pool._quick and _cached_level(10) is False:
             # <fast-check-in>
-            if reset:
-                taken = pool._fast.release_idle(self._conn)
-            else:  # (its caller reset the connection: also where a reset hook keeps the above off)
-                taken = pool._fast.release_idle_clean(self._conn)
+            # (``reset=False``: its caller reset it; also where a reset hook keeps the other off)
+            taken = (
+                pool._fast.release_idle(self._conn)
+                if reset
+                else pool._fast.release_idle_clean(self._conn)
+            )
             if taken is not False:
                 self._pool = pool._returned
                 if taken is not True:  # handed to a waiter: wake it
@@ -207,12 +209,13 @@ class _Block(_AsyncLease, Generic[C]):
         pool: AsyncPool[C] = self._pool  # type: ignore[assignment]  # (or Returned)
         if error is None and pool._quick_exit and _cached_level(10) is False:
             # (``_AsyncLease.release``'s fast path, inlined: a call less)
-            reset = True  # (the copy's: the block gives back as ``release()`` does)
-            # <fast-check-in copy: return -> return _DONE>
-            if reset:
-                taken = pool._fast.release_idle(self._conn)
-            else:  # (its caller reset the connection: also where a reset hook keeps the above off)
-                taken = pool._fast.release_idle_clean(self._conn)
+            # <fast-check-in copy: return -> return _DONE; if reset -> if True>
+            # (``reset=False``: its caller reset it; also where a reset hook keeps the other off)
+            taken = (
+                pool._fast.release_idle(self._conn)
+                if True
+                else pool._fast.release_idle_clean(self._conn)
+            )
             if taken is not False:
                 self._pool = pool._returned
                 if taken is not True:  # handed to a waiter: wake it

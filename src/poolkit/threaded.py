@@ -191,13 +191,13 @@ class _ThreadLease(Lease[Any]):
             lock = pool._lock
             lock.acquire()  # by hand, not ``with``: half the cost (the ``finally`` lets it go)
             try:
-                taken: Request | bool = False
-                if self._pool is not pool:
-                    pass  # (given back meanwhile: the slow path raises)
-                elif reset:
-                    taken = pool._fast.release_idle(self._conn)
-                else:  # (its caller reset it: also where a reset hook keeps the above off)
-                    taken = pool._fast.release_idle_clean(self._conn)
+                # (``reset=False``: its caller reset it; also where a reset hook keeps the other
+                # off)
+                taken = self._pool is pool and (
+                    pool._fast.release_idle(self._conn)
+                    if reset
+                    else pool._fast.release_idle_clean(self._conn)
+                )
                 if taken is not False:
                     self._pool = pool._returned
             finally:
@@ -284,18 +284,17 @@ class _Block(_ThreadLease, Generic[C]):
         pool: Pool[C] = self._pool  # type: ignore[assignment]  # (or Returned)
         if error is None and pool._quick_exit and _cached_level(10) is False:
             # (``_ThreadLease.release``'s fast path, inlined: a call less)
-            reset = True  # (the copy's: the block gives back as ``release()`` does)
-            # <fast-check-in copy>
+            # <fast-check-in copy: if reset -> if True>
             lock = pool._lock
             lock.acquire()  # by hand, not ``with``: half the cost (the ``finally`` lets it go)
             try:
-                taken: Request | bool = False
-                if self._pool is not pool:
-                    pass  # (given back meanwhile: the slow path raises)
-                elif reset:
-                    taken = pool._fast.release_idle(self._conn)
-                else:  # (its caller reset it: also where a reset hook keeps the above off)
-                    taken = pool._fast.release_idle_clean(self._conn)
+                # (``reset=False``: its caller reset it; also where a reset hook keeps the other
+                # off)
+                taken = self._pool is pool and (
+                    pool._fast.release_idle(self._conn)
+                    if True
+                    else pool._fast.release_idle_clean(self._conn)
+                )
                 if taken is not False:
                     self._pool = pool._returned
             finally:

@@ -118,7 +118,13 @@ CONNECTIONS_LOST: Final = "connections_lost"
 PROBE_INTERVAL: Final = 1.0
 #: a null pool's connects at once when its ``max_size`` is 0 (no limit): psycopg_pool's null pool
 #: connects in each caller, with no bound of its own
-NULL_MAX_CONNECTING: Final = 100
+_NULL_MAX_CONNECTING: Final = 100
+
+
+def null_max_connecting(max_size: int) -> int:
+    """A null pool's ``max_connecting`` for its ``max_size``: every connection it may hold at
+    once (its callers connect side by side, as psycopg_pool's each connect in the caller)."""
+    return max_size or _NULL_MAX_CONNECTING
 
 #: psycopg_pool's retry delays (its ``AttemptWithBackoff``'s defaults): 1 s, doubling, +-10 %
 _RETRY_BASE: Final = 1.0
@@ -258,7 +264,7 @@ def pool_options(
             min_size=0,
             max_size=max_size,  # (0: no limit, as in psycopg_pool's null pool)
             soft_max_size=0,
-            max_connecting=max_size or NULL_MAX_CONNECTING,
+            max_connecting=null_max_connecting(max_size),
             max_waiting=max_waiting,
             connect_timeout=None,
             hooks=hooks,

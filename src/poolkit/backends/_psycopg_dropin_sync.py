@@ -47,7 +47,6 @@ from ._psycopg_dropin import (
     CONNECTIONS_LOST,
     CONNECTIONS_MS,
     CONNECTIONS_NUM,
-    NULL_MAX_CONNECTING,
     REQUESTS_ERRORS,
     REQUESTS_NUM,
     REQUESTS_QUEUED,
@@ -64,6 +63,7 @@ from ._psycopg_dropin import (
     expiry,
     logger,
     measures,
+    null_max_connecting,
     open_warning,
     pool_name,
     pool_options,
@@ -555,7 +555,7 @@ class ConnectionPool(Generic[CT]):
         self._max_size = max_size
         pool = self._pool
         if pool is not None and not self._closed:
-            connecting = (max_size or NULL_MAX_CONNECTING) if self._null else None
+            connecting = null_max_connecting(max_size) if self._null else None
             pool.resize(min_size, max_size, max_connecting=connecting)
 
     def check(self) -> None:

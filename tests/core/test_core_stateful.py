@@ -344,6 +344,8 @@ class PoolCoreMachine(RuleBasedStateMachine):
                 else:
                     assert req.state is RequestState.FAILED, req
                     assert req.error is not None and req.conn is None
+                    if isinstance(req.error, WaitQueueTimeoutError):  # never before its time
+                        assert req.deadline is not None and req.deadline <= self.now, req
             else:  # pragma: no cover
                 raise AssertionError(f"unknown action {action!r}")
         # the core removed every conn it closed from every count before handing the action out

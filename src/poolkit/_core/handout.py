@@ -31,9 +31,10 @@ Rules of this module
   paths, used only when nobody observes the pool) build no event and push no timer. When the gate
   matches (below) they allocate nothing, and the one thing either does to the timer heap is
   ``release_idle`` counting a stale entry (``note_stale``) when it hands the connection to a
-  waiter that had a deadline. Otherwise ``release_idle`` changes nothing, and ``lease_idle`` takes
-  the full check (``_take``, ``lease``), which may close perished connections (actions) and stop
-  a keep-alive timer (``note_stale``).
+  waiter whose deadline had an entry of its own (``Request.heaped``: see ``waiters``). Otherwise
+  ``release_idle`` changes nothing, and ``lease_idle`` takes the full check (``_take``,
+  ``lease``), which may close perished connections (actions) and stop a keep-alive timer
+  (``note_stale``).
 * A failed request is completed here only (``fail``): counted, told, and handed back.
 * ``idle_since`` is kept only in a clocked pool (one that reads idle times), and read only while
   the connection is available (parking stamps it). ``release_idle`` parks a connection only in
@@ -152,7 +153,6 @@ from .records import (
     regate,
 )
 from .state import CoreState
-from .timers import TimerKind
 
 
 def _plain_step(state: ConnState, event: ConnInput) -> ConnState:
@@ -305,10 +305,7 @@ class Handout:
             error = TooManyWaitersError(address=self.address, max_waiting=max_waiting)
             self.fail(req, error, CHECKOUT_TOO_MANY_WAITERS, now)
             return
-        waiters[req] = None  # WaitQueue.add inlined
-        req.queued = True
-        if deadline is not None:
-            self.timers.push(deadline, TimerKind.DEADLINE, req)
+        self.wait_queue.add(req)
         checking = self._counts[_CHECKING]
         if checking and (self._idle or self._open) and len(waiters) > checking:
             # (available connections and free streams wait beside waiters only for checks: this
@@ -362,7 +359,7 @@ class Handout:
         if waiters:
             # serve without lease: the connection stays leased, now on the waiter's behalf.
             req = waiters.popitem(last=False)[0]  # WaitQueue.pop_oldest inlined
-            if req.deadline is not None:
+            if req.heaped:
                 self.timers.note_stale()
             req.state = _SERVED
             req.conn = conn
@@ -397,7 +394,7 @@ class Handout:
         if waiters:
             # serve without lease: the connection stays leased, now on the waiter's behalf.
             req = waiters.popitem(last=False)[0]  # WaitQueue.pop_oldest inlined
-            if req.deadline is not None:
+            if req.heaped:
                 self.timers.note_stale()
             req.state = _SERVED
             req.conn = conn

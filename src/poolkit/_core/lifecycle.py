@@ -291,6 +291,9 @@ class Lifecycle:
                 req: Request = entry.target
                 st.wait_queue.expire(req)
                 self._hand.fail_timeout(req, now)
+            elif kind is TimerKind.WAIT_LINE:
+                for req in st.wait_queue.line_due(entry.when):
+                    self._hand.fail_timeout(req, now)
             elif kind is TimerKind.IDLE_SWEEP:
                 st.idle_set.sweep = None
                 self._sweep_idle(now)

@@ -248,7 +248,7 @@ class Request:
     ``state`` leaves WAITING for good.
     """
 
-    __slots__ = ("conn", "deadline", "error", "owner", "queued", "started", "state")
+    __slots__ = ("conn", "deadline", "error", "heaped", "owner", "queued", "started", "state")
 
     def __init__(self, started: float, deadline: float | None, owner: Any = None) -> None:
         self.started = started
@@ -259,6 +259,8 @@ class Request:
         #: the front end's waiter (a future, a lock, a user request object)
         self.owner = owner
         self.queued = False
+        #: its deadline has an entry of its own in the timer heap (queued out of line: ``waiters``)
+        self.heaped = False
 
     def __repr__(self) -> str:
         return f"<Request {self.state.value} started={self.started} deadline={self.deadline}>"

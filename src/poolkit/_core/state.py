@@ -193,6 +193,8 @@ class CoreState:
         kind = entry.kind
         if kind is TimerKind.DEADLINE:
             return WaitQueue.timer_is_live(entry)
+        if kind is TimerKind.WAIT_LINE:
+            return entry is self.wait_queue.line
         if kind is TimerKind.IDLE_SWEEP:
             return entry is self.idle_set.sweep
         if kind is TimerKind.BACKGROUND:

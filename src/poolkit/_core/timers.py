@@ -37,6 +37,7 @@ class TimerKind(enum.IntEnum):
     LEAK = 8  #: a watched lease has been out for leak_timeout
     HOOK_TIMEOUT = 9  #: a connection's check or reset (``Hooks``) ran out of time
     CONNECT_LOST = 10  #: an abandoned connect has not returned long after (``lost_after``)
+    WAIT_LINE = 11  #: the earliest deadline of the waiting requests in line (``waiters``)
 
 
 @final

@@ -1,0 +1,129 @@
+"""Waiting checkouts' deadlines "in line" (``_core.waiters``): requests whose deadlines come in
+the order they queued share one timer entry; the others have one each. Either way each request
+times out at its own deadline, no earlier and no later, in the order of the deadlines, and the
+timer heap stays small however many checkouts wait and are served. Exact times, no clock."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from poolkit import PoolOptions
+from poolkit._core import Conn, PoolCore, Request, RequestState, StartConnect
+from poolkit.errors import WaitQueueTimeoutError
+
+INF = float("inf")
+
+
+def _core(**options: Any) -> PoolCore:
+    core = PoolCore(
+        PoolOptions(background_interval=INF, connect_timeout=None, **options), "db:5432"
+    )
+    core.ready(0.0)
+    return core
+
+
+def _held(core: PoolCore, n: int) -> list[Conn]:
+    """``n`` connections made and leased (the pool full at ``max_size=n``)."""
+    reqs = [_wait(core, 0.0, None) for _ in range(n)]
+    for action in core.take()[0]:
+        if isinstance(action, StartConnect):
+            core.connected(action.conn, 0.0, f"c{action.conn.id}")
+    core.take()
+    conns = []
+    for req in reqs:
+        assert req.conn is not None
+        conns.append(req.conn)
+    return conns
+
+
+def _wait(core: PoolCore, now: float, timeout: float | None) -> Request:
+    req = Request(now, None if timeout is None else now + timeout)
+    core.fast.request(req, now)
+    return req
+
+
+def _timed_out_at(core: PoolCore, reqs: list[Request], times: list[float]) -> dict[int, float]:
+    """Step the timers through ``times``: which of ``reqs`` (by index) timed out when."""
+    out: dict[int, float] = {}
+    for now in times:
+        core.fire_timers(now)
+        for i, req in enumerate(reqs):
+            if i not in out and req.state is RequestState.FAILED:
+                assert isinstance(req.error, WaitQueueTimeoutError)
+                out[i] = now
+        core.take()
+    return out
+
+
+def test_waiters_with_one_timeout_share_one_timer_entry_each_timing_out_at_its_deadline() -> None:
+    core = _core(max_size=1)
+    _held(core, 1)
+    reqs = [_wait(core, float(i), 10.0) for i in range(5)]
+    assert len(core.timers) == 1  # (one entry for the line, not one per waiter)
+    assert all(not r.heaped for r in reqs)
+    out = _timed_out_at(core, reqs, [9.99, 10.0, 10.5, 11.0, 12.999, 13.0, 14.0])
+    assert out == {0: 10.0, 1: 11.0, 2: 12.999, 3: 13.0, 4: 14.0}
+    assert not core.queue and len(core.timers) == 0
+
+
+def test_a_shorter_timeout_behind_a_longer_one_has_its_own_entry_and_times_out_first() -> None:
+    core = _core(max_size=1)
+    _held(core, 1)
+    long_, short, after = _wait(core, 0.0, 10.0), _wait(core, 1.0, 2.0), _wait(core, 2.0, 9.0)
+    assert not long_.heaped and short.heaped and not after.heaped
+    out = _timed_out_at(core, [long_, short, after], [2.9, 3.0, 9.9, 10.0, 10.9, 11.0])
+    assert out == {1: 3.0, 0: 10.0, 2: 11.0}
+
+
+def test_a_waiter_without_a_deadline_ends_the_line_until_the_queue_is_empty() -> None:
+    core = _core(max_size=1)
+    (conn,) = _held(core, 1)
+    forever = _wait(core, 0.0, None)
+    behind = _wait(core, 1.0, 5.0)
+    assert behind.heaped  # (the line ended: a deadline behind a request that has none)
+    out = _timed_out_at(core, [forever, behind], [5.9, 6.0, 100.0])
+    assert out == {1: 6.0} and forever.state is RequestState.WAITING
+    taken = core.fast.release_idle(conn)  # the connection goes to the one left
+    assert taken is forever and not core.queue
+    again = _wait(core, 101.0, 5.0)  # the queue was empty: a new line
+    assert not again.heaped
+    assert _timed_out_at(core, [again], [105.9, 106.0]) == {0: 106.0}
+
+
+def test_the_line_re_armed_earlier_when_a_new_line_starts_with_an_earlier_deadline() -> None:
+    core = _core(max_size=1)
+    (conn,) = _held(core, 1)
+    first = _wait(core, 0.0, 30.0)  # the line armed at 30
+    taken = core.fast.release_idle(conn)
+    assert taken is first and not core.queue
+    assert first.conn is not None
+    soon = _wait(core, 1.0, 2.0)  # a new line, its deadline (3) before the armed one's (30)
+    assert not soon.heaped
+    assert core.take_deadline() == 3.0
+    assert _timed_out_at(core, [soon], [2.9, 3.0]) == {0: 3.0}
+
+
+def test_a_line_whose_front_was_served_fires_early_and_re_arms_at_the_next_deadline() -> None:
+    core = _core(max_size=1)
+    (conn,) = _held(core, 1)
+    reqs = [_wait(core, float(i), 10.0) for i in range(3)]
+    taken = core.fast.release_idle(conn)  # the oldest served: the line still armed at 10
+    assert taken is reqs[0]
+    core.fire_timers(10.0)  # early for the others: nothing times out, re-armed at 11
+    assert reqs[1].state is RequestState.WAITING and core.take_deadline() == 11.0
+    assert _timed_out_at(core, reqs[1:], [10.99, 11.0, 12.0]) == {0: 11.0, 1: 12.0}
+
+
+def test_many_waiters_served_leave_the_timer_heap_small() -> None:
+    core = _core(max_size=2)
+    conns = _held(core, 2)
+    now = 0.0
+    for i in range(10_000):
+        now += 0.001
+        req = _wait(core, now, 30.0 if i % 100 else 1.0)  # (one in a hundred out of line)
+        conn = conns[i % 2]
+        taken = core.fast.release_idle(conn)
+        assert taken is req
+        assert req.conn is not None
+        conns[i % 2] = req.conn
+    assert len(core.timers) <= 2 * 64 + 2  # (the stale entries are compacted as they pile up)

@@ -14,7 +14,7 @@ Rules of this module
   that tells the core whether anyone observes it), then its output is taken (``_take_locked``,
   under the front end's lock if it has one) and, the lock released, carried out in the core's
   order (``_dispatch``) and then the events delivered. The exceptions are the fast paths
-  (``lease_idle``, ``release_idle``, and ``note_wait`` for what they hand off), which build no
+  (``lease_idle``, ``release_idle``, and ``note_waits`` for what they hand off), which build no
   event and run only when nobody observes the pool.
 * No user code (connect, probe, close, listener, a request's ``complete``) runs under the lock.
 * A :class:`~poolkit.Lease` is valid for one check-in: its ``_pool`` is this pool while it is
@@ -577,8 +577,8 @@ class PoolBase(Generic[C]):
     def _fold_waits(self, core: PoolCore, now: float) -> None:
         """Under the lock: add the waits noted by fast hand-offs to the core's tally."""
         waits = self._handoff_waits
-        while waits:
-            core.fast.note_wait(waits.popleft())
+        core.fast.note_waits(waits)
+        waits.clear()
 
     # ------------------------------------------------------------------ request objects
 

@@ -84,6 +84,7 @@ C = TypeVar("C")
 T = TypeVar("T")
 _log = logging.getLogger("poolkit.pool")
 _CHECKING = ConnState.CHECKING
+_S_CLOSED = ConnState.CLOSED
 #: a ``connection()`` block's ``_state`` once entered (see ``_Block``)
 _ENTERED: Any = object()
 
@@ -436,7 +437,8 @@ class Pool(PoolBase[C]):
         # DEBUG known to be off) and a connection available, in one turn of the lock. Not tried
         # when checkouts wait already (a peek without the lock): it would fail, and cost a turn
         # of the lock on the path of every checkout under contention.
-        if self._quick and not self._waiting and _cached_level(10) is False:
+        quick = self._quick and _cached_level(10) is False
+        if quick and not self._waiting:
             pool = self
             # <fast-check-out>
             core = pool._core
@@ -467,15 +469,23 @@ class Pool(PoolBase[C]):
             timeout = self.options.wait_queue_timeout
         wait: Callable[[], Any] | None = None
         actions = NO_OUTPUT
-        with self._lock:  # (``_feed`` inlined: the path of every checkout that waits)
-            core = self._input()
+        lock = self._lock
+        lock.acquire()  # (``_feed`` inlined: the path of every checkout that waits; ``_input``
+        try:  # too where the fast paths' test already proves that nobody observes the pool)
+            if quick:
+                core = self._core
+                core.observed = False
+            else:
+                core = self._input()
             now = self._time()
             req = Request(now, None if timeout is None else now + timeout)
-            self._core.fast.request(req, now)
+            core.fast.request(req, now)
             if req.queued:  # (its owner is set before the lock is let go: a connect may serve it)
                 wait, req.owner = self._new_signal()
             if core.actions or core.events or core.timers.dirty:
                 actions = self._take_locked()
+        finally:
+            lock.release()
         if actions is not NO_OUTPUT:
             self._carry_out(actions)
         if wait is not None:
@@ -484,6 +494,13 @@ class Pool(PoolBase[C]):
             except BaseException:
                 self._abandon(req)
                 raise
+        conn = req.conn
+        if conn is not None and self._quick and conn.state is not _S_CLOSED:
+            lease = _ThreadLease()  # (``_served``'s usual case inlined)
+            lease._conn = conn
+            lease._lent = None
+            lease._pool = self
+            return lease
         return self._served(req)
 
     def checkin(self, lease: Lease[C]) -> None:

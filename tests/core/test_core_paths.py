@@ -22,7 +22,7 @@ the same on either path and no more than an observed core tells. What the fast p
 documented to skip is not compared: ``idle_since`` in an unclocked pool (never read there) and
 of a connection not available (stamped anew before it is read: ``_idle_time_read``), and
 the wait of a request ``release_idle`` hands a connection to is noted by the caller
-(``note_wait``, here at once as ``AsyncPool`` does).
+(``note_waits``, here at once as ``AsyncPool`` does).
 
 Example counts are modest for CI; ``POOLKIT_HYPOTHESIS_EXAMPLES=5000`` (say) runs that many.
 """
@@ -184,7 +184,7 @@ class Driver:
             if taken is not False:
                 assert not core.actions and not core.events and not core.timers.dirty
                 if taken is not True:
-                    core.fast.note_wait(now - taken.started)  # as AsyncPool does, at once
+                    core.fast.note_waits((now - taken.started,))  # as AsyncPool does, at once
                     self._complete(taken)
                 return
         may_output = core.release(conn, now, clean)

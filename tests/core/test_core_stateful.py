@@ -755,7 +755,7 @@ class PoolCoreMachine(RuleBasedStateMachine):
         fast = core.fast.release_idle_clean if clean else core.fast.release_idle
         taken, actions, _ = self._do(lambda core: fast(conn))
         if isinstance(taken, Request):
-            core.fast.note_wait(self.now - taken.started)  # as the front ends do
+            core.fast.note_waits((self.now - taken.started,))  # as the front ends do
         if taken:
             assert before[0] is ConnState.LEASED and before[1] == 1
             assert core.state is not PoolState.CLOSED

@@ -127,3 +127,28 @@ def test_many_waiters_served_leave_the_timer_heap_small() -> None:
         assert req.conn is not None
         conns[i % 2] = req.conn
     assert len(core.timers) <= 2 * 64 + 2  # (the stale entries are compacted as they pile up)
+
+
+def test_a_deadline_behind_a_waiter_without_one_times_out_at_its_deadline() -> None:
+    core = _core(max_size=1)
+    _held(core, 1)
+    first = _wait(core, 0.0, 10.0)  # the line, armed at 10
+    forever = _wait(core, 1.0, None)  # ends it: nothing queued behind is in line
+    behind = _wait(core, 2.0, 9.0)  # (11: later than the line's deadlines, but behind forever)
+    assert behind.heaped
+    out = _timed_out_at(core, [first, forever, behind], [10.0, 10.99, 11.0, 50.0])
+    assert out == {0: 10.0, 2: 11.0} and forever.state is RequestState.WAITING
+
+
+def test_a_new_line_that_starts_without_a_deadline_puts_the_deadlines_behind_it_on_the_heap() -> (
+    None
+):
+    core = _core(max_size=1)
+    (conn,) = _held(core, 1)
+    first = _wait(core, 0.0, 10.0)  # a line, armed at 10
+    assert core.fast.release_idle(conn) is first and not core.queue
+    forever = _wait(core, 1.0, None)  # a new line, ended at once
+    behind = _wait(core, 2.0, 9.0)
+    assert behind.heaped
+    out = _timed_out_at(core, [forever, behind], [10.0, 10.99, 11.0, 50.0])
+    assert out == {1: 11.0} and forever.state is RequestState.WAITING

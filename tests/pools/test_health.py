@@ -379,6 +379,7 @@ def test_stats_wait_of_a_hand_off_on_the_fast_check_in_asyncio() -> None:
 
     stats = run(main())
     assert stats.wait_time_max == pytest.approx(3.0) and stats.waits == 2
+    assert stats.wait_time_total == pytest.approx(3.0, abs=0.01)  # (the connect's: no time)
     assert stats.checkouts == 2
 
 
@@ -400,6 +401,7 @@ def test_stats_wait_of_a_hand_off_on_the_fast_check_in_threads() -> None:
         stats = pool.stats()
     assert clock.errors == []
     assert stats.wait_time_max == pytest.approx(3.0) and stats.waits == 2  # its connect, too
+    assert stats.wait_time_total == pytest.approx(3.0)  # (the connect's took no time)
     assert stats.checkouts == 2
 
 

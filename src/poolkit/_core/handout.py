@@ -98,6 +98,7 @@ within noise, 0.99-1.01), so they stay assigned; every other transition goes thr
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 from typing import Any, Final
 
 from ..errors import (
@@ -348,7 +349,7 @@ class Handout:
         connection, a load-balanced pool, a closed pool; no waiter in a clocked pool) and nothing
         was changed. True means the connection is available again. A ``Request`` means it was
         handed to that waiting request, now served, which the caller must wake (nothing is
-        appended to ``actions``) and the caller reports the wait it ended (``note_wait``). Needs
+        appended to ``actions``) and the caller reports the wait it ended (``note_waits``). Needs
         no ``now``: it applies only where the time of a check-in is never read. The caller uses
         it only when nobody observes the pool (it builds no event).
         """
@@ -409,10 +410,10 @@ class Handout:
         return True
         # </hand-back>
 
-    def note_wait(self, seconds: float) -> None:
-        """A request handed a connection by ``release_idle`` had waited ``seconds`` (its front
-        end measures it, from ``Request.started``)."""
-        self.tally.waited(seconds)
+    def note_waits(self, seconds: Collection[float]) -> None:
+        """Requests handed connections by ``release_idle`` had waited ``seconds`` (their front
+        end measures each, from ``Request.started``, and reports them in batches)."""
+        self.tally.waited_all(seconds)
 
     def release(self, conn: Conn, now: float, clean: bool = False) -> bool:
         """A lease on ``conn`` came back (the front end checked that it was out); ``clean``: the

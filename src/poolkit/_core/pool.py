@@ -17,7 +17,7 @@ Rules of this module
 * The inputs are the collaborators' bound methods, set once here: a front end's call runs the
   collaborator's method with no frame in between, and the one definition of each input is in its
   collaborator. The four that every checkout and check-in calls (``lease_idle``, ``request``,
-  ``release_idle``, ``note_wait``) are reached through ``fast`` instead, a port typed by
+  ``release_idle``, ``note_waits``) are reached through ``fast`` instead, a port typed by
   ``FastPaths`` that is the hand-out itself: a method call, cheaper than a bound method read from
   a slot (see ``FastPaths``). Nothing else of a collaborator is reachable from here.
 * Views only read. What the front end takes is an input, named so: ``take``, which empties the
@@ -31,7 +31,7 @@ Rules of this module
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Protocol
 
 from ..events import PoolCreatedEvent
@@ -56,7 +56,7 @@ class FastPaths(Protocol):
     def request(self, req: Request, now: float) -> None: ...
     def release_idle(self, conn: Conn) -> Request | bool: ...
     def release_idle_clean(self, conn: Conn) -> Request | bool: ...
-    def note_wait(self, seconds: float) -> None: ...
+    def note_waits(self, seconds: Collection[float]) -> None: ...
 
 
 class PoolCore:

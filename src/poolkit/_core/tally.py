@@ -57,6 +57,15 @@ class Tally:
         if seconds > self.wait_max:
             self.wait_max = seconds
 
+    def waited_all(self, seconds: Collection[float]) -> None:
+        """:meth:`waited` for each of ``seconds`` at once (the front ends' hand-offs, folded)."""
+        if seconds:
+            self.waits += len(seconds)
+            self.wait_total += sum(seconds)
+            longest = max(seconds)
+            if longest > self.wait_max:
+                self.wait_max = longest
+
     def hook_ended(self, checked: bool, *, failed: bool) -> None:
         """A check (``checked``) or a reset ended, ``failed`` or passed."""
         if checked:

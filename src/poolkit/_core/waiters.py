@@ -36,7 +36,6 @@ from .records import _WAITING, Request
 from .timers import TimerEntry, TimerHeap, TimerKind
 
 _INF: Final = float("inf")
-_NONE_YET: Final = float("-inf")
 
 
 @final
@@ -50,9 +49,9 @@ class WaitQueue:
         #: paths (see "Fast paths" in ``handout``); everything else goes through the methods here.
         self.queue: OrderedDict[Request, None] = OrderedDict()
         self.timers = timers
-        #: the latest deadline in line since the queue was last empty (-inf: none yet; inf: a
-        #: request without a deadline ended the line)
-        self.tail = _NONE_YET
+        #: the latest deadline in line since the queue was last empty (inf: a request without a
+        #: deadline ended the line; read only while the queue holds requests)
+        self.tail = _INF
         #: the line's timer entry (None: not armed)
         self.line: TimerEntry | None = None
 
@@ -66,23 +65,29 @@ class WaitQueue:
         """Queue ``req`` (waiting, not queued before) and arm its deadline: in line, or on the
         heap."""
         queue = self.queue
-        if not queue:
-            self.tail = _NONE_YET  # (a new line: nothing in line is ahead of it)
-        queue[req] = None
-        req.queued = True
         deadline = req.deadline
+        if queue:  # (the path of every checkout that waits behind others)
+            queue[req] = None
+            req.queued = True
+            if deadline is None:
+                self.tail = _INF
+            elif deadline >= self.tail:  # in line: the line is armed at or before it
+                self.tail = deadline
+            else:
+                req.heaped = True
+                self.timers.push(deadline, TimerKind.DEADLINE, req)
+            return
+        queue[req] = None  # a new line: the line may be armed, at a deadline gone or later
+        req.queued = True
         if deadline is None:
             self.tail = _INF
-        elif deadline >= self.tail:
-            self.tail = deadline
-            line = self.line
-            if line is None or line.when > deadline:  # (else: armed at or before it already)
-                if line is not None:
-                    self.timers.note_stale()
-                self.line = self.timers.push(deadline, TimerKind.WAIT_LINE)
-        else:
-            req.heaped = True
-            self.timers.push(deadline, TimerKind.DEADLINE, req)
+            return
+        self.tail = deadline
+        line = self.line
+        if line is None or line.when > deadline:
+            if line is not None:
+                self.timers.note_stale()
+            self.line = self.timers.push(deadline, TimerKind.WAIT_LINE)
 
     def pop_oldest(self) -> Request:
         """Take the oldest waiting request out (the queue must not be empty)."""
@@ -125,7 +130,6 @@ class WaitQueue:
     def clear(self) -> None:
         """Forget every request (after a fork: they are the parent's); the heap is cleared too."""
         self.queue.clear()
-        self.tail = _NONE_YET
         self.line = None
 
     @staticmethod

@@ -188,3 +188,64 @@ def test_async_released_event_as_redis_py(cls: Any, redis_server: RedisServer) -
             await pool.aclose()
 
     asyncio.run(main())
+
+
+class _Token:
+    """A re-authentication token (what redis-py's credential providers hand the pool)."""
+
+    def try_get(self, key: str) -> str:
+        return "user"
+
+    def get_value(self) -> str:
+        return "secret"
+
+
+@pytest.mark.parametrize("cls", [pk_redis.ConnectionPool, pk_redis.BlockingConnectionPool])
+def test_a_token_set_by_re_auth_callback_re_authenticates_a_connection_given_back(
+    cls: Any, redis_server: RedisServer
+) -> None:
+    # The pool's own dispatcher (none given): releases dispatch nothing until a token is set,
+    # then redis-py's ReAuthConnectionListener re-authenticates each connection given back.
+    pool = cls.from_url(redis_server.url, client_name=redis_server.name)
+    try:
+        connection = pool.get_connection()
+        calls: list[object] = []
+        connection.re_auth = lambda: calls.append(connection)  # (no AUTH sent to the server)
+        pool.release(connection)
+        assert calls == []  # nothing set: nothing dispatched
+        again = pool.get_connection()
+        assert again is connection
+        pool.re_auth_callback(_Token())
+        assert connection._re_auth_token is not None
+        pool.release(connection)
+        assert calls == [connection]
+    finally:
+        pool.close()
+
+
+@pytest.mark.parametrize(
+    "cls", [pk_redis.AsyncConnectionPool, pk_redis.AsyncBlockingConnectionPool]
+)
+def test_async_a_token_set_by_re_auth_callback_re_authenticates_a_connection_given_back(
+    cls: Any, redis_server: RedisServer
+) -> None:
+    async def main() -> None:
+        pool = cls.from_url(redis_server.url, client_name=redis_server.name)
+        try:
+            connection = await pool.get_connection()
+            calls: list[object] = []
+
+            async def re_auth() -> None:
+                calls.append(connection)
+
+            connection.re_auth = re_auth
+            await pool.release(connection)
+            assert calls == []
+            assert await pool.get_connection() is connection
+            await pool.re_auth_callback(_Token())
+            await pool.release(connection)
+            assert calls == [connection]
+        finally:
+            await pool.aclose()
+
+    asyncio.run(main())

@@ -41,7 +41,7 @@ if True:  # ASYNC
     import redis.asyncio
     import redis.asyncio.connection
 
-from .. import ConnectContext, Lease  # noqa: E402
+from .. import ConnectContext  # noqa: E402
 from ..asyncio import AsyncPool  # noqa: E402
 from ..driver import check_seconds  # noqa: E402
 from ..errors import PoolClosedError, WaitQueueTimeoutError  # noqa: E402
@@ -315,8 +315,7 @@ class ConnectionPool(Served, redis.asyncio.ConnectionPool):
         """A connection: an available one, else a new one; ``MaxConnectionsError`` when
         ``max_connections`` are out."""
         started = time.monotonic()
-        lease = await self._lease()
-        slot = lease.connection
+        slot = await self._lease()
         connection = slot.connection
         record_moved(slot.pool_name, IDLE, USED)
         try:
@@ -334,9 +333,9 @@ class ConnectionPool(Served, redis.asyncio.ConnectionPool):
             raise
         return connection
 
-    async def _lease(self) -> Lease[Slot]:
-        """A lease from the poolkit pool, registered (never waiting for a connection to come
-        back: only for one being made)."""
+    async def _lease(self) -> Slot:
+        """A lease from the poolkit pool, registered, and its slot (never waiting for a
+        connection to come back: only for one being made)."""
         if True:  # ASYNC
             if not self.can_get_connection():
                 raise MaxConnectionsError(TOO_MANY)
@@ -355,7 +354,7 @@ class ConnectionPool(Served, redis.asyncio.ConnectionPool):
                 with self._book_lock:
                     self._in_flight -= 1
 
-    async def _checkout(self, timeout: float | None) -> Lease[Slot]:
+    async def _checkout(self, timeout: float | None) -> Slot:
         while True:
             pool = self._pool or self._open()
             try:
@@ -373,7 +372,7 @@ class ConnectionPool(Served, redis.asyncio.ConnectionPool):
         else:
             with self._book_lock:
                 self._leases[slot.connection] = lease
-        return lease
+        return slot
 
     async def _waited(self, pool_name: str, started: float) -> None:
         """Recorded after a hand-out (``BlockingConnectionPool``: the wait time)."""
@@ -390,17 +389,18 @@ class ConnectionPool(Served, redis.asyncio.ConnectionPool):
         if not healthy(connection):
             lease.discard()
             return
-        dispatcher: Any = self._event_dispatcher
-        try:  # (redis-py's re-authentication runs here, while the connection is still ours;
-            # given back even if this task is cancelled while the listeners run)
-            if True:  # ASYNC
-                released = redis_events.AsyncAfterConnectionReleasedEvent(connection)
-                await dispatcher.dispatch_async(released)
-            else:
-                dispatcher.dispatch(redis_events.AfterConnectionReleasedEvent(connection))
-        except BaseException:
-            lease.discard()
-            raise
+        if self._releases_heard:
+            dispatcher: Any = self._event_dispatcher
+            try:  # (redis-py's re-authentication runs here, while the connection is still ours;
+                # given back even if this task is cancelled while the listeners run)
+                if True:  # ASYNC
+                    released = redis_events.AsyncAfterConnectionReleasedEvent(connection)
+                    await dispatcher.dispatch_async(released)
+                else:
+                    dispatcher.dispatch(redis_events.AfterConnectionReleasedEvent(connection))
+            except BaseException:
+                lease.discard()
+                raise
         slot = lease.connection
         slot.leased = False
         record_moved(slot.pool_name, USED, IDLE)
@@ -453,6 +453,7 @@ class ConnectionPool(Served, redis.asyncio.ConnectionPool):
 
     async def re_auth_callback(self, token: Any) -> None:
         """Each connection re-authenticates with ``token`` when next given back."""
+        self._releases_heard = True
         for connection in self._connections_now(free=True, in_use=True):
             connection.set_re_auth_token(token)
 
@@ -489,7 +490,7 @@ class BlockingConnectionPool(ConnectionPool, redis.asyncio.BlockingConnectionPoo
         )
         self.timeout = checked
 
-    async def _lease(self) -> Lease[Slot]:
+    async def _lease(self) -> Slot:
         if self.timeout == 0:  # (redis-py: no wait for a connection to come back)
             try:
                 return await super()._lease()

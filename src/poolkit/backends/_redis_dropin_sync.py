@@ -25,7 +25,7 @@ require("redis", "redis", "redis")  # no redis-py: an ImportError naming poolkit
 import redis  # noqa: E402
 import redis.connection  # noqa: E402
 
-from .. import ConnectContext, Lease  # noqa: E402
+from .. import ConnectContext  # noqa: E402
 from ..driver import check_seconds  # noqa: E402
 from ..errors import PoolClosedError, WaitQueueTimeoutError  # noqa: E402
 from ..events import Listener  # noqa: E402
@@ -226,8 +226,7 @@ class ConnectionPool(Served, redis.ConnectionPool):
         """A connection: an available one, else a new one; ``MaxConnectionsError`` when
         ``max_connections`` are out."""
         started = time.monotonic()
-        lease = self._lease()
-        slot = lease.connection
+        slot = self._lease()
         connection = slot.connection
         record_moved(slot.pool_name, IDLE, USED)
         try:
@@ -238,9 +237,9 @@ class ConnectionPool(Served, redis.ConnectionPool):
             raise
         return connection
 
-    def _lease(self) -> Lease[Slot]:
-        """A lease from the poolkit pool, registered (never waiting for a connection to come
-        back: only for one being made)."""
+    def _lease(self) -> Slot:
+        """A lease from the poolkit pool, registered, and its slot (never waiting for a
+        connection to come back: only for one being made)."""
         with self._book_lock:
             if len(self._leases) + self._in_flight >= self.max_connections:
                 raise MaxConnectionsError(TOO_MANY)
@@ -251,7 +250,7 @@ class ConnectionPool(Served, redis.ConnectionPool):
             with self._book_lock:
                 self._in_flight -= 1
 
-    def _checkout(self, timeout: float | None) -> Lease[Slot]:
+    def _checkout(self, timeout: float | None) -> Slot:
         while True:
             pool = self._pool or self._open()
             try:
@@ -266,7 +265,7 @@ class ConnectionPool(Served, redis.ConnectionPool):
         slot.leased = True
         with self._book_lock:
             self._leases[slot.connection] = lease
-        return lease
+        return slot
 
     def _waited(self, pool_name: str, started: float) -> None:
         """Recorded after a hand-out (``BlockingConnectionPool``: the wait time)."""
@@ -280,13 +279,14 @@ class ConnectionPool(Served, redis.ConnectionPool):
         if not healthy(connection):
             lease.discard()
             return
-        dispatcher: Any = self._event_dispatcher
-        try:  # (redis-py's re-authentication runs here, while the connection is still ours;
-            # given back even if this task is cancelled while the listeners run)
-            dispatcher.dispatch(redis_events.AfterConnectionReleasedEvent(connection))
-        except BaseException:
-            lease.discard()
-            raise
+        if self._releases_heard:
+            dispatcher: Any = self._event_dispatcher
+            try:  # (redis-py's re-authentication runs here, while the connection is still ours;
+                # given back even if this task is cancelled while the listeners run)
+                dispatcher.dispatch(redis_events.AfterConnectionReleasedEvent(connection))
+            except BaseException:
+                lease.discard()
+                raise
         slot = lease.connection
         slot.leased = False
         record_moved(slot.pool_name, USED, IDLE)
@@ -311,6 +311,7 @@ class ConnectionPool(Served, redis.ConnectionPool):
 
     def re_auth_callback(self, token: Any) -> None:
         """Each connection re-authenticates with ``token`` when next given back."""
+        self._releases_heard = True
         for connection in self._connections_now(free=True, in_use=True):
             connection.set_re_auth_token(token)
 
@@ -347,7 +348,7 @@ class BlockingConnectionPool(ConnectionPool, redis.BlockingConnectionPool):
         )
         self.timeout = checked
 
-    def _lease(self) -> Lease[Slot]:
+    def _lease(self) -> Slot:
         if self.timeout == 0:  # (redis-py: no wait for a connection to come back)
             try:
                 return super()._lease()

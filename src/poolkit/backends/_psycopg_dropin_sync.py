@@ -408,17 +408,32 @@ class ConnectionPool(Generic[CT]):
         delays, until the deadline."""
         if timeout is None:
             timeout = self.timeout
-        deadline = monotonic() + timeout
+        start = monotonic()
+        deadline = start + timeout
         logger.info("connection requested from %r", self.name)
         self._tally.counts[REQUESTS_NUM] += 1
-        self._check_open_getconn()
+        if self._closed or self._open_implicit:
+            self._check_open_getconn()
+        lease = self._checkout(start, deadline, timeout)
+        conn = lease.connection
+        if self._check is not None:
+            conn, lease = self._checked(conn, lease, deadline, timeout)
+        self._leases[id(conn)] = lease
+        conn._pool = self  # type: ignore[assignment]  # (psycopg's close() and with read it)
+        logger.info("connection given by %r", self.name)
+        return conn
+
+    def _checked(
+        self, conn: CT, lease: Lease[CT], deadline: float, timeout: float
+    ) -> tuple[CT, Lease[CT]]:
+        """``conn`` (on ``lease``) checked, and while the check fails, given back and another
+        taken (the second at once, the next after psycopg_pool's retry delays) until the
+        deadline: the connection that passed, and its lease."""
         retry: CheckRetry | None = None
         while True:
-            lease = self._checkout(deadline, timeout)
-            conn = lease.connection
             check = self._check
-            if check is None:
-                break
+            if check is None:  # (taken away meanwhile)
+                return conn, lease
             try:
                 check(conn)
             except Exception as ex:
@@ -428,7 +443,7 @@ class ConnectionPool(Generic[CT]):
                 self._give_back(conn, lease, from_getconn=True)
                 raise
             else:
-                break
+                return conn, lease
             if retry is None:
                 retry = CheckRetry(deadline)
             delay = retry.wait(monotonic())
@@ -436,15 +451,13 @@ class ConnectionPool(Generic[CT]):
                 _sleep(delay)
             if delay is None or monotonic() >= deadline:
                 raise PoolTimeout(f"couldn't get a connection after {timeout:.2f} sec")
-        self._leases[id(conn)] = lease
-        conn._pool = self  # type: ignore[assignment]  # (psycopg's close() and with read it)
-        logger.info("connection given by %r", self.name)
-        return conn
+            lease = self._checkout(monotonic(), deadline, timeout)
+            conn = lease.connection
 
-    def _checkout(self, deadline: float, timeout: float) -> Lease[CT]:
+    def _checkout(self, start: float, deadline: float, timeout: float) -> Lease[CT]:
         """A lease from the poolkit pool by ``deadline``, its errors as psycopg_pool's. A caller
         that finds no connection idle (a null pool's: ``max_size`` out) is counted as queued,
-        and its wait timed, as psycopg_pool counts them."""
+        and its wait timed from ``start``, as psycopg_pool counts them."""
         queued = False
         wait = None
         pool = self._pool
@@ -457,7 +470,6 @@ class ConnectionPool(Generic[CT]):
                 queued = pool.available == 0
             if queued:
                 self._tally.counts[REQUESTS_QUEUED] += 1
-        t0 = monotonic()
         try:
             while True:
                 pool = self._pool
@@ -486,7 +498,7 @@ class ConnectionPool(Generic[CT]):
             if wait is not None:
                 self._tally.counts[REQUESTS_WAIT_MS] += self._ahead.waited_ms(wait)
             elif queued:
-                self._tally.counts[REQUESTS_WAIT_MS] += int(1000.0 * (monotonic() - t0))
+                self._tally.counts[REQUESTS_WAIT_MS] += int(1000.0 * (monotonic() - start))
 
     def putconn(self, conn: CT) -> None:
         """Give back a connection from :meth:`getconn`: rolled back if left in a transaction,

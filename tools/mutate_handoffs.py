@@ -206,10 +206,16 @@ MUTATIONS = [
         nth=1,
     ),
     M(
+        "threads checkout() resumed: closed-connection test",
+        "threaded.py",
+        "if conn is not None and self._quick and conn.state is not _S_CLOSED:",
+        "if conn is not None and self._quick:",
+    ),
+    M(
         "threads checkout(): `not _waiting` gate",
         "threaded.py",
-        "if self._quick and not self._waiting and _cached_level(10) is False:",
-        "if self._quick and _cached_level(10) is False:",
+        "if quick and not self._waiting:",
+        "if quick:",
         neutral=True,
     ),
     M(
@@ -222,14 +228,14 @@ MUTATIONS = [
     M(
         "threads checkout(): _quick gate",
         "threaded.py",
-        "if self._quick and not self._waiting and _cached_level(10) is False:",
-        "if not self._waiting and _cached_level(10) is False:",
+        "quick = self._quick and _cached_level(10) is False",
+        "quick = _cached_level(10) is False",
     ),
     M(
         "threads checkout(): DEBUG gate",
         "threaded.py",
-        "if self._quick and not self._waiting and _cached_level(10) is False:",
-        "if self._quick and not self._waiting:",
+        "quick = self._quick and _cached_level(10) is False",
+        "quick = self._quick",
     ),
     M(
         "threads block entry: _quick gate",

@@ -66,28 +66,21 @@ class WaitQueue:
         heap."""
         queue = self.queue
         deadline = req.deadline
-        if queue:  # (the path of every checkout that waits behind others)
-            queue[req] = None
-            req.queued = True
-            if deadline is None:
-                self.tail = _INF
-            elif deadline >= self.tail:  # in line: the line is armed at or before it
-                self.tail = deadline
-            else:
-                req.heaped = True
-                self.timers.push(deadline, TimerKind.DEADLINE, req)
-            return
-        queue[req] = None  # a new line: the line may be armed, at a deadline gone or later
-        req.queued = True
         if deadline is None:
             self.tail = _INF
-            return
-        self.tail = deadline
-        line = self.line
-        if line is None or line.when > deadline:
-            if line is not None:
-                self.timers.note_stale()
-            self.line = self.timers.push(deadline, TimerKind.WAIT_LINE)
+        elif queue and deadline < self.tail:  # out of line
+            req.heaped = True
+            self.timers.push(deadline, TimerKind.DEADLINE, req)
+        else:
+            if not queue:  # a new line (behind others, the line is armed at or before it already)
+                line = self.line  # (armed perhaps for a request gone, at a deadline later)
+                if line is None or line.when > deadline:
+                    if line is not None:
+                        self.timers.note_stale()
+                    self.line = self.timers.push(deadline, TimerKind.WAIT_LINE)
+            self.tail = deadline
+        queue[req] = None
+        req.queued = True
 
     def pop_oldest(self) -> Request:
         """Take the oldest waiting request out (the queue must not be empty)."""

@@ -22,34 +22,16 @@ import asyncio
 import collections
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 import peers
+from bytecodes import Counts, tracer
 from peerbench import drive, servers
 from peerbench.core import Env, Figures, Sizes
-
-Counts = collections.Counter[str]
-
-
-def tracer(counts: Counts) -> Callable[[FrameType, str, Any], Any]:
-    """A trace function counting each frame's opcodes under its function's qualified name."""
-
-    def trace(frame: FrameType, event: str, arg: Any) -> Any:
-        frame.f_trace_opcodes = True
-
-        def local(frame: FrameType, event: str, arg: Any) -> Any:
-            if event == "opcode":
-                counts[frame.f_code.co_qualname] += 1
-            return local
-
-        return local
-
-    return trace
 
 
 class Counting:

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from core_scene import leased, ready_core
 from core_view import core_view, state_of
 from poolkit import Adaptive, Backoff, Hooks, PoolOptions
 from poolkit._core import (
@@ -28,14 +29,6 @@ from poolkit.errors import PoolClosedError
 INF = float("inf")
 
 
-def _core(**options: Any) -> PoolCore:
-    core = PoolCore(
-        PoolOptions(background_interval=INF, connect_timeout=None, **options), "db:5432"
-    )
-    core.ready(0.0)
-    return core
-
-
 def _started(actions: list[Any]) -> list[Conn]:
     return [a.conn for a in actions if isinstance(a, StartConnect)]
 
@@ -48,23 +41,6 @@ def _completed(actions: list[Any]) -> list[Request]:
     return [a.request for a in actions if isinstance(a, CompleteRequest)]
 
 
-def _fill(core: PoolCore, n: int, now: float = 0.0) -> list[Conn]:
-    """``n`` connections made and leased, in order of their ids."""
-    reqs = [_request(core, now) for _ in range(n)]
-    while True:
-        started = _started(core.take()[0])
-        if not started:
-            break
-        for conn in started:
-            core.connected(conn, now, f"c{conn.id}")
-    out = []
-    for req in reqs:
-        assert req.state is RequestState.SERVED and req.conn is not None
-        out.append(req.conn)
-    core.take()
-    return out
-
-
 def _request(core: PoolCore, now: float) -> Request:
     req = Request(started=now, deadline=None)
     core.fast.request(req, now)
@@ -75,8 +51,8 @@ def _request(core: PoolCore, now: float) -> Request:
 
 
 def test_growing_past_max_size_serves_the_waiters_in_order_max_connecting_at_a_time() -> None:
-    core = _core(max_size=2, max_connecting=2)
-    held = _fill(core, 2)
+    core = ready_core(max_size=2, max_connecting=2)
+    held = leased(core, 2)
     waiters = [_request(core, 1.0) for _ in range(4)]
     assert core.take()[0] == []  # (full: nobody connects for them)
     options = core.resize(2.0, 0, 5)
@@ -97,8 +73,8 @@ def test_growing_past_max_size_serves_the_waiters_in_order_max_connecting_at_a_t
 
 
 def test_after_growing_a_new_checkout_connects_for_itself() -> None:
-    core = _core(max_size=1, max_connecting=2)
-    _fill(core, 1)
+    core = ready_core(max_size=1, max_connecting=2)
+    leased(core, 1)
     core.resize(1.0, 0, 2)
     assert core.take()[0] == []  # (nobody waits: nothing to make)
     req = _request(core, 2.0)
@@ -106,8 +82,8 @@ def test_after_growing_a_new_checkout_connects_for_itself() -> None:
 
 
 def test_growing_min_size_fills_the_pool_and_keeps_what_is_there() -> None:
-    core = _core(max_size=5, min_size=0, max_connecting=2)
-    made = _fill(core, 1)
+    core = ready_core(max_size=5, min_size=0, max_connecting=2)
+    made = leased(core, 1)
     core.release(made[0], 1.0)
     assert state_of(core).roles.kept == 0
     core.resize(2.0, 3, 5)
@@ -135,8 +111,8 @@ def test_a_paused_pool_fills_its_new_min_size_when_ready() -> None:
 def test_shrinking_closes_the_idle_connections_a_checkout_takes_last(
     order: str, closing: list[int]
 ) -> None:
-    core = _core(max_size=4, max_connecting=4, idle_order=order)
-    made = _fill(core, 4)
+    core = ready_core(max_size=4, max_connecting=4, idle_order=order)
+    made = leased(core, 4)
     for t, conn in enumerate(made, 1):
         core.release(conn, float(t))  # parked in this order
     core.take()
@@ -146,8 +122,8 @@ def test_shrinking_closes_the_idle_connections_a_checkout_takes_last(
 
 
 def test_shrinking_closes_connections_in_use_when_they_come_back() -> None:
-    core = _core(max_size=4, max_connecting=4)
-    made = _fill(core, 4)
+    core = ready_core(max_size=4, max_connecting=4)
+    made = leased(core, 4)
     core.release(made[3], 1.0)
     core.take()
     core.resize(2.0, 0, 2)
@@ -163,8 +139,8 @@ def test_shrinking_closes_connections_in_use_when_they_come_back() -> None:
 
 
 def test_below_the_connections_in_use_the_waiters_wait_for_those_within_the_limit() -> None:
-    core = _core(max_size=3, max_connecting=3)
-    made = _fill(core, 3)
+    core = ready_core(max_size=3, max_connecting=3)
+    made = leased(core, 3)
     waiters = [_request(core, 1.0) for _ in range(2)]
     core.take()
     core.resize(2.0, 0, 1)
@@ -182,8 +158,8 @@ def test_below_the_connections_in_use_the_waiters_wait_for_those_within_the_limi
 
 
 def test_a_connect_beyond_the_new_max_size_is_closed_once_established() -> None:
-    core = _core(max_size=2, max_connecting=2)
-    (held,) = _fill(core, 1)
+    core = ready_core(max_size=2, max_connecting=2)
+    (held,) = leased(core, 1)
     waiter = _request(core, 1.0)
     (pending,) = _started(core.take()[0])
     core.resize(2.0, 0, 1)
@@ -197,8 +173,8 @@ def test_a_connect_beyond_the_new_max_size_is_closed_once_established() -> None:
 
 
 def test_a_connection_reset_beyond_the_new_max_size_is_closed_after_its_reset() -> None:
-    core = _core(max_size=2, max_connecting=2, hooks=Hooks(reset=_never))
-    made = _fill(core, 2)
+    core = ready_core(max_size=2, max_connecting=2, hooks=Hooks(reset=_never))
+    made = leased(core, 2)
     waiter = _request(core, 1.0)
     core.release(made[1], 1.0)  # a waiter: reset for it
     assert [type(a) for a in core.take()[0]] == [StartReset]
@@ -211,7 +187,7 @@ def test_a_connection_reset_beyond_the_new_max_size_is_closed_after_its_reset() 
 
 
 def test_shrinking_min_size_lets_the_idle_ones_go_after_max_idle_time() -> None:
-    core = _core(max_size=3, min_size=3, max_connecting=3, max_idle_time=10.0)
+    core = ready_core(max_size=3, min_size=3, max_connecting=3, max_idle_time=10.0)
     for conn in _started(core.take()[0]):
         core.connected(conn, 0.0, "c")
     core.take()
@@ -221,7 +197,7 @@ def test_shrinking_min_size_lets_the_idle_ones_go_after_max_idle_time() -> None:
 
 
 def test_shrinking_min_size_arms_the_idle_sweep_for_those_no_longer_kept() -> None:
-    core = _core(max_size=2, min_size=2, max_connecting=2, max_idle_time=10.0)
+    core = ready_core(max_size=2, min_size=2, max_connecting=2, max_idle_time=10.0)
     for conn in _started(core.take()[0]):
         core.connected(conn, 0.0, "c")
     core.take()
@@ -234,7 +210,7 @@ def test_shrinking_min_size_arms_the_idle_sweep_for_those_no_longer_kept() -> No
 
 
 def test_an_explicit_soft_limit_is_kept_within_the_new_sizes() -> None:
-    core = _core(max_size=6, soft_max_size=4, max_connecting=6)
+    core = ready_core(max_size=6, soft_max_size=4, max_connecting=6)
     core.resize(0.0, 0, 3)
     assert state_of(core).options.soft_max_size == 3
     core.resize(0.0, 5, 8)
@@ -261,8 +237,8 @@ def _never(connection: Any) -> None:  # pragma: no cover - the core only asks fo
 def test_bad_sizes_are_refused_as_the_constructor_refuses_them_and_change_nothing(
     min_size: Any, max_size: Any, error: type[Exception], match: str
 ) -> None:
-    core = _core(max_size=3, min_size=1, max_connecting=3)
-    made = _fill(core, 2)
+    core = ready_core(max_size=3, min_size=1, max_connecting=3)
+    made = leased(core, 2)
     options = state_of(core).options
     before = core.stats()
     with pytest.raises(error, match=match):
@@ -276,14 +252,14 @@ def test_bad_sizes_are_refused_as_the_constructor_refuses_them_and_change_nothin
 
 
 def test_a_bad_max_connecting_is_refused() -> None:
-    core = _core(max_size=3)
+    core = ready_core(max_size=3)
     with pytest.raises(ValueError, match=r"PoolOptions\.max_connecting must be an integer >= 1"):
         core.resize(0.0, 0, 3, max_connecting=0)
     assert state_of(core).options.max_connecting == 2
 
 
 def test_a_closed_pool_refuses() -> None:
-    core = _core(max_size=3)
+    core = ready_core(max_size=3)
     core.close(1.0)
     core.take()
     with pytest.raises(PoolClosedError, match="Attempted to resize a closed connection pool"):
@@ -292,15 +268,15 @@ def test_a_closed_pool_refuses() -> None:
 
 
 def test_an_adaptive_pool_refuses() -> None:
-    core = _core(max_size=8, adaptive=Adaptive())
+    core = ready_core(max_size=8, adaptive=Adaptive())
     with pytest.raises(ValueError, match=r"resize\(\) of a pool with PoolOptions\.adaptive"):
         core.resize(0.0, 0, 4)
     assert state_of(core).options.max_size == 8 and state_of(core).adaptive is not None
 
 
 def test_the_statistics_go_on() -> None:
-    core = _core(max_size=2, max_connecting=2)
-    made = _fill(core, 2)
+    core = ready_core(max_size=2, max_connecting=2)
+    made = leased(core, 2)
     for conn in made:
         core.release(conn, 1.0)
     before = core.stats()
@@ -328,7 +304,7 @@ def _two_multiplexed(core: PoolCore, out_on_second: int) -> tuple[Conn, Conn, li
 
 
 def test_a_multiplexed_connection_beyond_the_new_max_size_takes_no_new_lease() -> None:
-    core = _core(max_size=2, max_connecting=2)
+    core = ready_core(max_size=2, max_connecting=2)
     first, second, _ = _two_multiplexed(core, 1)
     assert second in state_of(core).idle_set.open
     core.resize(1.0, 0, 1)
@@ -342,7 +318,7 @@ def test_a_multiplexed_connection_beyond_the_new_max_size_takes_no_new_lease() -
 
 
 def test_a_multiplexed_stream_back_beyond_the_new_max_size_frees_no_stream() -> None:
-    core = _core(max_size=2, max_connecting=2)
+    core = ready_core(max_size=2, max_connecting=2)
     _, second, _ = _two_multiplexed(core, 2)
     core.resize(1.0, 0, 1)
     core.release(second, 2.0)  # one of its two streams
@@ -354,8 +330,8 @@ def test_a_multiplexed_stream_back_beyond_the_new_max_size_frees_no_stream() -> 
 
 
 def test_growing_again_before_the_surplus_is_back_keeps_it() -> None:
-    core = _core(max_size=3, max_connecting=3)
-    made = _fill(core, 3)
+    core = ready_core(max_size=3, max_connecting=3)
+    made = leased(core, 3)
     core.resize(1.0, 0, 1)
     assert [c.role for c in made] == [Role.DEMAND, Role.OVERFLOW, Role.OVERFLOW]
     core.resize(2.0, 0, 3)

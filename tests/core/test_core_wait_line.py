@@ -5,35 +5,9 @@ timer heap stays small however many checkouts wait and are served. Exact times, 
 
 from __future__ import annotations
 
-from typing import Any
-
-from poolkit import PoolOptions
-from poolkit._core import Conn, PoolCore, Request, RequestState, StartConnect
+from core_scene import leased, ready_core
+from poolkit._core import PoolCore, Request, RequestState
 from poolkit.errors import WaitQueueTimeoutError
-
-INF = float("inf")
-
-
-def _core(**options: Any) -> PoolCore:
-    core = PoolCore(
-        PoolOptions(background_interval=INF, connect_timeout=None, **options), "db:5432"
-    )
-    core.ready(0.0)
-    return core
-
-
-def _held(core: PoolCore, n: int) -> list[Conn]:
-    """``n`` connections made and leased (the pool full at ``max_size=n``)."""
-    reqs = [_wait(core, 0.0, None) for _ in range(n)]
-    for action in core.take()[0]:
-        if isinstance(action, StartConnect):
-            core.connected(action.conn, 0.0, f"c{action.conn.id}")
-    core.take()
-    conns = []
-    for req in reqs:
-        assert req.conn is not None
-        conns.append(req.conn)
-    return conns
 
 
 def _wait(core: PoolCore, now: float, timeout: float | None) -> Request:
@@ -56,8 +30,8 @@ def _timed_out_at(core: PoolCore, reqs: list[Request], times: list[float]) -> di
 
 
 def test_waiters_with_one_timeout_share_one_timer_entry_each_timing_out_at_its_deadline() -> None:
-    core = _core(max_size=1)
-    _held(core, 1)
+    core = ready_core(max_size=1)
+    leased(core, 1)
     reqs = [_wait(core, float(i), 10.0) for i in range(5)]
     assert len(core.timers) == 1  # (one entry for the line, not one per waiter)
     assert all(not r.heaped for r in reqs)
@@ -67,8 +41,8 @@ def test_waiters_with_one_timeout_share_one_timer_entry_each_timing_out_at_its_d
 
 
 def test_a_shorter_timeout_behind_a_longer_one_has_its_own_entry_and_times_out_first() -> None:
-    core = _core(max_size=1)
-    _held(core, 1)
+    core = ready_core(max_size=1)
+    leased(core, 1)
     long_, short, after = _wait(core, 0.0, 10.0), _wait(core, 1.0, 2.0), _wait(core, 2.0, 9.0)
     assert not long_.heaped and short.heaped and not after.heaped
     out = _timed_out_at(core, [long_, short, after], [2.9, 3.0, 9.9, 10.0, 10.9, 11.0])
@@ -76,8 +50,8 @@ def test_a_shorter_timeout_behind_a_longer_one_has_its_own_entry_and_times_out_f
 
 
 def test_a_waiter_without_a_deadline_ends_the_line_until_the_queue_is_empty() -> None:
-    core = _core(max_size=1)
-    (conn,) = _held(core, 1)
+    core = ready_core(max_size=1)
+    (conn,) = leased(core, 1)
     forever = _wait(core, 0.0, None)
     behind = _wait(core, 1.0, 5.0)
     assert behind.heaped  # (the line ended: a deadline behind a request that has none)
@@ -91,8 +65,8 @@ def test_a_waiter_without_a_deadline_ends_the_line_until_the_queue_is_empty() ->
 
 
 def test_the_line_re_armed_earlier_when_a_new_line_starts_with_an_earlier_deadline() -> None:
-    core = _core(max_size=1)
-    (conn,) = _held(core, 1)
+    core = ready_core(max_size=1)
+    (conn,) = leased(core, 1)
     first = _wait(core, 0.0, 30.0)  # the line armed at 30
     taken = core.fast.release_idle(conn)
     assert taken is first and not core.queue
@@ -104,8 +78,8 @@ def test_the_line_re_armed_earlier_when_a_new_line_starts_with_an_earlier_deadli
 
 
 def test_a_line_whose_front_was_served_fires_early_and_re_arms_at_the_next_deadline() -> None:
-    core = _core(max_size=1)
-    (conn,) = _held(core, 1)
+    core = ready_core(max_size=1)
+    (conn,) = leased(core, 1)
     reqs = [_wait(core, float(i), 10.0) for i in range(3)]
     taken = core.fast.release_idle(conn)  # the oldest served: the line still armed at 10
     assert taken is reqs[0]
@@ -115,8 +89,8 @@ def test_a_line_whose_front_was_served_fires_early_and_re_arms_at_the_next_deadl
 
 
 def test_many_waiters_served_leave_the_timer_heap_small() -> None:
-    core = _core(max_size=2)
-    conns = _held(core, 2)
+    core = ready_core(max_size=2)
+    conns = leased(core, 2)
     now = 0.0
     for i in range(10_000):
         now += 0.001
@@ -130,8 +104,8 @@ def test_many_waiters_served_leave_the_timer_heap_small() -> None:
 
 
 def test_a_deadline_behind_a_waiter_without_one_times_out_at_its_deadline() -> None:
-    core = _core(max_size=1)
-    _held(core, 1)
+    core = ready_core(max_size=1)
+    leased(core, 1)
     first = _wait(core, 0.0, 10.0)  # the line, armed at 10
     forever = _wait(core, 1.0, None)  # ends it: nothing queued behind is in line
     behind = _wait(core, 2.0, 9.0)  # (11: later than the line's deadlines, but behind forever)
@@ -143,8 +117,8 @@ def test_a_deadline_behind_a_waiter_without_one_times_out_at_its_deadline() -> N
 def test_a_new_line_that_starts_without_a_deadline_puts_the_deadlines_behind_it_on_the_heap() -> (
     None
 ):
-    core = _core(max_size=1)
-    (conn,) = _held(core, 1)
+    core = ready_core(max_size=1)
+    (conn,) = leased(core, 1)
     first = _wait(core, 0.0, 10.0)  # a line, armed at 10
     assert core.fast.release_idle(conn) is first and not core.queue
     forever = _wait(core, 1.0, None)  # a new line, ended at once

@@ -89,17 +89,21 @@ def test_a_line_whose_front_was_served_fires_early_and_re_arms_at_the_next_deadl
 
 
 def test_many_waiters_served_leave_the_timer_heap_small() -> None:
-    core = ready_core(max_size=2)
-    conns = leased(core, 2)
+    core = ready_core(max_size=1)
+    (conn,) = leased(core, 1)
+    waiting = [_wait(core, 0.0, 30.0) for _ in range(4)]  # (a queue that never empties)
     now = 0.0
+    heaped = 0
     for i in range(10_000):
         now += 0.001
-        req = _wait(core, now, 30.0 if i % 100 else 1.0)  # (one in a hundred out of line)
-        conn = conns[i % 2]
-        taken = core.fast.release_idle(conn)
-        assert taken is req
-        assert req.conn is not None
-        conns[i % 2] = req.conn
+        req = _wait(core, now, 30.0 if i % 10 else 1.0)  # one in ten out of line, behind others
+        heaped += req.heaped
+        waiting.append(req)
+        taken = core.fast.release_idle(conn)  # the oldest served, its deadline entry stale
+        assert taken is waiting.pop(0)
+        assert taken.conn is not None
+        conn = taken.conn
+    assert heaped == 1000
     assert len(core.timers) <= 2 * 64 + 2  # (the stale entries are compacted as they pile up)
 
 

@@ -403,11 +403,10 @@ def measures(min_size: int, max_size: int, stats: PoolStats | None, null: bool) 
     }
 
 
-def putconn_refusal(pool: Any, conn: Any) -> ValueError | None:
-    """psycopg_pool's refusal of a connection that is not out from ``pool``, or ``None``."""
+def putconn_refusal(pool: Any, conn: Any) -> ValueError:
+    """psycopg_pool's refusal of ``conn``, which is not out from ``pool`` (its ``_pool`` is
+    another pool's, or none)."""
     owner = getattr(conn, "_pool", None)
-    if owner is pool:
-        return None
     where = f"it comes from pool {owner.name!r}" if owner else "it doesn't come from any pool"
     return ValueError(f"can't return connection to pool {pool.name!r}, {where}: {conn}")
 

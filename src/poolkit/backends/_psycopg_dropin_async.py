@@ -116,6 +116,7 @@ _CONNECTION_CLASS: Any = AsyncConnection
 _IDLE = TransactionStatus.IDLE
 _ACTIVE = TransactionStatus.ACTIVE
 _UNKNOWN = TransactionStatus.UNKNOWN
+_INF = float("inf")
 
 
 class AsyncConnectionPool(Generic[ACT]):
@@ -485,15 +486,29 @@ class AsyncConnectionPool(Generic[ACT]):
         if timeout is None:
             timeout = self.timeout
         start = monotonic()
-        deadline = start + timeout
         logger.info("connection requested from %r", self.name)
-        self._tally.counts[REQUESTS_NUM] += 1
+        counts = self._tally.counts
+        counts[REQUESTS_NUM] += 1
         if self._closed or self._open_implicit:
             self._check_open_getconn()
-        lease = await self._checkout(start, deadline, timeout)
+        pool = self._pool
+        if pool is not None and pool.available and not self._null:
+            # the straight way: a connection idle (a glance, no turn of the pool's lock), so the
+            # request is not counted as queued (as ``_checkout`` glances)
+            try:
+                lease = await pool.checkout(timeout)
+            except PoolClearedError:  # drain(): wait on, the full way
+                lease = await self._checkout(start, start + timeout, timeout)
+            except BaseException as exc:
+                error = self._checkout_error(exc, timeout)
+                if error is exc:
+                    raise
+                raise error from None
+        else:
+            lease = await self._checkout(start, start + timeout, timeout)
         conn = lease.connection
         if self._check is not None:
-            conn, lease = await self._checked(conn, lease, deadline, timeout)
+            conn, lease = await self._checked(conn, lease, start + timeout, timeout)
         self._leases[id(conn)] = lease
         conn._pool = self  # type: ignore[assignment]  # (psycopg's close() and with read it)
         logger.info("connection given by %r", self.name)
@@ -554,38 +569,51 @@ class AsyncConnectionPool(Generic[ACT]):
                     return await pool.checkout(max(0.0, deadline - monotonic()))
                 except PoolClearedError:  # drain(): go on waiting, in the new generation
                     continue
-                except PoolClosedError:
-                    self._tally.counts[REQUESTS_ERRORS] += 1
-                    raise PoolClosed(f"the pool {self.name!r} is already closed") from None
-                except (WaitQueueTimeoutError, CircuitOpenError):
-                    self._tally.counts[REQUESTS_ERRORS] += 1
-                    raise PoolTimeout(
-                        f"couldn't get a connection after {timeout:.2f} sec"
-                    ) from None
-                except TooManyWaitersError:
-                    self._tally.counts[REQUESTS_ERRORS] += 1
-                    raise TooManyRequests(
-                        f"the pool {self.name!r} has already {self.max_waiting} requests waiting"
-                    ) from None
-                except BaseException:
-                    self._tally.counts[REQUESTS_ERRORS] += 1
-                    raise
+                except BaseException as exc:
+                    error = self._checkout_error(exc, timeout)
+                    if error is exc:
+                        raise
+                    raise error from None
         finally:
             if wait is not None:
                 self._tally.counts[REQUESTS_WAIT_MS] += self._ahead.waited_ms(wait)
             elif queued:
                 self._tally.counts[REQUESTS_WAIT_MS] += int(1000.0 * (monotonic() - start))
 
+    def _checkout_error(self, exc: BaseException, timeout: float) -> BaseException:
+        """What a checkout of the poolkit pool that raised ``exc`` (not a drain's
+        ``PoolClearedError``) raises: psycopg_pool's error for it, or ``exc`` itself (a
+        cancellation, say); counted among the requests' errors."""
+        self._tally.counts[REQUESTS_ERRORS] += 1
+        if isinstance(exc, PoolClosedError):
+            return PoolClosed(f"the pool {self.name!r} is already closed")
+        if isinstance(exc, WaitQueueTimeoutError | CircuitOpenError):
+            return PoolTimeout(f"couldn't get a connection after {timeout:.2f} sec")
+        if isinstance(exc, TooManyWaitersError):
+            return TooManyRequests(
+                f"the pool {self.name!r} has already {self.max_waiting} requests waiting"
+            )
+        return exc
+
     async def putconn(self, conn: ACT) -> None:
         """Give back a connection from :meth:`getconn`: rolled back if left in a transaction,
         closed if given back mid-query or past its ``max_lifetime``, then reset and handed to
         the next caller (or closed, the pool closed). A null pool closes it here unless a caller
         waits for it."""
-        refusal = putconn_refusal(self, conn)
-        if refusal is not None:
-            raise refusal
+        if getattr(conn, "_pool", None) is not self:
+            raise putconn_refusal(self, conn)
         logger.info("returning connection to %r", self.name)
-        await self._give_back(conn, self._leases.pop(id(conn)), from_getconn=False)
+        lease = self._leases.pop(id(conn))
+        if (
+            conn.pgconn.transaction_status == _IDLE
+            and not self._closed
+            and not self._null
+            and getattr(conn, "_expire_at", _INF) > monotonic()
+        ):  # the usual case: _give_back's last step at once
+            conn._pool = None
+            lease.release()
+            return
+        await self._give_back(conn, lease, from_getconn=False)
 
     async def _give_back(self, conn: ACT, lease: Lease[ACT], *, from_getconn: bool) -> None:
         """``lease`` (on ``conn``) given back, by ``putconn`` or after a failed check in
@@ -623,7 +651,7 @@ class AsyncConnectionPool(Generic[ACT]):
                 logger.warning("discarding closed connection: %s", conn)
             lease.discard()
             return
-        if getattr(conn, "_expire_at", float("inf")) <= monotonic():
+        if getattr(conn, "_expire_at", _INF) <= monotonic():
             logger.info("discarding expired connection")
             await conn.close()
             lease.discard()
@@ -661,7 +689,7 @@ class AsyncConnectionPool(Generic[ACT]):
                 break
         for lease in leases:
             conn = lease.connection
-            if getattr(conn, "_expire_at", float("inf")) <= monotonic():
+            if getattr(conn, "_expire_at", _INF) <= monotonic():
                 logger.info("discarding expired connection %s", conn)
                 await conn.close()
                 lease.discard()

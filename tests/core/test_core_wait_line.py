@@ -107,6 +107,32 @@ def test_many_waiters_served_leave_the_timer_heap_small() -> None:
     assert len(core.timers) <= 2 * 64 + 2  # (the stale entries are compacted as they pile up)
 
 
+
+def test_many_waiters_cancelled_or_served_the_slow_way_leave_the_timer_heap_small() -> None:
+    # (the two other ways out of the queue: a cancel, and a check-in through the full path,
+    # ``release``, which takes the oldest with ``WaitQueue.pop_oldest``; each marks a heaped
+    # request's entry stale, or the heap keeps one per request gone)
+    core = ready_core(max_size=1)
+    (conn,) = leased(core, 1)
+    waiting = [_wait(core, 0.0, 30.0) for _ in range(4)]  # (a queue that never empties)
+    now = 0.0
+    heaped = 0
+    for i in range(10_000):
+        now += 0.001
+        req = _wait(core, now, 1.0 if i % 10 in (0, 5) else 30.0)  # one in five out of line
+        heaped += req.heaped
+        if i % 2:
+            assert core.cancel(req, now)  # gone before its deadline
+            continue
+        waiting.append(req)
+        core.release(conn, now)  # the full check-in: the oldest served
+        taken = waiting.pop(0)
+        assert taken.state is RequestState.SERVED and taken.conn is not None
+        conn = taken.conn
+        core.take()
+    assert heaped == 2000  # (1,000 of them cancelled, 1,000 served)
+    assert len(core.timers) <= 2 * 64 + 2  # (the stale entries are compacted as they pile up)
+
 def test_a_deadline_behind_a_waiter_without_one_times_out_at_its_deadline() -> None:
     core = ready_core(max_size=1)
     leased(core, 1)

@@ -107,7 +107,6 @@ def test_many_waiters_served_leave_the_timer_heap_small() -> None:
     assert len(core.timers) <= 2 * 64 + 2  # (the stale entries are compacted as they pile up)
 
 
-
 def test_many_waiters_cancelled_or_served_the_slow_way_leave_the_timer_heap_small() -> None:
     # (the two other ways out of the queue: a cancel, and a check-in through the full path,
     # ``release``, which takes the oldest with ``WaitQueue.pop_oldest``; each marks a heaped
@@ -132,6 +131,7 @@ def test_many_waiters_cancelled_or_served_the_slow_way_leave_the_timer_heap_smal
         core.take()
     assert heaped == 2000  # (1,000 of them cancelled, 1,000 served)
     assert len(core.timers) <= 2 * 64 + 2  # (the stale entries are compacted as they pile up)
+
 
 def test_a_deadline_behind_a_waiter_without_one_times_out_at_its_deadline() -> None:
     core = ready_core(max_size=1)

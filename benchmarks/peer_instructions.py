@@ -1,0 +1,190 @@
+"""Count the machine instructions per operation of the peers benchmark's contenders (callgrind).
+
+``benchmarks/peers.py`` reports each contender's client CPU per operation, the process's CPU
+time over its operations: a shared, noisy machine moves it by several per cent from run to run,
+as much as the differences between a drop-in and the pool it replaces. This counts what the
+noise does not move: the instructions the client process runs per operation (its Python, the
+interpreter, the drivers' C code; not the kernel's, not the server's), under valgrind's
+callgrind, on the same workloads, made by the same builders::
+
+    python benchmarks/peer_instructions.py H1                  # every contender of H1
+    python benchmarks/peer_instructions.py H1,H2 --only "(as shipped)" --jobs 2
+
+Each contender runs twice under callgrind in a process of its own, with every drive of the
+harness replaced by a fixed number of operations per worker: ``--ops`` and three times as many.
+The difference of the two counts over the difference of the operations is the instructions per
+operation, without what both runs share (the interpreter's start, the imports, the connects, the
+warm-up). Valgrind runs one thread at a time (``--fair-sched=yes``: in turn) and some 50 times
+slower than the machine: the asyncio workloads interleave much as they do natively; the threaded
+ones less so, so their counts compare pools under the same serialization, not the native thread
+switches (and the kernel's work, which those switches cost, is not counted at all). Needs ``valgrind`` (Debian's package); takes about a minute per
+contender for the asyncio workloads, more for threads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import peers
+from peerbench import drive, servers
+from peerbench.core import Env, Sizes
+
+#: operations per worker of the warm-up drive (connections made, caches warm)
+WARM_OPS = 20
+
+
+class Fixed:
+    """Stands in for the harness's drivers: every drive runs a fixed number of operations per
+    worker (``WARM_OPS`` for the first of a run, the warm-up; ``ops`` for the measured one)."""
+
+    def __init__(self, ops: int) -> None:
+        self.ops = ops
+        self.drives = 0
+
+    def _count(self) -> int:
+        self.drives += 1
+        return WARM_OPS if self.drives % 2 == 1 else self.ops
+
+    def threads(self, one: drive.SyncOne, workers: int, duration: float, **kw: Any) -> drive.Tally:
+        n = self._count()
+        barrier = threading.Barrier(workers)
+
+        def worker(i: int) -> None:
+            barrier.wait()
+            for _ in range(n):
+                one(i)
+
+        threads = [threading.Thread(target=worker, args=(i,)) for i in range(workers)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        return drive.Tally([n] * workers, elapsed=1.0)
+
+    async def tasks(self, one: drive.AsyncOne, workers: int, duration: float,
+                    **kw: Any) -> drive.Tally:  # fmt: skip
+        n = self._count()
+
+        async def worker(i: int) -> None:
+            for _ in range(n):
+                await one(i)
+
+        await asyncio.gather(*(worker(i) for i in range(workers)))
+        return drive.Tally([n] * workers, elapsed=1.0)
+
+
+def child(workload_key: str, label: str, ops: int, dsn: str, redis_url: str) -> int:
+    """Run one contender with fixed drives (the process valgrind measures)."""
+    sizes = Sizes.tiny()
+    env = Env(dsn, redis_url, f"poolkit-instr-{os.getpid()}", sizes)
+    workload = peers.select(peers.workloads(sizes), workload_key)[0]
+    (contender,) = [c for c in workload.contenders if c.label == label]
+    fixed = Fixed(ops)
+    drive.drive_threads, drive.drive_async = fixed.threads, fixed.tasks
+    contender.run(env)
+    if fixed.drives < 2:
+        print(f"{label}: no measured drive ran", file=sys.stderr)
+        return 1
+    return 0
+
+
+def measure(workload_key: str, label: str, ops: int, dsn: str, redis_url: str) -> int:
+    """Instructions of a run of ``label`` with ``ops`` operations per worker."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp, "callgrind.out")
+        result = subprocess.run(
+            [
+                "valgrind",
+                "--tool=callgrind",
+                "--fair-sched=yes",
+                f"--callgrind-out-file={out}",
+                sys.executable,
+                __file__,
+                "--child",
+                workload_key,
+                label,
+                str(ops),
+                "--dsn",
+                dsn,
+                "--redis-url",
+                redis_url,
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    found = re.search(r"Collected : (\d+)", result.stderr)
+    if result.returncode != 0 or found is None:
+        raise RuntimeError(f"{label}: the run failed:\n{result.stdout}\n{result.stderr[-2000:]}")
+    return int(found.group(1))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("workloads", nargs="?", help="keys of peers.py's workloads, e.g. H1 or H1,H3")
+    ap.add_argument("--only", metavar="TEXT", help="contenders whose label contains TEXT")
+    ap.add_argument("--ops", type=int, default=40, help="operations per worker, first run (40)")
+    ap.add_argument("--jobs", type=int, default=1, help="runs under valgrind at once (1)")
+    ap.add_argument("--dsn", default=servers.DSN)
+    ap.add_argument("--redis-url", default=servers.REDIS_URL)
+    ap.add_argument(
+        "--child", nargs=3, metavar=("WORKLOAD", "LABEL", "OPS"), help=argparse.SUPPRESS
+    )
+    args = ap.parse_args(argv)
+    if args.child:
+        key, label, ops = args.child
+        return child(key, label, int(ops), args.dsn, args.redis_url)
+    if not args.workloads:
+        ap.error("name the workloads, e.g. H1")
+    if shutil.which("valgrind") is None:
+        print("valgrind is not installed (Debian: apt-get install valgrind)", file=sys.stderr)
+        return 1
+    workloads = {w.key: w for w in peers.select(peers.workloads(Sizes.tiny()), args.workloads)}
+    jobs = [
+        (key, c.label)
+        for key, w in workloads.items()
+        for c in w.contenders
+        if not args.only or args.only.lower() in c.label.lower()
+    ]
+    runs = [(key, label, n) for key, label in jobs for n in (args.ops, 3 * args.ops)]
+    with ThreadPoolExecutor(args.jobs) as pool:
+        counts = dict(
+            zip(
+                runs,
+                pool.map(lambda r: measure(r[0], r[1], r[2], args.dsn, args.redis_url), runs),
+                strict=True,
+            )
+        )
+    for key, w in workloads.items():
+        print(f"{key}: {w.title}   (instructions per operation, client process, callgrind)")
+        workers = _workers(w.title)
+        for c in w.contenders:
+            if (key, c.label, args.ops) not in counts:
+                continue
+            low = counts[(key, c.label, args.ops)]
+            high = counts[(key, c.label, 3 * args.ops)]
+            per_op = (high - low) / (2 * args.ops * workers)
+            print(f"  {per_op:12,.0f}  {c.label}")
+    return 0
+
+
+def _workers(title: str) -> int:
+    """The workers of a workload, from its title ("50 tasks, pool 10, ...")."""
+    return int(title.split()[0])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

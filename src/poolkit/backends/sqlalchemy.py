@@ -301,7 +301,7 @@ class QueuePool(_SAPool):
             return  # (not out of this pool)
         lease, owner = out
         size = self._size
-        if owner is self._pool and (not size or self._max_overflow == 0):
+        if owner is self._pool and (not size or self._overflow_limit == 0):
             lease.release()  # (the queue can never be full)
             return
         entry = lease.connection

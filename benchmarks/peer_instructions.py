@@ -17,8 +17,8 @@ operation, without what both runs share (the interpreter's start, the imports, t
 warm-up). Valgrind runs one thread at a time (``--fair-sched=yes``: in turn) and some 50 times
 slower than the machine: the asyncio workloads interleave much as they do natively; the threaded
 ones less so, so their counts compare pools under the same serialization, not the native thread
-switches (and the kernel's work, which those switches cost, is not counted at all). Needs ``valgrind`` (Debian's package); takes about a minute per
-contender for the asyncio workloads, more for threads.
+switches (and the kernel's work, which those switches cost, is not counted at all). Needs
+``valgrind`` (Debian's package); takes about two minutes per contender, more for threads.
 """
 
 from __future__ import annotations
@@ -58,6 +58,9 @@ class Fixed:
         self.drives += 1
         return WARM_OPS if self.drives % 2 == 1 else self.ops
 
+    def finished(self, operations: int) -> None:
+        """A drive of ``operations`` in all has ended (for subclasses that measure)."""
+
     def threads(self, one: drive.SyncOne, workers: int, duration: float, **kw: Any) -> drive.Tally:
         n = self._count()
         barrier = threading.Barrier(workers)
@@ -72,6 +75,7 @@ class Fixed:
             thread.start()
         for thread in threads:
             thread.join()
+        self.finished(n * workers)
         return drive.Tally([n] * workers, elapsed=1.0)
 
     async def tasks(self, one: drive.AsyncOne, workers: int, duration: float,
@@ -83,6 +87,7 @@ class Fixed:
                 await one(i)
 
         await asyncio.gather(*(worker(i) for i in range(workers)))
+        self.finished(n * workers)
         return drive.Tally([n] * workers, elapsed=1.0)
 
 

@@ -371,3 +371,21 @@ def test_a_connect_backing_off_beyond_a_lowered_max_size_is_not_retried() -> Non
     assert _started(actions) == []
     shared = state_of(core)
     assert len(shared.conns) + shared.abandoned <= 1
+
+
+def test_a_stream_limit_raised_on_a_surplus_connection_serves_nobody() -> None:
+    # (after a resize lowered max_size, a connection beyond it serves no new lease: its streams
+    # freed by a raised stream limit, as by a stream given back (``_release_stream``), do not
+    # go to the waiters; the connections within the limit serve them)
+    core = ready_core(max_size=2, max_connecting=2)
+    held = leased(core, 2)
+    waiters = [_request(core, 1.0), _request(core, 1.0)]
+    core.take()
+    core.resize(2.0, 0, 1)
+    (surplus,) = [c for c in held if c.role is Role.OVERFLOW]
+    assert core.set_max_streams(surplus.id, 2, 3.0)
+    assert _completed(core.take()[0]) == []  # nobody served by the surplus connection
+    assert all(w.state is RequestState.WAITING for w in waiters)
+    (kept,) = [c for c in held if c is not surplus]
+    core.release(kept, 4.0)  # the connection within the limit serves the oldest
+    assert _completed(core.take()[0]) == [waiters[0]]

@@ -512,6 +512,8 @@ class Health:
             if (
                 conn.streams < max_streams
                 and self._life.perished(conn, now, check_idle=False) is None
+                # (beyond max_size, a resize's surplus: no new lease, as ``_release_stream``)
+                and not (conn.role is _OVERFLOW and self._hand.over_limit())
             ):
                 if max_streams > 1:
                     st.idle_set.add_open(conn)

@@ -3,9 +3,20 @@
 runs it; the script only reads the documents and checks the issue's criteria.
 
     python benchmarks/adaptive.py [--duration 10] [--pg postgresql://postgres@127.0.0.1/test]
-                                  [--plots DIR] [--only steady,change,overload,fleet,pg]
+                                  [--plots DIR]
+                                  [--only room,heavier,steady,change,overload,fleet,pg]
 
-Scenarios (32 tasks a process, the server's 8 cores at 1 ms exponential, ``--max-size 64``):
+Scenarios of issue 40 (32 tasks, ``--max-size 32``, each against the static pool of 32):
+
+* room: a server without a knee within ``max_size``: the embedded server with 64 cores at 2 ms
+  exponential, and a plain 2 ms sleep (``concurrency=none``). The limit reaches 32 within 10 s
+  of the start, and the throughput is at least 0.9 x the static pool's.
+* heavier: the 64-core server's operations turn from 2 ms to 10 ms at 10 s (heavier work, the
+  server not loaded): from 11 s to 20 s (within 10 s of the change) and after, the throughput
+  (the median of the intervals') is at least 0.8 x the static pool's in the same span.
+
+Scenarios of issue 28 (32 tasks a process, the server's 8 cores at 1 ms exponential,
+``--max-size 64``):
 
 * steady: a static sweep of ``max_size`` and an adaptive pool. The adaptive pool reaches 95 % of
   the best static throughput, holds at most 1.5 x the recommended size's connections, and its
@@ -46,6 +57,12 @@ SIZES_4 = "max_size=2,3,4,5,6,8,12,16,32"
 #: PostgreSQL's sweep, as fine where its curve bends as the embedded server's (a grid of powers
 #: of two can only put the knee at 4, 8 or 16)
 SIZES_PG = "max_size=1,2,3,4,5,6,8,10,12,16,24,32,64"
+#: servers without a knee within max_size 32 (issue 40): 64 cores, and a plain sleep
+ROOM = {
+    "64 cores, exp 2 ms": "sim://?service_time=exp:2ms&concurrency=64",
+    "sleep 2 ms": "sim://?service_time=2ms&concurrency=none",
+}
+HEAVIER = "10s:service=exp:10ms"
 
 
 def bench(*args: str, plot: str | None = None) -> dict[str, Any]:
@@ -119,7 +136,7 @@ def main() -> int:
     parser.add_argument("--duration", default="10", help="seconds of each static run")
     parser.add_argument("--pg", default=None, help="a PostgreSQL URL for the pg scenario")
     parser.add_argument("--plots", default=None, help="a folder for the adaptive runs' plots")
-    parser.add_argument("--only", default="steady,change,overload,fleet,pg")
+    parser.add_argument("--only", default="room,heavier,steady,change,overload,fleet,pg")
     parser.add_argument("--json", default=None, help="write every document to this file")
     args = parser.parse_args()
     only = set(args.only.split(","))
@@ -132,6 +149,74 @@ def main() -> int:
     def png(name: str) -> str | None:
         return None if plots is None else os.path.join(plots, f"adaptive-{name}.png")
 
+    for name, server in ROOM.items() if "room" in only else ():
+        tag = "room-" + name.split()[0]
+        static = bench(server, "--max-size", "32", "--duration", args.duration, "--warmup", "3")
+        documents[tag + "-static"] = static
+        doc = bench(
+            server,
+            "--adaptive",
+            "--max-size",
+            "32",
+            "--duration",
+            "20",
+            "--warmup",
+            "3",
+            plot=png(tag),
+        )
+        documents[tag] = doc
+        (s,) = static["results"]
+        (r,) = doc["results"]
+        reached = next((p["t"] for p in r["timeline"] if p["limit"] == 32), None)
+        late = median_of(span(r["timeline"], 10.0, 1e9), "throughput")
+        checks += [
+            Check(
+                "room",
+                f"{name}: the limit reaches max_size (32)",
+                ("never" if reached is None else f"at {reached:.2f} s")
+                + f" (limit median {r['adaptive']['median']:g}, connections "
+                f"{median_of(span(r['timeline'], 10.0, 1e9), 'connections'):g} after 10 s)",
+                "<= 10 s",
+                reached is not None and reached <= 10.0,
+            ),
+            Check(
+                "room",
+                f"{name}: throughput vs the static pool of 32",
+                f"{r['throughput']:,.0f} = {r['throughput'] / s['throughput']:.1%} of "
+                f"{s['throughput']:,.0f} (after 10 s, interval median: {late:,.0f})",
+                ">= 90%",
+                r["throughput"] >= 0.9 * s["throughput"],
+            ),
+        ]
+
+    if "heavier" in only:
+        server = ROOM["64 cores, exp 2 ms"]
+        heavy = (server, "--max-size", "32", "--duration", "30", "--sim-schedule", HEAVIER)
+        static = bench(*heavy)
+        documents["heavier-static"] = static
+        doc = bench(*heavy, "--adaptive", plot=png("heavier"))
+        documents["heavier"] = doc
+        (s,) = static["results"]
+        (r,) = doc["results"]
+        for start, end in ((11.0, 20.0), (20.0, 1e9)):
+            mine = span(r["timeline"], start, end)
+            theirs = span(s["timeline"], start, end)
+            got, had = median_of(mine, "throughput"), median_of(theirs, "throughput")
+            worst = min(p["throughput"] for p in mine) if mine else float("nan")
+            checks.append(
+                Check(
+                    "heavier",
+                    f"2 -> 10 ms at 10 s: throughput {start:g}-{min(end, 30.0):g} s vs static",
+                    f"{got:,.0f} = {got / had:.1%} of {had:,.0f} (limit median "
+                    f"{median_of(mine, 'limit'):g}, least {min(p['limit'] for p in mine)}; "
+                    f"worst interval {worst:,.0f})",
+                    ">= 80%",
+                    got >= 0.8 * had,
+                )
+            )
+
+    if not only & {"steady", "change", "overload", "fleet", "pg"}:
+        return report(checks, documents, args.json)
     adaptive = ("--adaptive", "--max-size", "64")
     static8 = sweep(SIM, SIZES_8, args.duration)
     documents["static8"] = static8
@@ -338,8 +423,13 @@ def main() -> int:
             )
         )
 
-    if args.json:
-        with open(args.json, "w") as out:
+    return report(checks, documents, args.json)
+
+
+def report(checks: list[Check], documents: dict[str, Any], to: str | None) -> int:
+    """Every check, a line each; the documents to ``to`` (JSON) when given."""
+    if to:
+        with open(to, "w") as out:
             json.dump(documents, out, indent=1)
     width = max(len(c.what) for c in checks) if checks else 0
     for c in checks:

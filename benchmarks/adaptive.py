@@ -19,8 +19,9 @@ Scenarios of issue 28 (32 tasks a process, the server's 8 cores at 1 ms exponent
 ``--max-size 64``):
 
 * steady: a static sweep of ``max_size`` and an adaptive pool. The adaptive pool reaches 95 % of
-  the best static throughput, holds at most 1.5 x the recommended size's connections, and its
-  checkout wait p99 is within 1.5 x the recommended size's. (The sweep's *knee*, used below, is
+  the best static throughput, holds at most 1.5 x the recommended size's connections, and the
+  p99 of the time its callers spend (checkout wait and operation: issue 40) is within 1.2 x the
+  recommended size's. (The sweep's *knee*, used below, is
   its smallest size within 5 % of the best throughput; its *recommendation* also asks that
   callers wait no longer for a connection than they hold one.)
 * change: cores 8 -> 4 at 10 s and back at 20 s. The limit comes within a quarter of where it
@@ -29,7 +30,8 @@ Scenarios of issue 28 (32 tasks a process, the server's 8 cores at 1 ms exponent
   static size for 4 cores.
 * overload: the service time x 5 from 10 s to 15 s. The limit does not rise above the one
   before, no connection is opened (the most open during it, against those open as it began),
-  and no checkout waits longer than 5 x the wait p99 outside the overload.
+  and no caller spends longer (checkout wait and operation: issue 40) than 5 x the p99 outside
+  the overload, times the service time's factor (5).
 * fleet: ``--processes 4``, each pool adaptive: their limits added up settle within 2 x the
   single pool's knee (four static pools of the recommended size hold 4 x it).
 * pg (with ``--pg``): ``SELECT 1`` on PostgreSQL, a static sweep and an adaptive pool: the
@@ -63,6 +65,9 @@ ROOM = {
     "sleep 2 ms": "sim://?service_time=2ms&concurrency=none",
 }
 HEAVIER = "10s:service=exp:10ms"
+#: the overload's factor on the service time (issue 40: the longest total time within 5 x the
+#: p99 outside, times this)
+OVERLOAD = 5
 
 
 def bench(*args: str, plot: str | None = None) -> dict[str, Any]:
@@ -256,11 +261,12 @@ def main() -> int:
             ),
             Check(
                 "steady",
-                "checkout wait p99 vs the recommended size's",
-                f"{r['wait_ms']['p99']:.2f} ms vs {rec8['wait_ms']['p99']:.2f} ms (wait + "
-                f"operation, mean: {total:.2f} ms vs {rec_total:.2f} ms)",
-                "<= 1.5x",
-                r["wait_ms"]["p99"] <= 1.5 * rec8["wait_ms"]["p99"],
+                "total time (wait + operation) p99 vs the recommended size's",
+                f"{r['total_ms']['p99']:.2f} ms vs {rec8['total_ms']['p99']:.2f} ms (mean "
+                f"{total:.2f} vs {rec_total:.2f}; checkout wait p99 {r['wait_ms']['p99']:.2f} "
+                f"vs {rec8['wait_ms']['p99']:.2f} ms)",
+                "<= 1.2x",
+                r["total_ms"]["p99"] <= 1.2 * rec8["total_ms"]["p99"],
             ),
         ]
 
@@ -334,7 +340,9 @@ def main() -> int:
         conns_during = max(p["connections"] for p in during)
         wait_p99 = median_of(outside, "wait_p99_ms")
         wait_max = max(p["wait_max_ms"] for p in during)
-        inside = median_of(during, "wait_p99_ms")
+        total_p99 = median_of(outside, "total_p99_ms")
+        total_max = max(p["total_max_ms"] for p in during)
+        inside = median_of(during, "total_p99_ms")
         checks += [
             Check(
                 "overload",
@@ -353,10 +361,11 @@ def main() -> int:
             ),
             Check(
                 "overload",
-                "longest checkout wait in the overload vs the wait p99 outside",
-                f"{wait_max:.2f} ms vs {wait_p99:.2f} ms (the wait p99 inside: {inside:.2f} ms)",
-                "<= 5x",
-                wait_max <= 5.0 * wait_p99,
+                "longest total time (wait + operation) in it vs the total p99 outside",
+                f"{total_max:.2f} ms vs {total_p99:.2f} ms (the total p99 inside: {inside:.2f} "
+                f"ms; checkout wait: longest {wait_max:.2f} ms, p99 outside {wait_p99:.2f} ms)",
+                "<= 5x x 5 (the service time's factor)",
+                total_max <= 5.0 * OVERLOAD * total_p99,
             ),
         ]
 

@@ -134,9 +134,10 @@ _SAME_SERVER: Final = 1.5
 #: low reads as 2 queued), so on a server with room it held a pool at 13-17 of 32; a fleet's
 #: pools held at the cores plus ``queue`` each run at twice the base or more on 8 cores
 _QUEUEING: Final = 1.5
-#: a base round this far above the base, after a check (below) found the server slower but not
-#: queueing, is the base, its history restarted: heavier work (every operation 5 x slower, the
-#: server not loaded) is believed at the next base round, not after three (30 s)
+#: two rounds a tick or a period apart (a check, below, and a base round, either first) that
+#: read this far above the base and found the server not queueing make the lower of them the
+#: base, its history restarted: heavier work (every operation 5 x slower, the server not loaded)
+#: is believed within a base period, not after three base rounds (30 s)
 _MOVED: Final = 1.5
 #: a typical throughput ``_MOVED`` times below the one at the last base round asks for an early
 #: *check*, at the next tick of ``base_every`` times this (on the wall clock as the base rounds):

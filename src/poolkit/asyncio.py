@@ -22,6 +22,10 @@ Rules of this module
   own ``call_at``.
 * The pool binds to the running loop on first use that needs one (``ready``, a checkout that
   waits) and refuses any other loop afterwards, like asyncio's own primitives.
+* An adaptive pool on asyncio's own clock tells the core its loop's lag (issue 40) every
+  ``LAG_EVERY`` seconds: how long a callback made ready waits to run, the delay every
+  operation's answer also waits (a timer's lateness would add the selector's rounding, up to a
+  millisecond). The watch holds the pool weakly and ends with ``close``.
 * A waiting checkout waits on a plain future. When its task is cancelled it tells the core as
   soon as it resumes; if the core handed it a connection in the meantime (the same loop
   iteration), it gives that connection straight back, so nothing is lost.
@@ -40,6 +44,7 @@ import logging
 import threading
 import time
 import types
+import weakref
 from collections.abc import Awaitable, Callable, Generator
 from contextlib import AbstractAsyncContextManager
 from types import TracebackType
@@ -72,6 +77,9 @@ from .log import _cached_level
 from .options import PoolOptions
 
 _Future = asyncio.Future
+#: seconds between two measures of an adaptive pool's loop lag (``AsyncPool._watch_lag``)
+LAG_EVERY = 0.01
+
 #: the running loop of this thread, or None (asyncio's C function: no exception to catch)
 _running_loop = asyncio._get_running_loop
 _S_CLOSED = ConnState.CLOSED
@@ -362,6 +370,8 @@ class AsyncPool(PoolBase[C]):
                 base = type(loop).time is asyncio.BaseEventLoop.time
                 self._time = time.monotonic if base else loop.time
                 self._align_to_wall()
+                if self.options.adaptive is not None and base:  # (a virtual clock: no lag)
+                    self._watch_lag(loop)
         elif self._loop is not loop:
             raise RuntimeError(
                 f"AsyncPool.{operation}(): an AsyncPool belongs to the event loop it first ran "
@@ -406,6 +416,25 @@ class AsyncPool(PoolBase[C]):
                 delay = max(0.0, when - self._time())
                 self._timer_handle = loop.call_later(delay, self._on_timer)
         self._timer_at = when
+
+    def _watch_lag(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Every ``LAG_EVERY`` seconds, the loop's lag told to the core (see the module's rules)."""
+        ref = weakref.ref(self)
+
+        def start() -> None:
+            pool = ref()
+            if pool is not None and pool._closing is None:
+                loop.call_soon(end, loop.time())
+
+        def end(made_ready: float) -> None:
+            pool = ref()
+            if pool is None:
+                return
+            lag = loop.time() - made_ready
+            pool._core.client_lag(lag, pool._time())
+            loop.call_later(LAG_EVERY, start)
+
+        loop.call_later(LAG_EVERY, start)
 
     def _cancel_timer(self) -> None:
         if self._timer_handle is not None:

@@ -35,7 +35,8 @@ class AdaptiveStats:
       ``Adaptive.base_every`` seconds), is more than ``Adaptive.queue``: another pool, or an
       overload, makes the server queue.
     * ``rate_max``, ``op_min``, ``op_time``: the most operations a second, the least and the
-      median mean operation time (check-out to check-in, seconds) of the last rounds.
+      median mean operation time (check-out to check-in, seconds) of the last rounds;
+      ``op_time`` less the client's own lag, where the front end measures it (an event loop's).
     * ``rounds``: rounds ended (the figures are 0.0 before the first); ``changes``: the changes
       reported so far (``AdaptiveLimitChangedEvent``).
     """

@@ -81,6 +81,12 @@ def test_json_is_the_only_output_and_matches_its_schema() -> None:
     assert result["connections"]["left_open"] == 0
     assert result["connections"]["server_left_open"] == 0
     assert result["throughput"] == pytest.approx(result["ops"] / result["seconds"], rel=0.01)
+    # (what a caller spends, issue 40: the checkout wait and the operation added up)
+    parts = result["wait_ms"]["mean"] + result["latency_ms"]["mean"]
+    assert result["total_ms"]["mean"] == pytest.approx(parts, rel=0.01, abs=0.01), result
+    assert result["total_ms"]["max"] >= result["latency_ms"]["max"]
+    measured = [p for p in result["timeline"] if p["measured"] and p["throughput"]]
+    assert measured and all(p["total_max_ms"] >= p["total_p99_ms"] > 0 for p in measured)
 
 
 def test_ops_measures_exactly_that_many_over_processes_and_threads() -> None:

@@ -147,3 +147,54 @@ def test_the_base_rounds_align_on_the_wall_clock_where_the_pool_keeps_monotonic_
             assert abs(epoch(real) - offset) <= 0.01
 
     asyncio.run(on_asyncio())
+
+
+def test_an_adaptive_pool_on_asyncio_tells_its_core_the_loops_lag() -> None:
+    """Issue 40's client-side signal: on asyncio's own loop an adaptive pool tells its core,
+    every ``LAG_EVERY`` seconds, how long a callback made ready waited to run; a loop kept busy
+    (callbacks of 2 ms one after another) shows it. A static pool, and a closed one, tell
+    nothing (the watch ends with ``close``)."""
+    from poolkit.asyncio import LAG_EVERY
+
+    told: list[float] = []
+
+    def watch(pool: poolkit.AsyncPool[object]) -> None:
+        real = pool._core.client_lag
+
+        def note(lag: float, now: float) -> None:
+            told.append(lag)
+            real(lag, now)
+
+        pool._core.client_lag = note  # type: ignore[method-assign]  # (a spy)
+
+    async def connect(ctx: poolkit.ConnectContext) -> object:
+        return object()
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        busy_until = loop.time() + 30 * LAG_EVERY
+
+        def busy() -> None:  # (a loop with work of its own: each callback 2 ms)
+            end = time.perf_counter() + 0.002
+            while time.perf_counter() < end:
+                pass
+            if loop.time() < busy_until:
+                loop.call_soon(busy)
+
+        static = poolkit.AsyncPool(connect, options=poolkit.PoolOptions(max_size=2))
+        pool = poolkit.AsyncPool(
+            connect, options=poolkit.PoolOptions(max_size=2, adaptive=poolkit.Adaptive())
+        )
+        watch(pool)
+        watch(static)
+        async with static, pool:
+            async with pool.connection():
+                pass
+            loop.call_soon(busy)
+            await asyncio.sleep(35 * LAG_EVERY)
+            assert len(told) >= 5 and max(told) >= 0.001, told  # (the adaptive pool's only)
+        seen = len(told)
+        await asyncio.sleep(5 * LAG_EVERY)
+        assert len(told) == seen  # (closed: no more)
+
+    asyncio.run(main())

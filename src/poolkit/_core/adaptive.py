@@ -54,10 +54,32 @@ answers parsed in Python) makes its operations slower as it holds more, as a ser
 ratio held near 1 (1.3 x) keeps it at 2 or 3 connections where its throughput grows to 6 or 8, and a
 ratio loose enough for it lets a fleet pile up, where a queue of 2 does both.
 
+**Room and heavier work (issue 40).** Vegas's estimate multiplies the base's error by the
+connections in use (at 32, a base 6 % low reads as 2 queued): on a server with room it held a pool
+at 13-17 of 32. The share now falls only while the typical operation also takes more than 1.5 x
+the base (a fleet held at the cores plus ``queue`` each runs at twice the base or more). Heavier
+work (every operation 5 x slower, the server not loaded) read as queueing until three base rounds
+had measured it (30 s): a typical throughput 1.5 x below the one at the last base round now asks
+for a *check* at the next tick of a tenth of ``base_every`` (on the wall clock, as the base
+rounds): a base round whose mean is not a base (one pool of a fleet the others joined measures
+alone, on a server they load) but tells whether halving the connections made the operations 1.5 x
+faster. Not (not queueing), the share holds through the base period; and two rounds a tick or a
+period apart, one of them a base round, that find the server slower than 1.5 x the base and not
+queueing make the lower of them the base, its history restarted (one round alone, at the floor,
+can be a fifth off). A probe no checkout waited through caps the level at the most in use at a
+check-in (the front end tells it): the round's mean in use, the cap before, read 21-36 for 32
+callers each always holding one of 32, and held the level a sixth short of ``max_size``.
+A client that is its own bottleneck (one event loop) slows its operations as it holds more, as a
+queueing server does: where the front end tells its loop's lag (``client_lag``, with ``now``),
+the typical operation time is the rounds' less their mean lag (in the model, a client of 6,667
+answers a second over an 8,000-a-second server: 97.9 % of the best static size told, 93.1 % not).
+
 Rules of this module
 --------------------
 * Pure: samples and ``now`` come from the caller; no I/O, no clock, no randomness.
 * ``limit`` changes only at a round's end; it is a whole number within ``[floor, ceiling]``.
+* The base moves only at a base round's end: the median of the last five, or (issue 40) the
+  lower of two confirming a slower server; a check's mean is never a base alone.
 * A change is *reported* (:meth:`AdaptiveLimit.take_report`: the pool's event and log line) when
   a cruise round's limit (gain 1: the probe and the drain are the cycle's own excursions, and
   the base round is the base's measure) differs from the one last reported by more than
@@ -107,6 +129,23 @@ _BASES: Final = 5
 #: two rounds whose operation times differ by more than this (beyond what their connections in
 #: use explain) ran on a changed server: no elasticity sample
 _SAME_SERVER: Final = 1.5
+#: the share falls only while the typical operation takes more than this times the base (issue
+#: 40): Vegas's estimate multiplies the base's error by the connections in use (at 32, a base 6 %
+#: low reads as 2 queued), so on a server with room it held a pool at 13-17 of 32; a fleet's
+#: pools held at the cores plus ``queue`` each run at twice the base or more on 8 cores
+_QUEUEING: Final = 1.5
+#: two rounds a tick or a period apart (a check, below, and a base round, either first) that
+#: read this far above the base and found the server not queueing make the lower of them the
+#: base, its history restarted: heavier work (every operation 5 x slower, the server not loaded)
+#: is believed within a base period, not after three base rounds (30 s)
+_MOVED: Final = 1.5
+#: a typical throughput ``_MOVED`` times below the one at the last base round asks for an early
+#: *check*, at the next tick of ``base_every`` times this (on the wall clock as the base rounds):
+#: a base round whose reading is not the base's (a pool of a fleet the others joined measures
+#: alone, on a server they load) but tells whether halving the connections in use made the
+#: operations faster: not ``_QUEUEING`` times faster, the server is not queueing them (heavier
+#: work), and the share holds until the next base round measures the base anew
+_EARLY: Final = 0.1
 
 
 class AdaptiveLimit:
@@ -118,19 +157,28 @@ class AdaptiveLimit:
         "_base_round",
         "_bases",
         "_busies",
+        "_check",
         "_decided_at",
         "_due",
+        "_early",
         "_elasticity",
         "_every",
+        "_held",
+        "_lag_n",
+        "_lag_sum",
+        "_lags",
+        "_most",
         "_op_sum",
         "_ops",
         "_probe",
         "_queue_max",
+        "_rate_at_base",
         "_rates",
         "_report_change",
         "_round_ops",
         "_round_start",
         "_skip",
+        "_suspect",
         "_target",
         "_times",
         "_waited",
@@ -191,18 +239,47 @@ class AdaptiveLimit:
         self._ops = 0
         self._op_sum = 0.0
         self._skip = 0
-        self._probe: tuple[float, float, bool, float] | None = None
+        self._probe: tuple[float, float, bool, float, int] | None = None
         self._waited = 0
+        self._most = 0
+        #: the client's own delay (``client_lag``): this round's, and the window's rounds' means
+        self._lag_sum = 0.0
+        self._lag_n = 0
+        self._lags: deque[float] = deque(maxlen=window)
         self._elasticity: float | None = None
         self._decided_at: float | None = None
         self._base_period: int | None = None
         self._base_round = False
         self._bases: deque[float] = deque(maxlen=_BASES)
+        #: the typical throughput when the last base round ended (the first round's, before)
+        self._rate_at_base: float | None = None
+        #: the early tick a check waits for (a throughput fallen asked for it), or None; whether
+        #: the base round under way is a check; the base period through which the share holds
+        self._early: int | None = None
+        self._check = False
+        self._held: int | None = None
+        #: a base round that found the server slower and not queueing (its mean, and whether it
+        #: was a fleet's base round, not a check), until another confirms it
+        self._suspect: tuple[float, bool] | None = None
 
-    def sample(self, op_time: float, now: float, queued: bool = True) -> bool:
+    def client_lag(self, lag: float, now: float) -> None:
+        """The front end's measure of the client's own delay at ``now``: how late a callback
+        due then ran (its event loop's lag, seconds). An operation's time, check-out to
+        check-in, includes it: where the client is its own bottleneck, its operations slow as
+        it holds more, as a server queueing makes them (issue 40). The typical operation time
+        Vegas's estimate and the share read is the rounds' less their mean lag: the server's
+        queue, not the client's (a base round, at few connections, has little). A sample from
+        before the round under way (late) is not the round's."""
+        start = self._round_start
+        if lag >= 0.0 and (start is None or now >= start):
+            self._lag_sum += lag
+            self._lag_n += 1
+
+    def sample(self, op_time: float, now: float, queued: bool = True, in_use: int = 0) -> bool:
         """An operation that took ``op_time`` seconds ended at ``now``; ``queued``: checkouts
-        were waiting for a connection then (the callers want more than the limit). Returns
-        whether a round ended (``limit`` was decided anew: the same, or another)."""
+        were waiting for a connection then (the callers want more than the limit); ``in_use``:
+        the connections in use as it ended, its own included (0: not told). Returns whether a
+        round ended (``limit`` was decided anew: the same, or another)."""
         if self._round_start is None:
             self._round_start = now - op_time  # (the first round began with this operation)
         if not op_time >= 0.0:
@@ -216,6 +293,7 @@ class AdaptiveLimit:
         self._ops += 1
         self._op_sum += op_time
         self._waited += queued
+        self._most = max(self._most, in_use)
         elapsed = now - self._round_start
         if self._base_round:
             # (as long as _BASE_OPS operations take one after another on the base's server,
@@ -240,29 +318,51 @@ class AdaptiveLimit:
         self._ops = 0
         self._op_sum = 0.0
         self._waited = 0
-        self._decide(rate, mean, busy, wanted, now)
+        most, self._most = self._most, 0
+        lag = self._lag_sum / self._lag_n if self._lag_n else 0.0
+        self._lag_sum, self._lag_n = 0.0, 0
+        self._decide(rate, mean, busy, wanted, now, most, lag)
         return True
 
-    def _decide(self, rate: float, mean: float, busy: float, wanted: bool, now: float) -> None:
+    def _decide(
+        self,
+        rate: float,
+        mean: float,
+        busy: float,
+        wanted: bool,
+        now: float,
+        most: int,
+        lag: float,
+    ) -> None:
         ran = self.limit
-        if self._base_round:
-            self._base_round = False
-            self._bases.append(mean)
-            bases = sorted(self._bases)
-            self.base = bases[(len(bases) - 1) // 2]  # (of two, the lower)
-        else:
+        measured = self._base_round
+        checked = measured and self._check
+        if not measured:
             if self.base is None:
                 self.base = mean  # (until the first base rounds: the first round's)
                 self._bases.append(mean)
             if self._at == _PROBE:
-                self._probe = (busy, rate, wanted, mean)
+                self._probe = (busy, rate, wanted, mean, most)
             elif self._at == _DRAIN and self._probe is not None:
                 self._climb(busy, rate, mean)
+        if not measured:
+            self._lags.append(lag)
+        lags = sorted(self._lags)
+        times = sorted(self._times)
+        # (the server's: less the client's own delay, where the front end measures it)
+        typical = max(times[len(times) // 2] - (lags[len(lags) // 2] if lags else 0.0), 0.0)
+        busies = sorted(self._busies)
+        wall = now + self.epoch
+        period = math.floor(wall / self._every)
+        tick = math.floor(wall / (self._every * _EARLY))
+        if self._base_period is None:
+            self._base_period = period
+        if measured:
+            self._base_round = self._check = False
+            self._measured(mean, typical, checked, period, tick)
         base = self.base
         assert base is not None
-        times = sorted(self._times)
-        typical = times[len(times) // 2]
-        busies = sorted(self._busies)
+        held = self._held == period  # (a base round found the server not queueing)
         # (Vegas: of the connections in use, the part whose time is queueing in the server; none
         # where the clock did not see the operations take any time)
         queued = 0.0
@@ -270,8 +370,9 @@ class AdaptiveLimit:
             queued = busies[len(busies) // 2] * max(1.0 - base / typical, 0.0)
         if self._decided_at is not None:
             dt = now - self._decided_at
-            if queued > self._queue_max:
-                self.share *= math.exp(-dt / _SHARE_DOWN)
+            if queued > self._queue_max and typical > _QUEUEING * base:
+                if not held:
+                    self.share *= math.exp(-dt / _SHARE_DOWN)
             else:
                 # (a pool idle for long grows it back at most this much: clamped below anyway)
                 self.share *= math.exp(min(dt / _SHARE_UP, _GROW_MOST))
@@ -281,11 +382,18 @@ class AdaptiveLimit:
         self.share = min(max(self.share, floor), level * GAINS[_PROBE] + 1.0, ceiling)
         self.level = level = min(level, self.share * GAINS[_PROBE])  # (no run-away above it)
         hold = min(level, self.share)
-        period = math.floor((now + self.epoch) / self._every)
-        if self._base_period is None:
+        rates = sorted(self._rates)
+        rate_now = rates[len(rates) // 2]
+        then = self._rate_at_base
+        if then is None or measured:
+            self._rate_at_base = rate_now  # (a base round just ended: what it is measured by)
+        elif self._early is None and not held and rate_now * _MOVED < then:
+            self._early = tick  # (the server slowed, or is shared anew: a check at the next tick)
+        regular = period != self._base_period
+        if regular or (self._early is not None and tick != self._early):
+            self._check = not regular
             self._base_period = period
-        if period != self._base_period:
-            self._base_period = period
+            self._early = None
             self._base_round = True
             gain = 0.0
             # (BBR v2's ProbeRTT: not the floor but half of what the server serves unqueued)
@@ -324,16 +432,56 @@ class AdaptiveLimit:
             changes=self.changes,
         )
 
+    def _measured(self, mean: float, typical: float, checked: bool, period: int, tick: int) -> None:
+        """A base round (or a ``checked`` one, early) ended, ``mean`` its mean operation time:
+        the base, the share held, a check asked for."""
+        base = self.base
+        assert base is not None  # (set at the first round's end, before any base round)
+        calm = mean * _QUEUEING > typical  # (halving them did not make them 1.5 x faster)
+        slower = mean > _MOVED * base
+        if calm and (checked or slower):
+            self._held = period  # (the server is not queueing them: the share holds)
+        suspect = self._suspect
+        if calm and slower and suspect is not None and (suspect[1] or not checked):
+            # (two rounds a tick or a period apart, one of them a fleet's base round, found the
+            # server slower and not queueing: it is, unloaded; the base is the lower of them)
+            self._bases.clear()
+            self._bases.append(min(mean, suspect[0]))
+            self._suspect = None
+        elif calm and slower:
+            # (one round, one pool's check or a single connection's noise, is not believed
+            # alone: another at the next tick, or the next base round, confirms it)
+            self._suspect = (mean, not checked)
+            if not checked:
+                self._early = tick
+        else:
+            self._suspect = None
+            if not checked:
+                self._bases.append(mean)
+        bases = sorted(self._bases)
+        self.base = bases[(len(bases) - 1) // 2]  # (of two, the lower)
+
     def _climb(self, busy: float, rate: float, mean: float) -> None:
         """A drain round (``busy``, ``rate``, ``mean``) ended after a probe: the level climbs or
-        descends by the elasticity between them."""
+        descends by the elasticity between them; a probe no checkout waited through caps it."""
         assert self._probe is not None
-        busy_p, rate_p, wanted, mean_p = self._probe
+        busy_p, rate_p, wanted, mean_p, most = self._probe
         self._probe = None
+        self._elastic(busy_p, rate_p, mean_p, busy, rate, mean)
         if not wanted:
-            # (no checkout waited through the probe: the callers want no more than they used)
-            self.level = min(self.level, max(busy_p, float(self.floor)))
-            return
+            # (the callers want no more than they used: the most in use at a check-in, when
+            # told; the round's mean, Little's law's, is noisy: 21-36 for 32 callers each always
+            # holding one of 32, and a cap at it, with no climb after, held the level at the
+            # least reading, a sixth short of max_size: issue 40. The elasticity is measured all
+            # the same)
+            used = float(most) if most else busy_p
+            self.level = min(self.level, max(used, float(self.floor)))
+
+    def _elastic(
+        self, busy_p: float, rate_p: float, mean_p: float, busy: float, rate: float, mean: float
+    ) -> None:
+        """The level moves by the elasticity of a probe against the drain after it, when they
+        are a sample (more in use in the probe, on the same server)."""
         if busy <= 0.0 or busy_p <= 1.05 * busy or rate <= 0.0:
             return  # (no more in use in the probe, or a clock that saw no time pass in them)
         same = mean <= _SAME_SERVER * mean_p and mean_p <= _SAME_SERVER * mean * busy_p / busy

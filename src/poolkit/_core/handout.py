@@ -443,9 +443,10 @@ class Handout:
         sampled = conn.max_streams == 1 and conn.state is _LEASED
         op_time = now - conn.leased_at  # (before give_back: a waiter served restamps it)
         queued = bool(self._waiters)
+        in_use = self.in_use  # (this one's included)
         self.give_back(conn, now, now, used=not clean)
         before = adaptive.limit
-        if sampled and adaptive.sample(op_time, now, queued):  # (a round ended: decided)
+        if sampled and adaptive.sample(op_time, now, queued, in_use):  # (a round ended: decided)
             if adaptive.limit > before:
                 self.dispatch(now)  # (raised: waiters get connections; lowered: none taken back)
             self._shed(now)

@@ -251,6 +251,14 @@ class Lifecycle:
         if adaptive is not None:
             adaptive.epoch = offset
 
+    def client_lag(self, lag: float, now: float) -> None:
+        """The client's own delay at ``now``, as the front end measures it (its event loop's:
+        how long a callback made ready waited to run): an adaptive pool reads its operations'
+        time less it (``AdaptiveLimit.client_lag``). Nothing else changes; no output."""
+        adaptive = self._st.adaptive
+        if adaptive is not None:
+            adaptive.client_lag(lag, now)
+
     def reset_after_fork(self) -> None:
         """Forget every connection and waiter without closing anything (they belong to the
         parent process) and move to a new generation; the pool keeps its state.

@@ -70,6 +70,7 @@ class PoolCore:
         "check_done",
         "checked",
         "clear",
+        "client_lag",
         "clocked",
         "close",
         "connect_failed",
@@ -153,6 +154,7 @@ class PoolCore:
         self.resize = cycle.resize
         self.reset_after_fork = cycle.reset_after_fork
         self.align_to_wall = cycle.align_to_wall
+        self.client_lag = cycle.client_lag
         self.fire_timers = cycle.fire_timers
         if observed:
             shared.events.append(PoolCreatedEvent(address=address, options=options.cmap_options()))

@@ -17,12 +17,14 @@ __all__ = ["Gauges", "Tally", "WorkerReport"]
 
 @dataclasses.dataclass(slots=True)
 class Tally:
-    """Operations done, errors by kind, checkout waits and operation times (seconds)."""
+    """Operations done, errors by kind, checkout waits, operation times and the time a caller
+    spent, the two added up (seconds)."""
 
     ops: int = 0
     errors: dict[str, int] = dataclasses.field(default_factory=dict)
     wait: Histogram = dataclasses.field(default_factory=Histogram)
     latency: Histogram = dataclasses.field(default_factory=Histogram)
+    total: Histogram = dataclasses.field(default_factory=Histogram)
 
     def error(self, exc: BaseException) -> None:
         kind = type(exc).__name__
@@ -34,6 +36,7 @@ class Tally:
             self.errors[kind] = self.errors.get(kind, 0) + n
         self.wait.merge(other.wait)
         self.latency.merge(other.latency)
+        self.total.merge(other.total)
 
     def copy(self) -> Tally:
         out = Tally()

@@ -115,6 +115,7 @@ class PointResult:
             "errors": dict(sorted(self.tally.errors.items())),
             "wait_ms": _ms(self.tally.wait),
             "latency_ms": _ms(self.tally.latency),
+            "total_ms": _ms(self.tally.total),
             "connections": {
                 "client_peak": self.client_connections_peak,
                 "pool_peak": self.pool_peak,

@@ -48,6 +48,9 @@ class TimelinePoint:
     wait_max: float
     op_p50: float
     op_p99: float
+    #: the time a caller spent, checkout wait and operation added up
+    total_p99: float = 0.0
+    total_max: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         ms = 1e3
@@ -65,6 +68,8 @@ class TimelinePoint:
             "wait_max_ms": round(self.wait_max * ms, 3),
             "op_p50_ms": round(self.op_p50 * ms, 3),
             "op_p99_ms": round(self.op_p99 * ms, 3),
+            "total_p99_ms": round(self.total_p99 * ms, 3),
+            "total_max_ms": round(self.total_max * ms, 3),
         }
 
 
@@ -81,6 +86,7 @@ class Timeline:
         self._last_measured = 0.0
         self._wait = Histogram()
         self._op = Histogram()
+        self._total = Histogram()
 
     def sample(
         self,
@@ -102,6 +108,7 @@ class Timeline:
             elapsed = 0.0 if self._last_at is None else now - self._last_at
         wait = tally.wait.since(self._wait)
         op = tally.latency.since(self._op)
+        total = tally.total.since(self._total)
         ops = tally.ops - self._last_ops
         self.points.append(
             TimelinePoint(
@@ -118,6 +125,8 @@ class Timeline:
                 wait_max=wait.max if wait.count else 0.0,
                 op_p50=op.quantile(0.5),
                 op_p99=op.quantile(0.99),
+                total_p99=total.quantile(0.99),
+                total_max=total.max if total.count else 0.0,
             )
         )
         self._last_at = now
@@ -125,6 +134,7 @@ class Timeline:
         self._last_ops = tally.ops
         self._wait = tally.wait.copy()
         self._op = tally.latency.copy()
+        self._total = tally.total.copy()
 
 
 def pool_limits(points: list[TimelinePoint]) -> list[float]:

@@ -108,6 +108,7 @@ class _Clock:
             tally.ops += 1
             tally.wait.record(t1 - t0)
             tally.latency.record(t2 - t1)
+            tally.total.record(t2 - t0)
 
     def failed(self, measured: bool, error: BaseException) -> None:
         tally = self.current(time.perf_counter(), measured)

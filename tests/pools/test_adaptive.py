@@ -165,7 +165,7 @@ def test_an_adaptive_pool_on_asyncio_tells_its_core_the_loops_lag() -> None:
             told.append(lag)
             real(lag, now)
 
-        pool._core.client_lag = note  # type: ignore[method-assign]  # (a spy)
+        pool._core.client_lag = note  # (a spy)
 
     async def connect(ctx: poolkit.ConnectContext) -> object:
         return object()

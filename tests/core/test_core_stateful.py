@@ -225,6 +225,8 @@ class PoolCoreMachine(RuleBasedStateMachine):
         self.arrived_stale: set[int] = set()  #: ...of a generation already cleared
         #: connections the core asked to probe whose result the driver still owes
         self.probing: list[Conn] = []
+        #: the connection whose probe is returning now (``probe_done``), while it returns
+        self.probe_returned: Conn | None = None
         #: checks and resets asked for and not yet reported back (``Hooks``): (record, is a check)
         self.hooking: list[tuple[Conn, bool]] = []
         #: checks started by ``lease_checking`` for the caller (``Pool``) and not yet reported
@@ -362,7 +364,10 @@ class PoolCoreMachine(RuleBasedStateMachine):
         assert not _stale(core, conn), f"{conn} leased behind its generation"
         assert conn.streams <= conn.max_streams, f"{conn} leased beyond its stream limit"
         assert conn.expires > self.now, f"{conn} leased after its lifetime"
-        if conn.streams == 1 and conn.role is not Role.KEPT:  # just taken from idle
+        # just taken from idle (not handed to a waiter as its probe returns: alive as of now,
+        # it serves the waiter whatever its idle time, test_core_health_table's
+        # test_a_waiter_gets_the_probed_connection_when_the_probe_returns)
+        if conn.streams == 1 and conn.role is not Role.KEPT and conn is not self.probe_returned:
             max_idle = state_of(core).options.max_idle_time
             assert max_idle is None or self.now - conn.idle_since < max_idle, conn
 
@@ -912,7 +917,11 @@ class PoolCoreMachine(RuleBasedStateMachine):
         was_probing = conn.probe_started is not None
         streams = conn.streams
         error = ConnectError(f"probe of {conn.id} failed") if fail else None
-        _, actions, _ = self._do(lambda core: core.keep_alive_done(conn, self.now, error))
+        self.probe_returned = conn
+        try:
+            _, actions, _ = self._do(lambda core: core.keep_alive_done(conn, self.now, error))
+        finally:
+            self.probe_returned = None
         assert conn.probe_started is None
         if not was_probing:
             assert actions == [] and conn.streams == streams, "a late probe result changed things"

@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from time import monotonic
 from types import TracebackType
-from typing import Any, Generic
+from typing import Any, Generic, NoReturn
 
 from psycopg import AsyncConnection
 from psycopg import errors as e
@@ -500,10 +500,7 @@ class AsyncConnectionPool(Generic[ACT]):
             except PoolClearedError:  # drain(): wait on, the full way
                 lease = await self._checkout(start, start + timeout, timeout)
             except BaseException as exc:
-                error = self._checkout_error(exc, timeout)
-                if error is exc:
-                    raise
-                raise error from None
+                self._raise_checkout_error(exc, timeout)
         else:
             lease = await self._checkout(start, start + timeout, timeout)
         conn = lease.connection
@@ -570,30 +567,27 @@ class AsyncConnectionPool(Generic[ACT]):
                 except PoolClearedError:  # drain(): go on waiting, in the new generation
                     continue
                 except BaseException as exc:
-                    error = self._checkout_error(exc, timeout)
-                    if error is exc:
-                        raise
-                    raise error from None
+                    self._raise_checkout_error(exc, timeout)
         finally:
             if wait is not None:
                 self._tally.counts[REQUESTS_WAIT_MS] += self._ahead.waited_ms(wait)
             elif queued:
                 self._tally.counts[REQUESTS_WAIT_MS] += int(1000.0 * (monotonic() - start))
 
-    def _checkout_error(self, exc: BaseException, timeout: float) -> BaseException:
-        """What a checkout of the poolkit pool that raised ``exc`` (not a drain's
-        ``PoolClearedError``) raises: psycopg_pool's error for it, or ``exc`` itself (a
-        cancellation, say); counted among the requests' errors."""
+    def _raise_checkout_error(self, exc: BaseException, timeout: float) -> NoReturn:
+        """Raise for ``exc``, which a checkout of the poolkit pool raised (not a drain's
+        ``PoolClearedError``): psycopg_pool's error for it, or ``exc`` itself (a cancellation,
+        say); counted among the requests' errors."""
         self._tally.counts[REQUESTS_ERRORS] += 1
         if isinstance(exc, PoolClosedError):
-            return PoolClosed(f"the pool {self.name!r} is already closed")
+            raise PoolClosed(f"the pool {self.name!r} is already closed") from None
         if isinstance(exc, WaitQueueTimeoutError | CircuitOpenError):
-            return PoolTimeout(f"couldn't get a connection after {timeout:.2f} sec")
+            raise PoolTimeout(f"couldn't get a connection after {timeout:.2f} sec") from None
         if isinstance(exc, TooManyWaitersError):
-            return TooManyRequests(
+            raise TooManyRequests(
                 f"the pool {self.name!r} has already {self.max_waiting} requests waiting"
-            )
-        return exc
+            ) from None
+        raise exc
 
     async def putconn(self, conn: ACT) -> None:
         """Give back a connection from :meth:`getconn`: rolled back if left in a transaction,

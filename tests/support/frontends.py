@@ -317,7 +317,14 @@ def run_trio(main: Callable[[], Awaitable[T]]) -> T:
     is blocked (virtual time, as ``poolkit.testing.run`` gives asyncio), its scheduler's choices
     seeded (trio shuffles the tasks made ready together: the same order every run)."""
     getattr(trio._core._run, "_r").seed(0)  # noqa: B009 - trio's own test hook (pytest-trio's)
-    return trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+
+    async def guarded() -> T:
+        # (every task blocked with no deadline is a deadlock, not a wait: the clock jumps to
+        # this one and the run fails at once, rather than hanging)
+        with trio.fail_after(24 * 3600.0):
+            return await main()
+
+    return trio.run(guarded, clock=trio.testing.MockClock(autojump_threshold=0))
 
 
 class ThreadFront(Front):

@@ -703,8 +703,11 @@ class AsyncPool(PoolBase[C]):
             actions = self._take_locked()
             if actions is not NO_OUTPUT:
                 self._carry_out(actions)
+            else:
+                self._sink.flush()  # (the check-in's events, taken above)
             return
         self._await_apart(action, result, "reset")  # (raises if no task can be made)
+        self._sink.flush()  # the check-in's events, taken above (not at the reset's end)
 
     # ------------------------------------------------------------------ the pool's tasks
 

@@ -165,7 +165,7 @@ def test_a_task_group_cancelled_while_its_blocks_hold_gives_each_back_once(
             assert out >= 3 and world.count(ev.ConnectionCheckedInEvent) == out
             stats = pool.stats()
             assert stats.available == (3 if cancel_safe else 0)
-            assert stats.checkout_failures == {"cancelled": 5 - out}
+            assert stats.checkout_failures == ({"cancelled": 5 - out} if out < 5 else {})
             world.check_settled()
         world.check_closed()
 

@@ -239,7 +239,10 @@ def test_async_check_and_reset(hook: str) -> None:
                 await trio.sleep(0.5)
             await trio.sleep(1.5)
 
-    hooks = poolkit.Hooks(**{hook: run_hook}, check_after=1.0)
+    if hook == "check":
+        hooks = poolkit.Hooks(check=run_hook, check_after=1.0)
+    else:
+        hooks = poolkit.Hooks(reset=run_hook)
     assert sweep(scenario, max_size=1, hooks=hooks) >= 12
 
 

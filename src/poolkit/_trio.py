@@ -150,7 +150,8 @@ class TrioIO:
             raise RuntimeError(
                 f"AsyncPool.{operation}() under trio: the pool runs its connects, hooks and "
                 "closes in a nursery of its own, which `async with pool:` opens (and closes, "
-                "with the pool, at the end of the block); use `async with pool:`"
+                "with the pool, at the end of the block); use `async with pool:` (a builder's "
+                "pool: `async with builder(...) as pool:`, not `await builder(...)`)"
                 + ("" if not self._opened else " (this pool's block has ended)")
             )
         return self

@@ -34,6 +34,12 @@ Rules of this module
   them), and one that never ran is reported as its coroutine would have been.
 * User code (connect, configure, probe, check, reset, close) runs outside every core input: in
   the pool's tasks, or, a plain check or reset, in the step that carries out the core's actions.
+* Under trio (issue 41) the pool binds to the trio run instead of a loop, once, and its I/O is
+  ``poolkit._trio.TrioIO``'s from then on: ``_bind_loop``, ``_spawn``, the timer
+  (``_rearm_locked``), ``close`` and ``__aenter__``/``__aexit__`` ask it, where they bind or
+  where asyncio's loop would be; the fast paths never look at it (a trio waiter is called, as a
+  request object's completion is: ``_wake``), and the waiting checkout catches the bound
+  library's cancellation (``_cancel_errors``). Nothing here imports trio.
 """
 
 from __future__ import annotations

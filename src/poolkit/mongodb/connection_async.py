@@ -309,7 +309,8 @@ def async_connect(
     )  # fmt: skip
 
     async def connect_mongo(ctx: ConnectContext) -> Established[AsyncMongoConnection]:
-        require_asyncio("mongodb.async_connect", "poolkit.mongodb's AsyncMongoConnection")
+        if True:  # ASYNC
+            require_asyncio("mongodb.async_connect", "poolkit.mongodb's AsyncMongoConnection")
         conn = await AsyncMongoConnection.open(host, port, **options)
         return Established(conn, service_id=conn.service_id)
 

@@ -14,7 +14,6 @@ SECONDS = 2.0
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize("front_kind", list(stress.RUNNERS))  # (no trio runner yet)
 def test_stress(front_kind: str, seed: int, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.ERROR, logger="poolkit")  # (connects fail on purpose: warned)
     book = stress.run(front_kind, seed, SECONDS)

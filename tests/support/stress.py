@@ -4,8 +4,8 @@ A run drives one pool (``Pool`` on threads, ``AsyncPool`` on asyncio or under tr
 workers for a bounded time, seeded: connects that are slow, fail, or hang and then fail;
 checkouts with random timeouts, cancelled (asyncio, trio) or interrupted; connections released,
 discarded, or given back by an exception inside ``connection()``; ``clear()`` with and without
-``interrupt_in_use`` from another worker; and ``close()`` racing all of it at the end. Every connection object the connect function
-made is tracked, and the run reports each rule broken:
+``interrupt_in_use`` from another worker; and ``close()`` racing all of it at the end. Every
+connection object the connect function made is tracked, and the run reports each rule broken:
 
 * every connection made was closed exactly once by the end (the pool is closed then), and the
   connect function never ran twice for one ``ctx.connection_id``;

@@ -15,6 +15,10 @@ gave back what they held), the counts add up, every checkout that began ended on
 connection checked out was checked in once; the next checkout works; and after the pool's block
 every connection the connect function made was closed exactly once, with no task of the pool
 left running.
+
+The last sweep cuts the scope around the pool's ``async with`` block itself (trio's "loop
+shutdown"): the block ends at each point with connects, probes, checks, resets and closes in
+flight, and still closes every connection exactly once and leaves no task or nursery behind.
 """
 
 from __future__ import annotations
@@ -265,3 +269,78 @@ def test_close_cut_at_each_point_still_closes_every_connection() -> None:
         await trio.sleep(1)
 
     assert sweep(scenario, max_size=3) >= 8
+
+
+# ---------------------------------------------------------------------- the pool's block, cut
+
+
+def cut_block_once(scenario: Scenario, at: float, spins: int, options: dict[str, Any]) -> bool:
+    """One run whose cut scope holds the pool's block itself: the block ends at the cut, with
+    connects, probes, hooks and closes in flight; whether the cut came before the scenario's
+    end. Afterwards every connection made is closed once and no task of the pool is left."""
+    world = World(**options)
+    ended: list[bool] = []
+
+    async def main() -> None:
+        with trio.CancelScope() as cut:
+            async with trio.open_nursery() as nursery:
+
+                async def cutter() -> None:
+                    await trio.sleep_until(at)
+                    for _ in range(spins):
+                        await trio.lowlevel.checkpoint()
+                    cut.cancel()
+
+                nursery.start_soon(cutter)
+                async with world.pool:
+                    await scenario(world)
+                    ended.append(True)
+                nursery.cancel_scope.cancel()
+        assert world.pool.stats().state is poolkit.PoolState.CLOSED
+        world.check_closed()
+        assert trio.lowlevel.current_task().child_nurseries == []
+
+    run_trio(main)
+    return not ended
+
+
+@pytest.mark.parametrize("hooks", [False, True], ids=["plain", "async-hooks"])
+def test_the_pools_block_ended_at_each_point_closes_everything(hooks: bool) -> None:
+    async def probe(session: Session) -> None:
+        await trio.sleep(1)
+
+    async def run_hook(session: Session) -> None:
+        await trio.sleep(0.5)
+
+    async def scenario(world: World) -> None:
+        pool = world.pool
+
+        async def user(delay: float) -> None:
+            await trio.sleep(delay)
+            async with pool.connection():
+                await trio.sleep(1)
+
+        async with trio.open_nursery() as nursery:
+            for i in range(4):
+                nursery.start_soon(user, i * 0.5)
+        await trio.sleep(3)  # idle: probed
+
+    options: dict[str, Any] = {
+        "max_size": 3,
+        "min_size": 1,
+        "keep_alive": poolkit.KeepAlive(interval=2.0, probe=probe),
+    }
+    if hooks:
+        options["hooks"] = poolkit.Hooks(check=run_hook, check_after=0.5, reset=run_hook)
+    cuts = 0
+    at = 0.0
+    while at < LIMIT:
+        hit = False
+        for spins in range(SPINS):
+            if cut_block_once(scenario, at, spins, options):
+                cuts += 1
+                hit = True
+        if not hit:
+            break
+        at += STEP
+    assert 20 <= cuts and at < LIMIT

@@ -24,6 +24,9 @@ Rules of this module
 * Time is ``trio.current_time()`` (trio's clock: a ``MockClock`` in tests), unless the pool has a
   clock of its own; the one timer is a task whose cancel scope's deadline is the core's earliest
   deadline.
+* An adaptive pool on trio's own clock tells the core the run's lag (issue 40) every
+  ``LAG_EVERY`` seconds, as on asyncio: how long a task made ready waits to run (a checkpoint's
+  round trip through the run queue), from a task of the pool's that ends with ``close``.
 """
 
 from __future__ import annotations
@@ -132,6 +135,7 @@ class TrioIO:
         self._when = math.inf
         self._timer_scope: trio.CancelScope | None = None
         self._timer_task: PoolTask | None = None
+        self._lag_task: PoolTask | None = None
 
     # ------------------------------------------------------------------ binding
 
@@ -179,6 +183,15 @@ class TrioIO:
         self._nursery = await manager.__aenter__()
         self._manager = manager
         self._timer_task = self.spawn(self._run_timer(), "poolkit-timer")
+        pool = self._pool
+        clock = type(trio.lowlevel.current_clock())
+        if (
+            pool.options.adaptive is not None
+            and pool._clock is None
+            and clock.__name__ == "SystemClock"
+            and clock.__module__.startswith("trio.")
+        ):  # (trio's own clock: a virtual one has no lag)
+            self._lag_task = self.spawn(self._watch_lag(), "poolkit-lag")
 
     async def exit(self) -> None:
         """``async with pool:``'s exit, after ``close()``: the nursery ends (its tasks have
@@ -267,14 +280,25 @@ class TrioIO:
                 except Exception:  # (as asyncio's loop reports a callback's error)
                     _log.exception("the timer of pool %s raised", self._pool.address)
 
+    async def _watch_lag(self) -> None:
+        from .asyncio import LAG_EVERY
+
+        pool = self._pool
+        while True:
+            await trio.sleep(LAG_EVERY)
+            made_ready = trio.current_time()
+            await trio.lowlevel.cancel_shielded_checkpoint()  # (back of the run queue)
+            pool._core.client_lag(trio.current_time() - made_ready, pool._time())
+
     # ------------------------------------------------------------------ close
 
     async def close(self) -> None:
         """The end of ``AsyncPool.close()`` (the core already told): the pool's tasks run out,
         shielded from the caller's cancellation, for at most ``CLOSE_TIMEOUT`` seconds; then
         those left are cancelled (and awaited: they are shielded from nothing else)."""
-        if self._timer_task is not None:
-            self._timer_task.cancel()
+        for own in (self._timer_task, self._lag_task):
+            if own is not None:
+                own.cancel()
         with trio.CancelScope(shield=True):
             with trio.move_on_after(CLOSE_TIMEOUT):
                 while self._tasks:

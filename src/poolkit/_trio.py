@@ -21,9 +21,11 @@ Rules of this module
   if the core handed it a connection meanwhile, the checkout gives it straight back.
 * ``close()`` runs shielded, bounded by ``CLOSE_TIMEOUT``: under a cancelled scope it still closes
   every connection; what has not ended by then is cancelled.
-* Time is ``trio.current_time()`` (trio's clock: a ``MockClock`` in tests), unless the pool has a
-  clock of its own; the one timer is a task whose cancel scope's deadline is the core's earliest
-  deadline.
+* Time is trio's clock (a ``MockClock`` in tests), unless the pool has a clock of its own. On
+  trio's own clock, which is ``time.perf_counter()`` plus a constant offset, the pool reads
+  ``time.perf_counter`` itself (a C call, where ``trio.current_time()`` is three Python calls on
+  every clocked checkout) and adds the offset to the deadlines it hands trio (``deadline``). The
+  one timer is a task whose cancel scope's deadline is the core's earliest deadline.
 * An adaptive pool on trio's own clock tells the core the run's lag (issue 40) every
   ``LAG_EVERY`` seconds, as on asyncio: how long a task made ready waits to run (a checkpoint's
   round trip through the run queue), from a task of the pool's that ends with ``close``.
@@ -34,6 +36,7 @@ from __future__ import annotations
 import contextvars
 import logging
 import math
+import time
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, final
 
@@ -136,6 +139,15 @@ class TrioIO:
         self._timer_scope: trio.CancelScope | None = None
         self._timer_task: PoolTask | None = None
         self._lag_task: PoolTask | None = None
+        clock = type(trio.lowlevel.current_clock())
+        #: trio's own clock (not a virtual one): ``time.perf_counter`` plus a constant offset
+        self.system_clock = clock.__name__ == "SystemClock" and clock.__module__.startswith("trio.")
+        #: the pool's time when it has no clock of its own (``AsyncPool._bind_trio``), and what
+        #: turns one of its instants into trio's
+        self.time: Callable[[], float] = time.perf_counter if self.system_clock else current_time
+        self._offset = (
+            getattr(trio.lowlevel.current_clock(), "offset", 0.0) if self.system_clock else 0.0
+        )
 
     # ------------------------------------------------------------------ binding
 
@@ -184,12 +196,8 @@ class TrioIO:
         self._manager = manager
         self._timer_task = self.spawn(self._run_timer(), "poolkit-timer")
         pool = self._pool
-        clock = type(trio.lowlevel.current_clock())
         if (
-            pool.options.adaptive is not None
-            and pool._clock is None
-            and clock.__name__ == "SystemClock"
-            and clock.__module__.startswith("trio.")
+            pool.options.adaptive is not None and pool._clock is None and self.system_clock
         ):  # (trio's own clock: a virtual one has no lag)
             self._lag_task = self.spawn(self._watch_lag(), "poolkit-lag")
 
@@ -255,6 +263,8 @@ class TrioIO:
         pool = self._pool
         if pool._clock is not None:  # a clock of the user's: its time is not trio's
             when = trio.current_time() + max(0.0, when - pool._time())
+        else:
+            when += self._offset  # (0 unless on trio's own clock: see the rules)
         self._when = when
         scope = self._timer_scope
         if scope is not None:

@@ -440,7 +440,7 @@ class AsyncPool(PoolBase[C]):
         self._cancel_errors = (asyncio.CancelledError, _trio.Cancelled)
         self._current_task = trio_io.current_task
         if self._clock is None:
-            self._time = _trio.current_time
+            self._time = trio_io.time
             self._align_to_wall()
         return trio_io
 

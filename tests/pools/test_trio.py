@@ -365,6 +365,31 @@ def test_wait_queue_timeout_and_idle_times_are_trio_time() -> None:
     on_trio(main)
 
 
+def test_on_trios_own_clock_the_pool_times_as_trio_does() -> None:
+    # (real time, bounded: the pool reads time.perf_counter and hands trio its deadlines plus
+    # the clock's offset; without it a deadline would be hours in trio's past, and fire at once)
+    async def connect(ctx: poolkit.ConnectContext) -> Session:
+        return Session(ctx.connection_id)
+
+    async def main() -> None:
+        options = poolkit.PoolOptions(max_size=1)
+        with trio.fail_after(30):
+            await timed(options)
+
+    async def timed(options: poolkit.PoolOptions) -> None:
+        async with poolkit.AsyncPool(connect, options=options) as pool:
+            assert pool._trio is not None and pool._trio.system_clock
+            held = await pool.checkout()
+            started = trio.current_time()
+            with pytest.raises(poolkit.WaitQueueTimeoutError):
+                await pool.checkout(timeout=0.05)
+            waited = trio.current_time() - started
+            assert 0.05 <= waited < 5.0, waited
+            held.release()
+
+    trio.run(main)
+
+
 # ---------------------------------------------------------------------- asyncio without trio
 
 

@@ -4,12 +4,11 @@ import uuid
 
 import pytest
 
-import hang_watchdog
-
 # what a run collected (tests/support/census.py: tests/project/test_readme_timing.py reads it)
+import census
+import hang_watchdog
 from census import (  # noqa: F401
     pytest_collection_finish,
-    pytest_collection_modifyitems,
     pytest_deselected,
 )
 from certs import Cert, self_signed
@@ -39,6 +38,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "pytest-asyncio's default event loop scope of async fixtures (the suite has none)",
     )
     hang_watchdog.addoption(parser)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # the Hypothesis tests' time to shrink a failure (hang_watchdog), then the census
+    hang_watchdog.give_hypothesis_time(items)
+    census.pytest_collection_modifyitems(config, items)
 
 
 @pytest.fixture(params=["asyncio", "threads", "trio"])

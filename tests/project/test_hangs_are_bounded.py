@@ -14,6 +14,10 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hang_watchdog import HYPOTHESIS_SHRINKING, timeout_of
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -174,3 +178,22 @@ def test_the_suite_has_the_watchdog_and_its_timeouts(pytestconfig: pytest.Config
     assert pytestconfig.getini("timeout_func_only") is False
     assert float(pytestconfig.getini("watchdog_grace")) > 0
     assert any(t.name == "suite-watchdog" for t in threading.enumerate())
+
+
+@settings(max_examples=1, database=None)
+@given(st.none())
+def test_a_hypothesis_test(value: None) -> None:
+    """(A Hypothesis test, whose timeout the next test reads.)"""
+    assert value is None
+
+
+def test_hypothesis_tests_have_time_to_shrink_a_failure(request: pytest.FixtureRequest) -> None:
+    """A Hypothesis test's timeout leaves room for Hypothesis's shrinking (which a failure found
+    late on a busy machine would otherwise spend past the watchdog, its report lost); the other
+    tests keep the suite's."""
+    items = {item.name: item for item in request.session.items}
+    if "test_a_hypothesis_test" not in items:
+        pytest.skip("test_a_hypothesis_test was not collected in this run (-k)")
+    suite = float(request.config.getoption("timeout") or request.config.getini("timeout"))
+    assert timeout_of(items["test_a_hypothesis_test"]) == suite + HYPOTHESIS_SHRINKING
+    assert timeout_of(request.node) == suite

@@ -36,6 +36,7 @@ import pytest
 __all__ = [
     "GRACE",
     "addoption",
+    "give_hypothesis_time",
     "pytest_configure",
     "pytest_runtest_protocol",
     "pytest_sessionfinish",
@@ -74,6 +75,27 @@ def timeout_of(item: pytest.Item) -> float:
         if value not in (None, ""):
             return float(value)
     return 0.0
+
+
+#: seconds Hypothesis may spend shrinking a failure it found (its own bound, ``engine``'s
+#: ``MAX_SHRINKING_SECONDS``), given to its tests on top of their timeout: a failure found near
+#: the end of a test's time, on a busy machine, is reported once shrunk, not lost to the watchdog
+#: (or to pytest-timeout's exception, which the shrinking takes for one more failure)
+HYPOTHESIS_SHRINKING = 300.0
+
+
+def give_hypothesis_time(items: list[pytest.Item]) -> None:
+    """Each Hypothesis test without a ``timeout`` mark of its own gets one: the suite's timeout
+    plus :data:`HYPOTHESIS_SHRINKING` (none when the timeout is off: 0, to debug)."""
+    for item in items:
+        test = getattr(item, "obj", None)
+        if not getattr(test, "is_hypothesis_test", False):
+            continue
+        if item.get_closest_marker("timeout") is not None:
+            continue
+        timeout = timeout_of(item)
+        if timeout > 0:
+            item.add_marker(pytest.mark.timeout(timeout + HYPOTHESIS_SHRINKING))
 
 
 class Watchdog:

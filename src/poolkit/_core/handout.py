@@ -496,6 +496,11 @@ class Handout:
         included): only after a resize lowered it, until what is beyond it comes back."""
         return len(self.conns) + self._st.abandoned > self._max_size
 
+    def beyond_limit(self, conn: Conn) -> bool:
+        """Whether ``conn`` takes no new lease because the pool is over ``max_size`` (a resize
+        lowered it) and it is an overflow connection: closed when its last lease is back."""
+        return conn.role is _OVERFLOW and self.over_limit()
+
     def surplus(self, conn: Conn) -> bool:
         """Whether ``conn``, back from its last lease, just made, or out of its check or reset,
         closes instead of serving a waiter or being parked: an overflow connection with nobody
@@ -579,7 +584,7 @@ class Handout:
             return False
         if conn.streams >= conn.max_streams:
             return False  # its limit went down meanwhile: no new lease until use falls below it
-        if conn.role is _OVERFLOW and self.over_limit():
+        if self.beyond_limit(conn):
             return False  # beyond max_size (a resize): no new lease; closed when its last is back
         if self._waiters:
             self.serve(self.wait_queue.pop_oldest(), conn, now)

@@ -513,7 +513,7 @@ class Health:
                 conn.streams < max_streams
                 and self._life.perished(conn, now, check_idle=False) is None
                 # (beyond max_size, a resize's surplus: no new lease, as ``_release_stream``)
-                and not (conn.role is _OVERFLOW and self._hand.over_limit())
+                and not self._hand.beyond_limit(conn)
             ):
                 if max_streams > 1:
                     st.idle_set.add_open(conn)

@@ -1,0 +1,280 @@
+"""Each drop-in against the pool it replaces, in paired turns: throughput and CPU per operation.
+
+``benchmarks/peers.py`` runs one contender after the other, each for a couple of seconds, built
+and closed in its turn: on a shared two-core machine a round's ratio moves by more than the pools
+differ (0.5x to 2x between rounds for the same two pools). Here both pools live at once, each in
+a process of its own, built and warmed once, and take turns: a short *segment* of the workload
+(``--segment`` seconds) on one while the other waits idle, then the same on the other, the order
+reversed every other pair (ABBA: a drift of the machine in a pair falls on both). Each pair gives
+a ratio, drop-in over peer; what is reported is the median of the pairs' ratios with the
+quartiles: of the throughput (operations a second), of the client's CPU per operation (the
+process's user and system time over its operations), and of the server's (the CPU time of the
+server's processes on this machine, PostgreSQL's or Redis', over the operations: run it where
+no one else uses that server).
+
+    python benchmarks/peer_ab.py headline                      # every drop-in of the headline
+    python benchmarks/peer_ab.py H3 --only QueuePool --pairs 30
+    python benchmarks/peer_ab.py H1,H4 --segment 0.5
+
+The pairs are the contenders with a ``versus`` (a drop-in and the peer it is measured against,
+``peers.py``'s ``--list``), made by ``peers.py``'s builders, driven by its drivers, at its full
+sizes (the workers and the pool of each workload). Linux only (``/proc``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import resource
+import statistics
+import sys
+import time
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # (run as a script from anywhere)
+
+import peers
+from peer_cpu import SERVER_PROCESSES, server_seconds
+from peerbench import drive, servers
+from peerbench.core import Contender, Env, Sizes, Workload
+
+#: seconds a child waits for its next order before it gives up (the parent is gone)
+ORDER_TIMEOUT = 600.0
+
+
+class Turns:
+    """Stands in for the harness's drivers in a child: each drive runs only when the parent says
+    so. The first drive of the run (the warm-up) runs once, for the seconds the parent gives;
+    the measured one runs a segment per order until the parent says stop."""
+
+    def __init__(self, conn: Connection, server: tuple[str, ...]) -> None:
+        self.conn = conn
+        self.server = server
+        self.drives = 0
+        self.real = drive.drive_threads, drive.drive_async
+
+    def _order(self) -> tuple[str, float]:
+        if not self.conn.poll(ORDER_TIMEOUT):
+            raise RuntimeError("no order from the parent")
+        kind, seconds = self.conn.recv()
+        return str(kind), float(seconds)
+
+    def _before(self) -> tuple[resource.struct_rusage, float]:
+        return resource.getrusage(resource.RUSAGE_SELF), server_seconds(self.server)
+
+    def _after(self, start: tuple[resource.struct_rusage, float], tally: drive.Tally) -> None:
+        before, server_before = start
+        after = resource.getrusage(resource.RUSAGE_SELF)
+        client = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+        server = server_seconds(self.server) - server_before
+        ops = sum(tally.counts)
+        self.conn.send(("segment", ops, tally.elapsed, client, server, tally.errors))
+
+    def threads(self, one: drive.SyncOne, workers: int, duration: float, **kw: Any) -> drive.Tally:
+        real = self.real[0]
+        self.drives += 1
+        if self.drives == 1:
+            self.conn.send(("ready",))
+            _, seconds = self._order()
+            tally = real(one, workers, seconds, **kw)
+            self.conn.send(("warm",))
+            return tally
+        last = drive.Tally([0] * workers, elapsed=1.0)
+        while True:
+            kind, seconds = self._order()
+            if kind == "stop":
+                return last
+            start = self._before()
+            last = real(one, workers, seconds, **kw)
+            self._after(start, last)
+
+    async def tasks(self, one: drive.AsyncOne, workers: int, duration: float,
+                    **kw: Any) -> drive.Tally:  # fmt: skip
+        real = self.real[1]
+        self.drives += 1
+        # (the waits for the parent's orders block the loop: the pool waits idle meanwhile)
+        if self.drives == 1:
+            self.conn.send(("ready",))
+            _, seconds = self._order()
+            tally = await real(one, workers, seconds, **kw)
+            self.conn.send(("warm",))
+            return tally
+        last = drive.Tally([0] * workers, elapsed=1.0)
+        while True:
+            kind, seconds = self._order()
+            if kind == "stop":
+                return last
+            start = self._before()
+            last = await real(one, workers, seconds, **kw)
+            self._after(start, last)
+
+
+def child(conn: Connection, key: str, label: str, dsn: str, redis_url: str) -> None:
+    """A process of its own for one contender: built, then driven in the parent's turns."""
+    sizes = Sizes.full()
+    env = Env(dsn, redis_url, f"poolkit-ab-{os.getpid()}", sizes)
+    workload = peers.select(peers.workloads(sizes), key)[0]
+    (contender,) = [c for c in workload.contenders if c.label == label]
+    turns = Turns(conn, SERVER_PROCESSES.get(workload.server or "", ()))
+    drive.drive_threads, drive.drive_async = turns.threads, turns.tasks
+    try:
+        contender.run(env)
+    except BaseException as exc:
+        conn.send(("failed", f"{type(exc).__name__}: {exc}"))
+        raise
+    conn.send(("done",))
+
+
+class Side:
+    """The parent's end of one child."""
+
+    def __init__(self, key: str, label: str, args: argparse.Namespace) -> None:
+        self.label = label
+        ctx = multiprocessing.get_context("spawn")
+        self.conn, theirs = ctx.Pipe()
+        self.process = ctx.Process(
+            target=child, args=(theirs, key, label, args.dsn, args.redis_url), daemon=True
+        )
+        self.process.start()
+        theirs.close()
+        self.segments: list[tuple[int, float, float, float, int]] = []
+
+    def expect(self, kind: str, timeout: float = 300.0) -> tuple[Any, ...]:
+        if not self.conn.poll(timeout):
+            raise RuntimeError(f"{self.label}: no answer ({kind}) in {timeout:g} s")
+        message: tuple[Any, ...] = self.conn.recv()
+        if message[0] != kind:
+            raise RuntimeError(f"{self.label}: {message!r} where {kind!r} was due")
+        return message
+
+    def segment(self, seconds: float) -> None:
+        self.conn.send(("segment", seconds))
+        _, ops, elapsed, client, server, errors = self.expect("segment")
+        self.segments.append((ops, elapsed, client, server, errors))
+
+    def end(self) -> None:
+        try:
+            self.conn.send(("stop", 0.0))
+            self.expect("done")
+        finally:
+            self.process.join(30)
+            if self.process.is_alive():
+                self.process.kill()
+
+
+#: the drop-ins called as the workload's reference pool is (``connection()``, ``acquire()``, a
+#: redis-py client's commands), without a ``versus`` of their own
+AS_THE_REFERENCE = {
+    "poolkit.backends.asyncpg.create_pool acquire()",
+    "poolkit.backends.psycopg.AsyncConnectionPool",
+    "poolkit.backends.psycopg.ConnectionPool",
+    "poolkit.backends.redis.BlockingConnectionPool",
+    "poolkit.backends.redis.AsyncBlockingConnectionPool",
+}
+
+
+def pairs_of(workload: Workload, only: str | None) -> list[tuple[Contender, str]]:
+    """The drop-ins of ``workload``, each with the label of the peer it replaces: its
+    ``versus``, or the workload's reference."""
+    found = []
+    for c in workload.contenders:
+        peer = c.versus or (workload.reference if c.name in AS_THE_REFERENCE else None)
+        if peer and (not only or only.lower() in c.label.lower()):
+            found.append((c, peer))
+    return found
+
+
+def quartiles(values: list[float]) -> tuple[float, float, float]:
+    if len(values) < 2:
+        return values[0], values[0], values[0]
+    q1, q2, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return q1, q2, q3
+
+
+def compare(key: str, dropin: str, peer: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The paired turns of ``dropin`` and ``peer`` on workload ``key``: per-pair ratios."""
+    a, b = Side(key, dropin, args), Side(key, peer, args)
+    try:
+        for side in (a, b):
+            side.expect("ready")
+        for side in (a, b):  # (one after the other: each warms on a machine the other leaves)
+            side.conn.send(("warm", args.warmup))
+            side.expect("warm")
+        for i in range(args.pairs):
+            for side in (a, b) if i % 2 == 0 else (b, a):
+                side.segment(args.segment)
+    finally:
+        for side in (a, b):
+            try:
+                side.end()
+            except Exception as exc:  # (reported, the other side still ended)
+                print(f"  {side.label}: {exc}", file=sys.stderr)
+    ratios: dict[str, list[float]] = {"ops_per_s": [], "client_per_op": [], "server_per_op": []}
+    for (ops_a, el_a, cl_a, sv_a, _), (ops_b, el_b, cl_b, sv_b, _) in zip(
+        a.segments, b.segments, strict=True
+    ):
+        if not (ops_a and ops_b):
+            continue
+        ratios["ops_per_s"].append((ops_a / el_a) / (ops_b / el_b))
+        ratios["client_per_op"].append((cl_a / ops_a) / (cl_b / ops_b))
+        if sv_b > 0:
+            ratios["server_per_op"].append((sv_a / ops_a) / (sv_b / ops_b))
+
+    def per_op(side: Side, column: int) -> float:
+        return statistics.median(1e6 * s[column] / s[0] for s in side.segments if s[0])
+
+    def rate(side: Side) -> float:
+        return statistics.median(s[0] / s[1] for s in side.segments if s[0])
+
+    return {
+        "ratios": ratios,
+        "dropin": {"ops_per_s": rate(a), "client_us": per_op(a, 2), "server_us": per_op(a, 3),
+                   "errors": sum(s[4] for s in a.segments)},
+        "peer": {"ops_per_s": rate(b), "client_us": per_op(b, 2), "server_us": per_op(b, 3),
+                 "errors": sum(s[4] for s in b.segments)},
+    }  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("workloads", help="keys of peers.py's workloads or groups, e.g. headline, H3")
+    ap.add_argument("--only", metavar="TEXT", help="drop-ins whose label contains TEXT")
+    ap.add_argument("--pairs", type=int, default=20, help="pairs of segments (20)")
+    ap.add_argument("--segment", type=float, default=1.0, help="seconds a segment (1.0)")
+    ap.add_argument("--warmup", type=float, default=2.0, help="seconds of warm-up each (2.0)")
+    ap.add_argument("--dsn", default=servers.DSN)
+    ap.add_argument("--redis-url", default=servers.REDIS_URL)
+    args = ap.parse_args(argv)
+    load = os.getloadavg()
+    print(f"{args.pairs} pairs of {args.segment:g} s segments; load average at the start "
+          f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f} ({os.cpu_count()} cores)")  # fmt: skip
+    print("ratios drop-in / peer: median of the pairs [quartiles]")
+    failed = False
+    for workload in peers.select(peers.workloads(Sizes.full()), args.workloads):
+        for contender, peer in pairs_of(workload, args.only):
+            started = time.perf_counter()
+            try:
+                result = compare(workload.key, contender.label, peer, args)
+            except Exception as exc:
+                print(f"{workload.key} {contender.label}: failed: {exc}")
+                failed = True
+                continue
+            took = time.perf_counter() - started
+            print(f"{workload.key} {contender.label}  vs  {peer}  ({took:.0f} s)")
+            for name, values in result["ratios"].items():
+                if values:
+                    q1, q2, q3 = quartiles(values)
+                    print(f"    {name:14} {q2:6.3f}  [{q1:.3f}-{q3:.3f}]  ({len(values)} pairs)")
+            for side in ("dropin", "peer"):
+                f = result[side]
+                print(f"    {side:6} {f['ops_per_s']:10,.0f} ops/s  client {f['client_us']:7.1f} "
+                      f"µs/op  server {f['server_us']:7.1f} µs/op  "
+                      f"errors {f['errors']}")  # fmt: skip
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,91 @@
+"""``python benchmarks/peer_ab.py``: which drop-ins it pairs with which peers, and a short run as
+a user runs it (a subprocess) against the local Redis: both pools built, warmed and driven in
+turns, each pair's ratios reported. No figure is compared with an expectation (the machine is
+shared): only what was run and reported."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from bench_run import REDIS_URL, need_port, skip_or_fail
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
+
+import peer_ab  # noqa: E402
+import peers  # noqa: E402
+from peerbench.core import Sizes  # noqa: E402
+
+#: every drop-in of the headline, called as the pool it replaces, and that pool
+HEADLINE_PAIRS = {
+    ("H1", "poolkit.backends.asyncpg.create_pool acquire() (as shipped)",
+     "asyncpg.create_pool (as shipped)"),
+    ("H1", "poolkit.backends.sqlalchemy.AsyncAdaptedQueuePool (as shipped)",
+     "SQLAlchemy AsyncAdaptedQueuePool (as shipped)"),
+    ("H2", "poolkit.backends.psycopg.AsyncConnectionPool (as shipped)",
+     "psycopg_pool.AsyncConnectionPool (as shipped)"),
+    ("H2", "poolkit.backends.psycopg.AsyncConnectionPool getconn/putconn (as shipped)",
+     "psycopg_pool.AsyncConnectionPool getconn/putconn (as shipped)"),
+    ("H2", "poolkit.backends.psycopg.AsyncConnectionPool (full reset (reset_session=True))",
+     "psycopg_pool.AsyncConnectionPool (like for like)"),
+    ("H2", "poolkit.backends.sqlalchemy.AsyncAdaptedQueuePool (as shipped)",
+     "SQLAlchemy AsyncAdaptedQueuePool (as shipped)"),
+    ("H3", "poolkit.backends.psycopg.ConnectionPool (as shipped)",
+     "psycopg_pool.ConnectionPool (as shipped)"),
+    ("H3", "poolkit.backends.psycopg.ConnectionPool getconn/putconn (as shipped)",
+     "psycopg_pool.ConnectionPool getconn/putconn (as shipped)"),
+    ("H3", "poolkit.backends.psycopg.ConnectionPool (full reset (reset_session=True))",
+     "psycopg_pool.ConnectionPool (like for like)"),
+    ("H3", "poolkit.backends.sqlalchemy.QueuePool (as shipped)",
+     "SQLAlchemy QueuePool (as shipped)"),
+    ("H3", "poolkit.backends.sqlalchemy.QueuePool (like for like)",
+     "SQLAlchemy QueuePool (like for like)"),
+    ("H4", "poolkit.backends.redis.BlockingConnectionPool (as shipped)",
+     "redis.BlockingConnectionPool (as shipped)"),
+    ("H5", "poolkit.backends.redis.AsyncBlockingConnectionPool (as shipped)",
+     "redis.asyncio.BlockingConnectionPool (as shipped)"),
+}  # fmt: skip
+
+
+def test_every_drop_in_is_paired_with_the_pool_it_replaces() -> None:
+    found = {
+        (workload.key, contender.label, peer)
+        for workload in peers.select(peers.workloads(Sizes.full()), "headline")
+        for contender, peer in peer_ab.pairs_of(workload, None)
+    }
+    assert found == HEADLINE_PAIRS
+    labels = {c.label for w in peers.workloads(Sizes.full()) for c in w.contenders}
+    assert {peer for _, _, peer in found} <= labels  # (each peer is a contender of its own)
+
+
+def test_only_picks_drop_ins_by_their_label() -> None:
+    (h3,) = peers.select(peers.workloads(Sizes.full()), "H3")
+    picked = [(c.label, peer) for c, peer in peer_ab.pairs_of(h3, "queuepool (as")]
+    assert picked == [
+        ("poolkit.backends.sqlalchemy.QueuePool (as shipped)", "SQLAlchemy QueuePool (as shipped)")
+    ]
+
+
+def test_a_short_run_drives_both_pools_in_turns_and_reports_each_pair() -> None:
+    if importlib.util.find_spec("redis") is None:
+        skip_or_fail("redis-py is not installed: pip install -e '.[dev]'")
+    need_port(REDIS_URL, 6379, "Redis")
+    ran = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "peer_ab.py"), "H4", "--pairs", "3", "--segment",
+         "0.1", "--warmup", "0.1", "--redis-url", REDIS_URL],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    out = ran.stdout + ran.stderr
+    assert ran.returncode == 0, out
+    assert (
+        "H4 poolkit.backends.redis.BlockingConnectionPool (as shipped)  vs  "
+        "redis.BlockingConnectionPool (as shipped)" in out
+    ), out
+    for name in ("ops_per_s", "client_per_op", "server_per_op"):
+        assert re.search(rf"{name} +\d+\.\d+ +\[\d+\.\d+-\d+\.\d+\] +\(3 pairs\)", out), (name, out)
+    for side in ("dropin", "peer"):
+        assert re.search(rf"{side} +[\d,]+ ops/s .* errors 0", out), (side, out)

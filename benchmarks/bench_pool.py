@@ -6,7 +6,7 @@ the medians, and each target with PASS/FAIL. A measurement, not a test: exit cod
 ``--check`` is given and a target fails.
 
     python benchmarks/bench_pool.py [--repeat N] [--cycles N] [--json PATH]
-                                    [--only async|threads] [--workload W1|W2] [--check]
+                                    [--only async|threads|trio] [--workload W1|W2] [--check]
 
 Workloads (pools of 10 connections, pre-warmed before timing):
 
@@ -24,12 +24,17 @@ Workloads (pools of 10 connections, pre-warmed before timing):
 * threads W1: one thread; the same forms (``pool.checkin(lease)``, ``with pool.connection():``).
 * threads W2: 32 threads, fixed quota each of checkout -> ``time.sleep(0)`` (give up the GIL,
   the threads' ``await asyncio.sleep(0)``) -> release; same figures as async W2.
+* trio W1, trio W2 (``poolkit[trio]``): async W1 and W2 with ``AsyncPool`` under trio (each pool
+  in its ``async with`` block) against the floor on trio's primitives (``floors.TrioFloor``);
+  W2's ``sleep(0)`` is ``trio.lowlevel.checkpoint()``. Set beside async W1 and W2 of the same
+  run, they give the trio front end's cost against asyncio's (issue 41).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import json
 import statistics
@@ -40,7 +45,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import poolkit
-from floors import AsyncFloor, NullConn, ThreadFloor, pctl
+from floors import AsyncFloor, NullConn, ThreadFloor, TrioFloor, pctl
 
 POOL_SIZE = 10
 ASYNC_TASKS = 1000
@@ -222,6 +227,93 @@ async def async_w2(impl: str, cycles: int) -> Figures:
     return wait_figures(waits, elapsed, quota * ASYNC_TASKS, counts, at_first)
 
 
+# ---------------------------------------------------------------------- trio
+
+
+async def trio_target(impl: str, stack: contextlib.AsyncExitStack) -> Any:
+    """What a trio workload's ``impl`` runs on: the floor, or a pre-warmed pool inside its
+    ``async with`` block (entered on ``stack``)."""
+    if impl == "floor":
+        return TrioFloor(NullConn() for _ in range(POOL_SIZE))
+    import trio
+
+    pool: poolkit.AsyncPool[NullConn] = poolkit.AsyncPool(
+        async_connect, address="bench", options=options()
+    )
+    await stack.enter_async_context(pool)
+    with trio.fail_after(10):
+        while pool.stats().available < POOL_SIZE:  # noqa: ASYNC110 - the pool's own tasks fill it
+            await trio.sleep(0.001)
+    return pool
+
+
+def trio_w1(cycles: int) -> dict[str, Figures]:
+    """async W1 under trio: the same forms and chunks (``async_cycles`` is library-neutral)."""
+    import trio
+
+    async def main() -> dict[str, Figures]:
+        impls = tuple(W1_FORMS)
+        async with contextlib.AsyncExitStack() as stack:
+            targets = {impl: await trio_target(impl, stack) for impl in impls}
+            chunks: dict[str, list[float]] = {impl: [] for impl in impls}
+            gc.collect()
+            for i in range(max(1, cycles // W1_CHUNK)):
+                for impl in order(i, impls):
+                    t0 = time.perf_counter_ns()
+                    await async_cycles(impl, targets[impl], W1_CHUNK)
+                    chunks[impl].append((time.perf_counter_ns() - t0) / W1_CHUNK)
+        return w1_figures(chunks)
+
+    return trio.run(main)
+
+
+async def trio_w2_run(impl: str, cycles: int) -> Figures:
+    """async W2 under trio, in the running trio run."""
+    import trio
+
+    async with contextlib.AsyncExitStack() as stack:
+        target = await trio_target(impl, stack)
+        if impl == "floor":
+            acquire, release = target.acquire, target.release
+        else:
+            probe = await target.checkout()
+            release = type(probe).release
+            release(probe)
+            acquire = target.checkout
+        quota = max(1, cycles // ASYNC_TASKS)
+        counts = [0] * ASYNC_TASKS
+        at_first: list[int] = []
+        waits: list[float] = []
+        pc = time.perf_counter
+        checkpoint = trio.lowlevel.checkpoint
+
+        async def worker(i: int) -> None:
+            for _ in range(quota):
+                t = pc()
+                c = await acquire()
+                waits.append(pc() - t)
+                await checkpoint()
+                release(c)
+                counts[i] += 1
+            if not at_first:
+                at_first.extend(counts)
+
+        gc.collect()
+        t0 = pc()
+        with trio.fail_after(HANG_TIMEOUT):
+            async with trio.open_nursery() as nursery:
+                for i in range(ASYNC_TASKS):
+                    nursery.start_soon(worker, i)
+        elapsed = pc() - t0
+    return wait_figures(waits, elapsed, quota * ASYNC_TASKS, counts, at_first)
+
+
+def trio_w2(impl: str, cycles: int) -> Figures:
+    import trio
+
+    return trio.run(trio_w2_run, impl, cycles)
+
+
 # ---------------------------------------------------------------------- threads
 
 
@@ -372,6 +464,7 @@ WORKLOADS: dict[str, tuple[list[FormsWorkload], list[Workload]]] = {
         [("async W2", lambda impl, n: asyncio.run(async_w2(impl, n)))],
     ),
     "threads": ([("threads W1", thread_w1)], [("threads W2", thread_w2)]),
+    "trio": ([("trio W1", trio_w1)], [("trio W2", trio_w2)]),
 }
 #: the per-repeat ratios of a W1 form: to the floor, and to checkout + release
 RATIOS = ("x_floor", "x_release")
@@ -436,7 +529,7 @@ def targets(med: dict[str, dict[str, Figures]]) -> list[tuple[str, float, str, b
         return med.get(w, {}).get(impl, {}).get(k, NAN)
 
     # W1: medians of the ratios taken in each repeat (issue 25's targets)
-    for w, limit in (("async W1", 4.0), ("threads W1", 2.0)):
+    for w, limit in (("async W1", 4.0), ("threads W1", 2.0), ("trio W1", 4.0)):
         if w not in med:
             continue
         for impl in ("poolkit", "poolkit checkin"):
@@ -444,18 +537,25 @@ def targets(med: dict[str, dict[str, Figures]]) -> list[tuple[str, float, str, b
             out.append((f"{w} {W1_FORMS[impl]} / floor", r, f"<= {limit}", r <= limit))
         r = get(w, "poolkit connection()", "x_release")
         out.append((f"{w} connection() / checkout + release", r, "<= 1.3", r <= 1.3))
-    for w, limit in (("async W2", 0.6), ("threads W2", 0.8)):
+    for w, limit in (("async W2", 0.6), ("threads W2", 0.8), ("trio W2", 0.6)):
         if w not in med:
             continue
         r = get(w, "poolkit", "ops_per_s") / get(w, "floor", "ops_per_s")
         out.append((f"{w} ops ratio poolkit/floor", r, f">= {limit}", r >= limit))
         lo, hi = get(w, "poolkit", "cycles_min_worst"), get(w, "poolkit", "cycles_max_worst")
         out.append((f"{w} poolkit cycles/unit max-min (worst)", hi - lo, "<= 1", hi - lo <= 1))
-    if "async W2" in med:
+    for w in ("async W2", "trio W2"):
+        if w not in med:
+            continue
         # Fixed quotas make cycles/task equal by construction; FIFO fairness shows as the spread
         # of completed cycles across tasks when the first one finishes (round-robin: <= 1).
-        s = get("async W2", "poolkit", "spread_at_first_finish_worst")
-        out.append(("async W2 poolkit spread at first finish (worst)", s, "<= 1", s <= 1))
+        s = get(w, "poolkit", "spread_at_first_finish_worst")
+        out.append((f"{w} poolkit spread at first finish (worst)", s, "<= 1", s <= 1))
+    for w1, w2 in (("trio W1", "async W1"), ("trio W2", "async W2")):
+        if w1 in med and w2 in med:  # (the trio front end against asyncio's, same run)
+            k = "ns_per_cycle" if w1.endswith("W1") else "ops_per_s"
+            r = get(w1, "poolkit", k) / get(w2, "poolkit", k)
+            out.append((f"{w1} / {w2} poolkit {k} (information)", r, "-", True))
     if "threads W2" in med:
         mx = get("threads W2", "poolkit", "wait_max_us")
         p99 = get("threads W2", "poolkit", "wait_p99_us")
@@ -539,14 +639,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--cycles", type=int, default=100_000)
     ap.add_argument("--json", metavar="PATH")
-    ap.add_argument("--only", choices=("async", "threads"))
+    ap.add_argument("--only", choices=("async", "threads", "trio"))
     ap.add_argument("--workload", choices=("W1", "W2"), help="run only this workload")
     ap.add_argument("--check", action="store_true", help="exit 1 if a target fails")
     args = ap.parse_args(argv)
 
     results: Results = {}
     errors: list[str] = []
-    for front in ("async", "threads"):
+    for front in ("async", "threads", "trio"):
         if args.only in (None, front):
             w1, others = WORKLOADS[front]
             if args.workload in (None, "W1"):

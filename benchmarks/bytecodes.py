@@ -10,6 +10,10 @@ number of cycles.
 * ``--workload "async W1"`` / ``"threads W1"``: one uncontended cycle in each form a user writes
   (``bench_pool.W1_FORMS``: checkout + ``lease.release()``, checkout + ``checkin``, ``with
   connection()``) and the floor's; only the cycles are counted, not the pool's set-up.
+* ``--workload "async W2"`` / ``"trio W2"``: 1,000 tasks on 10 connections (``bench_pool``'s),
+  the whole run counted (the pool's set-up and the event loop's or trio's own Python code too).
+* ``--workload "trio W1"``: async W1 with ``AsyncPool`` under trio and the floor on trio's
+  primitives (``poolkit[trio]``).
 
     python benchmarks/bytecodes.py [--workload W] [--cycles N] [--top N] [--only IMPL]
 """
@@ -86,8 +90,67 @@ def count_async_w1(impl: str, cycles: int) -> Counts:
     return counts
 
 
+def count_async_w2(impl: str, cycles: int) -> Counts:
+    """async W2's whole run (1,000 tasks), counted from inside the loop (asyncio's own Python
+    code is counted too: it is what a contended cycle runs)."""
+    counts: Counts = collections.Counter()
+
+    async def main() -> None:
+        sys.settrace(tracer(counts))
+        try:
+            await bench_pool.async_w2(impl, cycles)
+        finally:
+            sys.settrace(None)
+
+    asyncio.run(main())
+    return counts
+
+
+def count_trio_w1(impl: str, cycles: int) -> Counts:
+    """``count_async_w1`` under trio (``AsyncPool`` in its block, the floor on trio's
+    primitives)."""
+    import contextlib
+
+    import trio
+
+    counts: Counts = collections.Counter()
+
+    async def main() -> None:
+        async with contextlib.AsyncExitStack() as stack:
+            target = await bench_pool.trio_target(impl, stack)
+            sys.settrace(tracer(counts))
+            try:
+                await bench_pool.async_cycles(impl, target, cycles)
+            finally:
+                sys.settrace(None)
+
+    trio.run(main)
+    return counts
+
+
+def count_trio_w2(impl: str, cycles: int) -> Counts:
+    """trio W2's whole run (1,000 tasks), counted from inside the trio run (trio's scheduler is
+    counted too: it is what a contended cycle runs)."""
+    import trio
+
+    counts: Counts = collections.Counter()
+
+    async def main() -> None:
+        sys.settrace(tracer(counts))
+        try:
+            await bench_pool.trio_w2_run(impl, cycles)
+        finally:
+            sys.settrace(None)
+
+    trio.run(main)
+    return counts
+
+
 WORKLOADS: dict[str, tuple[Callable[[str, int], Counts], tuple[str, ...]]] = {
     "threads W2": (count_threads_w2, bench_pool.PAIR),
+    "async W2": (count_async_w2, bench_pool.PAIR),
+    "trio W1": (count_trio_w1, tuple(bench_pool.W1_FORMS)),
+    "trio W2": (count_trio_w2, bench_pool.PAIR),
     "async W1": (count_async_w1, tuple(bench_pool.W1_FORMS)),
     "threads W1": (count_threads_w1, tuple(bench_pool.W1_FORMS)),
 }

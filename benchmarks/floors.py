@@ -1,10 +1,10 @@
 """The floors the benchmarks measure pools against, and the statistics they share.
 
-* :class:`AsyncFloor` / :class:`ThreadFloor`: a minimal correct FIFO pool (a deque of idle
-  connections, a deque of waiters, direct hand-off to the oldest waiter, no barging) for asyncio
-  and for threads, over whatever connections it is given: null ones (``bench_pool.py``) or the
-  drivers' real ones (``peers.py``). No check, no reset, no limit, no statistics: the least a
-  pool can do.
+* :class:`AsyncFloor` / :class:`ThreadFloor` / :class:`TrioFloor`: a minimal correct FIFO pool (a
+  deque of idle connections, a deque of waiters, direct hand-off to the oldest waiter, no
+  barging) for asyncio, for threads and on trio's own primitives (``poolkit[trio]``), over
+  whatever connections it is given: null ones (``bench_pool.py``) or the drivers' real ones
+  (``peers.py``). No check, no reset, no limit, no statistics: the least a pool can do.
 * :class:`NullConn`: a connection that is nothing (``close()`` does nothing).
 * :func:`null_async_pool` / :func:`null_thread_pool`: poolkit's pools over null connections,
   every connection made before they are returned (what the floors are compared with).
@@ -20,7 +20,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterable
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import poolkit
 
@@ -29,6 +29,7 @@ __all__ = [
     "AsyncFloor",
     "NullConn",
     "ThreadFloor",
+    "TrioFloor",
     "null_async_pool",
     "null_options",
     "null_thread_pool",
@@ -85,6 +86,45 @@ class AsyncFloor(Generic[C]):
                 fut.set_result(conn)
                 return
         self._idle.append(conn)
+
+    def idle(self) -> list[C]:
+        """The connections in the pool now (to close them at the end)."""
+        return list(self._idle)
+
+
+class TrioFloor(Generic[C]):
+    """Minimal correct FIFO pool on trio's primitives: idle deque + deque of parked tasks, each
+    rescheduled with the connection it is handed (``trio.lowlevel``); a cancelled waiter leaves
+    the queue. Make it inside ``trio.run`` (trio is imported here, not by this module)."""
+
+    def __init__(self, connections: Iterable[C]) -> None:
+        import outcome
+        import trio
+
+        self._lowlevel = trio.lowlevel
+        self._value = outcome.Value
+        self._idle: deque[C] = deque(connections)
+        self._waiters: deque[Any] = deque()  # the parked tasks, oldest first
+
+    async def acquire(self) -> C:
+        if self._idle and not self._waiters:
+            return self._idle.popleft()
+        lowlevel = self._lowlevel
+        task = lowlevel.current_task()
+        self._waiters.append(task)
+
+        def abort(_: Any) -> Any:  # (still parked: not handed anything)
+            self._waiters.remove(task)
+            return lowlevel.Abort.SUCCEEDED
+
+        conn: C = await lowlevel.wait_task_rescheduled(abort)
+        return conn
+
+    def release(self, conn: C) -> None:
+        if self._waiters:
+            self._lowlevel.reschedule(self._waiters.popleft(), self._value(conn))
+        else:
+            self._idle.append(conn)
 
     def idle(self) -> list[C]:
         """The connections in the pool now (to close them at the end)."""

@@ -46,9 +46,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     census.pytest_collection_modifyitems(config, items)
 
 
-@pytest.fixture(params=["asyncio", "threads"])
+@pytest.fixture(params=["asyncio", "threads", "trio"])
 def front_kind(request: pytest.FixtureRequest) -> str:
-    """Which front end a scenario of ``frontends.drive`` runs on: each test runs on both."""
+    """Which front end a scenario of ``frontends.drive`` runs on: each test runs on each (the
+    asyncio pool under asyncio and under trio, the threaded pool)."""
     return str(request.param)
 
 

@@ -191,6 +191,8 @@ class PoolBase(Generic[C]):
         #: append is atomic) and added to the core's tally when the statistics are read
         self._handoff_waits: deque[float] = deque()
         self._returned = Returned(self)
+        #: what a cancellation raises (``AsyncPool`` bound to trio adds ``trio.Cancelled``)
+        self._cancel_errors: tuple[type[BaseException], ...] = (asyncio.CancelledError,)
         core = self._core = PoolCore(options, self.address, observed=self._sink.observed())
         self._align_to_wall()
         self._clocked = core.clocked
@@ -509,7 +511,7 @@ class PoolBase(Generic[C]):
             if not self._is_broken(lease, error):
                 lease.release()
                 return
-        elif isinstance(error, asyncio.CancelledError):
+        elif isinstance(error, self._cancel_errors):
             hooks = self.options.hooks
             if hooks is not None and hooks.cancel_safe:
                 lease.release()

@@ -34,6 +34,12 @@ Rules of this module
   them), and one that never ran is reported as its coroutine would have been.
 * User code (connect, configure, probe, check, reset, close) runs outside every core input: in
   the pool's tasks, or, a plain check or reset, in the step that carries out the core's actions.
+* Under trio (issue 41) the pool binds to the trio run instead of a loop, once, and its I/O is
+  ``poolkit._trio.TrioIO``'s from then on: ``_bind_loop``, ``_spawn``, the timer
+  (``_rearm_locked``), ``close`` and ``__aenter__``/``__aexit__`` ask it, where they bind or
+  where asyncio's loop would be; the fast paths never look at it (a trio waiter is called, as a
+  request object's completion is: ``_wake``), and the waiting checkout catches the bound
+  library's cancellation (``_cancel_errors``). Nothing here imports trio.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import sys
 import threading
 import time
 import types
@@ -76,6 +83,9 @@ from .errors import ConnectCancelledError
 from .log import _cached_level
 from .options import PoolOptions
 
+if TYPE_CHECKING:
+    from ._trio import TrioIO
+
 _Future = asyncio.Future
 #: seconds between two measures of an adaptive pool's loop lag (``AsyncPool._watch_lag``)
 LAG_EVERY = 0.01
@@ -83,6 +93,20 @@ LAG_EVERY = 0.01
 #: the running loop of this thread, or None (asyncio's C function: no exception to catch)
 _running_loop = asyncio._get_running_loop
 _S_CLOSED = ConnState.CLOSED
+
+
+def _trio_running() -> bool:
+    """Whether trio runs in this thread (read without importing trio: not imported, not
+    running)."""
+    trio = sys.modules.get("trio")
+    if trio is None:
+        return False
+    try:
+        trio.lowlevel.current_task()
+    except RuntimeError:
+        return False
+    return True
+
 
 __all__ = ["AsyncPool"]
 
@@ -296,6 +320,24 @@ class _Block(_AsyncLease, Generic[C]):
 
 
 @final
+class _Running(Generic[C]):
+    """What ``AsyncPool.running()`` returns (see there)."""
+
+    __slots__ = ("_pool", "_ready")
+
+    def __init__(self, pool: AsyncPool[C], ready: bool) -> None:
+        self._pool = pool
+        self._ready = ready
+
+    async def __aenter__(self) -> AsyncPool[C]:
+        await self._pool._open(self._ready)
+        return self._pool
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self._pool.__aexit__(*exc_info)
+
+
+@final
 class AsyncPool(PoolBase[C]):
     """A connection pool for asyncio.
 
@@ -314,6 +356,11 @@ class AsyncPool(PoolBase[C]):
     _tasks: set[asyncio.Task[Any]]
     #: the end of closing, once ``close()`` began it (shielded from its callers)
     _closing: asyncio.Task[None] | None
+    #: the pool's I/O under trio (``poolkit._trio``), once bound in a trio run; ``None`` on
+    #: asyncio (whose paths never look at it but where they bind)
+    _trio: TrioIO | None
+    #: the running pool task (``_await_hook``): ``asyncio.current_task``, or the trio I/O's
+    _current_task: Callable[[], Any]
 
     @overload
     def __init__(
@@ -353,10 +400,15 @@ class AsyncPool(PoolBase[C]):
         lock to take (one thread)."""
         return step(self._input(), self._time()), self._take_locked()
 
-    def _bind_loop(self, operation: str) -> asyncio.AbstractEventLoop:
+    def _bind_loop(self, operation: str) -> asyncio.AbstractEventLoop | TrioIO:
+        trio_io = self._trio
+        if trio_io is not None:  # (bound to a trio run: it checks that this is the one)
+            return trio_io.bound(operation)
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
+            if self._loop is None and _trio_running():
+                return self._bind_trio().bound(operation)
             raise RuntimeError(
                 f"AsyncPool.{operation}() must be called from a running event loop"
             ) from None
@@ -379,10 +431,23 @@ class AsyncPool(PoolBase[C]):
             )
         return loop
 
+    def _bind_trio(self) -> TrioIO:
+        """Bind to the running trio run: the pool's I/O from ``poolkit._trio`` from now on, its
+        time trio's (unless it has a clock of its own)."""
+        from . import _trio  # (only here: the asyncio paths never import trio)
+
+        trio_io = self._trio = _trio.TrioIO(self)
+        self._cancel_errors = (asyncio.CancelledError, _trio.Cancelled)
+        self._current_task = trio_io.current_task
+        if self._clock is None:
+            self._time = trio_io.time
+            self._align_to_wall()
+        return trio_io
+
     def _bind(self, operation: str, *, required: bool = True) -> None:
         """Bind to the running loop (refusing another loop than the pool's). Not ``required``:
         with no loop running an unbound pool stays unbound, and a bound one refuses."""
-        if not required:
+        if not required and self._trio is None:
             try:
                 asyncio.get_running_loop()
             except RuntimeError:
@@ -407,8 +472,14 @@ class AsyncPool(PoolBase[C]):
             self._timer_handle = self._call_at(when, self._on_timer)
         else:
             loop = self._loop
-            if loop is None:  # armed once the pool is bound to a loop
-                self._core.timers.dirty = True
+            if loop is None:
+                trio_io = self._trio
+                if trio_io is None:  # armed once the pool is bound to a loop
+                    self._core.timers.dirty = True
+                    return
+                trio_io.arm(when)
+                self._timer_handle = trio_io
+                self._timer_at = when
                 return
             if self._clock is None:
                 self._timer_handle = loop.call_at(when, self._on_timer)
@@ -450,10 +521,19 @@ class AsyncPool(PoolBase[C]):
 
         The closing goes on to its end even if the caller stops waiting (a cancelled ``close()``
         leaks nothing); a second call waits for the same work, and for the closes of leases given
-        back since."""
+        back since. Under trio it runs shielded, bounded by ``poolkit._trio.CLOSE_TIMEOUT``."""
+        if self._trio is None and self._loop is None and _running_loop() is None:
+            self._bind_loop("close")  # (not asyncio: trio, or an error)
+        trio_io = self._trio
+        if trio_io is not None:
+            trio_io.bound("close")
+            self._feed(lambda core, now: core.close(now))  # (a second time: nothing to do)
+            self._cancel_timer()
+            await trio_io.close()
+            return
         closing = self._closing
         if closing is None or (closing.done() and self._tasks):
-            loop = self._bind_loop("close")
+            loop = cast(asyncio.AbstractEventLoop, self._bind_loop("close"))  # (not trio)
             if closing is None:
                 self._feed(lambda core, now: core.close(now))
                 self._cancel_timer()
@@ -467,11 +547,34 @@ class AsyncPool(PoolBase[C]):
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
     async def __aenter__(self) -> AsyncPool[C]:
-        self.ready()
+        await self._open(True)
         return self
 
+    def running(self, *, ready: bool = True) -> AbstractAsyncContextManager[AsyncPool[C]]:
+        """``async with pool.running(ready=False):`` is ``async with pool:`` with the pool left
+        paused (CMAP: a driver marks it ready once its server is known): the pool's life, closed
+        at the end of the block, and under trio the nursery its tasks run in."""
+        return _Running(self, ready)
+
+    async def _open(self, ready: bool) -> None:
+        """``async with``'s entry: under trio the pool's nursery first (the block's end closes
+        it, after the pool), then ``ready()`` if ``ready``."""
+        if self._loop is None and _running_loop() is None and _trio_running():
+            await (self._trio or self._bind_trio()).open()
+        if ready:
+            self.ready()
+        else:
+            self._bind("running")
+
     async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
+        trio_io = self._trio
+        if trio_io is None:
+            await self.close()
+            return
+        try:
+            await self.close()
+        finally:
+            await trio_io.exit()
 
     # ------------------------------------------------------------------ checkout and check-in
 
@@ -498,7 +601,7 @@ class AsyncPool(PoolBase[C]):
                 lease._lent = None
                 lease._pool = self
                 return lease
-        loop = self._loop
+        loop: asyncio.AbstractEventLoop | TrioIO | None = self._loop
         # (before anything changes; the cheap exact test: the pool's loop runs, in this thread)
         if loop is None or _running_loop() is not loop:
             loop = self._bind_loop("checkout")
@@ -525,7 +628,7 @@ class AsyncPool(PoolBase[C]):
         if req.queued:
             try:
                 await req.owner
-            except asyncio.CancelledError:
+            except self._cancel_errors:  # (trio's too, once bound to trio)
                 self._abandon(req)
                 raise
         conn = req.conn
@@ -606,8 +709,11 @@ class AsyncPool(PoolBase[C]):
             actions = self._take_locked()
             if actions is not NO_OUTPUT:
                 self._carry_out(actions)
+            else:
+                self._sink.flush()  # (the check-in's events, taken above)
             return
         self._await_apart(action, result, "reset")  # (raises if no task can be made)
+        self._sink.flush()  # the check-in's events, taken above (not at the reset's end)
 
     # ------------------------------------------------------------------ the pool's tasks
 
@@ -616,6 +722,8 @@ class AsyncPool(PoolBase[C]):
         self._loop = None
         self._tasks = set()
         self._closing = None
+        self._trio = None
+        self._current_task = asyncio.current_task
 
     @staticmethod
     def _wake(owner: Any) -> None:
@@ -638,7 +746,10 @@ class AsyncPool(PoolBase[C]):
         ``if_cancelled`` is called if the task ends cancelled: the pool's coroutines catch their
         cancellation and report it, so this happens when the task was cancelled before its first
         step (a clear or a loop shutdown in the same iteration) and ``work`` never ran to say so.
+        Under trio the task runs in the pool's nursery (``poolkit._trio``).
         """
+        if self._trio is not None:
+            return self._trio.spawn(work, name, if_cancelled)  # type: ignore[return-value]
         try:
             try:
                 running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
@@ -683,7 +794,7 @@ class AsyncPool(PoolBase[C]):
             result = await pending
             if self._configure is not None:
                 await self._configured(result)
-        except asyncio.CancelledError:
+        except self._cancel_errors:
             # Abandoned by the pool (then the core already closed the record) or cancelled from
             # outside (loop shutdown): either way the connect failed, and a waiter is told so
             # with a pool error, not with a cancellation of its own.
@@ -767,17 +878,22 @@ class AsyncPool(PoolBase[C]):
             raise
         except BaseException as exc:  # CancelledError too: the pool closed the connection, or
             error = exc  # (the connection still open) someone else cancelled the task
-        if conn.handle is asyncio.current_task():
+        if conn.handle is self._current_task():
             conn.handle = None  # over: a close from here on has nothing to cancel
         self._hook_ended(action, error)
-        if error is not None and not isinstance(error, Exception | asyncio.CancelledError):
+        if (
+            error is not None
+            and not isinstance(error, Exception)
+            and not isinstance(error, self._cancel_errors)
+        ):
             raise error
 
     # ------------------------------------------------------------------ closes
 
     def _close_connection(self, conn: Conn, connection: Any, pending: bool) -> None:
         handle = conn.handle
-        if isinstance(handle, asyncio.Future) and not handle.done():
+        # (a task: an asyncio one, or the trio I/O's; not a connect's ConnectContext)
+        if handle is not None and not isinstance(handle, ConnectContext) and not handle.done():
             handle.cancel()  # a keep-alive probe, check or reset in flight
         if pending:
             ctx: ConnectContext | None = conn.handle
@@ -814,7 +930,7 @@ class AsyncPool(PoolBase[C]):
         loop = self._loop
         if loop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(self._reap)
-        else:
+        elif self._trio is None or not self._trio.reap_soon(self._reap):
             self._reap()
 
     def _reset_after_fork(self) -> None:

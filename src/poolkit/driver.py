@@ -20,22 +20,26 @@ What ``poolkit`` exports (:class:`~poolkit.ConnectContext`, :class:`~poolkit.Est
   it for a pool closed at the end of the block;
 * :func:`start` / :func:`async_start`, a builder's start: the pool made ready and one
   connection made through it, so that a wrong address fails the builder's call (the pool
-  closed, no warning that it goes on trying).
+  closed, no warning that it goes on trying);
+* :func:`require_asyncio`, the error a connect function or builder whose driver runs on asyncio
+  only raises at the call under another async library (trio).
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import socket
 import ssl
 from collections.abc import Awaitable, Callable, Generator, Iterator
+from contextlib import AbstractAsyncContextManager
 from typing import Any, Generic, TypeAlias, TypeVar
 
 from ._base import DEFAULT
 from ._frontend import check_timeout
 from ._install import pip_install
-from .asyncio import AsyncPool
+from .asyncio import AsyncPool, _trio_running
 from .options import Hooks, PoolOptions
 from .threaded import Pool
 
@@ -49,6 +53,7 @@ __all__ = [
     "check_socket",
     "check_timeout",
     "pip_install",
+    "require_asyncio",
     "start",
     "with_default_hooks",
 ]
@@ -106,15 +111,39 @@ def start(pool: Pool[Any]) -> None:
 
 
 async def async_start(pool: AsyncPool[Any]) -> None:
-    """:func:`start` for :class:`~poolkit.AsyncPool` (what a :class:`PoolStarter` awaits)."""
+    """:func:`start` for :class:`~poolkit.AsyncPool` (what a :class:`PoolStarter` awaits).
+    Under ``async with builder(...) as pool:`` the pool's own block is entered first (under
+    trio, the nursery its tasks run in), and the starter's exit ends it."""
+    starter = _ENTERING.get()
+    block: AbstractAsyncContextManager[Any] | None = None
     with _starting(pool):
-        pool.ready()
+        if starter is not None:
+            block = pool.running(ready=False)
+            await block.__aenter__()
         try:
+            pool.ready()
             lease = await pool.checkout()
         except BaseException:
-            await pool.close()
+            if block is not None:
+                await block.__aexit__(None, None, None)
+            else:
+                await pool.close()
             raise
         lease.release()
+    if starter is not None:
+        starter._block = block
+
+
+def require_asyncio(call: str, library: str) -> None:
+    """Raise ``RuntimeError`` naming ``call`` if the async library running is not asyncio
+    (trio, or anyio on trio): ``library`` (a driver written for asyncio's event loop) cannot
+    run there. Under asyncio, or with no async library running, it does nothing."""
+    if _trio_running():
+        raise RuntimeError(
+            f"{call}: {library} runs on asyncio only, and this is trio; poolkit.AsyncPool runs "
+            "on trio (and anyio's trio backend), with a connect function whose I/O is trio's "
+            "(poolkit.backends.tcp's works on both)"
+        )
 
 
 @contextlib.contextmanager
@@ -157,23 +186,38 @@ def check_socket(sock: socket.socket) -> None:
     raise ConnectionError("unexpected data waiting on an idle connection")
 
 
+#: the :class:`PoolStarter` being entered (``async with builder(...)``) in this context
+_ENTERING: contextvars.ContextVar[PoolStarter[Any] | None] = contextvars.ContextVar(
+    "poolkit_starter", default=None
+)
+
+
 class PoolStarter(Generic[C]):
     """What an async one-call builder returns: ``await`` it for the ready pool, or use it as
-    ``async with builder(...) as pool:`` for a pool closed at the end of the block."""
+    ``async with builder(...) as pool:`` for a pool closed at the end of the block (under trio
+    only the latter: the pool's tasks run in a nursery its block opens)."""
 
-    __slots__ = ("_pool", "_start")
+    __slots__ = ("_block", "_pool", "_start")
 
     def __init__(self, start: Callable[[], Awaitable[AsyncPool[C]]]) -> None:
         self._start = start
         self._pool: AsyncPool[C] | None = None
+        #: the pool's own block, entered by ``async_start`` under ``async with``
+        self._block: AbstractAsyncContextManager[Any] | None = None
 
     def __await__(self) -> Generator[Any, None, AsyncPool[C]]:
         return self._start().__await__()
 
     async def __aenter__(self) -> AsyncPool[C]:
-        self._pool = await self._start()
+        token = _ENTERING.set(self)
+        try:
+            self._pool = await self._start()
+        finally:
+            _ENTERING.reset(token)
         return self._pool
 
     async def __aexit__(self, *exc_info: object) -> None:
-        if self._pool is not None:
+        if self._block is not None:
+            await self._block.__aexit__(None, None, None)  # (the pool's exit reads none)
+        elif self._pool is not None:
             await self._pool.close()

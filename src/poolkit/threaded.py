@@ -675,6 +675,7 @@ class Pool(PoolBase[C]):
             if actions is not NO_OUTPUT:
                 self._carry_out(actions)
             return
+        self._sink.flush()  # the check-in's events, taken above: told before the reset runs
         reset = self._reset
         assert reset is not None
         error = _call_hook(reset, "reset", conn)
@@ -694,6 +695,8 @@ class Pool(PoolBase[C]):
             self._close_now(conn, doomed)
         if actions is not NO_OUTPUT:
             self._carry_out(actions)
+        else:
+            self._sink.flush()  # (events taken before the hook ran, if any)
         if error is not None and not isinstance(error, Exception):
             raise error
 

@@ -89,6 +89,20 @@ def test_json_is_the_only_output_and_matches_its_schema() -> None:
     assert measured and all(p["total_max_ms"] >= p["total_p99_ms"] > 0 for p in measured)
 
 
+def test_trio_runs_the_default_workload_on_the_embedded_server() -> None:
+    # (issue 41: AsyncPool under trio, the same workload and report; --json's mode says trio)
+    ran = bench(*SHORT, "--trio", "--json", "--max-size", "4", "--concurrency", "8")
+    assert ran.code == 0, ran.stderr
+    document = ran.json()
+    jsonschema.validate(document, schema())
+    result = ran.result()
+    assert document["kind"] == "sim" and document["mode"] == "trio"
+    assert result["ops"] > 0 and result["errors"] == {}
+    assert result["connections"]["client_peak"] == 4
+    assert result["connections"]["left_open"] == 0
+    assert result["connections"]["server_left_open"] == 0
+
+
 def test_ops_measures_exactly_that_many_over_processes_and_threads() -> None:
     ran = bench("--ops", "1001", "--processes", "2", "--threads", "-c", "4", "--json")
     assert ran.code == 0, ran.stderr
@@ -239,6 +253,8 @@ def test_the_figures_agree_with_theory() -> None:
         (["http://127.0.0.1:1/"], 2, ["needs --http2"]),
         (["--http2"], 2, ["--http2 is for http(s):// targets"]),
         (["https://127.0.0.1:1/", "--http2", "--threads"], 2, ["asyncio only"]),
+        (["--trio", "--threads"], 2, ["--trio and --threads"]),
+        (["redis://127.0.0.1:1", "--trio"], 2, ["--trio runs against the embedded server"]),
         (["http://127.0.0.1:1/", "--http2"], 1, ["cannot use http://127.0.0.1:1/"]),
     ],
 )
@@ -340,7 +356,9 @@ def measuring(shown: str, pid: int) -> bool:
     return "measuring" in shown
 
 
-@pytest.mark.parametrize("mode", [[], ["--threads"]], ids=["asyncio", "threads"])
+@pytest.mark.parametrize(
+    "mode", [[], ["--threads"], ["--trio"]], ids=["asyncio", "threads", "trio"]
+)
 def test_ctrl_c_stops_prints_the_partial_results_and_closes_everything(mode: list[str]) -> None:
     ran = interrupt(["--duration", "60", "--warmup", "0.2", *mode], measuring, after=1.5)
     assert ran.code == 130, ran.shown
@@ -473,8 +491,8 @@ def test_think_time_and_no_hooks() -> None:
 
 @pytest.mark.parametrize(
     "extra",
-    [[], ["--sim", "streams=4"], ["--threads"], ["--no-hooks", "--sim", "streams=4"]],
-    ids=["asyncio", "streams", "threads", "no-hooks"],
+    [[], ["--sim", "streams=4"], ["--threads"], ["--no-hooks", "--sim", "streams=4"], ["--trio"]],
+    ids=["asyncio", "streams", "threads", "no-hooks", "trio"],
 )
 def test_connections_that_go_away_drain_without_errors(extra: list[str]) -> None:
     """Every connection announces GOAWAY after 5 requests: hundreds of connections replaced in a

@@ -149,6 +149,69 @@ def test_the_base_rounds_align_on_the_wall_clock_where_the_pool_keeps_monotonic_
     asyncio.run(on_asyncio())
 
 
+def test_an_adaptive_pool_under_trio_tells_its_core_the_runs_lag() -> None:
+    """The same signal under trio (issue 41): a task of the pool's measures how long a task made
+    ready waits to run, every ``LAG_EVERY`` seconds, while tasks keep the run busy (2 ms each
+    turn); a static pool tells nothing, nor a closed one, nor one on a virtual clock."""
+    import trio
+    import trio.testing
+
+    from poolkit.asyncio import LAG_EVERY
+
+    told: list[float] = []
+
+    def watch(pool: poolkit.AsyncPool[object]) -> None:
+        real = pool._core.client_lag
+
+        def note(lag: float, now: float) -> None:
+            told.append(lag)
+            real(lag, now)
+
+        pool._core.client_lag = note  # (a spy)
+
+    async def connect(ctx: poolkit.ConnectContext) -> object:
+        return object()
+
+    def pools() -> tuple[poolkit.AsyncPool[object], poolkit.AsyncPool[object]]:
+        static = poolkit.AsyncPool(connect, options=poolkit.PoolOptions(max_size=2))
+        pool = poolkit.AsyncPool(
+            connect, options=poolkit.PoolOptions(max_size=2, adaptive=poolkit.Adaptive())
+        )
+        watch(pool)
+        watch(static)
+        return static, pool
+
+    async def busy(until: float) -> None:  # (a run with work of its own: 2 ms a turn)
+        while trio.current_time() < until:
+            end = time.perf_counter() + 0.002
+            while time.perf_counter() < end:
+                pass
+            await trio.lowlevel.checkpoint()
+
+    async def main() -> None:
+        static, pool = pools()
+        async with static, pool, trio.open_nursery() as nursery:
+            async with pool.connection():
+                pass
+            nursery.start_soon(busy, trio.current_time() + 30 * LAG_EVERY)
+            await trio.sleep(35 * LAG_EVERY)
+            assert len(told) >= 5 and max(told) >= 0.001, told  # (the adaptive pool's only)
+        seen = len(told)
+        await trio.sleep(5 * LAG_EVERY)
+        assert len(told) == seen  # (closed: no more)
+
+    trio.run(main)
+
+    async def virtual() -> None:
+        static, pool = pools()
+        async with static, pool:
+            await trio.sleep(100 * LAG_EVERY)
+        assert told == []
+
+    told.clear()
+    trio.run(virtual, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
 def test_an_adaptive_pool_on_asyncio_tells_its_core_the_loops_lag() -> None:
     """Issue 40's client-side signal: on asyncio's own loop an adaptive pool tells its core,
     every ``LAG_EVERY`` seconds, how long a callback made ready waited to run; a loop kept busy

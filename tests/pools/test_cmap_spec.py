@@ -1,4 +1,4 @@
-"""The official CMAP spec test files, on both front ends (see ``cmap_runner``)."""
+"""The official CMAP spec test files, on each front end (see ``cmap_runner``)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from cmap_runner import (
     missing_reason,
     run_async_file,
     run_threads,
+    run_trio_file,
 )
 from services import skip_or_fail
 
@@ -42,7 +43,7 @@ def test_spec_files_present() -> None:
 @pytest.mark.parametrize("name", [_param(n) for n in FILES])
 def test_cmap(name: str, front_end: str) -> None:
     spec = load(name)
-    runner = run_async_file if front_end == "asyncio" else run_threads
+    runner = {"asyncio": run_async_file, "threads": run_threads, "trio": run_trio_file}[front_end]
     events, error = runner(spec)
     check_outcome(spec, events, error)
 

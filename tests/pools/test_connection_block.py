@@ -18,6 +18,7 @@ from types import FrameType
 from typing import Any
 
 import pytest
+import trio
 
 import poolkit
 from doubles import Conn
@@ -42,7 +43,7 @@ def run_on(
     events: list[ev.PoolEvent] = []
     listeners = [events.append] if observed else []
     opts = poolkit.PoolOptions(**{"max_size": 1, **options})
-    if front_kind == "asyncio":
+    if front_kind != "threads":  # (AsyncPool, under asyncio or trio)
 
         async def aconnect(ctx: poolkit.ConnectContext) -> Conn:
             made.append(Conn(ctx.connection_id))
@@ -54,7 +55,10 @@ def run_on(
             async with pool:
                 await abody(pool)
 
-        asyncio.run(main())
+        if front_kind == "trio":
+            trio.run(main)
+        else:
+            asyncio.run(main())
     else:
 
         def connect(ctx: poolkit.ConnectContext) -> Conn:

@@ -103,8 +103,8 @@ def test_overflow_takes_a_demand_place_when_one_frees(front_kind: str) -> None:
 
 
 def test_hard_limit_and_max_connecting_hold_while_the_queue_grows(front_kind: str) -> None:
-    # 10,000 concurrent checkouts as tasks; as threads (one OS thread each) 300
-    n = 10_000 if front_kind == "asyncio" else 300
+    # 10,000 concurrent checkouts as tasks (asyncio, trio); as threads (one OS thread each) 300
+    n = 10_000 if front_kind != "threads" else 300
 
     async def scenario(f: Front) -> None:
         f.connect_delay = 1.0

@@ -53,7 +53,9 @@ def test_idle_connections_are_probed_at_exact_instants(front_kind: str) -> None:
         assert f.probes == []
         await f.advance(0.001)
         assert sorted(f.probes) == [(t0 + 10, 1), (t0 + 10, 2)]
-        assert [e.connection_id for e in f.of(ev.KeepAliveSucceededEvent)] == [1, 2]
+        succeeded = [e.connection_id for e in f.of(ev.KeepAliveSucceededEvent)]
+        # (trio runs the tasks made ready together in an order of its own)
+        assert (sorted(succeeded) if f.name == "trio" else succeeded) == [1, 2]
         await f.advance(5)
         lease = await f.lease()  # leased: not probed while out
         await f.advance(5)
@@ -313,7 +315,7 @@ def test_close_with_backing_off_connecting_and_leased_connections(front_kind: st
         assert f.created() == created  # no retry after close
         # the abandoned connect: cancelled (asyncio), or what it returns is closed (threads)
         late = [conn.closed for conn in f.made if conn.id == 2]
-        assert late == ([] if f.name == "asyncio" else [1])
+        assert late == ([] if f.name in ("asyncio", "trio") else [1])
         held.release()
         assert f.close_reasons() == {3: "error", 2: "poolClosed", 1: "poolClosed"}
         assert f.pool.stats().total == 0

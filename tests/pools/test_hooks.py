@@ -7,10 +7,11 @@ import asyncio
 from typing import Any
 
 import pytest
+import trio
 
 import poolkit
 from doubles import Conn
-from frontends import Front, ThreadFront, drive
+from frontends import AsyncFront, Front, ThreadFront, TrioFront, drive
 from poolkit import events as ev
 
 
@@ -26,7 +27,7 @@ def run_both(front_kind: str, options: poolkit.PoolOptions, body: Any) -> list[S
     """Run ``body(pool)`` (a coroutine function for asyncio, a plain one for threads) on a ready
     pool of ``front_kind`` whose connect makes ``Session`` objects; returns them."""
     made: list[Session] = []
-    if front_kind == "asyncio":
+    if front_kind != "threads":  # (AsyncPool, under asyncio or trio)
 
         async def aconnect(ctx: poolkit.ConnectContext) -> Session:
             made.append(Session(ctx.connection_id))
@@ -36,7 +37,10 @@ def run_both(front_kind: str, options: poolkit.PoolOptions, body: Any) -> list[S
             async with poolkit.AsyncPool(aconnect, options=options) as pool:
                 await body(pool)
 
-        asyncio.run(main())
+        if front_kind == "trio":
+            trio.run(main)
+        else:
+            asyncio.run(main())
     else:
 
         def connect(ctx: poolkit.ConnectContext) -> Session:
@@ -59,7 +63,7 @@ def test_configure_runs_once_per_connection_before_its_first_use(front_kind: str
     async def aset_up(conn: Session) -> None:
         set_up(conn)
 
-    hooks = poolkit.Hooks(configure=aset_up if front_kind == "asyncio" else set_up)
+    hooks = poolkit.Hooks(configure=aset_up if front_kind != "threads" else set_up)
     options = poolkit.PoolOptions(max_size=2, hooks=hooks)
     seen: list[dict[str, str]] = []
 
@@ -73,7 +77,7 @@ def test_configure_runs_once_per_connection_before_its_first_use(front_kind: str
             with pool.connection() as conn:
                 seen.append(dict(conn.settings))
 
-    made = run_both(front_kind, options, abody if front_kind == "asyncio" else body)
+    made = run_both(front_kind, options, abody if front_kind != "threads" else body)
     assert seen == [{"timezone": "UTC"}] * 3
     assert calls == [c.id for c in made] == [1]
 
@@ -90,7 +94,7 @@ def test_a_failed_configure_is_a_failed_connect_and_closes_the_connection(
     async def aset_up(conn: Session) -> None:
         set_up(conn)
 
-    hooks = poolkit.Hooks(configure=aset_up if front_kind == "asyncio" else set_up)
+    hooks = poolkit.Hooks(configure=aset_up if front_kind != "threads" else set_up)
     options = poolkit.PoolOptions(max_size=1, hooks=hooks)
     stats: list[poolkit.PoolStats] = []
 
@@ -107,7 +111,7 @@ def test_a_failed_configure_is_a_failed_connect_and_closes_the_connection(
         pool.checkout(timeout=5).release()
         stats.append(pool.stats())
 
-    made = run_both(front_kind, options, abody if front_kind == "asyncio" else body)
+    made = run_both(front_kind, options, abody if front_kind != "threads" else body)
     assert [c.closed for c in made] == [1, 1]  # the first at once, the second at close
     (s,) = stats
     assert (s.connect_failures, s.connect_attempts, s.connections_created, s.total) == (1, 2, 1, 1)
@@ -137,7 +141,7 @@ def test_is_broken_decides_between_discard_and_release(front_kind: str) -> None:
         with pool.connection():
             pass
 
-    made = run_both(front_kind, options, abody if front_kind == "asyncio" else body)
+    made = run_both(front_kind, options, abody if front_kind != "threads" else body)
     assert asked == [
         (1, "ZeroDivisionError"),
         (1, "ConnectionResetError"),
@@ -161,7 +165,7 @@ def test_an_is_broken_that_raises_discards(front_kind: str) -> None:
         with pytest.raises(KeyError), pool.connection():
             raise KeyError("x")
 
-    made = run_both(front_kind, options, abody if front_kind == "asyncio" else body)
+    made = run_both(front_kind, options, abody if front_kind != "threads" else body)
     assert [c.closed for c in made] == [1]
 
 
@@ -195,7 +199,7 @@ def test_lend_hands_out_one_object_a_lease_and_the_other_hooks_get_the_connectio
         end(conn, error)
 
     hooks = poolkit.Hooks(
-        lend=lend, is_broken=is_broken, end=aend if front_kind == "asyncio" else end
+        lend=lend, is_broken=is_broken, end=aend if front_kind != "threads" else end
     )
     options = poolkit.PoolOptions(max_size=1, hooks=hooks)
 
@@ -230,7 +234,7 @@ def test_lend_hands_out_one_object_a_lease_and_the_other_hooks_get_the_connectio
         with pytest.raises(KeyError):
             block(pool)
 
-    made = run_both(front_kind, options, abody if front_kind == "asyncio" else body)
+    made = run_both(front_kind, options, abody if front_kind != "threads" else body)
     assert handed == [lent[1]]
     assert [x.conn for x in lent] == [made[0], made[0]]
     assert broken == [made[0]]  # the connection itself
@@ -490,14 +494,34 @@ def test_closing_the_pool_during_a_reset_closes_the_connection(front_kind: str) 
         await f.settle()
         if isinstance(f, ThreadFront):
             f.pool.close()
+        elif isinstance(f, TrioFront):
+            assert f.nursery is not None
+            f.nursery.start_soon(f.pool.close)  # (awaited by the scenario's nursery)
         else:
             closing = asyncio.ensure_future(f.pool.close())
         await f.advance(5)
-        if not isinstance(f, ThreadFront):
+        if isinstance(f, AsyncFront):
             await closing
         assert f.close_reasons() == {1: "poolClosed"} and f.made[0].closed == 1
         stats = f.pool.stats()
         assert (stats.total, stats.resetting, stats.resets) == (0, 0, 0)
+
+    drive(front_kind, scenario, max_size=1, hooks=resetting())
+
+
+def test_the_check_in_is_told_when_it_happens_not_when_its_reset_ends(front_kind: str) -> None:
+    # (both pools ran the reset with the check-in's events still queued, and delivered them
+    # only at the pool's next step that had events of its own, if there was one)
+    async def scenario(f: Front) -> None:
+        lease = await f.lease()
+        f.hook_delay["reset"] = 5
+        release_apart(f, lease)
+        await f.settle()
+        assert f.pool.stats().resetting == 1
+        assert len(f.of(ev.ConnectionCheckedInEvent)) == 1
+        await f.advance(5)
+        assert f.pool.stats().available == 1
+        assert len(f.of(ev.ConnectionCheckedInEvent)) == 1
 
     drive(front_kind, scenario, max_size=1, hooks=resetting())
 
@@ -529,7 +553,7 @@ def test_end_runs_in_the_caller_when_the_block_ends(front_kind: str) -> None:
     async def aend(conn: Session, error: BaseException | None) -> None:
         end(conn, error)
 
-    hooks = poolkit.Hooks(end=aend if front_kind == "asyncio" else end)
+    hooks = poolkit.Hooks(end=aend if front_kind != "threads" else end)
     options = poolkit.PoolOptions(max_size=1, hooks=hooks)
     stats: list[poolkit.PoolStats] = []
 
@@ -553,7 +577,7 @@ def test_end_runs_in_the_caller_when_the_block_ends(front_kind: str) -> None:
             pass
         stats.append(pool.stats())
 
-    made = run_both(front_kind, options, abody if front_kind == "asyncio" else body)
+    made = run_both(front_kind, options, abody if front_kind != "threads" else body)
     assert ended == [(1, None), (1, "KeyError"), (1, None)]
     (s,) = stats
     assert (s.total, s.available, s.in_use) == (1, 1, 0)  # given back every time

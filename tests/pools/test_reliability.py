@@ -13,10 +13,11 @@ import warnings
 from typing import Any
 
 import pytest
+import trio
 
 import poolkit
 from doubles import Conn
-from frontends import Front, ThreadFront, drive
+from frontends import Front, ThreadFront, TrioFront, drive
 from poolkit.testing import run
 
 
@@ -713,6 +714,14 @@ def test_a_connect_that_never_returns_holds_its_slot_for_a_while_not_for_good(
                     stuck[0] = False
                     f.clock.sleep(10_000)
                 return connect(ctx)
+        elif isinstance(f, TrioFront):
+
+            async def hanging(ctx: poolkit.ConnectContext) -> Any:  # type: ignore[misc]
+                if stuck[0]:
+                    stuck[0] = False
+                    with trio.CancelScope(shield=True):  # (it ignores its cancel)
+                        await trio.sleep(10_000)
+                return await connect(ctx)
         else:
 
             async def hanging(ctx: poolkit.ConnectContext) -> Any:  # type: ignore[misc]

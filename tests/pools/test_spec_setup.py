@@ -85,7 +85,7 @@ def test_the_sdam_runner_given_the_cmap_folder_reads_no_cmap_file(tmp_path: Path
 
 
 @pytest.mark.parametrize("level", ["spec-tests", "cmap-format"])
-def test_the_66_spec_cases_are_collected_from_either_folder_level(
+def test_the_99_spec_cases_are_collected_from_either_folder_level(
     level: str, tmp_path: Path
 ) -> None:
     spec_tests = _spec_tests(tmp_path)
@@ -95,7 +95,7 @@ def test_the_66_spec_cases_are_collected_from_either_folder_level(
     )
     assert run.returncode == 0, run.stdout + run.stderr
     cases = [line for line in run.stdout.splitlines() if "::test_cmap[" in line]
-    assert len(cases) == 66
+    assert len(cases) == 99  # 33 files x 3 front ends (asyncio, threads, trio)
 
 
 def test_missing_spec_files_are_one_skip_saying_how_many_cases_did_not_run(
@@ -109,7 +109,7 @@ def test_missing_spec_files_are_one_skip_saying_how_many_cases_did_not_run(
     )
     assert run.returncode == 0, run.stdout + run.stderr
     (skipped,) = [line for line in run.stdout.splitlines() if line.startswith("SKIPPED")]
-    assert "66 CMAP spec cases (33 files x 2 front ends) did not run" in skipped
+    assert "99 CMAP spec cases (33 files x 3 front ends) did not run" in skipped
     assert f"no *.json spec files in {tmp_path / 'cmap-format'} or in {tmp_path} " in skipped
     assert f"(POOLKIT_SPEC_TESTS={tmp_path}); set POOLKIT_SPEC_TESTS to the spec-tests" in skipped
     assert "1 skipped" in run.stdout and "empty parameter set" not in run.stdout
@@ -123,4 +123,4 @@ def test_missing_spec_files_fail_when_services_are_required(tmp_path: Path) -> N
         POOLKIT_REQUIRE_SERVICES="1",
     )
     assert run.returncode == 1, run.stdout + run.stderr
-    assert "66 CMAP spec cases" in run.stdout and "1 failed" in run.stdout
+    assert "99 CMAP spec cases" in run.stdout and "1 failed" in run.stdout

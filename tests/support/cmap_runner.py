@@ -4,9 +4,10 @@ It follows the runner rules of the spec's ``cmap-format/README.md``: operations 
 thread or on named threads, events are captured in order, ``ignore`` filters them, and each
 expected event must MATCH the actual one at the same index (42 / "42" mean "any value").
 
-Both front ends are run: ``AsyncPool`` on :class:`poolkit.testing.VirtualTimeLoop` (threads are
-tasks) and ``Pool`` on :class:`poolkit.testing.FakeClock` (threads are real threads the clock
-tracks). Time is virtual in both, so the runs are deterministic and take milliseconds.
+Each front end is run: ``AsyncPool`` on :class:`poolkit.testing.VirtualTimeLoop` (threads are
+tasks), ``AsyncPool`` under trio on trio's ``MockClock`` (threads are tasks), and ``Pool`` on
+:class:`poolkit.testing.FakeClock` (threads are real threads the clock tracks). Time is virtual
+in all three, so the runs are deterministic and take milliseconds.
 
 Integration files are run as emulations: their ``failPoint`` (``failCommand`` on the handshake)
 becomes a scripted connect function. ``blockConnection``/``blockTimeMS`` makes the connect take
@@ -26,13 +27,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
+import trio
+import trio.testing
+
 import poolkit
 from poolkit.testing import FakeClock, VirtualTimeLoop
 from spec_dirs import find_spec_dir, where_looked
 
-#: the official files: 26 unit and 7 integration files, each run on both front ends
+#: the official files: 26 unit and 7 integration files, each run on each front end (AsyncPool
+#: under asyncio and under trio, Pool)
 SPEC_FILES = 33
-FRONT_ENDS = ("asyncio", "threads")
+FRONT_ENDS = ("asyncio", "threads", "trio")
+#: seconds of virtual time after which a trio run is failed as deadlocked
+DEADLOCK_AFTER = 24 * 3600.0
 
 
 def find_cmap_dir(setting: str | None) -> Path:
@@ -288,6 +295,137 @@ def run_async_file(
 ) -> tuple[list[poolkit.events.PoolEvent], BaseException | None]:
     with asyncio.Runner(loop_factory=VirtualTimeLoop) as runner:
         return runner.run(run_async(spec))
+
+
+# ---------------------------------------------------------------------- trio
+
+
+async def run_trio(
+    spec: dict[str, Any],
+) -> tuple[list[poolkit.events.PoolEvent], BaseException | None]:
+    """Run one spec file on AsyncPool under trio (a MockClock: virtual time); the spec's threads
+    are tasks. An operation given to a thread starts after the one given before it (to any
+    thread) has started: trio may run the tasks woken together in any order, and the spec's
+    order is the order the operations were written in."""
+    events: list[poolkit.events.PoolEvent] = []
+    failpoint = FailPoint(spec.get("failPoint"))
+    holder: dict[str, poolkit.AsyncPool[MockConnection]] = {}
+
+    async def connect(ctx: poolkit.ConnectContext) -> MockConnection:
+        effect = failpoint.next()
+        if effect is not None:
+            if effect.get("blockConnection"):
+                await trio.sleep(effect["blockTimeMS"] / 1000)
+            if "errorCode" in effect:
+                error = HandshakeError(effect["errorCode"])
+                holder["pool"].clear(cause=error)  # the server monitor's reaction
+                raise error
+            if effect.get("closeConnection"):
+                raise ConnectionResetError("connection closed by the server during the handshake")
+        return MockConnection(ctx.connection_id)
+
+    pool: poolkit.AsyncPool[MockConnection] = poolkit.AsyncPool(
+        connect, address=ADDRESS, options=pool_options(spec), listeners=[events.append]
+    )
+    holder["pool"] = pool
+    labels: dict[str, poolkit.Lease[MockConnection]] = {}
+    held: list[poolkit.Lease[MockConnection]] = []
+    senders: dict[str, trio.MemorySendChannel[Any]] = {}
+    finished: dict[str, trio.Event] = {}
+    thread_errors: dict[str, BaseException] = {}
+    #: the event set when the last operation given to a thread started
+    last_started: list[trio.Event | None] = [None]
+
+    async def execute(op: dict[str, Any]) -> None:
+        name = op["name"]
+        if name == "checkOut":
+            lease = await pool.checkout()
+            held.append(lease)  # a driver holds what it checked out, labelled or not
+            if "label" in op:
+                labels[op["label"]] = lease
+        elif name == "checkIn":
+            await pool.checkin(labels[op["connection"]])
+        elif name == "clear":
+            pool.clear(interrupt_in_use=op.get("interruptInUseConnections", False))
+        elif name == "close":
+            await pool.close()
+        elif name == "ready":
+            pool.ready()
+        elif name == "wait":
+            await trio.sleep(op["ms"] / 1000)
+        elif name == "waitForEvent":
+            limit = op.get("timeout", DEFAULT_WAIT * 1000) / 1000
+            with trio.fail_after(limit):
+                while count_events(events, op["event"]) < op["count"]:  # noqa: ASYNC110 - virtual time
+                    await trio.sleep(0.0005)
+        elif name == "start":
+            target = op["target"]
+            send, receive = trio.open_memory_channel[Any](math.inf)
+            senders[target] = send
+            done = finished[target] = trio.Event()
+
+            async def worker(
+                target: str = target,
+                receive: trio.MemoryReceiveChannel[Any] = receive,
+                done: trio.Event = done,
+            ) -> None:
+                try:
+                    async for before, started, item in receive:
+                        if item is None:
+                            return
+                        if before is not None:
+                            await before.wait()
+                        started.set()
+                        try:
+                            await execute(item)
+                        except Exception as exc:
+                            thread_errors.setdefault(target, exc)
+                            return
+                finally:
+                    done.set()
+
+            nursery.start_soon(worker, name=f"spec-{target}")
+        elif name == "waitForThread":
+            target = op["target"]
+            senders[target].send_nowait((None, trio.Event(), None))
+            with trio.fail_after(DEFAULT_WAIT):
+                await finished[target].wait()
+            if target in thread_errors:
+                raise thread_errors[target]
+        else:
+            raise NotImplementedError(f"operation {name!r}")
+
+    error: BaseException | None = None
+    seen: list[poolkit.events.PoolEvent] = []
+    async with trio.open_nursery() as nursery, pool.running(ready=False):
+        try:
+            for op in spec["operations"]:
+                if "thread" in op:
+                    started = trio.Event()
+                    senders[op["thread"]].send_nowait((last_started[0], started, op))
+                    last_started[0] = started
+                else:
+                    await execute(op)
+        except Exception as exc:
+            error = exc
+        seen = list(events)
+        nursery.cancel_scope.cancel()  # the spec's threads (the pool's nursery is its own)
+        await pool.close()
+    return seen, error
+
+
+def run_trio_file(
+    spec: dict[str, Any],
+) -> tuple[list[poolkit.events.PoolEvent], BaseException | None]:
+    getattr(trio._core._run, "_r").seed(0)  # noqa: B009 - trio's own test hook (pytest-trio's)
+
+    async def guarded() -> tuple[list[poolkit.events.PoolEvent], BaseException | None]:
+        # (every task blocked with no deadline is a deadlock, not a wait: the clock jumps to
+        # this one and the run fails at once, rather than hanging)
+        with trio.fail_after(DEADLOCK_AFTER):
+            return await run_trio(spec)
+
+    return trio.run(guarded, clock=trio.testing.MockClock(autojump_threshold=0))
 
 
 # ---------------------------------------------------------------------- threads

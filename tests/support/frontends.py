@@ -11,7 +11,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
+
+import trio
+import trio.testing
 
 import poolkit
 from doubles import Conn
@@ -19,6 +22,7 @@ from poolkit import events as ev
 from poolkit.testing import FakeClock, run
 
 Scenario = Callable[["Front"], Awaitable[None]]
+T = TypeVar("T")
 
 
 class Pending:
@@ -224,6 +228,105 @@ class AsyncFront(Front):
         await asyncio.gather(*self._tasks)
 
 
+class TrioFront(Front):
+    """``AsyncPool`` under trio, on trio's ``MockClock`` (virtual time, jumping to the next
+    deadline when every task is blocked: see ``run_trio``). The pool's nursery is opened by
+    ``drive`` (``pool.running()``), the background checkouts run in the scenario's nursery."""
+
+    name = "trio"
+
+    def __init__(
+        self, options: poolkit.PoolOptions, streams: int | list[int] = 1, quiet: bool = False
+    ) -> None:
+        super().__init__(options, streams, quiet)
+
+        async def connect(ctx: poolkit.ConnectContext) -> Any:
+            if self.connect_delay:
+                await trio.sleep(self.connect_delay)
+            return self._made(ctx)
+
+        async def probe(conn: Conn) -> None:
+            error = self._probe_started(conn)
+            if self.probe_delay:
+                await trio.sleep(self.probe_delay)
+            if error is not None:
+                raise error
+
+        def make(name: str) -> Callable[[Any], Any]:
+            async def hook(conn: Conn) -> None:
+                error = self._hook_started(name, conn)
+                if self.hook_delay[name]:
+                    await trio.sleep(self.hook_delay[name])
+                if error is not None:
+                    raise error
+
+            return hook
+
+        options = self.with_hooks(self.with_keep_alive(options, probe), make)
+        self.options = options
+        self.pool = poolkit.AsyncPool(
+            connect, address="db:1", options=options, listeners=self._listeners()
+        )
+        self.nursery: trio.Nursery | None = None
+        self._last_started: trio.Event | None = None
+
+    def now(self) -> float:
+        return trio.current_time()
+
+    async def lease(self, timeout: float | None = None) -> poolkit.Lease[Conn]:
+        return await self.pool.checkout(timeout)  # type: ignore[no-any-return]
+
+    def start(self, timeout: float | None = None) -> Pending:
+        """A checkout in a task of its own; the checkouts started one after another queue in
+        that order (trio may run the tasks made ready together in any order: each waits for the
+        one started before it to have called ``checkout``, which queues before it suspends)."""
+        pending = Pending()
+        before, mine = self._last_started, trio.Event()
+        self._last_started = mine
+
+        async def go() -> None:
+            if before is not None:
+                await before.wait()
+            mine.set()
+            try:
+                lease = await self.pool.checkout(timeout)
+            except Exception as exc:
+                pending._finish(None, exc)
+            else:
+                pending._finish(lease, None)
+
+        assert self.nursery is not None
+        self.nursery.start_soon(go)
+        return pending
+
+    async def settle(self) -> None:
+        for _ in range(50):
+            await trio.lowlevel.checkpoint()
+
+    async def advance(self, seconds: float) -> None:
+        await self.settle()
+        await trio.sleep(seconds)
+        await self.settle()
+
+    async def close(self) -> None:
+        await self.pool.close()
+
+
+def run_trio(main: Callable[[], Awaitable[T]]) -> T:
+    """``trio.run(main)`` on a ``MockClock`` that jumps to the next deadline as soon as every task
+    is blocked (virtual time, as ``poolkit.testing.run`` gives asyncio), its scheduler's choices
+    seeded (trio shuffles the tasks made ready together: the same order every run)."""
+    getattr(trio._core._run, "_r").seed(0)  # noqa: B009 - trio's own test hook (pytest-trio's)
+
+    async def guarded() -> T:
+        # (every task blocked with no deadline is a deadlock, not a wait: the clock jumps to
+        # this one and the run fails at once, rather than hanging)
+        with trio.fail_after(24 * 3600.0):
+            return await main()
+
+    return trio.run(guarded, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
 class ThreadFront(Front):
     name = "threads"
 
@@ -327,8 +430,21 @@ def drive(
         finally:
             await front.close()
 
+    async def on_trio() -> None:
+        front = TrioFront(opts, streams, quiet)
+        box.append(front)
+        async with trio.open_nursery() as nursery, front.pool.running(ready=ready):
+            front.nursery = nursery
+            await front.settle()
+            try:
+                await scenario(front)
+            finally:
+                await front.close()
+
     if kind == "asyncio":
         run(main())
+    elif kind == "trio":
+        run_trio(on_trio)
     else:
         asyncio.run(main())
     return box[0]

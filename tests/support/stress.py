@@ -1,11 +1,11 @@
-"""Randomized stress runs of both front ends against a misbehaving connect function.
+"""Randomized stress runs of each front end against a misbehaving connect function.
 
-A run drives one pool (``Pool`` on threads or ``AsyncPool`` on asyncio) from many workers for a
-bounded time, seeded: connects that are slow, fail, or hang and then fail; checkouts with random
-timeouts, cancelled (asyncio) or interrupted; connections released, discarded, or given back by an
-exception inside ``connection()``; ``clear()`` with and without ``interrupt_in_use`` from another
-worker; and ``close()`` racing all of it at the end. Every connection object the connect function
-made is tracked, and the run reports each rule broken:
+A run drives one pool (``Pool`` on threads, ``AsyncPool`` on asyncio or under trio) from many
+workers for a bounded time, seeded: connects that are slow, fail, or hang and then fail;
+checkouts with random timeouts, cancelled (asyncio, trio) or interrupted; connections released,
+discarded, or given back by an exception inside ``connection()``; ``clear()`` with and without
+``interrupt_in_use`` from another worker; and ``close()`` racing all of it at the end. Every
+connection object the connect function made is tracked, and the run reports each rule broken:
 
 * every connection made was closed exactly once by the end (the pool is closed then), and the
   connect function never ran twice for one ``ctx.connection_id``;
@@ -26,12 +26,15 @@ import asyncio
 import dataclasses
 import functools
 import gc
+import math
 import random
 import sys
 import threading
 import time
 from collections import Counter
 from typing import Any
+
+import trio
 
 import poolkit
 
@@ -525,7 +528,149 @@ def _check_wait_async(
         book.broken(f"a checkout with timeout {timeout:.3f} s returned after {waited:.3f} s")
 
 
-RUNNERS = {"threads": run_threads, "asyncio": run_asyncio}
+# ---------------------------------------------------------------------------------- trio
+
+
+async def connect_trio(book: Book, ctx: poolkit.ConnectContext) -> Tracked:
+    """``connect_async`` under trio (a hang ends when the pool cancels it)."""
+    config = book.config
+    book.connect_called(ctx)
+    rand = random.Random(hash((config.seed, ctx.connection_id)))
+    if rand.random() < config.hang_rate:
+        await trio.sleep(rand.uniform(*config.hang))
+        raise ConnectRefused("hung, then failed")
+    await trio.sleep(rand.uniform(0.0, 0.02))
+    if rand.random() < config.fail_rate:
+        raise ConnectRefused("refused")
+    return book.new(ctx)
+
+
+def run_trio(config: Config) -> Book:
+    return trio.run(_run_trio, config)
+
+
+async def _run_trio(config: Config) -> Book:
+    """``_run_asyncio`` under trio: checkouts cut by cancel scopes at random points (waiting,
+    holding, or just after), ``close()`` racing the end, and the rule that no task of the pool
+    outlives its block."""
+    book = Book(config)
+    r = random.Random(config.seed)
+    seeds = [r.random() for _ in range(config.workers + 2)]
+    now = trio.current_time
+
+    listeners = [lambda event: None] if config.listen else []
+    pool: poolkit.AsyncPool[Tracked] = poolkit.AsyncPool(
+        functools.partial(connect_trio, book),
+        address="stress",
+        options=config.options(),
+        listeners=listeners,
+    )
+    stop = now() + config.seconds
+
+    async def one(rand: random.Random, me: object, timeout: float) -> None:
+        interrupts = book.interrupts_begun
+        started = now()
+        try:
+            if rand.random() < 0.5:
+                async with pool.connection(timeout=timeout) as conn:
+                    _check_wait_trio(book, started, timeout)
+                    book.took(conn, me, interrupts)
+                    try:
+                        await trio.sleep(_hold_time(rand))
+                    finally:
+                        book.gave_back(conn)
+                    if rand.random() < config.raise_rate:
+                        raise UserError()
+            else:
+                lease = await pool.checkout(timeout=timeout)
+                _check_wait_trio(book, started, timeout)
+                book.took(lease.connection, me, interrupts)
+                try:
+                    await trio.sleep(_hold_time(rand))
+                except BaseException as exc:
+                    book.gave_back(lease.connection)
+                    lease.discard(exc)
+                    raise
+                book.gave_back(lease.connection)
+                if rand.random() < config.discard_rate:
+                    lease.discard(ConnectRefused("broken"))
+                else:
+                    lease.release()
+            book.note("ok")
+        except UserError:
+            book.note("user error")
+        except poolkit.PoolError as exc:
+            _check_wait_trio(book, started, timeout)
+            book.note(type(exc).__name__)
+            if exc.retryable:  # as a driver does: a moment, then again
+                await trio.sleep(rand.uniform(0.0, 0.005))
+        except ConnectRefused:
+            _check_wait_trio(book, started, timeout)
+            book.note("connect error")
+
+    async def worker(n: int) -> None:
+        rand = random.Random(seeds[n])
+        me = object()
+        while now() < stop:
+            timeout = rand.uniform(*config.timeouts)
+            cut = rand.uniform(0, timeout) if rand.random() < config.cancel_rate else math.inf
+            with trio.move_on_after(cut) as scope:
+                try:
+                    await one(rand, me, timeout)
+                except Exception as exc:  # pragma: no cover - a bug: reported
+                    book.broken(f"worker {n}: unexpected {exc!r}")
+                    return
+            if scope.cancelled_caught:
+                book.note("cancelled")
+
+    async def clearer() -> None:
+        rand = random.Random(seeds[-1])
+        while now() < stop:
+            await trio.sleep(rand.uniform(*config.clear_every))
+            interrupt = rand.random() < 0.5
+            book.interrupts_begun += interrupt
+            try:
+                pool.clear(interrupt_in_use=interrupt)
+                book.check_stats(pool.stats())
+                if rand.random() < 0.3:
+                    await trio.sleep(rand.uniform(0, 0.02))
+                pool.ready()
+            except poolkit.PoolClosedError:
+                pass
+            finally:
+                book.interrupts_ended += interrupt
+
+    async with pool:
+        with trio.move_on_after(config.seconds + 10) as bound:
+            async with trio.open_nursery() as nursery:
+                for n in range(config.workers):
+                    nursery.start_soon(worker, n)
+                nursery.start_soon(clearer)
+                await trio.sleep(max(0.0, stop - now() - r.uniform(0.0, 0.2)))
+                book.check_stats(pool.stats())
+                with trio.CancelScope() as closing:
+                    if r.random() < 0.3:  # the caller of close() is cancelled: it closes all
+                        closing.cancel()
+                    await pool.close()
+        if bound.cancelled_caught:
+            book.broken("the workers did not end")
+        await pool.close()  # (waits for the closes of leases given back since)
+    trio_io = pool._trio
+    if trio_io is None or trio_io._tasks:
+        book.broken(f"tasks of the pool left after its block: {trio_io and trio_io._tasks}")
+    if trio.lowlevel.current_task().child_nurseries:
+        book.broken("a nursery left open after the pool's block")
+    book.check_end(pool.stats())
+    return book
+
+
+def _check_wait_trio(book: Book, started: float, timeout: float) -> None:
+    waited = trio.current_time() - started
+    if waited > timeout + SLACK:
+        book.broken(f"a checkout with timeout {timeout:.3f} s returned after {waited:.3f} s")
+
+
+RUNNERS = {"threads": run_threads, "asyncio": run_asyncio, "trio": run_trio}
 
 
 def run(front: str, seed: int, seconds: float) -> Book:
@@ -536,14 +681,14 @@ def run(front: str, seed: int, seconds: float) -> Book:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--front", choices=[*RUNNERS, "both"], default="both")
+    parser.add_argument("--front", choices=[*RUNNERS, "all"], default="all")
     parser.add_argument("--seeds", type=int, default=20, help="how many seeds (from --first)")
     parser.add_argument("--first", type=int, default=0, help="the first seed")
     parser.add_argument("--seed", type=int, help="replay this one seed")
     parser.add_argument("--seconds", type=float, default=3.0, help="seconds per seed")
     args = parser.parse_args(argv)
     seeds = [args.seed] if args.seed is not None else range(args.first, args.first + args.seeds)
-    fronts = list(RUNNERS) if args.front == "both" else [args.front]
+    fronts = list(RUNNERS) if args.front == "all" else [args.front]
     failed = 0
     for front in fronts:
         for seed in seeds:

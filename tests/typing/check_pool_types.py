@@ -49,6 +49,20 @@ async def use() -> None:
     AsyncPool(connect, adress="db:1")  # type: ignore[call-overload]
 
 
+async def under_trio() -> None:
+    # (issue 41: the same pool under trio; its block, paused or ready, and trio's tcp builder)
+    from poolkit.backends import tcp
+
+    apool = AsyncPool(connect)
+    async with apool.running(ready=False) as running:
+        assert_type(running, AsyncPool[Conn])
+    async with tcp.create_trio_pool("127.0.0.1", 6379) as streams:
+        assert_type(streams, AsyncPool[tcp.TrioStreamConnection])
+        async with streams.connection() as stream:
+            assert_type(stream, tcp.TrioStreamConnection)
+    apool.running(True)  # type: ignore[call-arg]  # (ready= is keyword-only)
+
+
 def options() -> None:
     opts = poolkit.PoolOptions(max_idle_time=timedelta(seconds=5), wait_queue_timeout=1)
     assert_type(opts.max_idle_time, float | None)

@@ -56,7 +56,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Literal
 
 from .. import ConnectContext, Hooks, PoolOptions
-from ..driver import check_seconds
+from ..driver import check_seconds, require_asyncio
 from ..events import Listener
 from ._asyncpg_args import (
     MAX_INACTIVE_CONNECTION_LIFETIME,
@@ -160,6 +160,7 @@ def async_connect(
     make: Callable[..., Awaitable[Connection]] = driver_connect or asyncpg.connect
 
     async def connect_one(ctx: ConnectContext) -> Connection:
+        require_asyncio("asyncpg.async_connect", "asyncpg")
         loop = {} if driver_connect is None else {"loop": asyncio.get_running_loop()}
         attempt = asyncio.ensure_future(make(dsn, server_settings=settings, **kwargs, **loop))
         try:

@@ -60,7 +60,7 @@ from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar, overload
 
 from .. import AsyncPool, ConnectContext, Hooks, Pool, PoolOptions
-from ..driver import DEFAULT, PoolStarter, async_start, start
+from ..driver import DEFAULT, PoolStarter, async_start, require_asyncio, start
 from ..events import Listener
 from ._common import check_pg_args, shown_address, with_hooks
 from ._extras import require
@@ -175,6 +175,7 @@ def async_connect(
     check_pg_args("psycopg.async_connect", kwargs, _DURATIONS, text=True)
 
     async def connect_one(ctx: ConnectContext) -> AsyncConn:
+        require_asyncio("psycopg.async_connect", "psycopg's AsyncConnection")
         return await cls.connect(
             dsn, autocommit=autocommit, application_name=application_name, **kwargs
         )
@@ -477,6 +478,7 @@ def create_async_pool(
     listener_list = list(listeners)
 
     async def start() -> AsyncPool[AsyncConn]:
+        require_asyncio("psycopg.create_async_pool", "psycopg's AsyncConnection")
         pool = AsyncPool(connect_one, address=shown, options=pool_options_, listeners=listener_list)
         if open is not False:
             await async_start(pool)

@@ -92,7 +92,13 @@ import redis.connection  # noqa: E402
 
 from .. import ConnectContext  # noqa: E402
 from ..asyncio import AsyncPool  # noqa: E402
-from ..driver import PoolStarter, async_start, start, with_default_hooks  # noqa: E402
+from ..driver import (  # noqa: E402
+    PoolStarter,
+    async_start,
+    require_asyncio,
+    start,
+    with_default_hooks,
+)
 from ..events import Listener  # noqa: E402
 from ..options import Hooks, KeepAlive, PoolOptions  # noqa: E402
 from ..threaded import Pool  # noqa: E402
@@ -287,6 +293,7 @@ def _async_connect(
     options = checked_kwargs(call, _async_kwargs(url, kwargs))
 
     async def connect_redis(ctx: ConnectContext) -> redis.asyncio.Redis:
+        require_asyncio(call, "redis.asyncio")
         pool = _AsyncDedicated(**options)
         await pool.open()
         return redis.asyncio.Redis.from_pool(pool)
@@ -511,6 +518,7 @@ def create_async_pool(
     address = _address(url, kwargs)
 
     async def start() -> AsyncPool[redis.asyncio.Redis]:
+        require_asyncio("redis.create_async_pool", "redis.asyncio")
         pool = AsyncPool(connect, address=address, options=chosen, listeners=listeners)
         await async_start(pool)
         return pool

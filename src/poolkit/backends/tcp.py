@@ -2,8 +2,12 @@
 
 No extra to install (the standard library only). For :class:`poolkit.Pool` a connection is a
 connected blocking ``socket.socket`` (an ``ssl.SSLSocket`` with TLS), closed with ``close()``;
-for :class:`poolkit.AsyncPool` a :class:`StreamConnection`: asyncio's ``reader`` and ``writer``,
-closed with ``aclose()``.
+for :class:`poolkit.AsyncPool` on asyncio a :class:`StreamConnection`: asyncio's ``reader`` and
+``writer``, closed with ``aclose()``; for :class:`poolkit.AsyncPool` under trio (or anyio's trio
+backend; ``poolkit[trio]``) a :class:`TrioStreamConnection`: trio's ``stream`` (a
+``trio.SocketStream``, or a ``trio.SSLStream`` over one), closed with ``aclose()``, made by
+:func:`trio_connect` / :func:`create_trio_pool` with :func:`trio_hooks`. The asyncio functions
+called under trio say so at the call.
 
 * TLS: ``tls=True`` verifies the server against the system's CAs and its name
   (``ssl.create_default_context()``); pass an ``ssl.SSLContext`` to trust other CAs or present a
@@ -27,11 +31,12 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import os
 import socket
 import ssl
 import time
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, final
+from typing import TYPE_CHECKING, Any, cast, final
 
 from .. import ConnectContext
 from ..asyncio import AsyncPool
@@ -41,6 +46,7 @@ from ..driver import (
     check_port,
     check_seconds,
     check_socket,
+    require_asyncio,
     start,
     with_default_hooks,
 )
@@ -48,8 +54,12 @@ from ..events import Listener
 from ..options import Hooks, PoolOptions
 from ..threaded import Pool
 
+if TYPE_CHECKING:
+    import trio
+
 __all__ = [
     "StreamConnection",
+    "TrioStreamConnection",
     "async_check",
     "async_connect",
     "async_hooks",
@@ -57,10 +67,15 @@ __all__ = [
     "connect",
     "create_async_pool",
     "create_pool",
+    "create_trio_pool",
     "hooks",
     "is_broken",
     "open_socket",
     "open_stream",
+    "open_trio_stream",
+    "trio_check",
+    "trio_connect",
+    "trio_hooks",
 ]
 
 #: errors after which a connection is gone or mid-message (``ssl.SSLError`` is an ``OSError``)
@@ -178,7 +193,8 @@ async def open_stream(
     limit: int = 2**16,
 ) -> StreamConnection:
     """A connected :class:`StreamConnection` (TLS: handshake done, certificate checked);
-    ``limit`` is the reader's buffer limit."""
+    ``limit`` is the reader's buffer limit. asyncio only (under trio: :func:`open_trio_stream`)."""
+    require_asyncio("tcp.open_stream", "an asyncio stream")
     given = {"connect_timeout": connect_timeout}
     host, port, given = _checked("tcp.open_stream", open_stream, host, port, given)
     connect_timeout = given["connect_timeout"]
@@ -199,10 +215,99 @@ async def open_stream(
     return StreamConnection(reader, writer)
 
 
+@final
+class TrioStreamConnection:
+    """A trio TCP (or TLS) connection: ``stream`` (``trio.SocketStream``, or ``trio.SSLStream``
+    over one), closed with :meth:`aclose`."""
+
+    __slots__ = ("_closed", "stream")
+
+    def __init__(self, stream: trio.SocketStream | trio.SSLStream[trio.SocketStream]) -> None:
+        self.stream = stream
+        self._closed = False
+
+    @property
+    def socket_stream(self) -> trio.SocketStream:
+        """The TCP stream (under TLS, the one the ``SSLStream`` runs over)."""
+        stream = self.stream
+        return cast("trio.SocketStream", getattr(stream, "transport_stream", stream))
+
+    @property
+    def closed(self) -> bool:
+        """The connection was closed (here, or its socket)."""
+        return self._closed or self.socket_stream.socket.fileno() == -1
+
+    async def aclose(self) -> None:
+        """Close the connection (under TLS, without waiting for the peer's goodbye)."""
+        self._closed = True
+        import trio
+
+        with trio.CancelScope(shield=True):  # (a close that finishes: the pool's rule)
+            with trio.move_on_after(1.0) as goodbye:  # (a TLS close_notify the peer ignores)
+                await self.stream.aclose()
+            if goodbye.cancelled_caught:
+                await self.socket_stream.aclose()
+
+    def __repr__(self) -> str:
+        try:
+            peer = self.socket_stream.socket.getpeername()
+        except OSError:
+            peer = None
+        tls = " tls" if self.stream is not self.socket_stream else ""
+        return f"<TrioStreamConnection{tls} peer={peer!r}{' closed' if self.closed else ''}>"
+
+
+def _trio() -> Any:
+    """trio, or the error naming the extra that brings it."""
+    try:
+        import trio
+    except ImportError:  # pragma: no cover - the dev extra installs it
+        raise ImportError(
+            "poolkit.backends.tcp's trio functions need trio: pip install 'poolkit[trio]'"
+        ) from None
+    return trio
+
+
+async def open_trio_stream(
+    host: str,
+    port: int,
+    *,
+    tls: bool | ssl.SSLContext = False,
+    server_hostname: str | None = None,
+    connect_timeout: float | None = 10.0,
+    keepalive: bool = True,
+    nodelay: bool = True,
+) -> TrioStreamConnection:
+    """:func:`open_stream` under trio: a connected :class:`TrioStreamConnection` (TLS:
+    handshake done, certificate checked), ``connect_timeout`` bounding both as a
+    ``TimeoutError``."""
+    trio = _trio()
+    given = {"connect_timeout": connect_timeout}
+    host, port, given = _checked("tcp.open_trio_stream", open_trio_stream, host, port, given)
+    connect_timeout = given["connect_timeout"]
+    context = _context(tls)
+    deadline = trio.current_time() + connect_timeout if connect_timeout is not None else None
+    with trio.move_on_at(deadline if deadline is not None else float("inf")) as scope:
+        tcp = await trio.open_tcp_stream(host, port)
+        try:
+            _tune(tcp.socket, keepalive, nodelay)
+            if context is None:
+                return TrioStreamConnection(tcp)
+            stream = trio.SSLStream(tcp, context, server_hostname=server_hostname or host)
+            await stream.do_handshake()
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                await tcp.aclose()
+            raise
+        return TrioStreamConnection(stream)
+    assert scope.cancelled_caught
+    raise TimeoutError(f"tcp.open_trio_stream: {host}:{port} not connected in {connect_timeout} s")
+
+
 #: the keywords (besides host and port) of :func:`open_socket` and :func:`open_stream`
 _KEYWORDS: dict[str, frozenset[str]] = {
     opener.__name__: frozenset(inspect.signature(opener).parameters) - {"host", "port"}
-    for opener in (open_socket, open_stream)
+    for opener in (open_socket, open_stream, open_trio_stream)
 }
 
 
@@ -235,7 +340,27 @@ def _async_connect(
     host, port, kwargs = _checked(call, open_stream, host, port, kwargs)
 
     async def connect_tcp(ctx: ConnectContext) -> StreamConnection:
+        require_asyncio(call, "tcp's StreamConnection (an asyncio stream; trio: trio_connect)")
         return await open_stream(host, port, **kwargs)
+
+    return connect_tcp
+
+
+def trio_connect(
+    host: str, port: int, **kwargs: Any
+) -> Callable[[ConnectContext], Awaitable[TrioStreamConnection]]:
+    """A connect function for :class:`poolkit.AsyncPool` under trio: :func:`open_trio_stream`
+    with ``kwargs``."""
+    return _trio_connect("tcp.trio_connect", host, port, kwargs)
+
+
+def _trio_connect(
+    call: str, host: Any, port: Any, kwargs: dict[str, Any]
+) -> Callable[[ConnectContext], Awaitable[TrioStreamConnection]]:
+    host, port, kwargs = _checked(call, open_trio_stream, host, port, kwargs)
+
+    async def connect_tcp(ctx: ConnectContext) -> TrioStreamConnection:
+        return await open_trio_stream(host, port, **kwargs)
 
     return connect_tcp
 
@@ -259,11 +384,33 @@ async def async_check(connection: StreamConnection) -> None:
         raise ConnectionError("unexpected data waiting on an idle connection")
 
 
-def is_broken(connection: socket.socket | StreamConnection, error: BaseException) -> bool:
-    """The ``is_broken`` hook (both pools): an I/O error, a timeout, an end of stream, or the
-    connection closed."""
+async def trio_check(connection: TrioStreamConnection) -> None:
+    """The ``check`` hook for :class:`TrioStreamConnection`: raises ``ConnectionError`` if it
+    was closed; over plain TCP also if the peer closed it or bytes nobody asked for are waiting
+    (a peek: nothing is read). Over TLS, bytes waiting may be TLS records (session tickets, the
+    peer's goodbye): they are not judged."""
+    trio = _trio()
+    await trio.lowlevel.checkpoint()
+    if connection.closed:
+        raise ConnectionError("the connection is closed")
+    if connection.stream is not connection.socket_stream:
+        return
+    with socket.socket(fileno=os.dup(connection.socket_stream.socket.fileno())) as peek:
+        check_socket(peek)
+
+
+def is_broken(
+    connection: socket.socket | StreamConnection | TrioStreamConnection, error: BaseException
+) -> bool:
+    """The ``is_broken`` hook (every pool): an I/O error, a timeout, an end of stream, a broken
+    or closed trio stream, or the connection closed."""
     if isinstance(error, BROKEN_ERRORS):
         return True
+    if isinstance(connection, TrioStreamConnection):
+        trio = _trio()
+        return isinstance(error, trio.BrokenResourceError | trio.ClosedResourceError) or (
+            connection.closed
+        )
     if isinstance(connection, StreamConnection):
         return connection.closed
     return connection.fileno() == -1
@@ -278,6 +425,11 @@ def hooks(*, check_after: float = 1.0, timeout: float | None = 5.0) -> Hooks:
 def async_hooks(*, check_after: float = 1.0, timeout: float | None = 5.0) -> Hooks:
     """:func:`async_check` and :func:`is_broken`, for :class:`poolkit.AsyncPool`."""
     return Hooks(check=async_check, check_after=check_after, is_broken=is_broken, timeout=timeout)
+
+
+def trio_hooks(*, check_after: float = 1.0, timeout: float | None = 5.0) -> Hooks:
+    """:func:`trio_check` and :func:`is_broken`, for :class:`poolkit.AsyncPool` under trio."""
+    return Hooks(check=trio_check, check_after=check_after, is_broken=is_broken, timeout=timeout)
 
 
 def create_pool(
@@ -317,12 +469,36 @@ def create_async_pool(
     connect_tcp = _async_connect("tcp.create_async_pool", host, port, kwargs)
 
     async def start() -> AsyncPool[StreamConnection]:
+        require_asyncio("tcp.create_async_pool", "an asyncio stream (trio: create_trio_pool)")
         pool = AsyncPool(
             connect_tcp,
             address=f"{host}:{port}",
             options=chosen,
             listeners=listeners,
         )
+        await async_start(pool)
+        return pool
+
+    return PoolStarter(start)
+
+
+def create_trio_pool(
+    host: str,
+    port: int,
+    *,
+    options: PoolOptions | None = None,
+    listeners: Iterable[Listener] = (),
+    **kwargs: Any,
+) -> PoolStarter[TrioStreamConnection]:
+    """:func:`create_async_pool` under trio: ``async with create_trio_pool(...) as pool:`` for
+    a ready :class:`poolkit.AsyncPool` of :class:`TrioStreamConnection` (its tasks in the
+    nursery the block opens), with :func:`trio_hooks` unless ``options`` has hooks. One
+    connection is made first."""
+    chosen = with_default_hooks(options, trio_hooks(), "create_trio_pool")
+    connect_tcp = _trio_connect("tcp.create_trio_pool", host, port, kwargs)
+
+    async def start() -> AsyncPool[TrioStreamConnection]:
+        pool = AsyncPool(connect_tcp, address=f"{host}:{port}", options=chosen, listeners=listeners)
         await async_start(pool)
         return pool
 

@@ -104,6 +104,12 @@ def parser() -> argparse.ArgumentParser:
         help="threads and poolkit.Pool instead of asyncio and poolkit.AsyncPool",
     )
     w.add_argument(
+        "--trio",
+        action="store_true",
+        help="poolkit.AsyncPool under trio instead of asyncio (the embedded server only; "
+        "pip install 'poolkit[trio]')",
+    )
+    w.add_argument(
         "-d",
         "--duration",
         type=_duration(),
@@ -250,6 +256,7 @@ def _config(args: argparse.Namespace) -> tuple[RunConfig, Sweep | None]:
         target=target,
         concurrency=args.concurrency,
         threads=args.threads,
+        trio=args.trio,
         duration=None if args.ops is not None else args.duration,
         ops=args.ops,
         warmup=args.warmup,

@@ -391,6 +391,8 @@ class RunConfig:
     target: Target
     concurrency: int = 32
     threads: bool = False
+    #: poolkit.AsyncPool under trio (``--trio``; ``poolkit[trio]``): the embedded server only
+    trio: bool = False
     duration: float | None = 10.0
     ops: int | None = None
     warmup: float = 1.0
@@ -490,6 +492,12 @@ class RunConfig:
             (
                 not (self.threads and self.target.kind == "http"),
                 "--http2 runs on asyncio only (no --threads)",
+            ),
+            (not (self.trio and self.threads), "--trio and --threads: one or the other"),
+            (
+                not self.trio or self.target.kind == "sim",
+                "--trio runs against the embedded server (sim://) only: the other targets' "
+                "drivers run on asyncio only",
             ),
         ]
         for ok, message in rules:

@@ -134,15 +134,19 @@ def probe(config: RunConfig, target: Workload) -> None:
         else:
 
             async def once() -> None:
+                connect = target.trio_connect() if config.trio else target.async_connect()
                 async with (
-                    AsyncPool(
-                        target.async_connect(), address=target.address, options=options
-                    ) as pool,
+                    AsyncPool(connect, address=target.address, options=options) as pool,
                     pool.connection() as conn,
                 ):
                     await target.async_op(conn)
 
-            asyncio.run(once())
+            if config.trio:
+                import trio
+
+                trio.run(once)
+            else:
+                asyncio.run(once())
     except Exception as exc:
         advice = hint(config, [type(exc).__name__])
         raise BenchError(
@@ -193,7 +197,7 @@ def run_bench(
             observer.stop()
         if sim is not None:
             sim.stop()
-    mode = "threads" if base.threads else "asyncio"
+    mode = "threads" if base.threads else "trio" if base.trio else "asyncio"
     driver = None
     if base.target.kind == "postgresql":
         driver = base.driver or ("psycopg" if base.threads else "asyncpg")

@@ -87,6 +87,14 @@ class Workload:
     def async_hooks(self) -> Hooks | None:
         return None
 
+    def trio_connect(self) -> Connect:
+        """The connect function under trio (``--trio``: the targets that have one), whose
+        connections ``async_op`` takes too."""
+        raise NotImplementedError
+
+    def trio_hooks(self) -> Hooks | None:
+        return None
+
     def sync_connect(self) -> Connect:
         raise NotImplementedError
 
@@ -121,6 +129,16 @@ class SimWorkload(Workload):
 
     def async_hooks(self) -> Hooks:
         return Hooks(check=_sim_async_check, is_broken=sim_is_broken)
+
+    def trio_connect(self) -> Connect:
+        from ..testing.sim.trio_client import sim_trio_connect
+
+        return sim_trio_connect(self.host, self.port, timeout=self.connect_timeout)
+
+    def trio_hooks(self) -> Hooks:
+        from ..testing.sim.trio_client import sim_trio_check
+
+        return Hooks(check=sim_trio_check, is_broken=sim_is_broken)
 
     def sync_connect(self) -> Connect:
         return sim_connect(self.host, self.port, timeout=self.connect_timeout)

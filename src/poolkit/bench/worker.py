@@ -59,7 +59,13 @@ def backoff_delay(failures: int) -> float:
 
 def pool_options(config: RunConfig, target: Workload) -> PoolOptions:
     """The run's pool options, with the target's hooks (for the run's mode) unless off."""
-    hooks = target.sync_hooks() if config.threads else target.async_hooks()
+    hooks = (
+        target.sync_hooks()
+        if config.threads
+        else target.trio_hooks()
+        if config.trio
+        else target.async_hooks()
+    )
     return PoolOptions(
         max_size=config.max_size,
         min_size=config.min_size,
@@ -173,6 +179,10 @@ def worker_main(config: RunConfig, index: int, channel: Connection) -> None:
     try:
         if config.threads:
             _run_threads(config, index, channel)
+        elif config.trio:
+            import trio
+
+            trio.run(_run_trio, config, index, channel)
         else:
             asyncio.run(_run_async(config, index, channel))
     except Exception as exc:  # one line for the parent: it ends the run and prints it
@@ -262,6 +272,91 @@ async def _run_async(config: RunConfig, index: int, channel: Connection) -> None
             gauges = _gauges(pool.stats(), gauges)
             left = pool.stats().total
             channel.send(("report", _report(index, clock, gauges, final=True, left=left)))
+
+
+async def _run_trio(config: RunConfig, index: int, channel: Connection) -> None:
+    """:func:`_run_async` under trio: the pool's block (its nursery) around the run, the tasks in
+    a nursery of the run's, the parent's messages read when the pipe is readable."""
+    import trio
+
+    target = workload(config)
+    options = pool_options(config, target)
+    pool: AsyncPool[Any] = AsyncPool(
+        target.trio_connect(), address=target.address, options=options
+    )
+    gauges = Gauges()
+    clock: _Clock | None = None
+
+    async def receive(limit: float) -> str:
+        with trio.move_on_after(limit):
+            await trio.lowlevel.wait_readable(channel.fileno())
+            return str(channel.recv())
+        return ""
+
+    try:
+        async with pool:
+            channel.send(("ready", None))
+            if await receive(float("inf")) != "go":
+                return
+            clock = _Clock(config, _share(config, index))
+            op = target.async_op
+            run_clock = clock
+            retryable = target.retryable
+            use = pool.connection if config.hooks else _discarding_async(pool)
+
+            async def attempt() -> float:
+                """One operation; when it had its connection."""
+                for tries_left in range(ATTEMPTS - 1, -1, -1):
+                    async with use() as conn:
+                        t1 = time.perf_counter()
+                        try:
+                            await op(conn)
+                        except retryable:
+                            if not tries_left:
+                                raise
+                            continue
+                        return t1
+                raise AssertionError("not reached")
+
+            async def repeat(left: list[int]) -> None:
+                perf = time.perf_counter
+                think = config.think
+                failures = 0
+                try:
+                    while (measured := run_clock.start()) is not None:
+                        t0 = perf()
+                        try:
+                            t1 = await attempt()
+                        except Exception as exc:
+                            run_clock.failed(measured, exc)
+                            failures += 1
+                            if pause := backoff_delay(failures):
+                                await trio.sleep(pause)
+                        else:
+                            run_clock.ended(measured, t0, t1, perf())
+                            failures = 0
+                        if think:
+                            await trio.sleep(think)
+                finally:
+                    left[0] -= 1
+
+            left = [config.concurrency]
+            async with trio.open_nursery() as tasks:
+                for _ in range(config.concurrency):
+                    tasks.start_soon(repeat, left)
+                while not clock.done():
+                    if await receive(TICK) == "stop":
+                        clock.stop()
+                    if not left[0]:
+                        clock.stop()
+                    gauges = _gauges(pool.stats(), gauges)
+                    channel.send(("report", _report(index, clock, gauges)))
+                tasks.cancel_scope.cancel()
+    finally:
+        if clock is not None:
+            gauges = _gauges(pool.stats(), gauges)
+            left_open = pool.stats().total
+            channel.send(("report", _report(index, clock, gauges, final=True, left=left_open)))
 
 
 def _report(

@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Se
 from typing import Any
 
 from .. import ConnectContext, Established
-from ..driver import check_socket, check_timeout
+from ..driver import check_socket, check_timeout, require_asyncio
 from ._protocol import (
     NETWORK,
     Handshaken,
@@ -309,6 +309,8 @@ def async_connect(
     )  # fmt: skip
 
     async def connect_mongo(ctx: ConnectContext) -> Established[AsyncMongoConnection]:
+        if True:  # ASYNC
+            require_asyncio("mongodb.async_connect", "poolkit.mongodb's AsyncMongoConnection")
         conn = await AsyncMongoConnection.open(host, port, **options)
         return Established(conn, service_id=conn.service_id)
 

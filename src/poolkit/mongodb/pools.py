@@ -12,7 +12,7 @@ from typing import Any
 
 from .. import ConnectContext, Established
 from ..asyncio import AsyncPool
-from ..driver import PoolStarter, async_start, start, with_default_hooks
+from ..driver import PoolStarter, async_start, require_asyncio, start, with_default_hooks
 from ..events import Listener
 from ..options import Hooks, PoolOptions
 from ..threaded import Pool
@@ -154,6 +154,7 @@ def create_async_pool(
     connect = async_connect_uri(parsed, tls=tls, listeners=command_listeners)
 
     async def start() -> AsyncPool[AsyncMongoConnection]:
+        require_asyncio("mongodb.create_async_pool", "poolkit.mongodb's AsyncMongoConnection")
         pool = AsyncPool(connect, address=parsed.addresses[0], options=chosen, listeners=listeners)
         await async_start(pool)
         return pool

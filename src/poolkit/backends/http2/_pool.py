@@ -12,7 +12,13 @@ from typing import Final
 
 from ... import ConnectContext, Established
 from ...asyncio import AsyncPool
-from ...driver import PoolStarter, async_start, check_seconds, with_default_hooks
+from ...driver import (
+    PoolStarter,
+    async_start,
+    check_seconds,
+    require_asyncio,
+    with_default_hooks,
+)
 from ...events import Listener
 from ...options import Hooks, KeepAlive, PoolOptions
 from ._connection import H2Connection
@@ -57,6 +63,7 @@ def async_connect(
     context = _tls_context(tls) if secure else None
 
     async def connect_h2(ctx: ConnectContext) -> Established[H2Connection]:
+        require_asyncio("http2.async_connect", "poolkit.backends.http2 (asyncio streams)")
         conn = await H2Connection.open(
             host,
             port,
@@ -112,6 +119,7 @@ def create_async_pool(
     chosen = options_for(max_size, options, keep_alive, "create_async_pool")
 
     async def start() -> AsyncPool[H2Connection]:
+        require_asyncio("http2.create_async_pool", "poolkit.backends.http2 (asyncio streams)")
         pool = _new_pool(url, chosen, listeners, tls)
         await async_start(pool)
         return pool

@@ -51,6 +51,10 @@ from .drive import (
 )
 
 SELECT = "SELECT 1"
+#: the checkout timeout of SQLAlchemy's engines (theirs and the drop-ins'): one no run reaches
+#: natively (waits are milliseconds), which a run under valgrind, some 50 times slower, can
+#: reach at SQLAlchemy's default of 30 s, failing the run
+NO_TIMEOUT = 600.0
 pc = time.perf_counter
 
 CONTENTION_COLUMNS = (
@@ -161,6 +165,7 @@ def sqlalchemy_async(dialect: str, like_for_like: bool, *, dropin: bool = False)
             sqlalchemy_url(env.dsn, dialect),
             pool_size=shape.size,
             max_overflow=0,
+            pool_timeout=NO_TIMEOUT,
             connect_args={"server_settings": app} if dialect == "asyncpg" else app,
             **pool,
         )
@@ -488,6 +493,7 @@ def sqlalchemy_threads(like_for_like: bool, *, dropin: bool = False) -> SyncBuil
             sqlalchemy_url(env.dsn, "psycopg"),
             pool_size=shape.size,
             max_overflow=0,
+            pool_timeout=NO_TIMEOUT,
             connect_args={"application_name": env.app},
             **pool,
         )

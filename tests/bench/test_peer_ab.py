@@ -85,7 +85,9 @@ def test_a_short_run_drives_both_pools_in_turns_and_reports_each_pair() -> None:
         "H4 poolkit.backends.redis.BlockingConnectionPool (as shipped)  vs  "
         "redis.BlockingConnectionPool (as shipped)" in out
     ), out
-    for name in ("ops_per_s", "client_per_op", "server_per_op"):
+    for name in ("ops_per_s", "client_per_op"):
         assert re.search(rf"{name} +\d+\.\d+ +\[\d+\.\d+-\d+\.\d+\] +\(3 pairs\)", out), (name, out)
+    # (the server's CPU is read in clock ticks, 10 ms: a 0.1 s segment may see none, and its pair
+    # gives no ratio)
     for side in ("dropin", "peer"):
         assert re.search(rf"{side} +[\d,]+ ops/s .* errors 0", out), (side, out)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -89,7 +90,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{'workload':<12} {'form':<22} " + " ".join(f"{n:>24}" for n in names) + "  after/before"
     )
     for (workload, form), by_name in sorted(got.items()):
-        medians = [statistics.median(by_name[n]) for n in names]
+        # (a workload one revision's bench_pool.py has and the other's lacks: its figures alone)
+        medians = [statistics.median(by_name[n]) if n in by_name else math.nan for n in names]
         cells = " ".join(f"{m:>24.3f}" for m in medians)
         print(f"{workload:<12} {form:<22} {cells}  {medians[1] / medians[0]:>12.3f}")
     return 0

@@ -1,0 +1,305 @@
+"""poolkit.backends.http2 under trio (issue 41, point 4), against hypercorn serving an ASGI app on
+trio in the same run (h2c with prior knowledge, and TLS with ALPN ``h2``): many tasks
+multiplexed over few connections, the server's stream limit, GOAWAY and the pool recovering, a
+request cancelled mid-stream by a trio cancel scope, the httpx transport under ``trio.run``, and
+the pool's ``async with`` block ending with every connection closed and no task of the pool's
+left. Real sockets on trio's real clock, each run bounded (``fail_after``)."""
+
+from __future__ import annotations
+
+import socket
+import ssl
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from functools import partial
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from certs import Cert, trusting
+
+pytest.importorskip("h2", reason="poolkit[http2] is not installed")
+pytest.importorskip("hypercorn", reason="the tests' HTTP/2 server is not installed")
+httpx = pytest.importorskip("httpx", reason="poolkit[http2] is not installed")
+
+from hypercorn.config import Config  # noqa: E402
+from hypercorn.trio import serve  # noqa: E402
+
+import poolkit  # noqa: E402
+from poolkit.backends import http2  # noqa: E402
+
+#: seconds a run may take (real time: real sockets)
+BOUND = 10.0
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+class App:
+    """An ASGI app on trio: ``/echo/...`` answers its path; ``/hold`` answers once ``release``
+    is set; ``/slow`` sends its headers and a first chunk, then the rest once ``release`` is
+    set, noting whether the client went away (``disconnects``). It notes each request's client
+    (one per TCP connection)."""
+
+    def __init__(self) -> None:
+        self.clients: set[tuple[str, int]] = set()
+        self.release = trio.Event()
+        self.holding = 0
+        self.disconnects = 0
+        self.requests = 0
+        self._changed = trio.Event()
+
+    def _note(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
+
+    async def until(self, condition: Callable[[], bool]) -> None:
+        """Until ``condition()`` holds (asked at each change of the app's counts)."""
+        while not condition():
+            await self._changed.wait()
+
+    async def holding_at_least(self, count: int) -> None:
+        await self.until(lambda: self.holding >= count)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        self.requests += 1
+        self.clients.add(tuple(scope["client"]))
+        path: str = scope["path"]
+        while True:  # (the request's body)
+            message = await receive()
+            if not message.get("more_body"):
+                break
+        if path == "/slow":
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"first", "more_body": True})
+            if (await receive())["type"] == "http.disconnect":  # (waits for the client)
+                self.disconnects += 1
+                self._note()
+            return
+        if path == "/hold":
+            self.holding += 1
+            self._note()
+            await self.release.wait()
+            answer = b"held"
+        else:
+            answer = path.encode()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": answer})
+
+
+@asynccontextmanager
+async def hypercorn(
+    app: App, *, streams: int = 100, cert: Cert | None = None, max_requests: int | None = None
+) -> AsyncIterator[str]:
+    """hypercorn serving ``app`` on trio, on a free port of 127.0.0.1 (its socket made first,
+    handed over by fd); its URL."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    config = Config()
+    config.bind = [f"fd://{listener.detach()}"]
+    config.h2_max_concurrent_streams = streams
+    config.accesslog = None
+    config.errorlog = None
+    if max_requests is not None:
+        config.keep_alive_max_requests = max_requests
+        config.keep_alive_timeout = 0.2  # (how soon it drops the request it left: 5 s else)
+    if cert is not None:
+        config.certfile = str(cert.cert)
+        config.keyfile = str(cert.key)
+        config.alpn_protocols = ["h2"]
+    stop = trio.Event()
+    async with trio.open_nursery() as nursery:
+        # (hypercorn types its app as its own ASGI protocols, which App does not name)
+        await nursery.start(partial(serve, app, config, shutdown_trigger=stop.wait))  # type: ignore[arg-type]
+        yield f"{'https' if cert else 'http'}://{'localhost' if cert else '127.0.0.1'}:{port}"
+        stop.set()
+
+
+def run(main: Callable[[], Awaitable[None]]) -> None:
+    async def bounded() -> None:
+        with trio.fail_after(BOUND):
+            await main()
+
+    trio.run(bounded)
+
+
+def tasks_of_poolkit() -> list[str]:
+    """The names of the tasks of this run that are poolkit's (its pools' and connections')."""
+    names: list[str] = []
+
+    def walk(task: Any) -> None:
+        for nursery in task.child_nurseries:
+            for child in nursery.child_tasks:
+                if "poolkit" in child.name:
+                    names.append(child.name)
+                walk(child)
+
+    walk(trio.lowlevel.current_root_task())
+    return names
+
+
+async def get(pool: poolkit.AsyncPool[http2.H2Connection], path: str) -> bytes:
+    async with pool.connection() as conn:
+        response = await conn.request("GET", path)
+        assert response.status == 200
+        return await response.aread()
+
+
+def test_500_tasks_share_two_connections_and_the_block_ends_them_all() -> None:
+    app = App()
+
+    async def main() -> None:
+        async with hypercorn(app) as url:
+            made: list[http2.H2Connection] = []
+            async with http2.create_async_pool(url, max_size=2, keep_alive=None) as pool:
+                assert any(name.startswith("poolkit-conn-") for name in tasks_of_poolkit())
+                bodies: dict[int, bytes] = {}
+
+                async def one(i: int) -> None:
+                    async with pool.connection() as conn:
+                        if conn not in made:
+                            made.append(conn)
+                        response = await conn.request("GET", f"/echo/{i}")
+                        bodies[i] = await response.aread()
+
+                async with trio.open_nursery() as users:
+                    for i in range(500):
+                        users.start_soon(one, i)
+                assert bodies == {i: f"/echo/{i}".encode() for i in range(500)}
+                assert pool.stats().connections_created <= 2 and len(app.clients) <= 2
+                assert pool.stats().in_use == 0
+            # the block has ended: every connection closed, no task of the pool's left
+            assert made and all(conn.closed for conn in made)
+            assert pool.stats().total == 0
+            assert tasks_of_poolkit() == []
+
+    run(main)
+
+
+def test_the_stream_limit_is_obeyed() -> None:
+    """SETTINGS_MAX_CONCURRENT_STREAMS=2: at max_size=1 a third request waits for a stream; at
+    max_size=2 it goes to a second connection."""
+    app = App()
+
+    async def main() -> None:
+        async with hypercorn(app, streams=2) as url:
+            async with (
+                http2.create_async_pool(url, max_size=1, keep_alive=None) as one,
+                http2.create_async_pool(url, max_size=2, keep_alive=None) as two,
+                trio.open_nursery() as users,
+            ):
+                results: list[bytes] = []
+
+                async def keep(pool: poolkit.AsyncPool[http2.H2Connection], path: str) -> None:
+                    results.append(await get(pool, path))
+
+                for _ in range(2):
+                    users.start_soon(keep, one, "/hold")
+                await app.holding_at_least(2)
+                users.start_soon(keep, one, "/echo/third")
+                await trio.testing.wait_all_tasks_blocked(0.05)
+                assert results == [] and one.stats().waiting == 1
+                assert one.stats().connections_created == 1
+                for _ in range(2):
+                    users.start_soon(keep, two, "/hold")
+                await app.holding_at_least(4)
+                assert await get(two, "/echo/beside") == b"/echo/beside"  # (not held up)
+                assert two.stats().connections_created == 2
+                app.release.set()
+            assert sorted(results) == sorted([b"held"] * 4 + [b"/echo/third"])
+            assert one.stats().connections_created == 1
+
+    run(main)
+
+
+def test_goaway_closes_the_connection_and_the_pool_goes_on() -> None:
+    """hypercorn says GOAWAY at the request after ``keep_alive_max_requests`` on a connection,
+    and drops that request with the connection (docs/http2.md: a stream below the GOAWAY's last
+    id is lost with the connection, as the server left it): that request fails with
+    ``ConnectionLostError``, and the next is served on a new connection, every time."""
+    app = App()
+
+    async def main() -> None:
+        async with (
+            hypercorn(app, max_requests=5) as url,
+            http2.create_async_pool(url, max_size=2, keep_alive=None) as pool,
+        ):
+            outcomes: list[str] = []
+            for i in range(23):
+                try:
+                    assert await get(pool, f"/echo/{i}") == f"/echo/{i}".encode()
+                    outcomes.append("ok")
+                except http2.ConnectionLostError:
+                    outcomes.append("lost")
+            assert outcomes == (["ok"] * 5 + ["lost"]) * 3 + ["ok"] * 5
+            stats = pool.stats()
+            assert stats.connections_created == 4 and len(app.clients) == 4, stats
+            assert stats.total == 1 and stats.in_use == 0  # (the three the server left: closed)
+
+    run(main)
+
+
+def test_tls_with_alpn_h2(cert: Cert) -> None:
+    app = App()
+
+    async def main() -> None:
+        async with hypercorn(app, cert=cert) as url:
+            # the certificate: not trusted by the system's CAs (ssl's error, as on asyncio)
+            with pytest.raises(ssl.SSLCertVerificationError, match="self-signed"):
+                async with http2.create_async_pool(url, max_size=1, keep_alive=None):
+                    pass
+            starter = http2.create_async_pool(url, max_size=1, tls=trusting(cert), keep_alive=None)
+            async with starter as pool, trio.open_nursery() as users:
+                for i in range(50):
+                    users.start_soon(get, pool, f"/echo/{i}")
+            assert pool.stats().connections_created == 1 and len(app.clients) == 1
+            assert app.requests == 50
+
+    run(main)
+
+
+def test_a_request_cancelled_mid_stream_resets_its_stream_only() -> None:
+    app = App()
+
+    async def main() -> None:
+        async with (
+            hypercorn(app) as url,
+            http2.create_async_pool(url, max_size=1, keep_alive=None) as pool,
+        ):
+            async with pool.connection() as conn:
+                first = conn
+            with trio.move_on_after(0.2) as scope:
+                async with pool.connection() as conn:
+                    response = await conn.request("GET", "/slow")
+                    try:
+                        chunks = response.aiter_bytes()
+                        assert await anext(chunks) == b"first"
+                        await anext(chunks)  # (the rest never comes: cancelled here)
+                    finally:
+                        await response.aclose()  # (under the cancelled scope: the reset goes)
+            assert scope.cancelled_caught
+            await app.until(lambda: app.disconnects == 1)  # the server saw the stream reset
+            stats = pool.stats()
+            assert stats.in_use == 0 and stats.available == 1 and stats.total == 1
+            assert "streams=0" in repr(first) and not first.closed  # nothing left of it
+            assert await get(pool, "/echo/after") == b"/echo/after"  # the same connection
+            with trio.move_on_after(0.1) as scope:  # cancelled waiting for the headers
+                await get(pool, "/hold")
+            assert scope.cancelled_caught and app.holding == 1
+            assert "streams=0" in repr(first) and not first.closed
+            assert pool.stats().in_use == 0
+            assert await get(pool, "/echo/again") == b"/echo/again"
+            assert pool.stats().connections_created == 1 and len(app.clients) == 1
+            app.release.set()
+
+    run(main)

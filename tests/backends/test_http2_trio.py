@@ -303,3 +303,56 @@ def test_a_request_cancelled_mid_stream_resets_its_stream_only() -> None:
             app.release.set()
 
     run(main)
+
+
+def test_the_httpx_transport_under_trio() -> None:
+    """``httpx.AsyncClient(transport=http2.AsyncTransport(...))`` under ``trio.run``: the origin's
+    pool runs in the transport's nursery, which the client's block opens and ends."""
+    app = App()
+
+    async def main() -> None:
+        async with hypercorn(app) as url:
+            transport = http2.AsyncTransport(max_size=2, keep_alive=None)
+            async with httpx.AsyncClient(transport=transport, base_url=url) as client:
+                responses: dict[int, Any] = {}
+
+                async def one(i: int) -> None:
+                    responses[i] = await client.get(f"/echo/{i}")
+
+                async with trio.open_nursery() as users:
+                    for i in range(200):
+                        users.start_soon(one, i)
+                assert {i: r.text for i, r in responses.items()} == {
+                    i: f"/echo/{i}" for i in range(200)
+                }
+                assert responses[7].http_version == "HTTP/2"
+                pool = transport.pool(url)
+                assert pool.stats().connections_created <= 2 and len(app.clients) <= 2
+
+                # a response given up mid-body under a cancel scope: its stream reset, the
+                # connection serves on
+                with trio.move_on_after(0.2) as scope:
+                    async with client.stream("GET", "/slow") as response:
+                        async for _ in response.aiter_bytes():
+                            pass
+                assert scope.cancelled_caught
+                await app.until(lambda: app.disconnects == 1)
+                assert pool.stats().in_use == 0
+                made = pool.stats().connections_created
+                assert (await client.get("/echo/after")).text == "/echo/after"
+                assert pool.stats().connections_created == made
+            # the client's block has ended: the pool closed, no task of poolkit's left
+            assert pool.stats().total == 0 and pool.stats().state is poolkit.PoolState.CLOSED
+            assert tasks_of_poolkit() == []
+
+    run(main)
+
+
+def test_the_httpx_transport_under_trio_needs_its_clients_block() -> None:
+    async def main() -> None:
+        client = httpx.AsyncClient(transport=http2.AsyncTransport())
+        with pytest.raises(RuntimeError, match=r"AsyncTransport.pool\(\) under trio: .*async with"):
+            await client.get("http://127.0.0.1:9/")
+        await client.aclose()
+
+    run(main)

@@ -121,7 +121,7 @@ def create_async_pool(
     chosen = options_for(max_size, options, keep_alive, "create_async_pool")
 
     async def start() -> AsyncPool[H2Connection]:
-        pool = _new_pool(url, chosen, listeners, tls)
+        pool = new_pool(url, chosen, listeners, tls)
         await async_start(pool)
         return pool
 
@@ -145,9 +145,10 @@ def options_for(
     return with_default_hooks(options, async_hooks(), "create_async_pool")
 
 
-def _new_pool(
+def new_pool(
     url: str, options: PoolOptions, listeners: Iterable[Listener], tls: bool | ssl.SSLContext
 ) -> AsyncPool[H2Connection]:
+    """A new pool of ``url``'s origin (paused: not yet ready)."""
     _, _, _, shown = origin_of(url)
     return AsyncPool(
         async_connect(url, tls=tls), address=shown, options=options, listeners=listeners
@@ -159,6 +160,6 @@ def ready_pool(
 ) -> AsyncPool[H2Connection]:
     """The transport's pool for ``url``'s origin: made ready, no connection made yet (the
     request that asked for it makes the first)."""
-    pool = _new_pool(url, options, listeners, tls)
+    pool = new_pool(url, options, listeners, tls)
     pool.ready()
     return pool

@@ -383,3 +383,53 @@ class TrioIO:
 def _socket_of(stream: Any) -> Any:
     """The trio socket under a stream (an SSLStream's transport's)."""
     return getattr(stream, "transport_stream", stream).socket
+
+
+class PoolRunner:
+    """``AsyncTransport``'s nursery under trio: each origin's pool runs in a task of it, inside
+    its own ``async with pool:`` block (the nursery its connections' tasks run in), until the
+    transport closes; the nursery is opened and ended by the transport's ``async with``."""
+
+    def __init__(self) -> None:
+        self._manager: Any = None
+        self._nursery: trio.Nursery | None = None
+        self._stop = trio.Event()
+        self._started: dict[Any, trio.Event] = {}
+
+    async def open(self) -> None:
+        manager = trio.open_nursery()
+        self._nursery = await manager.__aenter__()
+        self._manager = manager
+
+    def run(self, pool: Any) -> None:
+        """``pool`` started in a task of the nursery (``started`` waits until it is ready)."""
+        assert self._nursery is not None
+        started = self._started[pool] = trio.Event()
+        self._nursery.start_soon(self._run, pool, started, name=f"poolkit-transport {pool.address}")
+
+    async def _run(self, pool: Any, started: trio.Event) -> None:
+        try:
+            async with pool:
+                started.set()
+                await self._stop.wait()
+        finally:
+            started.set()  # (a pool that could not start: its requests fail, not wait)
+
+    async def started(self, pool: Any) -> None:
+        started = self._started.get(pool)
+        if started is not None and not started.is_set():
+            await started.wait()
+
+    def stop(self) -> None:
+        """The pools' blocks end (each closes its pool, and waits for its tasks)."""
+        self._stop.set()
+
+    async def exit(self) -> None:
+        """The nursery's end, once every pool's task has ended."""
+        self._stop.set()
+        manager, self._manager = self._manager, None
+        if manager is not None:
+            try:
+                await manager.__aexit__(None, None, None)
+            finally:
+                self._nursery = None

@@ -356,3 +356,31 @@ def test_the_httpx_transport_under_trio_needs_its_clients_block() -> None:
         await client.aclose()
 
     run(main)
+
+
+def test_keep_alive_pings_and_a_slow_answer_times_out_alone() -> None:
+    """The keep-alive PING under trio, and httpx's read timeout: a server slow to answer (but
+    alive: it answers the PING sent half-way) times that request out only; the connection
+    serves on."""
+    app = App()
+
+    async def main() -> None:
+        async with hypercorn(app) as url:
+            async with http2.create_async_pool(url, max_size=1, keep_alive=0.05) as pool:
+                async with pool.connection() as conn:
+                    await conn.ping(timeout=5)
+                    held = conn
+                await trio.sleep(0.3)  # (a few probes, each answered)
+                stats = pool.stats()
+                assert stats.connections_created == 1 and stats.total == 1 and not held.closed
+            assert held.closed
+
+            transport = http2.AsyncTransport(max_size=1, keep_alive=None)
+            async with httpx.AsyncClient(transport=transport, base_url=url) as client:
+                with pytest.raises(httpx.ReadTimeout):
+                    await client.get("/hold", timeout=httpx.Timeout(5, read=0.3))
+                assert (await client.get("/echo/next")).text == "/echo/next"
+                assert transport.pool(url).stats().connections_created == 1
+                app.release.set()
+
+    run(main)

@@ -971,6 +971,10 @@ class AsyncPool(PoolBase[C]):
             self._end_lives(conn.id)
             return
         lives = self._lives.pop(conn.id, None) if self._lives else None
+        trio_io = self._trio
+        if trio_io is not None and not trio_io.running:
+            self._close_after_block(conn, connection, lives)
+            return
         try:
             result = call_close(connection, prefer_aclose=True)
         except Exception:
@@ -999,6 +1003,36 @@ class AsyncPool(PoolBase[C]):
             if lives:
                 _cancel_all(lives)
             _log.exception("connection %d of %s could not be closed", conn.id, self.address)
+
+    def _close_after_block(self, conn: Conn, connection: Any, lives: list[Any] | None) -> None:
+        """Under trio, a connection to close once the pool's ``async with`` block has ended (a
+        lease given back after it): no nursery is left to await a close in. Its plain
+        ``close()``, if it has one, closes it here; one whose close is async only is left open
+        and the call that gave it back raises ``RuntimeError`` saying so (the pool's books and
+        events are done first: the lease is back, the connection closed in the pool's eyes)."""
+        if lives:
+            _cancel_all(lives)
+        close = getattr(connection, "close", None)
+        if close is not None and not inspect.iscoroutinefunction(close):
+            try:
+                result = close()
+            except Exception:
+                _log.exception("closing connection %d of %s raised", conn.id, self.address)
+                return
+            if not inspect.isawaitable(result):
+                return
+            if inspect.iscoroutine(result):
+                result.close()
+        elif getattr(connection, "aclose", None) is None:
+            return  # (nothing to close)
+        self._sink.flush()  # (the events of the give-back, before the error)
+        raise RuntimeError(
+            f"AsyncPool ({self.address}) under trio: connection {conn.id} was given back after "
+            "the pool's `async with` block ended, and its close is async only, which needs the "
+            "pool's nursery: the pool has let it go but it is still open; close it yourself "
+            f"(`await connection.aclose()`: {connection!r}), or give leases back inside the "
+            "block"
+        )
 
     # ------------------------------------------------------------------ leases lost, fork
 

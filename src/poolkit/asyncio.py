@@ -838,7 +838,11 @@ class AsyncPool(PoolBase[C]):
         lives = self._lives.setdefault(ctx.connection_id, [])
         run = self._run_life(work, ctx.connection_id, lives)
         if self._trio is not None:
-            task: Any = self._trio.spawn(run, name)
+            try:
+                task: Any = self._trio.spawn(run, name)
+            except BaseException:
+                work.close()  # (``run`` closed by ``spawn``)
+                raise
         else:
             loop = self._loop
             try:

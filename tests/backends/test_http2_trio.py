@@ -384,3 +384,28 @@ def test_keep_alive_pings_and_a_slow_answer_times_out_alone() -> None:
                 app.release.set()
 
     run(main)
+
+
+def test_a_lease_still_out_when_the_block_ends(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The block's end waits for a connection still leased (its reader is a task of the pool's
+    nursery) at most ``CLOSE_TIMEOUT``, then cancels its tasks; given back after the block, the
+    connection is closed with its plain ``close()`` (no nursery left for ``aclose``)."""
+    from poolkit import _trio as pool_trio
+
+    monkeypatch.setattr(pool_trio, "CLOSE_TIMEOUT", 0.3)
+    app = App()
+
+    async def main() -> None:
+        async with hypercorn(app) as url:
+            async with http2.create_async_pool(url, max_size=1, keep_alive=None) as pool:
+                lease = await pool.checkout()
+                conn = lease.connection
+                began = trio.current_time()
+            assert trio.current_time() - began < 5  # (bounded by CLOSE_TIMEOUT, not hung)
+            assert tasks_of_poolkit() == []
+            lease.release()  # (no RuntimeError: H2Connection has a plain close too)
+            assert conn.closed and pool.stats().total == 0
+            with pytest.raises(http2.RequestNotSentError):
+                await conn.request("GET", "/echo/late")
+
+    run(main)

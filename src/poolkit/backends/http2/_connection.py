@@ -319,6 +319,17 @@ class H2Connection:
         limit = self._h2.remote_settings.max_concurrent_streams
         return max(1, min(int(limit), MAX_STREAMS_CAP))
 
+    def close(self) -> None:
+        """:meth:`aclose` without waiting: the GOAWAY written (sent as the socket closes, if it
+        still can be) and the socket closed; streams in flight fail. What a pool uses where it
+        cannot await (under trio, a lease given back after the pool's block ended)."""
+        self._closing = True
+        if not self._writer.is_closing():
+            with contextlib.suppress(Exception):
+                self._h2.close_connection()
+                self._writer.write(self._h2.data_to_send())
+        self._lost(ConnectionLostError(f"the connection to {self.authority} was closed"))
+
     async def aclose(self) -> None:
         """Say goodbye (GOAWAY) and close the socket; streams in flight fail."""
         self._closing = True

@@ -225,7 +225,7 @@ class Writer:
         """Close once what was written is sent (a writer task never started: at once)."""
         self._closing = True
         self._wake.set()
-        if not self._running and not self._done.is_set():
+        if not self._running and not self._done.is_set():  # (no task to close it: at once)
             _socket_of(self._stream).close()
             self._done.set()
 

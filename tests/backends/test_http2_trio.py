@@ -99,11 +99,18 @@ class App:
 
 @asynccontextmanager
 async def hypercorn(
-    app: App, *, streams: int = 100, cert: Cert | None = None, max_requests: int | None = None
+    app: App,
+    *,
+    streams: int = 100,
+    cert: Cert | None = None,
+    max_requests: int | None = None,
+    port: int = 0,
+    stop: trio.Event | None = None,
 ) -> AsyncIterator[str]:
     """hypercorn serving ``app`` on trio, on a free port of 127.0.0.1 (its socket made first,
-    handed over by fd); its URL."""
-    listener = socket.create_server(("127.0.0.1", 0))
+    handed over by fd; ``port``: that one again), until the block ends or ``stop`` is set (a
+    graceful shutdown: GOAWAY once a connection is idle); its URL."""
+    listener = socket.create_server(("127.0.0.1", port))
     port = listener.getsockname()[1]
     config = Config()
     config.bind = [f"fd://{listener.detach()}"]
@@ -117,7 +124,7 @@ async def hypercorn(
         config.certfile = str(cert.cert)
         config.keyfile = str(cert.key)
         config.alpn_protocols = ["h2"]
-    stop = trio.Event()
+    stop = trio.Event() if stop is None else stop
     async with trio.open_nursery() as nursery:
         # (hypercorn types its app as its own ASGI protocols, which App does not name)
         await nursery.start(partial(serve, app, config, shutdown_trigger=stop.wait))  # type: ignore[arg-type]
@@ -245,6 +252,44 @@ def test_goaway_closes_the_connection_and_the_pool_goes_on() -> None:
             stats = pool.stats()
             assert stats.connections_created == 4 and len(app.clients) == 4, stats
             assert stats.total == 1 and stats.in_use == 0  # (the three the server left: closed)
+
+    run(main)
+
+
+async def serve_until(
+    app: App, stop: trio.Event, port: int = 0, *, task_status: Any = trio.TASK_STATUS_IGNORED
+) -> None:
+    """hypercorn serving ``app`` until ``stop`` is set (then shut down gracefully); its URL
+    given to ``nursery.start``."""
+    async with hypercorn(app, port=port, stop=stop) as url:
+        task_status.started(url)
+        await stop.wait()
+
+
+def test_a_server_that_shuts_down_and_the_pool_recovering() -> None:
+    """hypercorn shut down (gracefully) closes the pool's idle connection: the pool is told by
+    the connection's reader and closes it at once (never handed out again); once a server
+    listens on the port again, the next request is served on a new connection."""
+    app = App()
+
+    async def main() -> None:
+        async with trio.open_nursery() as servers:
+            stop = trio.Event()
+            url = await servers.start(serve_until, app, stop)
+            async with http2.create_async_pool(url, max_size=1, keep_alive=None) as pool:
+                assert await get(pool, "/echo/before") == b"/echo/before"
+                stop.set()
+                for _ in range(500):  # (the pool hears of it from the connection's reader)
+                    if pool.stats().total == 0:
+                        break
+                    await trio.sleep(0.01)
+                assert pool.stats().total == 0 and pool.stats().connections_created == 1
+                again = trio.Event()
+                port = int(url.rsplit(":", 1)[1])
+                assert await servers.start(serve_until, App(), again, port) == url
+                assert await get(pool, "/echo/back") == b"/echo/back"
+                assert pool.stats().connections_created == 2
+                again.set()
 
     run(main)
 

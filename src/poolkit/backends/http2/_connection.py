@@ -43,7 +43,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
-import sys
 import urllib.parse
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any, Final
@@ -56,6 +55,7 @@ import h2.exceptions
 import h2.settings
 import h2.utilities
 
+from ...driver import trio_running
 from ._errors import (
     ConnectionLostError,
     HTTP2Error,
@@ -246,7 +246,7 @@ class H2Connection:
         there): the pool's ``ConnectContext.start_soon``, or a nursery's ``start_soon``; they
         end when the connection closes."""
         io: Any = None
-        if _trio_running():
+        if trio_running():
             from . import _trio  # (only under trio: asyncio never imports it)
 
             if spawn is None:
@@ -758,18 +758,6 @@ def _checked_headers(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, by
         )
     except (h2.exceptions.ProtocolError, ValueError, IndexError, TypeError) as exc:
         raise InvalidRequestError(f"HTTP/2 forbids this request: {exc}") from exc
-
-
-def _trio_running() -> bool:
-    """Whether trio runs in this thread (asked without importing trio)."""
-    trio = sys.modules.get("trio")
-    if trio is None:
-        return False
-    try:
-        trio.lowlevel.current_task()
-    except RuntimeError:
-        return False
-    return True
 
 
 def _code_name(code: int) -> str:

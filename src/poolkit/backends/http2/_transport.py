@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 
 from ...asyncio import AsyncPool
+from ...driver import trio_running
 from ...errors import (
     ConnectTimeoutError,
     PoolClosedError,
@@ -26,7 +27,7 @@ from ...errors import (
 )
 from ...events import Listener
 from ...options import PoolOptions
-from ._connection import H2Connection, Response, _trio_running
+from ._connection import H2Connection, Response
 from ._errors import (
     ConnectionLostError,
     HTTP2Error,
@@ -135,7 +136,7 @@ class AsyncTransport(httpx.AsyncBaseTransport):
         _, _, _, origin = origin_of(url)
         pool = self._pools.get(origin)
         if pool is None:
-            if self._runner is None and not _trio_running():
+            if self._runner is None and not trio_running():
                 pool = ready_pool(url, self._options, self._listeners, self._tls)
             else:  # (trio: it starts in a task of the transport's nursery)
                 pool = new_pool(url, self._options, self._listeners, self._tls)
@@ -153,7 +154,7 @@ class AsyncTransport(httpx.AsyncBaseTransport):
         return self._runner
 
     async def __aenter__(self) -> AsyncTransport:
-        if _trio_running() and self._runner is None:
+        if trio_running() and self._runner is None:
             from ._trio import PoolRunner  # (only under trio)
 
             self._runner = PoolRunner()

@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import socket
 import ssl
+import subprocess
+import sys
+import textwrap
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -454,3 +458,34 @@ def test_a_lease_still_out_when_the_block_ends(monkeypatch: pytest.MonkeyPatch) 
                 await conn.request("GET", "/echo/late")
 
     run(main)
+
+
+def test_on_asyncio_the_backend_does_not_import_trio() -> None:
+    support = str(Path(__file__).parent.parent / "support")
+    code = textwrap.dedent(
+        f"""
+        import asyncio, sys
+        sys.path.insert(0, {support!r})
+        import httpx
+        from h2_server import H2Server
+        from poolkit.backends import http2
+
+        async def main():
+            async with H2Server() as server:
+                async with http2.create_async_pool(server.url, max_size=1, keep_alive=None) as pool:
+                    async with pool.connection() as conn:
+                        response = await conn.request("GET", "/echo/x")
+                        assert await response.aread() == b"/echo/x"
+                transport = http2.AsyncTransport(max_size=1, keep_alive=None)
+                async with httpx.AsyncClient(transport=transport) as client:
+                    assert (await client.get(server.url + "/echo/y")).text == "/echo/y"
+
+        asyncio.run(main())
+        imported = [name for name in sys.modules if "trio" in name]
+        assert not imported, imported
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-W", "error", "-c", code], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr

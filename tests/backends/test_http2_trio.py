@@ -79,8 +79,10 @@ class App:
         self.requests += 1
         self.clients.add(tuple(scope["client"]))
         path: str = scope["path"]
+        body = b""
         while True:  # (the request's body)
             message = await receive()
+            body += message.get("body", b"")
             if not message.get("more_body"):
                 break
         if path == "/slow":
@@ -95,6 +97,10 @@ class App:
             self._note()
             await self.release.wait()
             answer = b"held"
+        elif path == "/big":
+            answer = b"x" * int(scope["query_string"].decode().split("=")[1])
+        elif path == "/upload":
+            answer = str(len(body)).encode()
         else:
             answer = path.encode()
         await send({"type": "http.response.start", "status": 200, "headers": []})
@@ -294,6 +300,40 @@ def test_a_server_that_shuts_down_and_the_pool_recovering() -> None:
                 assert await get(pool, "/echo/back") == b"/echo/back"
                 assert pool.stats().connections_created == 2
                 again.set()
+
+    run(main)
+
+
+def test_large_bodies_respect_flow_control() -> None:
+    """Bodies larger than the windows, both ways, and many at once (the writer task's buffer
+    and ``drain``, the reader's acknowledgements as the caller reads)."""
+    app = App()
+
+    async def main() -> None:
+        async with (
+            hypercorn(app) as url,
+            http2.create_async_pool(url, max_size=1, keep_alive=None) as pool,
+        ):
+            async with pool.connection() as conn:
+                response = await conn.request("GET", "/big?n=3000000")
+                assert len(await response.aread()) == 3_000_000
+
+            async def chunks() -> AsyncIterator[bytes]:
+                for _ in range(10):
+                    yield b"z" * 100_000
+
+            sizes: list[bytes] = []
+
+            async def upload(body: bytes | None) -> None:
+                async with pool.connection() as conn:
+                    response = await conn.request("POST", "/upload", body=body or chunks())
+                    sizes.append(await response.aread())
+
+            async with trio.open_nursery() as users:
+                for i in range(8):
+                    users.start_soon(upload, b"y" * 1_000_000 if i % 2 else None)
+            assert sizes == [b"1000000"] * 8
+            assert pool.stats().connections_created == 1
 
     run(main)
 

@@ -367,13 +367,14 @@ def test_a_request_cancelled_mid_stream_resets_its_stream_only() -> None:
         ):
             async with pool.connection() as conn:
                 first = conn
-            with trio.move_on_after(0.2) as scope:
+            with trio.CancelScope() as scope:
                 async with pool.connection() as conn:
                     response = await conn.request("GET", "/slow")
                     try:
                         chunks = response.aiter_bytes()
                         assert await anext(chunks) == b"first"
-                        await anext(chunks)  # (the rest never comes: cancelled here)
+                        scope.cancel()  # (mid-body: the rest never comes)
+                        await anext(chunks)
                     finally:
                         await response.aclose()  # (under the cancelled scope: the reset goes)
             assert scope.cancelled_caught
@@ -382,9 +383,11 @@ def test_a_request_cancelled_mid_stream_resets_its_stream_only() -> None:
             assert stats.in_use == 0 and stats.available == 1 and stats.total == 1
             assert "streams=0" in repr(first) and not first.closed  # nothing left of it
             assert await get(pool, "/echo/after") == b"/echo/after"  # the same connection
-            with trio.move_on_after(0.1) as scope:  # cancelled waiting for the headers
-                await get(pool, "/hold")
-            assert scope.cancelled_caught and app.holding == 1
+            async with trio.open_nursery() as waiting:  # cancelled waiting for the headers
+                waiting.start_soon(get, pool, "/hold")
+                await app.holding_at_least(1)
+                waiting.cancel_scope.cancel()
+            assert app.holding == 1
             assert "streams=0" in repr(first) and not first.closed
             assert pool.stats().in_use == 0
             assert await get(pool, "/echo/again") == b"/echo/again"
@@ -420,10 +423,11 @@ def test_the_httpx_transport_under_trio() -> None:
 
                 # a response given up mid-body under a cancel scope: its stream reset, the
                 # connection serves on
-                with trio.move_on_after(0.2) as scope:
+                with trio.CancelScope() as scope:
                     async with client.stream("GET", "/slow") as response:
-                        async for _ in response.aiter_bytes():
-                            pass
+                        async for chunk in response.aiter_bytes():
+                            assert chunk == b"first"
+                            scope.cancel()  # (mid-body: the rest never comes)
                 assert scope.cancelled_caught
                 await app.until(lambda: app.disconnects == 1)
                 assert pool.stats().in_use == 0
@@ -455,19 +459,28 @@ def test_keep_alive_pings_and_a_slow_answer_times_out_alone() -> None:
 
     async def main() -> None:
         async with hypercorn(app) as url:
-            async with http2.create_async_pool(url, max_size=1, keep_alive=0.05) as pool:
+            # (a PING every 0.05 s on an idle connection, each given 5 s to be answered)
+            probe = poolkit.KeepAlive(0.05, http2.async_ping, timeout=5)
+            options = poolkit.PoolOptions(max_size=1, keep_alive=probe)
+            seen: list[Any] = []
+            starter = http2.create_async_pool(url, options=options, listeners=[seen.append])
+            async with starter as pool:
                 async with pool.connection() as conn:
                     await conn.ping(timeout=5)
                     held = conn
                 await trio.sleep(0.3)  # (a few probes, each answered)
                 stats = pool.stats()
                 assert stats.connections_created == 1 and stats.total == 1 and not held.closed
+                succeeded = [
+                    e for e in seen if isinstance(e, poolkit.events.KeepAliveSucceededEvent)
+                ]
+                assert len(succeeded) >= 2  # (PINGs sent and answered under trio)
             assert held.closed
 
             transport = http2.AsyncTransport(max_size=1, keep_alive=None)
             async with httpx.AsyncClient(transport=transport, base_url=url) as client:
                 with pytest.raises(httpx.ReadTimeout):
-                    await client.get("/hold", timeout=httpx.Timeout(5, read=0.3))
+                    await client.get("/hold", timeout=httpx.Timeout(5, read=1.0))
                 assert (await client.get("/echo/next")).text == "/echo/next"
                 assert transport.pool(url).stats().connections_created == 1
                 app.release.set()

@@ -1,6 +1,7 @@
 """An HTTP/2 connection's I/O under trio: what ``_connection.H2Connection`` uses of asyncio (its
 streams, futures, queues, events, lock, loop clock and timer, ``timeout``, ``shield``), as trio
-stand-ins with the same names, chosen once at ``H2Connection.open`` and imported only then.
+stand-ins with the same names, chosen once at ``H2Connection.open`` and imported only then; and
+``PoolRunner``, the nursery ``AsyncTransport``'s pools run in under trio.
 
 Rules of this module
 --------------------
@@ -16,6 +17,10 @@ Rules of this module
   ``OSError``, as asyncio's does); the reader sees the stream closed. trio's own errors stay
   here.
 * Timeouts raise ``TimeoutError`` (as ``asyncio.timeout``); a cancellation is ``trio.Cancelled``.
+  A frame that must go out through a caller's cancellation (a stream's reset) is written in a
+  shielded scope bounded by ``GRACE``.
+* The transport's pools each run inside their own ``async with pool:`` block, in a task of the
+  transport's nursery (``PoolRunner``), which its client's ``async with`` opens and ends.
 """
 
 from __future__ import annotations

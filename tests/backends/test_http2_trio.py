@@ -542,3 +542,35 @@ def test_on_asyncio_the_backend_does_not_import_trio() -> None:
         [sys.executable, "-W", "error", "-c", code], capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_the_connections_timer_under_trio() -> None:
+    """``_trio.Loop``, the connection's ``call_later`` under trio (its half-way PINGs): calls in
+    order of their time, a cancelled one never made, and the cancelled ones dropped from its
+    heap once they are half of it (one per read that was answered in time). On trio's
+    MockClock: virtual time."""
+    from frontends import run_trio
+    from poolkit.backends.http2 import _trio as h2_trio
+
+    async def main() -> None:
+        loop = h2_trio.Loop()
+        made: list[tuple[str, float]] = []
+
+        def note(what: str) -> None:
+            made.append((what, loop.time()))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(loop.run)
+            start = loop.time()
+            loop.call_later(2, note, "b")
+            loop.call_later(1, note, "a")
+            loop.call_later(1.5, note, "never").cancel()
+            for _ in range(100):  # (reads answered in time: their PINGs cancelled)
+                loop.call_later(60, note, "never").cancel()
+            loop.call_later(3, note, "c")
+            assert len(loop._due) < 10  # the cancelled ones dropped
+            await trio.sleep(5)
+            nursery.cancel_scope.cancel()
+        assert [(what, when - start) for what, when in made] == [("a", 1), ("b", 2), ("c", 3)]
+
+    run_trio(main)

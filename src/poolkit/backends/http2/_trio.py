@@ -138,15 +138,18 @@ class Stream(_Stream):
 
 
 class _Call:
-    __slots__ = ("args", "cancelled", "function")
+    __slots__ = ("args", "cancelled", "function", "loop")
 
-    def __init__(self, function: Callable[..., object], args: tuple[Any, ...]) -> None:
+    def __init__(self, loop: Loop, function: Callable[..., object], args: tuple[Any, ...]) -> None:
+        self.loop = loop
         self.function = function
         self.args = args
         self.cancelled = False
 
     def cancel(self) -> None:
-        self.cancelled = True
+        if not self.cancelled:
+            self.cancelled = True
+            self.loop._dead += 1
 
 
 class Loop:
@@ -157,15 +160,23 @@ class Loop:
         self._due: list[tuple[float, int, _Call]] = []
         self._count = itertools.count()
         self._scope: trio.CancelScope | None = None
+        #: calls cancelled and still in ``_due`` (each read's PING, cancelled when it is
+        #: answered in time): dropped once they are half of it
+        self._dead = 0
 
     @staticmethod
     def time() -> float:
         return trio.current_time()
 
     def call_later(self, delay: float, function: Callable[..., object], *args: Any) -> _Call:
-        call = _Call(function, args)
+        due = self._due
+        if self._dead > 32 and self._dead * 2 > len(due):
+            due[:] = [entry for entry in due if not entry[2].cancelled]
+            heapq.heapify(due)
+            self._dead = 0
+        call = _Call(self, function, args)
         when = trio.current_time() + delay
-        heapq.heappush(self._due, (when, next(self._count), call))
+        heapq.heappush(due, (when, next(self._count), call))
         scope = self._scope
         if scope is not None and when < scope.deadline:
             scope.deadline = when
@@ -180,7 +191,9 @@ class Loop:
             now = trio.current_time()
             while due and due[0][0] <= now:
                 call = heapq.heappop(due)[2]
-                if not call.cancelled:
+                if call.cancelled:
+                    self._dead -= 1
+                else:
                     call.function(*call.args)
 
 

@@ -18,7 +18,7 @@ import threading
 import traceback
 import weakref
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import timedelta
 from typing import Any, Final, Generic, Protocol, TypeVar, final, runtime_checkable
 
@@ -121,9 +121,18 @@ class ConnectContext:
 
     ``cancelled`` turns true when the pool abandons this connect (``clear(interrupt_in_use=True)``,
     ``close()``, or the connect timeout); a blocking connect function may poll it.
+    :meth:`start_soon` starts a task for the life of the connection (``AsyncPool`` only).
     """
 
-    __slots__ = ("_cancelled", "_task", "address", "connection_id", "generation", "pool")
+    __slots__ = (
+        "_cancelled",
+        "_spawner",
+        "_task",
+        "address",
+        "connection_id",
+        "generation",
+        "pool",
+    )
 
     def __init__(self, connection_id: int, address: str, pool: Any, generation: int) -> None:
         self.connection_id = connection_id
@@ -132,10 +141,33 @@ class ConnectContext:
         self.generation = generation
         self._cancelled = False
         self._task: Any = None
+        #: the pool's way to start a task for the connection's life (``AsyncPool``'s), or None
+        self._spawner: Callable[[ConnectContext, Any, str], None] | None = None
 
     @property
     def cancelled(self) -> bool:
         return self._cancelled
+
+    def start_soon(
+        self, function: Callable[..., Awaitable[Any]], *args: Any, name: str | None = None
+    ) -> None:
+        """Start ``function(*args)`` as a task that lives as long as the connection being made
+        (a multiplexed protocol's reader, say), as ``trio.Nursery.start_soon`` takes it.
+
+        On asyncio it is a task of the pool's loop that the pool keeps; under trio it runs in
+        the pool's nursery (the one ``async with pool:`` opens: no task outlives the block).
+        The pool cancels it when it has closed the connection (after an async close has run),
+        or when this connect fails; a task that ends earlier simply ends. What it raises (but a
+        cancellation) is logged, never raised into the pool. Only ``AsyncPool`` has tasks:
+        under ``Pool``, or for a context no pool made, this raises ``RuntimeError``."""
+        spawner = self._spawner
+        if spawner is None:
+            raise RuntimeError(
+                "ConnectContext.start_soon(): only an AsyncPool's connect can start a task for "
+                "its connection's life (this context is a Pool's, or no pool's)"
+            )
+        work = function(*args)
+        spawner(self, work, name or f"poolkit-conn-{self.connection_id}")
 
     def __repr__(self) -> str:
         return f"<ConnectContext id={self.connection_id} address={redact(self.address)!r}>"

@@ -172,6 +172,11 @@ class TrioIO:
             )
         return self
 
+    @property
+    def running(self) -> bool:
+        """Whether the pool's nursery is open (inside ``async with pool:``)."""
+        return self._nursery is not None
+
     def create_future(self) -> Waiter:
         """What a waiting checkout awaits (``AsyncPool.checkout``'s ``loop.create_future()``)."""
         return Waiter()

@@ -141,11 +141,23 @@ def _close_quietly(connection: Any) -> None:
         _log.exception("closing %r raised", connection)
 
 
-async def _await_close(result: Awaitable[Any], conn_id: int, address: str) -> None:
+async def _await_close(
+    result: Awaitable[Any], conn_id: int, address: str, lives: list[Any] | None = None
+) -> None:
     try:
         await result
     except Exception:
         _log.exception("closing connection %d of %s raised", conn_id, address)
+    finally:
+        if lives is not None:  # (the connection's own tasks: over once it is closed)
+            _cancel_all(lives)
+
+
+def _cancel_all(tasks: list[Any]) -> None:
+    """Cancel each task (asyncio's, or the trio I/O's) of a connection's life."""
+    for task in list(tasks):
+        if not task.done():
+            task.cancel()
 
 
 class _AsyncLease(Lease[Any]):
@@ -724,6 +736,9 @@ class AsyncPool(PoolBase[C]):
         self._closing = None
         self._trio = None
         self._current_task = asyncio.current_task
+        #: the tasks connections started for their life (``ConnectContext.start_soon``), by
+        #: connection id, until the pool closes the connection
+        self._lives: dict[int, list[Any]] = {}
 
     @staticmethod
     def _wake(owner: Any) -> None:
@@ -774,6 +789,7 @@ class AsyncPool(PoolBase[C]):
 
     def _start_connect(self, conn: Conn) -> None:
         ctx = ConnectContext(conn.id, self._connect_address, self, conn.generation)
+        ctx._spawner = self._start_life
         conn.handle = ctx
 
         def never_ran() -> None:
@@ -798,14 +814,69 @@ class AsyncPool(PoolBase[C]):
             # Abandoned by the pool (then the core already closed the record) or cancelled from
             # outside (loop shutdown): either way the connect failed, and a waiter is told so
             # with a pool error, not with a cancellation of its own.
+            self._end_lives(conn.id)
             self._connect_ended(conn, self._cancelled(conn))
             return
         except GeneratorExit:  # closed unfinished (its loop is gone): nothing to tell the pool
+            self._end_lives(conn.id)
             raise
         except BaseException as exc:
+            self._end_lives(conn.id)
             self._connect_over(conn, None, exc)
             return
         self._connect_over(conn, result)
+
+    def _start_life(self, ctx: ConnectContext, work: Any, name: str) -> None:
+        """``ctx.start_soon``: ``work`` in a task for the life of ``ctx``'s connection (see
+        there): the trio I/O's in the pool's nursery, or a task of the pool's loop; kept by
+        connection id until the pool closes that connection (``_close_connection``)."""
+        if ctx._cancelled:
+            work.close()
+            raise RuntimeError(
+                f"ConnectContext.start_soon(): the pool ({self.address}) abandoned this connect"
+            )
+        lives = self._lives.setdefault(ctx.connection_id, [])
+        run = self._run_life(work, ctx.connection_id, lives)
+        if self._trio is not None:
+            try:
+                task: Any = self._trio.spawn(run, name)
+            except BaseException:
+                work.close()  # (``run`` closed by ``spawn``)
+                raise
+        else:
+            loop = self._loop
+            try:
+                if loop is None or _running_loop() is not loop:
+                    raise RuntimeError(
+                        f"ConnectContext.start_soon(): the pool ({self.address}) runs on the "
+                        "event loop it first ran on, and it is not running here"
+                    )
+                task = loop.create_task(run, name=name)
+            except BaseException:
+                run.close()
+                work.close()
+                raise
+            # (cancelled before its first step, ``work`` never ran: closed, not left un-awaited)
+            task.add_done_callback(lambda done: work.close() if done.cancelled() else None)
+        lives.append(task)
+
+    async def _run_life(self, work: Any, conn_id: int, lives: list[Any]) -> None:
+        task = self._current_task()
+        try:
+            await work
+        except self._cancel_errors:
+            pass  # (the pool's cancel: the connection is closed, or its connect failed)
+        except Exception:
+            _log.exception("a task of connection %d of %s raised", conn_id, self.address)
+        finally:
+            if task in lives:
+                lives.remove(task)
+
+    def _end_lives(self, conn_id: int) -> None:
+        """The tasks connection ``conn_id`` started for its life, cancelled."""
+        lives = self._lives.pop(conn_id, None)
+        if lives:
+            _cancel_all(lives)
 
     async def _configured(self, result: Any) -> None:
         """``hooks.configure`` on a new connection; if it fails (or is cancelled), the connection
@@ -901,25 +972,71 @@ class AsyncPool(PoolBase[C]):
                 ctx._cancelled = True
                 if ctx._task is not None and not ctx._task.done():
                     ctx._task.cancel()
+            self._end_lives(conn.id)
+            return
+        lives = self._lives.pop(conn.id, None) if self._lives else None
+        trio_io = self._trio
+        if trio_io is not None and not trio_io.running:
+            self._close_after_block(conn, connection, lives)
             return
         try:
             result = call_close(connection, prefer_aclose=True)
         except Exception:
             _log.exception("closing connection %d of %s raised", conn.id, self.address)
+            if lives:
+                _cancel_all(lives)
             return
-        if inspect.isawaitable(result):
-            work = _await_close(result, conn.id, self.address)
+        if not inspect.isawaitable(result):
+            if lives:
+                _cancel_all(lives)
+            return
+        # (an async close: the connection's tasks are cancelled once it has run)
+        work = _await_close(result, conn.id, self.address, lives)
 
-            def never_ran() -> None:  # (cancelled before it awaited the close: not left un-awaited)
-                if inspect.iscoroutine(result):
-                    result.close()  # (no-op if it ran)
+        def never_ran() -> None:  # (cancelled before it awaited the close: not left un-awaited)
+            if inspect.iscoroutine(result):
+                result.close()  # (no-op if it ran)
+            if lives:
+                _cancel_all(lives)
 
+        try:
+            self._spawn(work, f"poolkit-close-{conn.id}", never_ran)
+        except RuntimeError:
+            if inspect.iscoroutine(result):
+                result.close()
+            if lives:
+                _cancel_all(lives)
+            _log.exception("connection %d of %s could not be closed", conn.id, self.address)
+
+    def _close_after_block(self, conn: Conn, connection: Any, lives: list[Any] | None) -> None:
+        """Under trio, a connection to close once the pool's ``async with`` block has ended (a
+        lease given back after it): no nursery is left to await a close in. Its plain
+        ``close()``, if it has one, closes it here; one whose close is async only is left open
+        and the call that gave it back raises ``RuntimeError`` saying so (the pool's books and
+        events are done first: the lease is back, the connection closed in the pool's eyes)."""
+        if lives:
+            _cancel_all(lives)
+        close = getattr(connection, "close", None)
+        if close is not None and not inspect.iscoroutinefunction(close):
             try:
-                self._spawn(work, f"poolkit-close-{conn.id}", never_ran)
-            except RuntimeError:
-                if inspect.iscoroutine(result):
-                    result.close()
-                _log.exception("connection %d of %s could not be closed", conn.id, self.address)
+                result = close()
+            except Exception:
+                _log.exception("closing connection %d of %s raised", conn.id, self.address)
+                return
+            if not inspect.isawaitable(result):
+                return
+            if inspect.iscoroutine(result):
+                result.close()
+        elif getattr(connection, "aclose", None) is None:
+            return  # (nothing to close)
+        self._sink.flush()  # (the events of the give-back, before the error)
+        raise RuntimeError(
+            f"AsyncPool ({self.address}) under trio: connection {conn.id} was given back after "
+            "the pool's `async with` block ended, and its close is async only, which needs the "
+            "pool's nursery: the pool has let it go but it is still open; close it yourself "
+            f"(`await connection.aclose()`: {connection!r}), or give leases back inside the "
+            "block"
+        )
 
     # ------------------------------------------------------------------ leases lost, fork
 

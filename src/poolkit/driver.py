@@ -22,7 +22,8 @@ What ``poolkit`` exports (:class:`~poolkit.ConnectContext`, :class:`~poolkit.Est
   connection made through it, so that a wrong address fails the builder's call (the pool
   closed, no warning that it goes on trying);
 * :func:`require_asyncio`, the error a connect function or builder whose driver runs on asyncio
-  only raises at the call under another async library (trio).
+  only raises at the call under another async library (trio);
+* :func:`trio_running`, for a connect function whose driver runs on both: which I/O to use.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ __all__ = [
     "pip_install",
     "require_asyncio",
     "start",
+    "trio_running",
     "with_default_hooks",
 ]
 
@@ -144,6 +146,13 @@ def require_asyncio(call: str, library: str) -> None:
             "on trio (and anyio's trio backend), with a connect function whose I/O is trio's "
             "(poolkit.backends.tcp's works on both)"
         )
+
+
+def trio_running() -> bool:
+    """Whether the async library running in this thread is trio (or anyio on trio), as
+    ``AsyncPool`` chooses its I/O: asked without importing trio (false when it is not imported,
+    or not running)."""
+    return _trio_running()
 
 
 @contextlib.contextmanager

@@ -1,5 +1,5 @@
 """The backends whose driver runs on asyncio only (asyncpg, psycopg's AsyncConnection,
-redis.asyncio, poolkit.mongodb's and poolkit.backends.http2's asyncio streams) say so at the
+redis.asyncio, poolkit.mongodb's asyncio streams) say so at the
 call under trio (issue 41, point 4), naming it, before any I/O: their connect functions, and
 their builders (``async with create_async_pool(...)``). No server is needed: nothing is dialled.
 """
@@ -13,7 +13,7 @@ import pytest
 import trio
 
 import poolkit
-from poolkit.backends import asyncpg, http2, psycopg, redis
+from poolkit.backends import asyncpg, psycopg, redis
 from poolkit.mongodb import async_connect as mongo_connect
 from poolkit.mongodb import create_async_pool as mongo_pool
 
@@ -22,13 +22,11 @@ CONNECTS: dict[str, Callable[[], Any]] = {
     "psycopg.async_connect": lambda: psycopg.async_connect("host=127.0.0.1 port=9"),
     "redis.async_connect": lambda: redis.async_connect("redis://127.0.0.1:9/0"),
     "mongodb.async_connect": lambda: mongo_connect("127.0.0.1", 9),
-    "http2.async_connect": lambda: http2.async_connect("http://127.0.0.1:9"),
 }
 BUILDERS: dict[str, Callable[[], Any]] = {
     "psycopg.create_async_pool": lambda: psycopg.create_async_pool("host=127.0.0.1 port=9"),
     "redis.create_async_pool": lambda: redis.create_async_pool("redis://127.0.0.1:9/0"),
     "mongodb.create_async_pool": lambda: mongo_pool("mongodb://127.0.0.1:9"),
-    "http2.create_async_pool": lambda: http2.create_async_pool("http://127.0.0.1:9"),
 }
 
 

@@ -90,3 +90,19 @@ def test_check_socket_tells_a_healthy_socket_from_a_closed_or_chatty_one() -> No
 
 def test_pip_install_names_the_extra() -> None:
     assert "poolkit[redis]" in driver.pip_install("redis")
+
+
+def test_trio_running_tells_which_library_runs() -> None:
+    import asyncio
+
+    import trio
+
+    async def under_asyncio() -> bool:
+        return driver.trio_running()
+
+    async def under_trio() -> bool:
+        return driver.trio_running()
+
+    assert driver.trio_running() is False  # (none running)
+    assert asyncio.run(under_asyncio()) is False
+    assert trio.run(under_trio) is True

@@ -420,3 +420,44 @@ def test_the_asyncio_paths_do_not_import_trio() -> None:
         [sys.executable, "-W", "error", "-c", code], capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0, done.stderr
+
+
+class SyncClosable(Session):
+    """A connection with a plain ``close()`` beside its async ``aclose()``."""
+
+    def close(self) -> None:
+        self.closed += 1
+
+
+@pytest.mark.parametrize("kind", ["async only", "plain close too"])
+def test_a_lease_given_back_after_the_block_is_closed_or_says_why_not(kind: str) -> None:
+    """After the pool's block (no nursery left to await a close in): a connection with a plain
+    ``close()`` is closed with it at once; one whose close is async only is left open, and the
+    call that gave it back raises ``RuntimeError`` saying so, the pool's books and events done."""
+    made: list[Session] = []
+    events: list[ev.PoolEvent] = []
+
+    async def connect(ctx: poolkit.ConnectContext) -> Session:
+        made.append((Session if kind == "async only" else SyncClosable)(ctx.connection_id))
+        return made[-1]
+
+    async def main() -> None:
+        pool = poolkit.AsyncPool(connect, address="db:1", listeners=[events.append])
+        async with pool:
+            lease = await pool.checkout()
+        assert made[0].closed == 0  # (still out when the block ended)
+        if kind == "async only":
+            with pytest.raises(RuntimeError, match=r"given back after the pool's `async with`"):
+                lease.release()
+            assert made[0].closed == 0
+        else:
+            lease.release()
+            assert made[0].closed == 1
+        stats = pool.stats()
+        assert (stats.in_use, stats.total) == (0, 0)
+        assert isinstance(events[-1], ev.ConnectionClosedEvent)
+        assert any(isinstance(e, ev.ConnectionCheckedInEvent) for e in events)
+        with pytest.raises(poolkit.InvalidLeaseError):  # (given back: once)
+            lease.release()
+
+    run_trio(main)

@@ -1,6 +1,6 @@
 """HTTP/2 for :class:`poolkit.AsyncPool`: one connection serves as many leases as the server's
 ``SETTINGS_MAX_CONCURRENT_STREAMS``, each lease one stream (``pip install 'poolkit[http2]'``:
-the ``h2`` library, over asyncio streams).
+the ``h2`` library, over asyncio streams, or trio's under trio: the library running decides).
 
     pool = await http2.create_async_pool("https://example.org", max_size=2)
     async with pool.connection() as conn:          # one stream of a shared connection
@@ -15,7 +15,8 @@ Under httpx, :class:`AsyncTransport` gives each origin a pool:
 
 The package, a module a job: ``_errors`` (what a failed request says of whether it may be sent
 again), ``_connection`` (the HTTP/2 client of one connection: :class:`H2Connection`, its
-reader, its streams, its liveness; the rules of the protocol side are in its header), ``_pool``
+reader, its streams, its liveness; the rules of the protocol side are in its header),
+``_trio`` (its I/O under trio, and the transport's nursery there), ``_pool``
 (the connect function, hooks and builder of a :class:`poolkit.AsyncPool` of them) and
 ``_transport`` (the httpx transport on those pools).
 """

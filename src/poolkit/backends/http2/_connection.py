@@ -1,5 +1,5 @@
 """One HTTP/2 connection of a client, shared by the leases of a poolkit pool: each request a
-stream (the ``h2`` library, over asyncio streams).
+stream (the ``h2`` library, over asyncio streams, or trio's: ``_trio``).
 
 Rules of this module
 --------------------
@@ -28,6 +28,14 @@ Rules of this module
   end or the response closed (an unread response is reset, ``CANCEL``). A request cancelled
   mid-way resets its stream too.
 * ``ping`` (PING and its acknowledgement) is the keep-alive probe.
+* The async library is chosen once, at :meth:`H2Connection.open`: asyncio's streams, futures,
+  queues, locks and loop, or under trio their stand-ins from ``_trio`` (trio's streams, with a
+  writer task that buffers as asyncio's transport does, so that the reader's acknowledgements
+  never wait on a write), which this module uses through the same names (``write``/``drain``,
+  ``done``/``set_result``, ``put_nowait``/``get``, ``loop.time``/``loop.call_later``). Under
+  trio the connection's tasks (reader, writer, timer) run in one task started by ``spawn``
+  (the pool's ``ConnectContext.start_soon``, or a nursery's ``start_soon``): never a hidden
+  one. Nothing of trio is imported on asyncio.
 """
 
 from __future__ import annotations
@@ -36,7 +44,7 @@ import asyncio
 import contextlib
 import ssl
 import urllib.parse
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any, Final
 
 import h2.config
@@ -47,6 +55,7 @@ import h2.exceptions
 import h2.settings
 import h2.utilities
 
+from ...driver import trio_running
 from ._errors import (
     ConnectionLostError,
     HTTP2Error,
@@ -140,9 +149,14 @@ class Response:
             return
         self.closed = True
         stream = self._stream
-        if not stream.ended and stream.error is None:
-            await self._connection._reset(stream, h2.errors.ErrorCodes.CANCEL)
-        self._connection._forget(stream)
+        try:
+            if not stream.ended and stream.error is None:
+                # (carried through the caller's cancellation: the server stops sending it)
+                await self._connection._shielded(
+                    self._connection._reset(stream, h2.errors.ErrorCodes.CANCEL)
+                )
+        finally:
+            self._connection._forget(stream)
 
     def __repr__(self) -> str:
         return f"<Response [{self.status}] stream {self.stream_id}>"
@@ -162,6 +176,7 @@ class H2Connection:
         *,
         pool: Any = None,
         connection_id: int = 0,
+        io: Any = None,
     ) -> None:
         self.authority = authority
         self.scheme = scheme
@@ -178,17 +193,32 @@ class H2Connection:
         )
         self._h2 = h2.connection.H2Connection(config=config)
         self._streams: dict[int, _Stream] = {}
-        self._write_lock = asyncio.Lock()
-        self._window = asyncio.Event()  #: set when the server opens flow-control window
-        self._settings = asyncio.Event()  #: set at the server's first SETTINGS
-        self._pings: dict[bytes, asyncio.Future[None]] = {}
+        #: the async library's parts (see the rules): asyncio's, or ``io``'s (trio's)
+        self._io = io
+        if io is None:
+            self._stream_class: Callable[[int], _Stream] = _Stream
+            self._write_lock: Any = asyncio.Lock()
+            self._window: Any = asyncio.Event()  #: set when the server opens flow-control window
+            self._settings: Any = asyncio.Event()  #: set at the server's first SETTINGS
+            self._loop: Any = asyncio.get_running_loop()
+            self._timeout: Callable[[float | None], Any] = asyncio.timeout
+            self._cancelled: tuple[type[BaseException], ...] = (asyncio.CancelledError,)
+        else:
+            self._stream_class = io.Stream
+            self._write_lock = io.Lock()
+            self._window = io.Event()
+            self._settings = io.Event()
+            self._loop = io.loop
+            self._timeout = io.timeout
+            self._cancelled = io.cancelled
+        self._pings: dict[bytes, Any] = {}
         self._ping_count = 0
         self._error: BaseException | None = None
         self._closing = False  #: aclose() called: the pool closes it, nothing to tell it
         #: the last stream the server still answers after its GOAWAY (None: no GOAWAY)
         self.goaway_last_stream: int | None = None
-        self._reading: asyncio.Task[None] | None = None
-        self._loop = asyncio.get_running_loop()
+        #: the reader: an asyncio task, or the trio I/O's handle (``cancel``, ``done``, awaited)
+        self._reading: Any = None
         #: the loop's time when the server was last heard (any frame): a wait that hears nothing
         #: for its whole timeout, a PING sent half-way, finds the connection dead (answer_within)
         self.heard_at = self._loop.time()
@@ -206,15 +236,33 @@ class H2Connection:
         server_hostname: str | None = None,
         pool: Any = None,
         connection_id: int = 0,
+        spawn: Callable[..., object] | None = None,
     ) -> H2Connection:
         """Connect (TLS with ALPN ``h2`` when ``tls`` is given, else prior knowledge), send the
-        connection preface and wait for the server's SETTINGS."""
-        reader, writer = await asyncio.open_connection(
-            host,
-            port,
-            ssl=tls,
-            server_hostname=(server_hostname or host) if tls is not None else None,
-        )
+        connection preface and wait for the server's SETTINGS.
+
+        On asyncio the reader is a task of the running loop. Under trio (the async library
+        running decides) the connection's tasks run in one started with ``spawn`` (required
+        there): the pool's ``ConnectContext.start_soon``, or a nursery's ``start_soon``; they
+        end when the connection closes."""
+        io: Any = None
+        if trio_running():
+            from . import _trio  # (only under trio: asyncio never imports it)
+
+            if spawn is None:
+                raise RuntimeError(
+                    "H2Connection.open() under trio: its reader runs in a task of yours, so "
+                    "pass spawn= (a nursery's start_soon, or the connect's ctx.start_soon)"
+                )
+            io = _trio.TrioIO(spawn)
+            reader, writer = await io.connect(host, port, tls, server_hostname)
+        else:
+            reader, writer = await asyncio.open_connection(
+                host,
+                port,
+                ssl=tls,
+                server_hostname=(server_hostname or host) if tls is not None else None,
+            )
         try:
             if tls is not None:
                 chosen = writer.get_extra_info("ssl_object").selected_alpn_protocol()
@@ -225,7 +273,9 @@ class H2Connection:
             scheme = "https" if tls is not None else "http"
             default = 443 if tls is not None else 80
             authority = host if port == default else f"{host}:{port}"
-            conn = cls(reader, writer, authority, scheme, pool=pool, connection_id=connection_id)
+            conn = cls(
+                reader, writer, authority, scheme, pool=pool, connection_id=connection_id, io=io
+            )
             await conn._start()
         except BaseException:
             writer.close()
@@ -243,6 +293,13 @@ class H2Connection:
         )
         h2c.initiate_connection()
         h2c.increment_flow_control_window(_LOCAL_WINDOW - 65535)
+        if self._io is not None:  # (trio: the connection's tasks, then the preface)
+            self._reading = self._io.start(self._read_loop)
+            await self._flush()
+            await self._settings.wait()  # (set by the reader's end too: ``_lost``)
+            if self._error is not None:
+                raise self._error
+            return
         await self._flush()
         self._reading = asyncio.get_running_loop().create_task(self._read_loop())
         settled = asyncio.ensure_future(self._settings.wait())
@@ -261,6 +318,17 @@ class H2Connection:
         :data:`MAX_STREAMS_CAP`."""
         limit = self._h2.remote_settings.max_concurrent_streams
         return max(1, min(int(limit), MAX_STREAMS_CAP))
+
+    def close(self) -> None:
+        """:meth:`aclose` without waiting: the GOAWAY written (sent as the socket closes, if it
+        still can be) and the socket closed; streams in flight fail. What a pool uses where it
+        cannot await (under trio, a lease given back after the pool's block ended)."""
+        self._closing = True
+        if not self._writer.is_closing():
+            with contextlib.suppress(Exception):
+                self._h2.close_connection()
+                self._writer.write(self._h2.data_to_send())
+        self._lost(ConnectionLostError(f"the connection to {self.authority} was closed"))
 
     async def aclose(self) -> None:
         """Say goodbye (GOAWAY) and close the socket; streams in flight fail."""
@@ -314,7 +382,7 @@ class H2Connection:
         try:
             async with self._write_lock:
                 stream_id = self._next_stream_id()
-                stream = self._streams[stream_id] = _Stream(stream_id)
+                stream = self._streams[stream_id] = self._stream_class(stream_id)
                 self._h2.send_headers(stream_id, checked, end_stream=body is None)
                 self._writer.write(self._h2.data_to_send())
                 await self._writer.drain()
@@ -325,7 +393,7 @@ class H2Connection:
             if stream is not None:
                 if not stream.ended and stream.error is None and not self.closed:
                     with contextlib.suppress(Exception):
-                        await asyncio.shield(self._reset(stream, h2.errors.ErrorCodes.CANCEL))
+                        await self._shielded(self._reset(stream, h2.errors.ErrorCodes.CANCEL))
                 self._forget(stream)
             if isinstance(exc, OSError | h2.exceptions.ProtocolError) and not isinstance(
                 exc, HTTP2Error
@@ -335,7 +403,10 @@ class H2Connection:
                 if reading is not None and not reading.done():
                     # (what the server sent before it went, a GOAWAY among it, is read first: it
                     # may say this stream was never processed)
-                    await asyncio.wait({reading}, timeout=1.0)
+                    if self._io is None:
+                        await asyncio.wait({reading}, timeout=1.0)
+                    else:
+                        await self._io.wait_done(reading, 1.0)
                 self._lost(error)
                 refused = None if stream is None else self._refused(stream.id)
                 raise (refused or error) from exc
@@ -437,16 +508,28 @@ class H2Connection:
     def _forget(self, stream: _Stream) -> None:
         self._streams.pop(stream.id, None)
 
+    async def _shielded(self, step: Awaitable[None]) -> None:
+        """``step`` (a frame's write) carried through a cancellation of the caller: asyncio's
+        ``shield``, or a shielded trio scope (bounded: a write never holds a cancelled caller
+        more than a second)."""
+        if self._io is None:
+            await asyncio.shield(step)
+        else:
+            await self._io.shielded(step)
+
+    def _new_future(self) -> Any:
+        return asyncio.get_running_loop().create_future() if self._io is None else self._io.Future()
+
     async def ping(self, timeout: float | None = None) -> None:
         """PING the server and wait for its acknowledgement (the keep-alive probe)."""
         if self._error is not None:
             raise ConnectionLostError(str(self._error)) from self._error
         self._ping_count += 1
         opaque = self._ping_count.to_bytes(8, "big")
-        answered = self._pings[opaque] = asyncio.get_running_loop().create_future()
+        answered = self._pings[opaque] = self._new_future()
         try:
             await self._flush(lambda: self._h2.ping(opaque))
-            async with asyncio.timeout(timeout):
+            async with self._timeout(timeout):
                 await answered
         finally:
             self._pings.pop(opaque, None)
@@ -474,7 +557,7 @@ class H2Connection:
                 out = self._h2.data_to_send()
                 if out:
                     self._writer.write(out)  # (acks: written at once, in order; no drain here)
-        except asyncio.CancelledError:
+        except self._cancelled:
             raise
         except BaseException as exc:
             error = (
@@ -618,7 +701,7 @@ class H2Connection:
         since = self._loop.time()
         nudge = self._loop.call_later(timeout / 2, self._nudge, since)
         try:
-            async with asyncio.timeout(timeout):
+            async with self._timeout(timeout):
                 yield
         except TimeoutError:
             if self.heard_at < since and not self.closed:

@@ -16,7 +16,6 @@ from ...driver import (
     PoolStarter,
     async_start,
     check_seconds,
-    require_asyncio,
     with_default_hooks,
 )
 from ...events import Listener
@@ -58,12 +57,12 @@ def async_connect(
     origin (``https://``: TLS with ALPN ``h2``, checked against ``tls``, an ``ssl.SSLContext``
     or the system's CAs; ``http://``: prior knowledge), serving the server's
     ``SETTINGS_MAX_CONCURRENT_STREAMS`` leases at once and telling the pool when that changes or
-    the server says GOAWAY."""
+    the server says GOAWAY. On asyncio and under trio alike (the library running decides):
+    under trio the connection's reader runs in the pool's nursery (``ctx.start_soon``)."""
     host, port, secure, _ = origin_of(url)
     context = _tls_context(tls) if secure else None
 
     async def connect_h2(ctx: ConnectContext) -> Established[H2Connection]:
-        require_asyncio("http2.async_connect", "poolkit.backends.http2 (asyncio streams)")
         conn = await H2Connection.open(
             host,
             port,
@@ -71,6 +70,7 @@ def async_connect(
             server_hostname=server_hostname,
             pool=ctx.pool,
             connection_id=ctx.connection_id,
+            spawn=ctx.start_soon,
         )
         return Established(conn, max_streams=conn.max_streams)
 
@@ -114,13 +114,14 @@ def create_async_pool(
     given, replace all three (with :func:`async_hooks` unless they have hooks of their own).
     One connection is made first: a server that cannot be reached, or that does not speak
     HTTP/2, fails the ``await`` (the pool closed). :class:`AsyncTransport` stays lazy: it makes
-    an origin's pool at its first request, without this first connection."""
+    an origin's pool at its first request, without this first connection. Under trio:
+    ``async with create_async_pool(url) as pool:`` (the pool's tasks run in the nursery its
+    block opens)."""
     origin_of(url)  # (a bad URL fails here)
     chosen = options_for(max_size, options, keep_alive, "create_async_pool")
 
     async def start() -> AsyncPool[H2Connection]:
-        require_asyncio("http2.create_async_pool", "poolkit.backends.http2 (asyncio streams)")
-        pool = _new_pool(url, chosen, listeners, tls)
+        pool = new_pool(url, chosen, listeners, tls)
         await async_start(pool)
         return pool
 
@@ -144,9 +145,10 @@ def options_for(
     return with_default_hooks(options, async_hooks(), "create_async_pool")
 
 
-def _new_pool(
+def new_pool(
     url: str, options: PoolOptions, listeners: Iterable[Listener], tls: bool | ssl.SSLContext
 ) -> AsyncPool[H2Connection]:
+    """A new pool of ``url``'s origin (paused: not yet ready)."""
     _, _, _, shown = origin_of(url)
     return AsyncPool(
         async_connect(url, tls=tls), address=shown, options=options, listeners=listeners
@@ -158,6 +160,6 @@ def ready_pool(
 ) -> AsyncPool[H2Connection]:
     """The transport's pool for ``url``'s origin: made ready, no connection made yet (the
     request that asked for it makes the first)."""
-    pool = _new_pool(url, options, listeners, tls)
+    pool = new_pool(url, options, listeners, tls)
     pool.ready()
     return pool

@@ -1,7 +1,12 @@
 """An httpx transport on poolkit pools of HTTP/2 connections, one pool per origin: httpx's
 timeouts bound the wait for a stream and for the server, a request the server did not process is
 sent again on another connection, and every error is the one httpx's own pool raises in that case
-(poolkit's its ``__cause__``)."""
+(poolkit's its ``__cause__``).
+
+On asyncio and under trio alike (httpx runs on both): under trio each origin's pool runs in a
+task of a nursery the transport opens when its client's ``async with`` block begins
+(``async with httpx.AsyncClient(transport=...)``) and that ends with the block, every pool
+closed: no task of the transport's outlives it."""
 
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ from typing import Any
 import httpx
 
 from ...asyncio import AsyncPool
+from ...driver import trio_running
 from ...errors import (
     ConnectTimeoutError,
     PoolClosedError,
@@ -30,7 +36,7 @@ from ._errors import (
     StreamRefusedError,
     StreamResetError,
 )
-from ._pool import options_for, origin_of, ready_pool
+from ._pool import new_pool, options_for, origin_of, ready_pool
 
 
 class _Body(httpx.AsyncByteStream):
@@ -97,6 +103,9 @@ class AsyncTransport(httpx.AsyncBaseTransport):
     forbids: it fails alone, the connection serves on), ``ConnectError`` / ``ConnectTimeout``,
     ``ReadError`` / ``ReadTimeout`` / ``RemoteProtocolError``, and ``TransportError`` for a
     request still waiting when the transport closes.
+
+    Under trio it must be used inside its client's ``async with`` block (the nursery its pools
+    run in); a request outside one raises ``RuntimeError`` saying so.
     """
 
     def __init__(
@@ -117,6 +126,8 @@ class AsyncTransport(httpx.AsyncBaseTransport):
         self._retries = retries
         self._pools: dict[str, AsyncPool[H2Connection]] = {}
         self._closed = False
+        #: under trio, the nursery its pools run in (``_trio.PoolRunner``), once entered
+        self._runner: Any = None
 
     def pool(self, url: str) -> AsyncPool[H2Connection]:
         """The pool of ``url``'s origin (made if it has none yet)."""
@@ -125,12 +136,44 @@ class AsyncTransport(httpx.AsyncBaseTransport):
         _, _, _, origin = origin_of(url)
         pool = self._pools.get(origin)
         if pool is None:
-            pool = self._pools[origin] = ready_pool(url, self._options, self._listeners, self._tls)
+            if self._runner is None and not trio_running():
+                pool = ready_pool(url, self._options, self._listeners, self._tls)
+            else:  # (trio: it starts in a task of the transport's nursery)
+                pool = new_pool(url, self._options, self._listeners, self._tls)
+                self._trio_runner("AsyncTransport.pool()").run(pool)
+            self._pools[origin] = pool
         return pool
+
+    def _trio_runner(self, call: str) -> Any:
+        if self._runner is None:
+            raise RuntimeError(
+                f"http2.{call} under trio: the transport's pools run in a nursery its client's "
+                "`async with httpx.AsyncClient(transport=...)` block opens; use the client "
+                "inside that block"
+            )
+        return self._runner
+
+    async def __aenter__(self) -> AsyncTransport:
+        if trio_running() and self._runner is None:
+            from ._trio import PoolRunner  # (only under trio)
+
+            self._runner = PoolRunner()
+            await self._runner.open()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        runner = self._runner
+        try:
+            await self.aclose()
+        finally:
+            if runner is not None:
+                await runner.exit()
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         timeouts: dict[str, float | None] = request.extensions.get("timeout", {})
         pool = self.pool(str(request.url))
+        if self._runner is not None:  # (trio: the pool's block entered, in its task)
+            await self._runner.started(pool)
         target = request.url.raw_path.decode("ascii")
         headers = [(k, v) for k, v in request.headers.raw if k.lower() != b"host"]
         has_body = "content-length" in request.headers or "transfer-encoding" in request.headers
@@ -183,6 +226,8 @@ class AsyncTransport(httpx.AsyncBaseTransport):
         pools, self._pools = list(self._pools.values()), {}
         for pool in pools:
             await pool.close()
+        if self._runner is not None:  # (trio: their blocks end, and their tasks)
+            self._runner.stop()
 
 
 async def _checkout(pool: AsyncPool[H2Connection], timeout: float | None) -> Any:

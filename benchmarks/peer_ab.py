@@ -38,7 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # (run as a script fro
 
 import peers
 from peer_cpu import SERVER_PROCESSES, server_seconds
-from peerbench import drive, servers
+from peerbench import drive
+from peerbench.cli import add_common, picked
 from peerbench.core import Contender, Env, Sizes, Workload
 
 #: seconds a child waits for its next order before it gives up (the parent is gone)
@@ -182,7 +183,7 @@ def pairs_of(workload: Workload, only: str | None) -> list[tuple[Contender, str]
     found = []
     for c in workload.contenders:
         peer = c.versus or (workload.reference if c.name in AS_THE_REFERENCE else None)
-        if peer and (not only or only.lower() in c.label.lower()):
+        if peer and picked(c.label, only):
             found.append((c, peer))
     return found
 
@@ -241,12 +242,10 @@ def compare(key: str, dropin: str, peer: str, args: argparse.Namespace) -> dict[
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("workloads", help="keys of peers.py's workloads or groups, e.g. headline, H3")
-    ap.add_argument("--only", metavar="TEXT", help="drop-ins whose label contains TEXT")
+    add_common(ap, "drop-ins")
     ap.add_argument("--pairs", type=int, default=20, help="pairs of segments (20)")
     ap.add_argument("--segment", type=float, default=1.0, help="seconds a segment (1.0)")
     ap.add_argument("--warmup", type=float, default=2.0, help="seconds of warm-up each (2.0)")
-    ap.add_argument("--dsn", default=servers.DSN)
-    ap.add_argument("--redis-url", default=servers.REDIS_URL)
     args = ap.parse_args(argv)
     load = os.getloadavg()
     print(f"{args.pairs} pairs of {args.segment:g} s segments; load average at the start "

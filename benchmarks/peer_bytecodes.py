@@ -30,7 +30,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).parent))
 import peers
 from bytecodes import Counts, tracer
-from peerbench import drive, servers
+from peerbench import drive
+from peerbench.cli import add_common, picked
 from peerbench.core import Env, Figures, Sizes
 
 
@@ -104,18 +105,16 @@ def counting(ops: int) -> Iterator[Counting]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("workloads", help="keys of peers.py's workloads, e.g. H3 or H1,H4")
-    ap.add_argument("--only", metavar="TEXT", help="contenders whose label contains TEXT")
+    add_common(ap, "contenders")
     ap.add_argument("--ops", type=int, default=100, help="traced operations per worker (100)")
     ap.add_argument("--top", type=int, default=0, help="the functions running most (0: none)")
-    ap.add_argument("--dsn", default=servers.DSN)
-    ap.add_argument("--redis-url", default=servers.REDIS_URL)
     args = ap.parse_args(argv)
     sizes = Sizes.tiny()
     env = Env(args.dsn, args.redis_url, "poolkit-bytecodes", sizes)
     for workload in peers.select(peers.workloads(sizes), args.workloads):
         print(f"{workload.key}: {workload.title}")
         for contender in workload.contenders:
-            if args.only and args.only.lower() not in contender.label.lower():
+            if not picked(contender.label, args.only):
                 continue
             with counting(args.ops) as c:
                 _: Figures = contender.run(env)

@@ -29,7 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import peers
 from peer_instructions import Fixed
-from peerbench import drive, servers
+from peerbench import drive
+from peerbench.cli import add_common, picked
 from peerbench.core import Env, Sizes
 
 #: the server's process names, by ``Workload.server``
@@ -91,19 +92,15 @@ class Measured(Fixed):
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("workloads", help="keys of peers.py's workloads, e.g. H1 or H3,H4")
-    ap.add_argument("--only", metavar="TEXT", help="contenders whose label contains TEXT")
+    add_common(ap, "contenders")
     ap.add_argument("--ops", type=int, default=400, help="operations per worker (400)")
     ap.add_argument("--rounds", type=int, default=5, help="alternating rounds (5)")
-    ap.add_argument("--dsn", default=servers.DSN)
-    ap.add_argument("--redis-url", default=servers.REDIS_URL)
     args = ap.parse_args(argv)
     sizes = Sizes.tiny()
     env = Env(args.dsn, args.redis_url, f"poolkit-cpu-{os.getpid()}", sizes)
     real = drive.drive_threads, drive.drive_async
     for workload in peers.select(peers.workloads(sizes), args.workloads):
-        chosen = [
-            c for c in workload.contenders if not args.only or args.only.lower() in c.label.lower()
-        ]
+        chosen = [c for c in workload.contenders if picked(c.label, args.only)]
         names = SERVER_PROCESSES.get(workload.server or "", ())
         rounds: dict[str, list[dict[str, float]]] = {c.label: [] for c in chosen}
         started = time.perf_counter()

@@ -39,7 +39,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import peers
-from peerbench import drive, servers
+from peerbench import drive
+from peerbench.cli import add_common, picked
 from peerbench.core import Env, Sizes
 
 #: operations per worker of the warm-up drive (connections made, caches warm, and CPython's
@@ -143,11 +144,9 @@ def measure(workload_key: str, label: str, ops: int, dsn: str, redis_url: str) -
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("workloads", nargs="?", help="keys of peers.py's workloads, e.g. H1 or H1,H3")
-    ap.add_argument("--only", metavar="TEXT", help="contenders whose label contains TEXT")
+    add_common(ap, "contenders")
     ap.add_argument("--ops", type=int, default=40, help="operations per worker, first run (40)")
     ap.add_argument("--jobs", type=int, default=1, help="runs under valgrind at once (1)")
-    ap.add_argument("--dsn", default=servers.DSN)
-    ap.add_argument("--redis-url", default=servers.REDIS_URL)
     ap.add_argument(
         "--child", nargs=3, metavar=("WORKLOAD", "LABEL", "OPS"), help=argparse.SUPPRESS
     )
@@ -165,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         (key, c.label)
         for key, w in workloads.items()
         for c in w.contenders
-        if not args.only or args.only.lower() in c.label.lower()
+        if picked(c.label, args.only)
     ]
     runs = [(key, label, n) for key, label in jobs for n in (args.ops, 3 * args.ops)]
     def attempt(run: tuple[str, str, int]) -> int | str:

@@ -445,6 +445,35 @@ def test_reset_session_is_an_explicit_option(pg: PgServer, reset_session: bool) 
         assert timezone == ("Pacific/Chatham",) and autocommit is True
 
 
+def test_close_lets_a_reset_running_end_first(
+    pg: PgServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A connection given back just before ``close()`` is mid-reset (``reset_session``'s
+    statements run in the pool's task): ``close`` waits for it, as psycopg_pool's ``putconn`` has
+    ended its reset when it returns, instead of cancelling it mid-statement (psycopg then tried
+    to cancel the statement on the server and warned "query cancellation interrupted")."""
+
+    async def main() -> float:
+        p = pk.AsyncConnectionPool(
+            pg.dsn, min_size=1, kwargs=kw(pg), reset_session="SELECT pg_sleep(0.3)", open=False
+        )
+        await p.open(wait=True)
+        conn = await p.getconn()
+        await p.putconn(conn)
+        pool = p.poolkit_pool
+        assert pool is not None
+        await until(lambda: pool.stats().resetting == 1)  # (its statement now runs)
+        start = time.monotonic()
+        await p.close()
+        return time.monotonic() - start
+
+    with caplog.at_level(logging.WARNING, logger="psycopg"):
+        took = asyncio.run(main())
+    assert not [r for r in caplog.records if r.name.startswith("psycopg")], caplog.text
+    assert 0.1 < took < 5.0  # (the reset's end waited for, within close's timeout)
+    PgServer.wait(lambda: not pg.pids(), "the pool's sessions to end")
+
+
 # ---------------------------------------------------------------- drain and resize
 
 

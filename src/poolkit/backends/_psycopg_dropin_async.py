@@ -117,6 +117,8 @@ _IDLE = TransactionStatus.IDLE
 _ACTIVE = TransactionStatus.ACTIVE
 _UNKNOWN = TransactionStatus.UNKNOWN
 _INF = float("inf")
+#: seconds between two looks, at ``close``, at the resets still running
+RESET_POLL = 0.005
 
 
 class AsyncConnectionPool(Generic[ACT]):
@@ -443,10 +445,21 @@ class AsyncConnectionPool(Generic[ACT]):
         logger.debug("pool %r closed", self.name)
         pool = self._pool
         if pool is not None:
+            await self._resets_ended(pool, timeout)
             await pool.close()
         if True:  # ASYNC
             if self._apart:  # (connects given up by the poolkit pool: they close what they make)
                 await asyncio.wait(list(self._apart), timeout=timeout)
+
+    async def _resets_ended(self, pool: Any, timeout: float) -> None:
+        """Wait, ``timeout`` seconds at most, for the resets running on connections given back
+        to end (``reset_session``'s statements, the caller's ``reset``), as psycopg_pool's
+        ``putconn`` has ended its reset when it returns: the poolkit pool's close would cancel
+        them mid-statement (psycopg then cancels the statement on the server, through a
+        connection of its own, or warns "query cancellation interrupted")."""
+        deadline = monotonic() + timeout
+        while pool.stats().resetting and monotonic() < deadline:
+            await _sleep(RESET_POLL)
 
     async def __aenter__(self) -> AsyncConnectionPool[ACT]:
         self._open_implicit = False

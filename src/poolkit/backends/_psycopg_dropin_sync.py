@@ -89,6 +89,8 @@ _IDLE = TransactionStatus.IDLE
 _ACTIVE = TransactionStatus.ACTIVE
 _UNKNOWN = TransactionStatus.UNKNOWN
 _INF = float("inf")
+#: seconds between two looks, at ``close``, at the resets still running
+RESET_POLL = 0.005
 
 
 class ConnectionPool(Generic[CT]):
@@ -370,7 +372,18 @@ class ConnectionPool(Generic[CT]):
         logger.debug("pool %r closed", self.name)
         pool = self._pool
         if pool is not None:
+            self._resets_ended(pool, timeout)
             pool.close()
+
+    def _resets_ended(self, pool: Any, timeout: float) -> None:
+        """Wait, ``timeout`` seconds at most, for the resets running on connections given back
+        to end (``reset_session``'s statements, the caller's ``reset``), as psycopg_pool's
+        ``putconn`` has ended its reset when it returns: the poolkit pool's close would cancel
+        them mid-statement (psycopg then cancels the statement on the server, through a
+        connection of its own, or warns "query cancellation interrupted")."""
+        deadline = monotonic() + timeout
+        while pool.stats().resetting and monotonic() < deadline:
+            _sleep(RESET_POLL)
 
     def __enter__(self) -> ConnectionPool[CT]:
         self._open_implicit = False

@@ -29,7 +29,7 @@ import contextlib
 import signal
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -195,6 +195,56 @@ def worker_main(config: RunConfig, index: int, channel: Connection) -> None:
         channel.close()
 
 
+def _repeat_async(
+    config: RunConfig,
+    clock: _Clock,
+    target: Workload,
+    use: Callable[[], Any],
+    sleep: Callable[[float], Awaitable[Any]],
+) -> Callable[[], Coroutine[Any, Any, None]]:
+    """One task's operations on an ``AsyncPool``, asyncio's or trio's (``sleep``: the running
+    library's): until ``clock`` says stop, each operation through ``use()`` (a connection's
+    block), retried up to ``ATTEMPTS`` times on the target's retryable errors; a failure backed
+    off, ``config.think`` seconds between operations."""
+    op = target.async_op
+    retryable = target.retryable
+    think = config.think
+
+    async def attempt() -> float:
+        """One operation; when it had its connection."""
+        for tries_left in range(ATTEMPTS - 1, -1, -1):
+            async with use() as conn:
+                t1 = time.perf_counter()
+                try:
+                    await op(conn)
+                except retryable:
+                    if not tries_left:
+                        raise
+                    continue
+                return t1
+        raise AssertionError("not reached")
+
+    async def repeat() -> None:
+        perf = time.perf_counter
+        failures = 0
+        while (measured := clock.start()) is not None:
+            t0 = perf()
+            try:
+                t1 = await attempt()
+            except Exception as exc:
+                clock.failed(measured, exc)
+                failures += 1
+                if pause := backoff_delay(failures):
+                    await sleep(pause)
+            else:
+                clock.ended(measured, t0, t1, perf())
+                failures = 0
+            if think:
+                await sleep(think)
+
+    return repeat
+
+
 async def _run_async(config: RunConfig, index: int, channel: Connection) -> None:
     target = workload(config)
     loop = asyncio.get_running_loop()
@@ -212,44 +262,8 @@ async def _run_async(config: RunConfig, index: int, channel: Connection) -> None
         if await inbox.get() != "go":
             return
         clock = _Clock(config, _share(config, index))
-        op = target.async_op
-        run_clock = clock
-        retryable = target.retryable
         use = pool.connection if config.hooks else _discarding_async(pool)
-
-        async def attempt() -> float:
-            """One operation; when it had its connection."""
-            for tries_left in range(ATTEMPTS - 1, -1, -1):
-                async with use() as conn:
-                    t1 = time.perf_counter()
-                    try:
-                        await op(conn)
-                    except retryable:
-                        if not tries_left:
-                            raise
-                        continue
-                    return t1
-            raise AssertionError("not reached")
-
-        async def repeat() -> None:
-            perf = time.perf_counter
-            think = config.think
-            failures = 0
-            while (measured := run_clock.start()) is not None:
-                t0 = perf()
-                try:
-                    t1 = await attempt()
-                except Exception as exc:
-                    run_clock.failed(measured, exc)
-                    failures += 1
-                    if pause := backoff_delay(failures):
-                        await asyncio.sleep(pause)
-                else:
-                    run_clock.ended(measured, t0, t1, perf())
-                    failures = 0
-                if think:
-                    await asyncio.sleep(think)
-
+        repeat = _repeat_async(config, clock, target, use, asyncio.sleep)
         tasks = [asyncio.create_task(repeat()) for _ in range(config.concurrency)]
         while not clock.done():
             try:
@@ -299,44 +313,12 @@ async def _run_trio(config: RunConfig, index: int, channel: Connection) -> None:
             if await receive(float("inf")) != "go":
                 return
             clock = _Clock(config, _share(config, index))
-            op = target.async_op
-            run_clock = clock
-            retryable = target.retryable
             use = pool.connection if config.hooks else _discarding_async(pool)
-
-            async def attempt() -> float:
-                """One operation; when it had its connection."""
-                for tries_left in range(ATTEMPTS - 1, -1, -1):
-                    async with use() as conn:
-                        t1 = time.perf_counter()
-                        try:
-                            await op(conn)
-                        except retryable:
-                            if not tries_left:
-                                raise
-                            continue
-                        return t1
-                raise AssertionError("not reached")
+            operations = _repeat_async(config, clock, target, use, trio.sleep)
 
             async def repeat(left: list[int]) -> None:
-                perf = time.perf_counter
-                think = config.think
-                failures = 0
                 try:
-                    while (measured := run_clock.start()) is not None:
-                        t0 = perf()
-                        try:
-                            t1 = await attempt()
-                        except Exception as exc:
-                            run_clock.failed(measured, exc)
-                            failures += 1
-                            if pause := backoff_delay(failures):
-                                await trio.sleep(pause)
-                        else:
-                            run_clock.ended(measured, t0, t1, perf())
-                            failures = 0
-                        if think:
-                            await trio.sleep(think)
+                    await operations()
                 finally:
                     left[0] -= 1
 

@@ -23,7 +23,7 @@ import json
 import math
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, cast
 
@@ -196,6 +196,31 @@ def count_events(events: list[poolkit.events.PoolEvent], name: str) -> int:
 # ---------------------------------------------------------------------- asyncio
 
 
+def async_connect(
+    failpoint: FailPoint,
+    holder: dict[str, poolkit.AsyncPool[MockConnection]],
+    sleep: Callable[[float], Awaitable[Any]],
+) -> Callable[[poolkit.ConnectContext], Awaitable[MockConnection]]:
+    """The spec's connect for AsyncPool (asyncio's or trio's: ``sleep`` is the library's): the
+    fail point's next effect (a blocked connect, a handshake error that clears the pool in
+    ``holder`` as the server monitor would, a connection closed), else a new connection."""
+
+    async def connect(ctx: poolkit.ConnectContext) -> MockConnection:
+        effect = failpoint.next()
+        if effect is not None:
+            if effect.get("blockConnection"):
+                await sleep(effect["blockTimeMS"] / 1000)
+            if "errorCode" in effect:
+                error = HandshakeError(effect["errorCode"])
+                holder["pool"].clear(cause=error)  # the server monitor's reaction
+                raise error
+            if effect.get("closeConnection"):
+                raise ConnectionResetError("connection closed by the server during the handshake")
+        return MockConnection(ctx.connection_id)
+
+    return connect
+
+
 async def run_async(
     spec: dict[str, Any],
 ) -> tuple[list[poolkit.events.PoolEvent], BaseException | None]:
@@ -204,18 +229,7 @@ async def run_async(
     failpoint = FailPoint(spec.get("failPoint"))
     holder: dict[str, poolkit.AsyncPool[MockConnection]] = {}
 
-    async def connect(ctx: poolkit.ConnectContext) -> MockConnection:
-        effect = failpoint.next()
-        if effect is not None:
-            if effect.get("blockConnection"):
-                await asyncio.sleep(effect["blockTimeMS"] / 1000)
-            if "errorCode" in effect:
-                error = HandshakeError(effect["errorCode"])
-                holder["pool"].clear(cause=error)  # the server monitor's reaction
-                raise error
-            if effect.get("closeConnection"):
-                raise ConnectionResetError("connection closed by the server during the handshake")
-        return MockConnection(ctx.connection_id)
+    connect = async_connect(failpoint, holder, asyncio.sleep)
 
     pool: poolkit.AsyncPool[MockConnection] = poolkit.AsyncPool(
         connect, address=ADDRESS, options=pool_options(spec), listeners=[events.append]
@@ -311,18 +325,7 @@ async def run_trio(
     failpoint = FailPoint(spec.get("failPoint"))
     holder: dict[str, poolkit.AsyncPool[MockConnection]] = {}
 
-    async def connect(ctx: poolkit.ConnectContext) -> MockConnection:
-        effect = failpoint.next()
-        if effect is not None:
-            if effect.get("blockConnection"):
-                await trio.sleep(effect["blockTimeMS"] / 1000)
-            if "errorCode" in effect:
-                error = HandshakeError(effect["errorCode"])
-                holder["pool"].clear(cause=error)  # the server monitor's reaction
-                raise error
-            if effect.get("closeConnection"):
-                raise ConnectionResetError("connection closed by the server during the handshake")
-        return MockConnection(ctx.connection_id)
+    connect = async_connect(failpoint, holder, trio.sleep)
 
     pool: poolkit.AsyncPool[MockConnection] = poolkit.AsyncPool(
         connect, address=ADDRESS, options=pool_options(spec), listeners=[events.append]

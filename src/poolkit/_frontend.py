@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import threading
+import time
 import traceback
 import weakref
 from collections import deque
@@ -31,7 +32,13 @@ from .stats import PoolState
 C = TypeVar("C")
 _POOL_CLOSED = PoolState.CLOSED
 
-__all__ = ["Clock", "ConnectContext", "DrivenClock", "Established", "Lease"]
+__all__ = ["Clock", "ConnectContext", "DrivenClock", "Established", "Lease", "ThreadLoad"]
+
+#: the calling thread's scheduler statistics (Linux): nanoseconds it ran, nanoseconds it waited
+#: runnable for a processor, timeslices
+_SCHEDSTAT: Final = "/proc/thread-self/schedstat"
+#: seconds a thread's load is measured over (``ThreadLoad.share``)
+LOAD_EVERY: Final = 0.1
 
 
 class Clock(Protocol):
@@ -51,6 +58,46 @@ class Signal(Protocol):
     def wait(self) -> object: ...
 
     def set(self) -> object: ...
+
+
+@final
+class ThreadLoad:
+    """The calling thread's load (an event loop's: made and read in its thread): the part of
+    the time it ran, or waited runnable for a processor (Linux's run-queue delay: a thread
+    starved of processors by its neighbours is as saturated as one busy with its own work),
+    over at least ``LOAD_EVERY`` seconds. Where the kernel keeps no such figures, the time it
+    ran alone (``time.thread_time``). The adaptive limit's client-side signal (issue 40)."""
+
+    __slots__ = ("_at", "_schedstat", "_used")
+
+    def __init__(self, now: float) -> None:
+        self._schedstat = True
+        self._at = now
+        self._used = self._read()
+
+    def _read(self) -> float:
+        if self._schedstat:
+            try:
+                with open(_SCHEDSTAT, "rb") as stat:
+                    ran, waited = stat.read().split()[:2]
+                return (int(ran) + int(waited)) / 1e9
+            except (OSError, ValueError):
+                self._schedstat = False  # (not Linux, or /proc not mounted: the CPU time alone)
+        return time.thread_time()
+
+    def share(self, now: float) -> float | None:
+        """The load since the last measure, 0 to 1, when ``LOAD_EVERY`` has passed since
+        (``now`` on the clock of the one before); else None."""
+        elapsed = now - self._at
+        if elapsed < LOAD_EVERY:
+            return None
+        was = self._schedstat
+        used = self._read()
+        spent = used - self._used
+        self._at, self._used = now, used
+        if was != self._schedstat:
+            return None  # (the measure changed between the two readings)
+        return min(max(spent / elapsed, 0.0), 1.0)
 
 
 @runtime_checkable

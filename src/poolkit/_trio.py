@@ -42,6 +42,8 @@ from typing import TYPE_CHECKING, Any, final
 
 import trio
 
+from ._frontend import ThreadLoad
+
 if TYPE_CHECKING:
     from .asyncio import AsyncPool
 
@@ -299,11 +301,17 @@ class TrioIO:
         from .asyncio import LAG_EVERY
 
         pool = self._pool
+        load = ThreadLoad(trio.current_time())
         while True:
             await trio.sleep(LAG_EVERY)
             made_ready = trio.current_time()
             await trio.lowlevel.cancel_shielded_checkpoint()  # (back of the run queue)
-            pool._core.client_lag(trio.current_time() - made_ready, pool._time())
+            at = trio.current_time()
+            core, now = pool._core, pool._time()
+            core.client_lag(at - made_ready, now)
+            share = load.share(at)
+            if share is not None:
+                core.client_load(share, now)
 
     # ------------------------------------------------------------------ close
 

@@ -72,6 +72,7 @@ from ._frontend import (
     ConnectContext,
     Established,
     Lease,
+    ThreadLoad,
     block_repr,
     call_close,
     check_timeout,
@@ -501,8 +502,10 @@ class AsyncPool(PoolBase[C]):
         self._timer_at = when
 
     def _watch_lag(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Every ``LAG_EVERY`` seconds, the loop's lag told to the core (see the module's rules)."""
+        """Every ``LAG_EVERY`` seconds, the loop's lag told to the core, and every
+        ``LOAD_EVERY`` its thread's load (see the module's rules)."""
         ref = weakref.ref(self)
+        load = ThreadLoad(loop.time())
 
         def start() -> None:
             pool = ref()
@@ -513,8 +516,12 @@ class AsyncPool(PoolBase[C]):
             pool = ref()
             if pool is None:
                 return
-            lag = loop.time() - made_ready
-            pool._core.client_lag(lag, pool._time())
+            at = loop.time()
+            core, now = pool._core, pool._time()
+            core.client_lag(at - made_ready, now)
+            share = load.share(at)
+            if share is not None:
+                core.client_load(share, now)
             loop.call_later(LAG_EVERY, start)
 
         loop.call_later(LAG_EVERY, start)

@@ -37,6 +37,10 @@ class AdaptiveStats:
     * ``rate_max``, ``op_min``, ``op_time``: the most operations a second, the least and the
       median mean operation time (check-out to check-in, seconds) of the last rounds;
       ``op_time`` less the client's own lag, where the front end measures it (an event loop's).
+    * ``client_load``: the part of the time the client's own thread (an ``AsyncPool``'s event
+      loop) ran or waited for a processor, the last rounds' median (``None`` where not measured:
+      a thread pool, or before a round); at 0.9 or more the client is its own bottleneck and its
+      operations' slowing is not read as the server queueing.
     * ``rounds``: rounds ended (the figures are 0.0 before the first); ``changes``: the changes
       reported so far (``AdaptiveLimitChangedEvent``).
     """
@@ -52,6 +56,7 @@ class AdaptiveStats:
     op_time: float = 0.0
     base_op_time: float = 0.0
     queued: float = 0.0
+    client_load: float | None = None
     gain: float = 1.0
     rounds: int = 0
     changes: int = 0

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import pathlib
 import statistics
 import time
 
@@ -159,15 +160,21 @@ def test_an_adaptive_pool_under_trio_tells_its_core_the_runs_lag() -> None:
     from poolkit.asyncio import LAG_EVERY
 
     told: list[float] = []
+    loads: list[float] = []
 
     def watch(pool: poolkit.AsyncPool[object]) -> None:
-        real = pool._core.client_lag
+        real, real_load = pool._core.client_lag, pool._core.client_load
 
         def note(lag: float, now: float) -> None:
             told.append(lag)
             real(lag, now)
 
-        pool._core.client_lag = note  # (a spy)
+        def note_load(load: float, now: float) -> None:
+            loads.append(load)
+            real_load(load, now)
+
+        pool._core.client_lag = note  # (spies)
+        pool._core.client_load = note_load
 
     async def connect(ctx: poolkit.ConnectContext) -> object:
         return object()
@@ -196,9 +203,10 @@ def test_an_adaptive_pool_under_trio_tells_its_core_the_runs_lag() -> None:
             nursery.start_soon(busy, trio.current_time() + 30 * LAG_EVERY)
             await trio.sleep(35 * LAG_EVERY)
             assert len(told) >= 5 and max(told) >= 0.001, told  # (the adaptive pool's only)
-        seen = len(told)
-        await trio.sleep(5 * LAG_EVERY)
-        assert len(told) == seen  # (closed: no more)
+            assert loads and max(loads) >= 0.5, loads  # (its thread's load too)
+        seen = len(told), len(loads)
+        await trio.sleep(15 * LAG_EVERY)
+        assert (len(told), len(loads)) == seen  # (closed: no more)
 
     trio.run(main)
 
@@ -206,29 +214,37 @@ def test_an_adaptive_pool_under_trio_tells_its_core_the_runs_lag() -> None:
         static, pool = pools()
         async with static, pool:
             await trio.sleep(100 * LAG_EVERY)
-        assert told == []
+        assert told == [] and loads == []
 
     told.clear()
+    loads.clear()
     trio.run(virtual, clock=trio.testing.MockClock(autojump_threshold=0))
 
 
 def test_an_adaptive_pool_on_asyncio_tells_its_core_the_loops_lag() -> None:
     """Issue 40's client-side signal: on asyncio's own loop an adaptive pool tells its core,
-    every ``LAG_EVERY`` seconds, how long a callback made ready waited to run; a loop kept busy
-    (callbacks of 2 ms one after another) shows it. A static pool, and a closed one, tell
-    nothing (the watch ends with ``close``)."""
+    every ``LAG_EVERY`` seconds, how long a callback made ready waited to run, and every
+    ``LOAD_EVERY`` its thread's load; a loop kept busy (callbacks of 2 ms one after another)
+    shows both, an idle one a low load. A static pool, and a closed one, tell nothing (the
+    watch ends with ``close``)."""
     from poolkit.asyncio import LAG_EVERY
 
     told: list[float] = []
+    loads: list[float] = []
 
     def watch(pool: poolkit.AsyncPool[object]) -> None:
-        real = pool._core.client_lag
+        real, real_load = pool._core.client_lag, pool._core.client_load
 
         def note(lag: float, now: float) -> None:
             told.append(lag)
             real(lag, now)
 
-        pool._core.client_lag = note  # (a spy)
+        def note_load(load: float, now: float) -> None:
+            loads.append(load)
+            real_load(load, now)
+
+        pool._core.client_lag = note  # (spies)
+        pool._core.client_load = note_load
 
     async def connect(ctx: poolkit.ConnectContext) -> object:
         return object()
@@ -256,8 +272,54 @@ def test_an_adaptive_pool_on_asyncio_tells_its_core_the_loops_lag() -> None:
             loop.call_soon(busy)
             await asyncio.sleep(35 * LAG_EVERY)
             assert len(told) >= 5 and max(told) >= 0.001, told  # (the adaptive pool's only)
-        seen = len(told)
-        await asyncio.sleep(5 * LAG_EVERY)
-        assert len(told) == seen  # (closed: no more)
+            assert loads and max(loads) >= 0.5, loads  # (busy: running, or waiting to run)
+            await asyncio.sleep(30 * LAG_EVERY)  # (idle: the loop waits in its selector)
+            assert loads[-1] < 0.5, loads
+        seen = len(told), len(loads)
+        await asyncio.sleep(15 * LAG_EVERY)
+        assert (len(told), len(loads)) == seen  # (closed: no more)
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("schedstat", [True, False], ids=["schedstat", "thread_time"])
+def test_a_threads_load_is_the_part_of_the_time_it_ran(
+    schedstat: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``ThreadLoad``, the client-side signal's measure (issue 40): the time the calling thread
+    ran (or, from Linux's scheduler statistics, waited runnable for a processor) over the time
+    passed, as the front end's clock says it passed; nothing before ``LOAD_EVERY``. Where the
+    kernel keeps no statistics (not Linux), the thread's CPU time alone. The CPU time spun here
+    is the thread's own, whatever else the machine runs."""
+    from poolkit import _frontend
+
+    if not schedstat:
+        monkeypatch.setattr(_frontend, "_SCHEDSTAT", "/nonexistent/schedstat")
+    load = _frontend.ThreadLoad(100.0)
+    assert load.share(100.0 + _frontend.LOAD_EVERY / 2) is None  # (too soon)
+    start = time.thread_time()
+    while time.thread_time() < start + 0.08:  # (80 ms of this thread's CPU)
+        pass
+    busy = load.share(100.125)
+    assert busy is not None and busy >= 0.64 - 1e-3, busy
+    idle = load.share(100.25)  # (an eighth of a second on this clock, microseconds of CPU)
+    assert idle is not None and idle <= 0.1, idle
+    assert load.share(1000.0) is not None and load._schedstat is schedstat
+
+
+def test_a_threads_load_counts_the_time_it_waited_for_a_processor(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Linux's figures for the thread (``/proc/thread-self/schedstat``: nanoseconds run,
+    nanoseconds waited runnable, timeslices): a thread starved of processors by its neighbours is
+    as saturated as one busy, so both count (here a file standing in for the kernel's)."""
+    from poolkit import _frontend
+
+    stat = tmp_path / "schedstat"
+    stat.write_text("1000000000 500000000 3\n")
+    monkeypatch.setattr(_frontend, "_SCHEDSTAT", str(stat))
+    load = _frontend.ThreadLoad(0.0)
+    stat.write_text("1040000000 580000000 9\n")  # (40 ms run, 80 ms waited)
+    assert load.share(0.125) == pytest.approx(0.96)
+    stat.write_text("1240000000 780000000 12\n")  # (more than the time passed: at most 1)
+    assert load.share(0.25) == 1.0

@@ -73,6 +73,11 @@ A client that is its own bottleneck (one event loop) slows its operations as it 
 queueing server does: where the front end tells its loop's lag (``client_lag``, with ``now``),
 the typical operation time is the rounds' less their mean lag (in the model, a client of 6,667
 answers a second over an 8,000-a-second server: 97.9 % of the best static size told, 93.1 % not).
+A loop's lag, measured as a callback made ready waits, misses a loop busy with its tasks' own work
+(parsing answers): where the front end tells the client's *load* (``client_load``: the part of the
+time its thread ran or waited for a processor) and the rounds' median is 0.9 or more, the client is
+its own bottleneck and the share does not fall: the elasticity alone holds the level (a client that
+cannot go faster gains nothing from more connections, and its probes say so).
 
 Rules of this module
 --------------------
@@ -146,6 +151,13 @@ _MOVED: Final = 1.5
 #: operations faster: not ``_QUEUEING`` times faster, the server is not queueing them (heavier
 #: work), and the share holds until the next base round measures the base anew
 _EARLY: Final = 0.1
+#: a client whose own thread (its event loop) ran or waited to run this part of the time, the
+#: rounds' median (``client_load``), is its own bottleneck: its operations slow as it holds more
+#: because their answers wait for it, not for the server, and the share does not fall (issue 40:
+#: measured on this machine, the embedded server's client at 0.55 of its time with 4
+#: connections and 0.97-0.98 from 12 on, where its throughput still rose by a quarter to 24; a
+#: fleet of four such clients on one 8-core server, 0.66 each, the server the bottleneck)
+_SATURATED: Final = 0.9
 
 
 class AdaptiveLimit:
@@ -167,6 +179,9 @@ class AdaptiveLimit:
         "_lag_n",
         "_lag_sum",
         "_lags",
+        "_load_n",
+        "_load_sum",
+        "_loads",
         "_most",
         "_op_sum",
         "_ops",
@@ -246,6 +261,10 @@ class AdaptiveLimit:
         self._lag_sum = 0.0
         self._lag_n = 0
         self._lags: deque[float] = deque(maxlen=window)
+        #: the client's own load (``client_load``): this round's, and the window's rounds' means
+        self._load_sum = 0.0
+        self._load_n = 0
+        self._loads: deque[float] = deque(maxlen=window)
         self._elasticity: float | None = None
         self._decided_at: float | None = None
         self._base_period: int | None = None
@@ -274,6 +293,20 @@ class AdaptiveLimit:
         if lag >= 0.0 and (start is None or now >= start):
             self._lag_sum += lag
             self._lag_n += 1
+
+    def client_load(self, load: float, now: float) -> None:
+        """The front end's measure of the client's own saturation over the interval ending at
+        ``now``: the part of it its thread (the event loop's) ran or waited for a processor to
+        run, 0 to 1. Where the rounds' median is ``_SATURATED`` or more, the client is its own
+        bottleneck: its operations slow as it holds more connections because their answers wait
+        for it, as a queueing server's would, and the share does not fall (the throughput's
+        elasticity alone holds the level: a client that cannot go faster gains nothing from
+        more). A pool of a fleet whose clients have room to spare (the server is the bottleneck)
+        is held by the share as before. A sample from before the round under way is not its."""
+        start = self._round_start
+        if load >= 0.0 and (start is None or now >= start):
+            self._load_sum += load
+            self._load_n += 1
 
     def sample(self, op_time: float, now: float, queued: bool = True, in_use: int = 0) -> bool:
         """An operation that took ``op_time`` seconds ended at ``now``; ``queued``: checkouts
@@ -321,7 +354,9 @@ class AdaptiveLimit:
         most, self._most = self._most, 0
         lag = self._lag_sum / self._lag_n if self._lag_n else 0.0
         self._lag_sum, self._lag_n = 0.0, 0
-        self._decide(rate, mean, busy, wanted, now, most, lag)
+        load = self._load_sum / self._load_n if self._load_n else None
+        self._load_sum, self._load_n = 0.0, 0
+        self._decide(rate, mean, busy, wanted, now, most, lag, load)
         return True
 
     def _decide(
@@ -333,10 +368,18 @@ class AdaptiveLimit:
         now: float,
         most: int,
         lag: float,
+        load: float | None,
     ) -> None:
         ran = self.limit
         measured = self._base_round
         checked = measured and self._check
+        if not measured:
+            self._lags.append(lag)
+            if load is not None:
+                self._loads.append(load)
+        loads = sorted(self._loads)
+        # (the client its own bottleneck: its operations' slowing is its own, not the server's)
+        saturated = bool(loads) and loads[len(loads) // 2] >= _SATURATED
         if not measured:
             if self.base is None:
                 self.base = mean  # (until the first base rounds: the first round's)
@@ -345,8 +388,6 @@ class AdaptiveLimit:
                 self._probe = (busy, rate, wanted, mean, most)
             elif self._at == _DRAIN and self._probe is not None:
                 self._climb(busy, rate, mean)
-        if not measured:
-            self._lags.append(lag)
         lags = sorted(self._lags)
         times = sorted(self._times)
         # (the server's: less the client's own delay, where the front end measures it)
@@ -370,7 +411,7 @@ class AdaptiveLimit:
             queued = busies[len(busies) // 2] * max(1.0 - base / typical, 0.0)
         if self._decided_at is not None:
             dt = now - self._decided_at
-            if queued > self._queue_max and typical > _QUEUEING * base:
+            if queued > self._queue_max and typical > _QUEUEING * base and not saturated:
                 if not held:
                     self.share *= math.exp(-dt / _SHARE_DOWN)
             else:
@@ -427,6 +468,7 @@ class AdaptiveLimit:
             op_time=typical,
             base_op_time=base,
             queued=queued,
+            client_load=loads[len(loads) // 2] if loads else None,
             gain=gain,
             rounds=1 if self.estimate is None else self.estimate.rounds + 1,
             changes=self.changes,

@@ -259,6 +259,15 @@ class Lifecycle:
         if adaptive is not None:
             adaptive.client_lag(lag, now)
 
+    def client_load(self, load: float, now: float) -> None:
+        """The client's own saturation over the interval ending at ``now``, as the front end
+        measures it (the part of it its event loop's thread ran or waited for a processor): an
+        adaptive pool does not read its operations' slowing as the server queueing where it is
+        0.9 or more (``AdaptiveLimit.client_load``). Nothing else changes; no output."""
+        adaptive = self._st.adaptive
+        if adaptive is not None:
+            adaptive.client_load(load, now)
+
     def reset_after_fork(self) -> None:
         """Forget every connection and waiter without closing anything (they belong to the
         parent process) and move to a new generation; the pool keeps its state.

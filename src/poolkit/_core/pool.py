@@ -71,6 +71,7 @@ class PoolCore:
         "checked",
         "clear",
         "client_lag",
+        "client_load",
         "clocked",
         "close",
         "connect_failed",
@@ -155,6 +156,7 @@ class PoolCore:
         self.reset_after_fork = cycle.reset_after_fork
         self.align_to_wall = cycle.align_to_wall
         self.client_lag = cycle.client_lag
+        self.client_load = cycle.client_load
         self.fire_timers = cycle.fire_timers
         if observed:
             shared.events.append(PoolCreatedEvent(address=address, options=options.cmap_options()))

@@ -338,6 +338,31 @@ def test_large_bodies_respect_flow_control() -> None:
     run(main)
 
 
+def test_bodies_closed_unread_give_the_connection_its_window_back() -> None:
+    """As on asyncio: the chunks of a body that came and were never read give the connection's
+    flow-control window (16 MiB) their length back when the response is closed; else 17 bodies
+    of 1 MiB closed unread would stall the connection and the 25th body would not come."""
+    app = App()
+
+    async def main() -> None:
+        async with (
+            hypercorn(app) as url,
+            http2.create_async_pool(url, max_size=1, keep_alive=None) as pool,
+            pool.connection() as conn,
+        ):
+            for _ in range(24):
+                response = await conn.request("GET", "/big?n=1000000")
+                with trio.fail_after(5):
+                    while not response._stream.ended:  # noqa: ASYNC110 (no event)
+                        await trio.sleep(0.001)
+                await response.aclose()
+            response = await conn.request("GET", "/big?n=1000000")
+            with trio.fail_after(5):
+                assert len(await response.aread()) == 1_000_000
+
+    run(main)
+
+
 def test_tls_with_alpn_h2(cert: Cert) -> None:
     app = App()
 

@@ -89,6 +89,17 @@ class _Stream:
         self.headers: list[tuple[bytes, bytes]] = []
         self.trailers: list[tuple[bytes, bytes]] = []
 
+    def drop_unread(self) -> int:
+        """The body's chunks that came and were not read, dropped: their flow-controlled
+        length, which the connection's window is owed."""
+        owed = 0
+        chunks = self.chunks
+        while not chunks.empty():
+            item = chunks.get_nowait()
+            if item is not None:
+                owed += item[1]
+        return owed
+
     def fail(self, error: BaseException) -> None:
         if self.error is None and not self.ended:
             self.error = error
@@ -135,7 +146,7 @@ class Response:
                     raise stream.error
                 return
             data, flow = item
-            await self._connection._acknowledge(stream.id, flow)
+            self._connection._acknowledge(stream.id, flow)
             yield data
 
     async def aread(self) -> bytes:
@@ -482,10 +493,19 @@ class H2Connection:
         if self._error is not None:
             raise ConnectionLostError(str(self._error)) from self._error
 
-    async def _acknowledge(self, stream_id: int, flow: int) -> None:
-        """The caller read ``flow`` bytes of the stream: the server may send as many more."""
-        if flow > 0:
-            await self._send_quietly(lambda: self._h2.acknowledge_received_data(flow, stream_id))
+    def _acknowledge(self, stream_id: int, flow: int) -> None:
+        """The caller took ``flow`` bytes of the stream (read them, or dropped them with it): the
+        server may send as many more. At once, with no wait between the chunk taken and its
+        window given back: a cancellation there would lose the connection's window for good
+        (the stream's goes with the stream), and enough of them would stall every stream. The
+        frame is written as the reader writes its own (a WINDOW_UPDATE: 13 bytes, no drain)."""
+        if flow <= 0 or self.closed:
+            return
+        with contextlib.suppress(h2.exceptions.StreamClosedError, KeyError):
+            self._h2.acknowledge_received_data(flow, stream_id)
+        out = self._h2.data_to_send()
+        if out:
+            self._writer.write(out)
 
     async def _reset(self, stream: _Stream, code: int) -> None:
         await self._send_quietly(lambda: self._h2.reset_stream(stream.id, error_code=code))
@@ -506,7 +526,10 @@ class H2Connection:
                     await self._writer.drain()
 
     def _forget(self, stream: _Stream) -> None:
+        """``stream`` is done with (read to its end, closed unread, or failed): the chunks of
+        its body that came and were never read give their window back to the connection."""
         self._streams.pop(stream.id, None)
+        self._acknowledge(stream.id, stream.drop_unread())
 
     async def _shielded(self, step: Awaitable[None]) -> None:
         """``step`` (a frame's write) carried through a cancellation of the caller: asyncio's

@@ -99,6 +99,12 @@ class Queue:
             await self._ready.wait()
         return self._items.popleft()
 
+    def empty(self) -> bool:
+        return not self._items
+
+    def get_nowait(self) -> Any:
+        return self._items.popleft()
+
 
 class Event:
     """asyncio's ``Event`` (trio's cannot be cleared)."""

@@ -100,6 +100,25 @@ class ThreadLoad:
         return min(max(spent / elapsed, 0.0), 1.0)
 
 
+class _ClientSink(Protocol):
+    def client_lag(self, lag: float, now: float) -> None: ...
+
+    def client_load(self, load: float, now: float) -> None: ...
+
+
+def tell_client(
+    core: _ClientSink, load: ThreadLoad, made_ready: float, at: float, now: float
+) -> None:
+    """What an adaptive pool's front end tells its core of the client every ``LAG_EVERY``
+    (asyncio's and trio's alike): how long a callback made ready at ``made_ready`` waited to run
+    (it ran at ``at``, on the loop's clock), and every ``LOAD_EVERY`` the loop thread's load;
+    ``now`` on the pool's clock."""
+    core.client_lag(at - made_ready, now)
+    share = load.share(at)
+    if share is not None:
+        core.client_load(share, now)
+
+
 @runtime_checkable
 class DrivenClock(Clock, Protocol):
     """A clock that also runs what a pool would leave to the machine: its timers (``call_at``),

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any, final
 
 import trio
 
-from ._frontend import ThreadLoad
+from ._frontend import ThreadLoad, tell_client
 
 if TYPE_CHECKING:
     from .asyncio import AsyncPool
@@ -306,12 +306,7 @@ class TrioIO:
             await trio.sleep(LAG_EVERY)
             made_ready = trio.current_time()
             await trio.lowlevel.cancel_shielded_checkpoint()  # (back of the run queue)
-            at = trio.current_time()
-            core, now = pool._core, pool._time()
-            core.client_lag(at - made_ready, now)
-            share = load.share(at)
-            if share is not None:
-                core.client_load(share, now)
+            tell_client(pool._core, load, made_ready, trio.current_time(), pool._time())
 
     # ------------------------------------------------------------------ close
 

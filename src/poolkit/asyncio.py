@@ -76,6 +76,7 @@ from ._frontend import (
     block_repr,
     call_close,
     check_timeout,
+    tell_client,
     unwrap,
     watched,
 )
@@ -516,12 +517,7 @@ class AsyncPool(PoolBase[C]):
             pool = ref()
             if pool is None:
                 return
-            at = loop.time()
-            core, now = pool._core, pool._time()
-            core.client_lag(at - made_ready, now)
-            share = load.share(at)
-            if share is not None:
-                core.client_load(share, now)
+            tell_client(pool._core, load, made_ready, loop.time(), pool._time())
             loop.call_later(LAG_EVERY, start)
 
         loop.call_later(LAG_EVERY, start)

@@ -209,6 +209,9 @@ class PoolBase(Generic[C]):
         #: whether ``connection()``'s exit may take the check-in fast path: ``_quick``, and no
         #: ``hooks.end`` to run first (the exit also checks that DEBUG logging is off)
         self._quick_exit = self._quick and self._end is None
+        #: whether an adaptive pool's check-in may take its fast hand-off (``AsyncPool._release``:
+        #: ``Handout.release_adapted``): ``_quick``, and an adaptive pool
+        self._adapted_quick = self._quick and options.adaptive is not None
         #: ``hooks.lend``, what a lease hands out in place of its connection (``Lease.connection``)
         self._lend = None if options.hooks is None else options.hooks.lend
         #: ``hooks.check`` and ``hooks.reset``, for the front ends that run them in the caller

@@ -5,7 +5,10 @@ timer heap stays small however many checkouts wait and are served. Exact times, 
 
 from __future__ import annotations
 
+import pytest
+
 from core_scene import leased, ready_core
+from poolkit import Adaptive
 from poolkit._core import PoolCore, Request, RequestState
 from poolkit.errors import WaitQueueTimeoutError
 
@@ -88,8 +91,11 @@ def test_a_line_whose_front_was_served_fires_early_and_re_arms_at_the_next_deadl
     assert _timed_out_at(core, reqs[1:], [10.99, 11.0, 12.0]) == {0: 11.0, 1: 12.0}
 
 
-def test_many_waiters_served_leave_the_timer_heap_small() -> None:
-    core = ready_core(max_size=1)
+@pytest.mark.parametrize("adaptive", [False, True], ids=["release_idle", "release_adapted"])
+def test_many_waiters_served_leave_the_timer_heap_small(adaptive: bool) -> None:
+    # (the fast check-ins take the oldest waiter and mark a heaped request's entry stale: a
+    # plain pool's ``release_idle``, an adaptive one's ``release_adapted``)
+    core = ready_core(max_size=1, adaptive=Adaptive() if adaptive else None)
     (conn,) = leased(core, 1)
     waiting = [_wait(core, 0.0, 30.0) for _ in range(4)]  # (a queue that never empties)
     now = 0.0
@@ -99,10 +105,12 @@ def test_many_waiters_served_leave_the_timer_heap_small() -> None:
         req = _wait(core, now, 30.0 if i % 10 else 1.0)  # one in ten out of line, behind others
         heaped += req.heaped
         waiting.append(req)
-        taken = core.fast.release_idle(conn)  # the oldest served, its deadline entry stale
+        # the oldest served, its deadline entry stale
+        taken = core.fast.release_adapted(conn, now) if adaptive else core.fast.release_idle(conn)
         assert taken is waiting.pop(0)
         assert taken.conn is not None
         conn = taken.conn
+        core.take()
     assert heaped == 1000
     assert len(core.timers) <= 2 * 64 + 2  # (the stale entries are compacted as they pile up)
 

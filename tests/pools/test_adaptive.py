@@ -11,6 +11,7 @@ import logging
 import pathlib
 import statistics
 import time
+from typing import Any
 
 import pytest
 
@@ -43,11 +44,14 @@ async def _load(pool: poolkit.AsyncPool[SimConnection], tasks: int, until: float
     return limits
 
 
+@pytest.mark.parametrize("listened", [True, False], ids=["listened", "fast"])
 def test_an_adaptive_pool_finds_the_knee_and_follows_the_server(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, listened: bool
 ) -> None:
     """The limit in ``stats()``, found and followed; its changes told to listeners and logged
-    at INFO, the probe's and the drain's excursions not."""
+    at INFO, the probe's and the drain's excursions not. Without a listener the check-ins take
+    the adaptive fast path (``Handout.release_adapted``), which must sample the same times: a
+    connection handed to a waiter starts the waiter's operation then, not at its first lease."""
     settings = SimSettings(
         service_time=("exp", 0.001),
         concurrency=8,
@@ -69,8 +73,11 @@ def test_an_adaptive_pool_finds_the_knee_and_follows_the_server(
                         if isinstance(e, poolkit.events.AdaptiveLimitChangedEvent)
                         else None
                     )
-                ],
+                ]
+                if listened
+                else [],
             )
+            assert pool._adapted_quick is not listened
             pool.ready()
             initial = pool.stats().adaptive
             assert initial == poolkit.AdaptiveStats(
@@ -89,6 +96,12 @@ def test_an_adaptive_pool_finds_the_knee_and_follows_the_server(
             assert 3 <= found.knee <= 7 and found.elasticity is not None, found
             assert 0.0008 <= found.base_op_time <= 0.0015, found  # (1 ms and the round trip)
             assert found.op_time >= found.base_op_time
+            logged = [r for r in caplog.records if "adaptive limit" in r.getMessage()]
+            if not listened:  # (the changes as logged: the fast path's events too)
+                assert len(logged) == found.changes and logged[0].levelno == logging.INFO
+                assert "went from 2 to " in logged[0].getMessage()
+                await pool.close()
+                return
             # the changes: from the initial 2 up to the knee, down after the cores went, each
             # one by more than a fifth of the one before it; far fewer than the rounds
             assert changes and changes[0].previous == 2 and found.changes == len(changes)
@@ -98,7 +111,6 @@ def test_an_adaptive_pool_finds_the_knee_and_follows_the_server(
             for change in changes:
                 assert abs(change.limit - change.previous) > 0.2 * change.previous
             assert max(c.limit for c in changes) >= 7 and changes[-1].limit <= 6
-            logged = [r for r in caplog.records if "adaptive limit" in r.getMessage()]
             assert len(logged) == len(changes) and logged[0].levelno == logging.INFO
             assert f"went from 2 to {changes[0].limit} connections" in logged[0].getMessage()
             assert all(c.queued >= 0.0 for c in changes)
@@ -323,3 +335,78 @@ def test_a_threads_load_counts_the_time_it_waited_for_a_processor(
     assert load.share(0.125) == pytest.approx(0.96)
     stat.write_text("1240000000 780000000 12\n")  # (more than the time passed: at most 1)
     assert load.share(0.25) == 1.0
+
+
+@pytest.mark.parametrize("server", ["pinned", "4 cores"])
+def test_the_adaptive_fast_check_in_hands_off_up_to_the_limit_and_leaves_no_output(
+    server: str,
+) -> None:
+    """``Handout.release_adapted`` (an unobserved adaptive pool's check-in), on virtual time,
+    16 callers, each operation holding its connection 1 ms: with the limit held at 4
+    (``min_size`` = ``max_size``), or found on a server of 4 cores (a semaphore; ``max_size``
+    8, connections shed after 10 ms available). After every check-in: a connection coming back
+    went straight to the oldest waiter while the limit had room for it (the one coming back
+    counted), the fast way (nine check-ins in ten): no waiter is left with a connection
+    available and room under the limit; and the core holds no output the front end left behind
+    (a round's end: waiters served, connections shed, changes reported). A connection handed
+    off starts the waiter's operation then: the operation time sampled is the hold's, not the
+    wait's."""
+    pinned = server == "pinned"
+
+    async def connect(ctx: poolkit.ConnectContext) -> object:
+        return object()
+
+    async def main() -> None:
+        options = poolkit.PoolOptions(
+            min_size=4 if pinned else 0,
+            max_size=4 if pinned else 8,
+            adaptive=poolkit.Adaptive(round_ops=8, shed_after=0.01),
+        )
+        cores = asyncio.Semaphore(4)
+        async with poolkit.AsyncPool(connect, options=options) as pool:
+            assert pool._adapted_quick
+            core, hand = pool._core, pool._fast
+            release = pool._release
+            broken: list[str] = []
+            fast: list[bool] = []
+
+            class Spy:  # (the core's fast-path port, its adaptive check-in noted)
+                def __getattr__(self, name: str) -> Any:
+                    return getattr(hand, name)
+
+                def release_adapted(self, conn: Any, now: float) -> Any:
+                    taken = hand.release_adapted(conn, now)
+                    fast.append(taken is not None)
+                    return taken
+
+            pool._fast = Spy()
+
+            def checked(lease: object, clean: bool = False) -> None:
+                release(lease, clean)  # type: ignore[arg-type]
+                if core.actions or core.events or core.timers.dirty:
+                    broken.append(f"output left: {core.actions} {core.events}")
+                idle = list(hand._idle)  # type: ignore[attr-defined]
+                adaptive = core.stats().adaptive
+                assert adaptive is not None
+                if pool._waiting and idle and hand.in_use < adaptive.limit:  # type: ignore[attr-defined]
+                    broken.append("a waiter left with a connection available under the limit")
+
+            pool._release = checked  # type: ignore[method-assign]  # (a spy)
+
+            async def caller() -> None:
+                for _ in range(100):
+                    async with pool.connection(), cores:
+                        await asyncio.sleep(0.001)
+
+            async with asyncio.timeout(60):
+                await asyncio.gather(*(caller() for _ in range(16)))
+            assert broken == [], broken[:3]
+            assert sum(fast) >= 0.9 * len(fast) and len(fast) >= 1500, (sum(fast), len(fast))
+            found = pool.stats().adaptive
+            assert found is not None and found.rounds >= 50
+            if pinned:  # (each operation holds 1 ms, and waits 3 ms for a connection)
+                assert found.op_time == pytest.approx(0.001), found
+            else:
+                assert found.changes >= 1 and pool.stats().connections_created > 4
+
+    run(main())

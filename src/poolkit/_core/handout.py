@@ -59,6 +59,11 @@ against one of the pool's three gate values.
   ``Lease.release(reset=False)``): ``_release_gen`` whatever the reset hook (the caller ran the
   reset).
 
+* ``_adapted_gen`` (``release_adapted``, an adaptive pool's fast check-in under contention: a
+  hand-off to the oldest waiter when the limit has room, its operation's time sampled): the
+  generation when the pool is adaptive, not closed, not load-balanced, with no ``max_lifetime``
+  nor reset hook; else -1.
+
   ``release_idle`` takes ``_release_gen``; in a clocked pool it only hands the connection to a
   waiter, and declines to park it (a check-in there parks the connection with its time and arms
   its timers, which ``release_idle`` does not take): under contention every check-in is a
@@ -171,6 +176,7 @@ class Handout:
     """Checkout, check-in and hand-off; failing requests; the pool's state and the gates."""
 
     __slots__ = (
+        "_adapted_gen",
         "_check_after",
         "_clean_gen",
         "_counts",
@@ -434,6 +440,39 @@ class Handout:
             return True
         return self.give_back(conn, now, now, used=not clean)
 
+    def release_adapted(self, conn: Conn, now: float) -> Request | None:
+        """An adaptive pool's fast check-in, under contention: hand ``conn`` to the oldest waiter
+        when the limit has room for it (the one coming back counted), restamped (the waiter's
+        operation starts ``now``), with the operation's time a sample of the limit; return that
+        request, which the caller wakes (it reports the wait it ended, as after
+        :meth:`release_idle`). None (nothing changed) where the check-in must take
+        :meth:`release`: nobody waiting, or no room under the limit (an adaptive pool is clocked:
+        a connection parks with its time and timers), or the ``_adapted_gen`` gate (a stale,
+        multiplexed or overflow connection, a load-balanced or closed pool, a lifetime or a
+        reset to check). A round that ends here may leave output (the limit raised serves
+        waiters, connections shed, a change reported): the caller takes it when ``actions`` or
+        ``events`` hold any, or the timers are dirty. Unobserved pools only (it builds no
+        check-in event)."""
+        if conn.gate != self._adapted_gen:  # (a plain connection out: leased, one stream)
+            return None
+        adaptive = self._st.adaptive
+        assert adaptive is not None
+        waiters = self._waiters
+        in_use = self.in_use  # (this one's included)
+        if not waiters or in_use > adaptive.limit:
+            return None
+        # served without lease: the connection stays leased, now on the waiter's behalf
+        req = self.wait_queue.pop_oldest()
+        req.state = _SERVED
+        req.conn = conn
+        self.checkouts += 1
+        op_time = now - conn.leased_at
+        conn.leased_at = now
+        before = adaptive.limit
+        if adaptive.sample(op_time, now, True, in_use):
+            self._round_ended(now, before)
+        return req
+
     def _adapted(self, conn: Conn, now: float, clean: bool) -> bool:
         """``release``'s giving back in an adaptive pool: the operation's time is a sample of the
         limit (a single-stream connection's: a multiplexed one's streams share its
@@ -447,27 +486,34 @@ class Handout:
         self.give_back(conn, now, now, used=not clean)
         before = adaptive.limit
         if sampled and adaptive.sample(op_time, now, queued, in_use):  # (a round ended: decided)
-            if adaptive.limit > before:
-                self.dispatch(now)  # (raised: waiters get connections; lowered: none taken back)
-            self._shed(now)
-            previous = adaptive.take_report()
-            if previous is not None:
-                est = adaptive.estimate
-                assert est is not None
-                self.events.append(  # (observed or not: the front end logs it at INFO)
-                    AdaptiveLimitChangedEvent(
-                        address=self.address,
-                        limit=adaptive.limit,
-                        previous=previous,
-                        knee=est.knee,
-                        elasticity=est.elasticity,
-                        share=est.share,
-                        op_time=est.op_time,
-                        base_op_time=est.base_op_time,
-                        queued=est.queued,
-                    )
-                )
+            self._round_ended(now, before)
         return True
+
+    def _round_ended(self, now: float, before: int) -> None:
+        """An adaptive round ended at a check-in (the limit was ``before``): a limit raised
+        serves waiters, surplus connections are shed, a change is reported."""
+        adaptive = self._st.adaptive
+        assert adaptive is not None
+        if adaptive.limit > before:
+            self.dispatch(now)  # (raised: waiters get connections; lowered: none taken back)
+        self._shed(now)
+        previous = adaptive.take_report()
+        if previous is not None:
+            est = adaptive.estimate
+            assert est is not None
+            self.events.append(  # (observed or not: the front end logs it at INFO)
+                AdaptiveLimitChangedEvent(
+                    address=self.address,
+                    limit=adaptive.limit,
+                    previous=previous,
+                    knee=est.knee,
+                    elasticity=est.elasticity,
+                    share=est.share,
+                    op_time=est.op_time,
+                    base_op_time=est.base_op_time,
+                    queued=est.queued,
+                )
+            )
 
     def _shed(self, now: float) -> None:
         """At an adaptive round's end: close the available connections beyond what the next
@@ -616,6 +662,14 @@ class Handout:
         clean_release = plain and state is not _CLOSED and self._lifetime is None
         self._clean_gen = generation if clean_release else -1
         self._release_gen = generation if clean_release and not self.hooks.resets else -1
+        adapted = (
+            not self._lb
+            and self._st.adaptive is not None
+            and state is not _CLOSED
+            and self._lifetime is None
+            and not self.hooks.resets
+        )
+        self._adapted_gen = generation if adapted else -1
 
     def _take(self, now: float) -> Conn | None:
         """A connection to lease now, or ``None``: a multiplexed one in use with a stream free

@@ -403,6 +403,43 @@ MUTATIONS = [
         "            self._give_back(req.conn)\n",
         "            pass\n",
     ),
+    # ---- an adaptive pool's fast check-in (AsyncPool._release, Handout.release_adapted)
+    M(
+        "asyncio adaptive check-in: wake the waiter",
+        "asyncio.py",
+        "                lease._pool = self._returned\n                self._handed_off(taken)\n",
+        "                lease._pool = self._returned\n                pass\n",
+    ),
+    M(
+        "asyncio adaptive check-in: mark the lease given back",
+        "asyncio.py",
+        "                lease._pool = self._returned\n                self._handed_off(taken)\n",
+        "                self._handed_off(taken)\n",
+    ),
+    M(
+        "asyncio adaptive check-in: take a round's output",
+        "asyncio.py",
+        "                if core.actions or core.events or core.timers.dirty:  # (a round ended)\n",
+        "                if False:\n",
+    ),
+    M(
+        "core release_adapted: the waiter's operation starts now",
+        "_core/handout.py",
+        "        conn.leased_at = now\n        before = adaptive.limit\n",
+        "        before = adaptive.limit\n",
+    ),
+    M(
+        "core release_adapted: a hand-off only with room under the limit",
+        "_core/handout.py",
+        "        if not waiters or in_use > adaptive.limit:\n",
+        "        if not waiters:\n",
+    ),
+    M(
+        "core release_adapted: a round's end decided",
+        "_core/handout.py",
+        "            self._round_ended(now, before)\n        return req\n",
+        "            pass\n        return req\n",
+    ),
     # ---- with hooks: connection()'s exit after hooks.end, the check-in that resets
     M(
         "asyncio block exit after hooks.end: release",

@@ -710,11 +710,7 @@ class AsyncPool(PoolBase[C]):
                 self._handed_off(taken)
                 core = self._core
                 if core.actions or core.events or core.timers.dirty:  # (a round ended)
-                    actions = self._take_locked()
-                    if actions is not NO_OUTPUT:
-                        self._carry_out(actions)
-                    else:
-                        self._sink.flush()
+                    self._after_core()
                 return
         core = self._input()
         conn = lease._conn

@@ -656,20 +656,16 @@ class Handout:
         derive from them ("Gates" above)."""
         self._st.state = state
         self._st.generation = generation
-        plain = not self._lb and self._st.adaptive is None
+        adaptive = self._st.adaptive is not None
+        plain = not self._lb and not adaptive
         quick = plain and not self.clocked and not self._fifo and state is _READY
         self._lease_gen = generation if quick else -1
-        clean_release = plain and state is not _CLOSED and self._lifetime is None
-        self._clean_gen = generation if clean_release else -1
-        self._release_gen = generation if clean_release and not self.hooks.resets else -1
-        adapted = (
-            not self._lb
-            and self._st.adaptive is not None
-            and state is not _CLOSED
-            and self._lifetime is None
-            and not self.hooks.resets
-        )
-        self._adapted_gen = generation if adapted else -1
+        # (nothing to check at a check-in: not load-balanced, not closed, no lifetime)
+        unchecked = not self._lb and state is not _CLOSED and self._lifetime is None
+        self._clean_gen = generation if unchecked and not adaptive else -1
+        unreset = unchecked and not self.hooks.resets
+        self._release_gen = generation if unreset and not adaptive else -1
+        self._adapted_gen = generation if unreset and adaptive else -1
 
     def _take(self, now: float) -> Conn | None:
         """A connection to lease now, or ``None``: a multiplexed one in use with a stream free

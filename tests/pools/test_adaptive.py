@@ -40,7 +40,9 @@ async def _load(pool: poolkit.AsyncPool[SimConnection], tasks: int, until: float
             limits.append(adaptive.limit)
             # (a limit lowered takes no lease back: in use may stay above it until they return)
 
-    await asyncio.gather(watch(), *(caller() for _ in range(tasks)))
+    # (5 s past ``until`` at most: a caller never woken fails the test, not the run's timeout)
+    async with asyncio.timeout(until - loop.time() + 5.0):
+        await asyncio.gather(watch(), *(caller() for _ in range(tasks)))
     return limits
 
 

@@ -15,6 +15,12 @@ no one else uses that server).
     python benchmarks/peer_ab.py headline                      # every drop-in of the headline
     python benchmarks/peer_ab.py H3 --only QueuePool --pairs 30
     python benchmarks/peer_ab.py H1,H4 --segment 0.5
+    python benchmarks/peer_ab.py H3,H4 --restarts 5 --pairs 40
+
+A pair of processes keeps its place on the machine for its life (which core its threads favour,
+which server backends its connections got): on two cores, one pair's median moved by +-10 %
+from the next's for the same two pools. ``--restarts`` spreads the pairs over that many pairs of
+processes, each built anew, and also prints each one's median.
 
 The pairs are the contenders with a ``versus`` (a drop-in and the peer it is measured against,
 ``peers.py``'s ``--list``), made by ``peers.py``'s builders, driven by its drivers, at its full
@@ -41,6 +47,9 @@ from peer_cpu import SERVER_PROCESSES, server_seconds
 from peerbench import drive
 from peerbench.cli import add_common, picked
 from peerbench.core import Contender, Env, Sizes, Workload
+
+#: one segment's figures: operations, seconds, client CPU seconds, server CPU seconds, errors
+Segment = tuple[int, float, float, float, int]
 
 #: seconds a child waits for its next order before it gives up (the parent is gone)
 ORDER_TIMEOUT = 600.0
@@ -141,7 +150,7 @@ class Side:
         )
         self.process.start()
         theirs.close()
-        self.segments: list[tuple[int, float, float, float, int]] = []
+        self.segments: list[Segment] = []
 
     def expect(self, kind: str, timeout: float = 300.0) -> tuple[Any, ...]:
         if not self.conn.poll(timeout):
@@ -195,8 +204,10 @@ def quartiles(values: list[float]) -> tuple[float, float, float]:
     return q1, q2, q3
 
 
-def compare(key: str, dropin: str, peer: str, args: argparse.Namespace) -> dict[str, Any]:
-    """The paired turns of ``dropin`` and ``peer`` on workload ``key``: per-pair ratios."""
+def turns(key: str, dropin: str, peer: str, pairs: int, args: argparse.Namespace
+          ) -> tuple[list[Segment], list[Segment]]:  # fmt: skip
+    """``pairs`` paired turns of ``dropin`` and ``peer`` on workload ``key``, each in a new
+    process: the segments of each."""
     a, b = Side(key, dropin, args), Side(key, peer, args)
     try:
         for side in (a, b):
@@ -204,7 +215,7 @@ def compare(key: str, dropin: str, peer: str, args: argparse.Namespace) -> dict[
         for side in (a, b):  # (one after the other: each warms on a machine the other leaves)
             side.conn.send(("warm", args.warmup))
             side.expect("warm")
-        for i in range(args.pairs):
+        for i in range(pairs):
             for side in (a, b) if i % 2 == 0 else (b, a):
                 side.segment(args.segment)
     finally:
@@ -213,29 +224,52 @@ def compare(key: str, dropin: str, peer: str, args: argparse.Namespace) -> dict[
                 side.end()
             except Exception as exc:  # (reported, the other side still ended)
                 print(f"  {side.label}: {exc}", file=sys.stderr)
+    return a.segments, b.segments
+
+
+def ratios_of(a: list[Segment], b: list[Segment]) -> dict[str, list[float]]:
+    """Per pair of segments, drop-in over peer: throughput, client and server CPU per op."""
     ratios: dict[str, list[float]] = {"ops_per_s": [], "client_per_op": [], "server_per_op": []}
-    for (ops_a, el_a, cl_a, sv_a, _), (ops_b, el_b, cl_b, sv_b, _) in zip(
-        a.segments, b.segments, strict=True
-    ):
+    for (ops_a, el_a, cl_a, sv_a, _), (ops_b, el_b, cl_b, sv_b, _) in zip(a, b, strict=True):
         if not (ops_a and ops_b):
             continue
         ratios["ops_per_s"].append((ops_a / el_a) / (ops_b / el_b))
         ratios["client_per_op"].append((cl_a / ops_a) / (cl_b / ops_b))
         if sv_b > 0:
             ratios["server_per_op"].append((sv_a / ops_a) / (sv_b / ops_b))
+    return ratios
 
-    def per_op(side: Side, column: int) -> float:
-        return statistics.median(1e6 * s[column] / s[0] for s in side.segments if s[0])
 
-    def rate(side: Side) -> float:
-        return statistics.median(s[0] / s[1] for s in side.segments if s[0])
+def compare(key: str, dropin: str, peer: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The paired turns of ``dropin`` and ``peer`` on workload ``key``, spread over
+    ``args.restarts`` pairs of processes: the per-pair ratios of all, and each process pair's
+    median throughput ratio (how far a pair of processes' placement on the machine moves it)."""
+    a: list[Segment] = []
+    b: list[Segment] = []
+    by_process: list[float] = []
+    restarts = max(1, args.restarts)
+    for r in range(restarts):
+        pairs = args.pairs // restarts + (1 if r < args.pairs % restarts else 0)
+        seg_a, seg_b = turns(key, dropin, peer, pairs, args)
+        a += seg_a
+        b += seg_b
+        own = ratios_of(seg_a, seg_b)["ops_per_s"]
+        if own:
+            by_process.append(statistics.median(own))
+
+    def per_op(segments: list[Segment], column: int) -> float:
+        return statistics.median(1e6 * s[column] / s[0] for s in segments if s[0])
+
+    def rate(segments: list[Segment]) -> float:
+        return statistics.median(s[0] / s[1] for s in segments if s[0])
 
     return {
-        "ratios": ratios,
+        "ratios": ratios_of(a, b),
+        "by_process": by_process,
         "dropin": {"ops_per_s": rate(a), "client_us": per_op(a, 2), "server_us": per_op(a, 3),
-                   "errors": sum(s[4] for s in a.segments)},
+                   "errors": sum(s[4] for s in a)},
         "peer": {"ops_per_s": rate(b), "client_us": per_op(b, 2), "server_us": per_op(b, 3),
-                 "errors": sum(s[4] for s in b.segments)},
+                 "errors": sum(s[4] for s in b)},
     }  # fmt: skip
 
 
@@ -246,6 +280,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pairs", type=int, default=20, help="pairs of segments (20)")
     ap.add_argument("--segment", type=float, default=1.0, help="seconds a segment (1.0)")
     ap.add_argument("--warmup", type=float, default=2.0, help="seconds of warm-up each (2.0)")
+    ap.add_argument(
+        "--restarts",
+        type=int,
+        default=1,
+        help="pairs of processes the pairs are spread over, each built anew (1)",
+    )
     args = ap.parse_args(argv)
     load = os.getloadavg()
     print(f"{args.pairs} pairs of {args.segment:g} s segments; load average at the start "
@@ -267,6 +307,9 @@ def main(argv: list[str] | None = None) -> int:
                 if values:
                     q1, q2, q3 = quartiles(values)
                     print(f"    {name:14} {q2:6.3f}  [{q1:.3f}-{q3:.3f}]  ({len(values)} pairs)")
+            if len(result["by_process"]) > 1:
+                each = " ".join(f"{v:.3f}" for v in result["by_process"])
+                print(f"    ops_per_s by process pair: {each}")
             for side in ("dropin", "peer"):
                 f = result[side]
                 print(f"    {side:6} {f['ops_per_s']:10,.0f} ops/s  client {f['client_us']:7.1f} "

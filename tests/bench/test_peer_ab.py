@@ -70,13 +70,13 @@ def test_only_picks_drop_ins_by_their_label() -> None:
     ]
 
 
-def test_a_short_run_drives_both_pools_in_turns_and_reports_each_pair() -> None:
+def test_a_short_run_drives_both_pools_in_turns_over_two_process_pairs_and_reports_each() -> None:
     if importlib.util.find_spec("redis") is None:
         skip_or_fail("redis-py is not installed: pip install -e '.[dev]'")
     need_port(REDIS_URL, 6379, "Redis")
     ran = subprocess.run(
         [sys.executable, str(BENCHMARKS / "peer_ab.py"), "H4", "--pairs", "3", "--segment",
-         "0.1", "--warmup", "0.1", "--redis-url", REDIS_URL],
+         "0.1", "--warmup", "0.1", "--restarts", "2", "--redis-url", REDIS_URL],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     out = ran.stdout + ran.stderr
@@ -87,6 +87,8 @@ def test_a_short_run_drives_both_pools_in_turns_and_reports_each_pair() -> None:
     ), out
     for name in ("ops_per_s", "client_per_op"):
         assert re.search(rf"{name} +\d+\.\d+ +\[\d+\.\d+-\d+\.\d+\] +\(3 pairs\)", out), (name, out)
+    # the 3 pairs spread over 2 pairs of processes (2 and 1), each one's median told
+    assert re.search(r"ops_per_s by process pair: \d+\.\d+ \d+\.\d+\n", out), out
     # (the server's CPU is read in clock ticks, 10 ms: a 0.1 s segment may see none, and its pair
     # gives no ratio)
     for side in ("dropin", "peer"):

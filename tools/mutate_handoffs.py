@@ -7,7 +7,9 @@ file is restored after each run, whatever happens. Each mutant runs
 ``tests/pools/test_handoffs.py`` first and, if that file lets it live, all of ``tests/pools``
 (``--timeout 60``, stopping at the first failure); the table gives the first test that failed
 and the seconds the run took. ``--only NAME`` runs the mutations whose names contain ``NAME``;
-``--handoffs-only`` skips the fall-back run of ``tests/pools``.
+``--handoffs-only`` skips the fall-back run of ``tests/pools``. A step of the core that the
+core's own tests hold (the adaptive limit's per-operation count) names them: they run with
+``tests/pools/test_handoffs.py``.
 
 Some edits change no behaviour, only speed (``lease_idle`` itself refuses when checkouts wait,
 so the ``not _waiting`` gates only save a call): the table says "not caught" for them, which is
@@ -41,6 +43,8 @@ class Mutation:
     #: occurrence the edit changes (0: the first)
     found: int = 1
     nth: int = 0
+    #: tests that hold this step besides the pools' (the core's own), run with the hand-offs'
+    tests: tuple[str, ...] = ()
 
 
 M = Mutation
@@ -440,6 +444,20 @@ MUTATIONS = [
         "            self._round_ended(now, before)\n        return req\n",
         "            pass\n        return req\n",
     ),
+    M(
+        "core adaptive sample: a round ends at its least operations only",
+        "_core/adaptive.py",
+        "        if ops < self._least:\n",
+        "        if False:\n",
+        tests=("tests/core/test_core_adaptive.py",),
+    ),
+    M(
+        "core adaptive sample: the next round's least operations set",
+        "_core/adaptive.py",
+        "        self._least = _BASE_LEAST if self._base_round else max(limit, self._round_ops)\n",
+        "",
+        tests=("tests/core/test_core_adaptive.py",),
+    ),
     # ---- with hooks: connection()'s exit after hooks.end, the check-in that resets
     M(
         "asyncio block exit after hooks.end: release",
@@ -539,9 +557,9 @@ def mutate(mutation: Mutation, handoffs_only: bool) -> tuple[str, float, bool]:
         n = mutation.nth + 1  # (the edit goes between part n-1 and part n)
         mutant = mutation.old.join(parts[:n]) + mutation.new + mutation.old.join(parts[n:])
         path.write_text(mutant)
-        caught, seconds, hung = run_tests([HANDOFFS])
+        caught, seconds, hung = run_tests([HANDOFFS, *mutation.tests])
         if caught is None and not handoffs_only:
-            caught, more, hung = run_tests([HANDOFFS, "tests/pools"])
+            caught, more, hung = run_tests([HANDOFFS, *mutation.tests, "tests/pools"])
             seconds += more
     finally:
         path.write_text(original)

@@ -179,6 +179,7 @@ class AdaptiveLimit:
         "_lag_n",
         "_lag_sum",
         "_lags",
+        "_least",
         "_load_n",
         "_load_sum",
         "_loads",
@@ -249,6 +250,8 @@ class AdaptiveLimit:
         self._times: deque[float] = deque(maxlen=window)
         self._busies: deque[float] = deque(maxlen=window)
         self._round_ops = options.round_ops
+        #: the least operations the round under way takes (``_next_round``)
+        self._least = max(self.limit, self._round_ops)
         self._at = 2  # (the first rounds cruise: a probe needs a level to probe from)
         self._round_start: float | None = None
         self._ops = 0
@@ -313,8 +316,9 @@ class AdaptiveLimit:
         were waiting for a connection then (the callers want more than the limit); ``in_use``:
         the connections in use as it ended, its own included (0: not told). Returns whether a
         round ended (``limit`` was decided anew: the same, or another)."""
-        if self._round_start is None:
-            self._round_start = now - op_time  # (the first round began with this operation)
+        start = self._round_start
+        if start is None:
+            start = self._round_start = now - op_time  # (the first round began with it)
         if not op_time >= 0.0:
             return False
         if self._skip:
@@ -323,21 +327,26 @@ class AdaptiveLimit:
             if not self._skip:
                 self._round_start = now
             return False
-        self._ops += 1
+        # (the path of every check-in of an adaptive pool: what a round's end needs, counted,
+        # and nothing else before the least operations a round takes, ``_least``)
+        ops = self._ops = self._ops + 1
         self._op_sum += op_time
-        self._waited += queued
-        self._most = max(self._most, in_use)
-        elapsed = now - self._round_start
+        if queued:
+            self._waited += 1
+        if in_use > self._most:
+            self._most = in_use
+        if ops < self._least:
+            return False
+        elapsed = now - start
         if self._base_round:
             # (as long as _BASE_OPS operations take one after another on the base's server,
             # whatever it holds: the rounds of a fleet's pools, which end a round apart,
             # overlap; at least _BASE_LEAST measured)
             base = self.base
             assert base is not None  # (set at the first round's end, before any base round)
-            ended = self._ops >= _BASE_LEAST and elapsed >= min(self._round_ops, _BASE_OPS) * base
-        else:
-            ended = self._ops >= max(self.limit, self._round_ops)
-        if not ended or elapsed <= 0.0:
+            if elapsed < min(self._round_ops, _BASE_OPS) * base:
+                return False
+        if elapsed <= 0.0:
             return False
         rate = self._ops / elapsed
         mean = self._op_sum / self._ops
@@ -451,6 +460,9 @@ class AdaptiveLimit:
             limit = min(max(limit, floor), ceiling)
         self._skip = max(ran - limit, 0)
         self.limit = limit
+        # (a base round: at least _BASE_LEAST, and as long as _BASE_OPS take at the base's time;
+        # another: at least round_ops, and as many as the limit)
+        self._least = _BASE_LEAST if self._base_round else max(limit, self._round_ops)
         reported = self.reported
         if gain == 1.0 and abs(limit - reported) > self._report_change * reported:
             self._due = reported

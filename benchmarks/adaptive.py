@@ -4,7 +4,8 @@ runs it; the script only reads the documents and checks the issue's criteria.
 
     python benchmarks/adaptive.py [--duration 10] [--pg postgresql://postgres@127.0.0.1/test]
                                   [--plots DIR]
-                                  [--only room,heavier,bound,steady,change,overload,fleet,pg]
+                                  [--only room,heavier,bound,steady,client,change,overload,
+                                          fleet,pg]
 
 Scenarios of issue 40 (32 tasks, ``--max-size 32``, each against the static pool of 32):
 
@@ -18,6 +19,13 @@ Scenarios of issue 40 (32 tasks, ``--max-size 32``, each against the static pool
 * bound: server-bound, 4 cores at 1 ms (4,000 a second, half what the client's loop feeds on
   8): throughput >= 0.95 x the best static size, connections <= 1.5 x the recommended size, and
   the total time p99 <= 1.2 x the recommended size's (``--max-size 64``).
+
+* client: client-bound (issue 40, point 4), the 32-core server at 1 ms exponential, which one
+  client process here cannot keep busy: the static pools of 16, 24 and 32 and the adaptive pool
+  (``--max-size 64``) in turns, 4 rounds, the order reversed every other round. The adaptive
+  pool's median ratio to the best static size (the highest median) is at least 0.95; that the
+  client is the bottleneck is checked too (the best static size runs below 80 % of the
+  server's 32,000 a second, and 32 connections run slower than it).
 
 Scenarios of issue 28 (32 tasks a process, the server's 8 cores at 1 ms exponential,
 ``--max-size 64``):
@@ -69,6 +77,18 @@ ROOM = {
     "sleep 2 ms": "sim://?service_time=2ms&concurrency=none",
 }
 HEAVIER = "10s:service=exp:10ms"
+#: a server the client cannot keep busy (issue 40, point 4): 32 cores at 1 ms, 32,000 a second,
+#: where one client process on this machine runs 15,000-21,000
+CLIENT = "sim://?service_time=exp:1ms&concurrency=32"
+#: the client-bound scenario's settings, run in turns: the static sizes around its best, and the
+#: adaptive pool
+CLIENT_SETTINGS = {
+    "static 16": ("--max-size", "16"),
+    "static 24": ("--max-size", "24"),
+    "static 32": ("--max-size", "32"),
+    "adaptive": ("--adaptive", "--max-size", "64"),
+}
+CLIENT_ROUNDS = 4
 #: the overload's factor on the service time (issue 40: the longest total time within 5 x the
 #: p99 outside, times this)
 OVERLOAD = 5
@@ -140,12 +160,62 @@ def knee_of(document: dict[str, Any]) -> int:
     return int(min(r["max_size"] for r in results if r["throughput"] >= 0.95 * best))
 
 
+def client_bound(documents: dict[str, Any], duration: str) -> list[Check]:
+    """Issue 40, point 4: the client its own bottleneck. The static sizes and the adaptive pool
+    in turns, ``CLIENT_ROUNDS`` rounds, the order reversed every other round (a single run of
+    each moves by more than the criterion's margin here); each round's adaptive throughput over
+    the best static size's (the one with the highest median), and their median. The client is
+    the bottleneck where the best static size runs well short of the server's capacity and
+    holding more connections than it makes the throughput fall (a server of 32 cores serves 32
+    at once faster than 24)."""
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in CLIENT_SETTINGS}
+    for i in range(CLIENT_ROUNDS):
+        order = list(CLIENT_SETTINGS) if i % 2 == 0 else list(reversed(CLIENT_SETTINGS))
+        for name in order:
+            doc = bench(CLIENT, *CLIENT_SETTINGS[name], "--duration", duration, "--warmup", "3")
+            runs[name].append(doc["results"][0])
+    documents["client"] = runs
+
+    def rates(name: str) -> list[float]:
+        return [float(r["throughput"]) for r in runs[name]]
+
+    statics = [name for name in CLIENT_SETTINGS if name != "adaptive"]
+    best = max(statics, key=lambda name: statistics.median(rates(name)))
+    largest = statics[-1]
+    capacity = 32_000.0
+    ratios = [a / b for a, b in zip(rates("adaptive"), rates(best), strict=True)]
+    ratio = statistics.median(ratios)
+    limits = [r["adaptive"]["median"] for r in runs["adaptive"]]
+    medians = ", ".join(f"{name} {statistics.median(rates(name)):,.0f}" for name in statics)
+    best_rate = statistics.median(rates(best))
+    bound = best != largest and best_rate < 0.8 * capacity
+    return [
+        Check(
+            "client",
+            "the client its own bottleneck (best static size short of the server's capacity)",
+            f"{medians} ops/s; the server's capacity {capacity:,.0f}",
+            f"best < {largest.split()[-1]}, < 80% of it",
+            bound,
+        ),
+        Check(
+            "client",
+            "adaptive throughput vs the best static size, in turns (median of rounds)",
+            f"{ratio:.3f} x {best} ({', '.join(f'{x:.3f}' for x in ratios)}; limit medians "
+            f"{', '.join(f'{x:g}' for x in limits)})",
+            ">= 0.95",
+            ratio >= 0.95,
+        ),
+    ]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--duration", default="10", help="seconds of each static run")
     parser.add_argument("--pg", default=None, help="a PostgreSQL URL for the pg scenario")
     parser.add_argument("--plots", default=None, help="a folder for the adaptive runs' plots")
-    parser.add_argument("--only", default="room,heavier,bound,steady,change,overload,fleet,pg")
+    parser.add_argument(
+        "--only", default="room,heavier,bound,steady,client,change,overload,fleet,pg"
+    )
     parser.add_argument("--json", default=None, help="write every document to this file")
     args = parser.parse_args()
     only = set(args.only.split(","))
@@ -271,6 +341,9 @@ def main() -> int:
                 r["total_ms"]["p99"] <= 1.2 * rec4["total_ms"]["p99"],
             ),
         ]
+
+    if "client" in only:
+        checks += client_bound(documents, args.duration)
 
     if not only & {"steady", "change", "overload", "fleet", "pg"}:
         return report(checks, documents, args.json)

@@ -7,6 +7,7 @@ pool, in model form: the knee found, a change followed, an overload shed, a flee
 from __future__ import annotations
 
 import heapq
+import itertools
 import random
 import statistics
 from collections import deque
@@ -198,6 +199,29 @@ def test_a_client_busy_with_its_own_work_is_told_by_its_load() -> None:
     told = simulate(32, 8, 0.001, 20.0, client=0.00015, lag=False, load=True)
     assert told.throughput(5.0, 20.0) >= 0.95 * best, told.throughput(5.0, 20.0) / best
     assert statistics.median(told.limits_between(5.0, 20.0)) <= 24
+
+
+@pytest.mark.parametrize("load", [0.95, 0.5, None], ids=["saturated", "room", "untold"])
+def test_a_client_its_own_bottleneck_probes_half_as_often(load: float | None) -> None:
+    """A client whose load is 0.9 or more (its own bottleneck) runs a cycle twice as long: the
+    same probe and drain, then fourteen cruise rounds, not six (each drain costs it
+    throughput, and the server the probes ask about has room); any other, one in eight."""
+    controller = AdaptiveLimit(1, 64, initial=16)
+    now = 0.0
+    gains: list[float] = []
+    for i in range(40_000):
+        now += 0.0001
+        if load is not None and i % 1000 == 0:
+            controller.client_load(load, now)
+        if controller.sample(0.0016, now, True, controller.limit):
+            assert controller.estimate is not None
+            gains.append(controller.estimate.gain)
+    cycle = 16 if load == 0.95 else 8
+    late = gains[len(gains) // 2 :]
+    probes = [i for i, gain in enumerate(late) if gain == GAINS[0]]
+    assert len(probes) >= 4
+    assert {b - a for a, b in itertools.pairwise(probes)} == {cycle}
+    assert all(late[i + 1] == GAINS[1] for i in probes if i + 1 < len(late))
 
 
 @pytest.mark.parametrize("clients", ["", "lag", "load"])

@@ -65,6 +65,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from bench_pairs import Setting, in_turns
+
 SIM = "sim://?service_time=exp:1ms&concurrency=8"
 SIZES_8 = "max_size=2,4,6,8,10,12,16,24,32,64"
 SIZES_4 = "max_size=2,3,4,5,6,8,12,16,32"
@@ -79,7 +81,8 @@ ROOM = {
 HEAVIER = "10s:service=exp:10ms"
 #: a server the client cannot keep busy (issue 40, point 4): 32 cores at 1 ms, 32,000 a second,
 #: where one client process on this machine runs 15,000-21,000
-CLIENT = "sim://?service_time=exp:1ms&concurrency=32"
+CLIENT_CORES = 32
+CLIENT = f"sim://?service_time=exp:1ms&concurrency={CLIENT_CORES}"
 #: the client-bound scenario's settings, run in turns: the static sizes around its best, and the
 #: adaptive pool
 CLIENT_SETTINGS = {
@@ -168,12 +171,15 @@ def client_bound(documents: dict[str, Any], duration: str) -> list[Check]:
     the bottleneck where the best static size runs well short of the server's capacity and
     holding more connections than it makes the throughput fall (a server of 32 cores serves 32
     at once faster than 24)."""
-    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in CLIENT_SETTINGS}
-    for i in range(CLIENT_ROUNDS):
-        order = list(CLIENT_SETTINGS) if i % 2 == 0 else list(reversed(CLIENT_SETTINGS))
-        for name in order:
-            doc = bench(CLIENT, *CLIENT_SETTINGS[name], "--duration", duration, "--warmup", "3")
-            runs[name].append(doc["results"][0])
+    settings = [Setting(name, list(args)) for name, args in CLIENT_SETTINGS.items()]
+
+    def run(args: list[str]) -> dict[str, Any]:
+        doc = bench(CLIENT, *args, "--duration", duration, "--warmup", "3")
+        result: dict[str, Any] = doc["results"][0]
+        return result
+
+    in_turns(settings, CLIENT_ROUNDS, run)
+    runs = {s.name: s.runs for s in settings}
     documents["client"] = runs
 
     def rates(name: str) -> list[float]:
@@ -182,7 +188,7 @@ def client_bound(documents: dict[str, Any], duration: str) -> list[Check]:
     statics = [name for name in CLIENT_SETTINGS if name != "adaptive"]
     best = max(statics, key=lambda name: statistics.median(rates(name)))
     largest = statics[-1]
-    capacity = 32_000.0
+    capacity = CLIENT_CORES / 0.001  # (a second's operations of 1 ms on each core)
     ratios = [a / b for a, b in zip(rates("adaptive"), rates(best), strict=True)]
     ratio = statistics.median(ratios)
     limits = [r["adaptive"]["median"] for r in runs["adaptive"]]

@@ -22,6 +22,7 @@ import shlex
 import statistics
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,6 +58,22 @@ def bench(target: str, args: list[str], duration: str, warmup: str) -> dict[str,
     return result
 
 
+def in_turns(
+    settings: list[Setting],
+    rounds: int,
+    run: Callable[[list[str]], dict[str, Any]],
+    done: Callable[[int], None] | None = None,
+) -> None:
+    """Run every setting once a round (``run(its args)``: one ``poolkit bench`` result, kept in
+    its ``runs``), in the given order, the next round in the reverse order; ``done(round)``
+    after each."""
+    for r in range(rounds):
+        for setting in settings if r % 2 == 0 else settings[::-1]:
+            setting.runs.append(run(setting.args))
+        if done is not None:
+            done(r)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("settings", nargs="+", type=parse_setting, metavar="NAME=ARGS")
@@ -68,11 +85,15 @@ def main(argv: list[str] | None = None) -> int:
     settings: list[Setting] = args.settings
     if len({s.name for s in settings}) != len(settings):
         parser.error("each setting needs a name of its own")
-    for r in range(args.rounds):
-        for setting in settings if r % 2 == 0 else settings[::-1]:
-            setting.runs.append(bench(args.target, setting.args, args.duration, args.warmup))
+
+    def run(setting_args: list[str]) -> dict[str, Any]:
+        return bench(args.target, setting_args, args.duration, args.warmup)
+
+    def done(r: int) -> None:
         line = ", ".join(f"{s.name} {s.throughput(r):,.0f}" for s in settings)
         print(f"round {r + 1}: {line} ops/s", flush=True)
+
+    in_turns(settings, args.rounds, run, done)
     first = settings[0]
     width = max(len(s.name) for s in settings)
     for s in settings:

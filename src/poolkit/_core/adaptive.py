@@ -258,7 +258,7 @@ class AdaptiveLimit:
         self._times: deque[float] = deque(maxlen=window)
         self._busies: deque[float] = deque(maxlen=window)
         self._round_ops = options.round_ops
-        #: the least operations the round under way takes (``_next_round``)
+        #: the least operations the round under way takes (set with each decision: ``_decide``)
         self._least = max(self.limit, self._round_ops)
         self._at = 2  # (the first rounds cruise: a probe needs a level to probe from)
         self._round_start: float | None = None
@@ -356,10 +356,10 @@ class AdaptiveLimit:
                 return False
         if elapsed <= 0.0:
             return False
-        rate = self._ops / elapsed
-        mean = self._op_sum / self._ops
+        rate = ops / elapsed
+        mean = self._op_sum / ops
         busy = self._op_sum / elapsed  # (the round's mean connections in use: Little's law)
-        wanted = self._waited * 2 >= self._ops  # (checkouts waited at half its check-ins)
+        wanted = self._waited * 2 >= ops  # (checkouts waited at half its check-ins)
         self._rates.append(rate)
         self._times.append(mean)
         if not self._base_round:

@@ -56,6 +56,19 @@ def test_the_fast_path_takes_by_the_order(order: str, expected: list[int]) -> No
     assert _ids(taken) == _ids([given[i] for i in expected])
 
 
+@pytest.mark.parametrize("order", ["lifo", "fifo"])
+def test_either_order_leases_on_the_fast_path(order: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # an unclocked pool's fast path leases without the full check, in either order (FIFO is
+    # SQLAlchemy's QueuePool's and psycopg_pool's order: their drop-ins run on it)
+    core, given = _core(order)
+
+    def full_check(self: Any, now: float) -> Conn | None:
+        raise AssertionError(f"lease_idle took the full check with idle_order={order!r}")
+
+    monkeypatch.setattr(type(core.fast), "_take", full_check)
+    assert len(_ids([core.fast.lease_idle(4.0) for _ in given])) == len(given)
+
+
 @pytest.mark.parametrize(("order", "expected"), [("lifo", [2, 1, 0]), ("fifo", [0, 1, 2])])
 def test_a_request_takes_by_the_order(order: str, expected: list[int]) -> None:
     core, given = _core(order)

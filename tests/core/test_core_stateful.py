@@ -1022,9 +1022,8 @@ class PoolCoreMachine(RuleBasedStateMachine):
         # (an adaptive pool takes no fast path: each check-in is a sample of its limit)
         plain = not state_of(core).options.load_balanced and state_of(core).options.adaptive is None
         ready = core.state is PoolState.READY
-        # (a FIFO pool leases the longest parked: ``lease_idle``, which pops the newest, never)
-        lifo = state_of(core).options.idle_order == "lifo"
-        lease = core.generation if plain and not core.clocked and lifo and ready else -1
+        # (either idle order: ``lease_idle`` takes from the end ``idle_order`` says)
+        lease = core.generation if plain and not core.clocked and ready else -1
         hooks = state_of(core).options.hooks
         resets = hooks is not None and hooks.reset is not None
         clean = (

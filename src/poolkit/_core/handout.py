@@ -51,8 +51,8 @@ against one of the pool's three gate values.
   ``_NO_GATE`` (-2), which no gate value equals. ``_NO_GATE`` is always safe: a plain connection
   that has it takes the full paths until it is re-gated.
 * ``_lease_gen`` (``lease_idle``): the generation when the pool is ready, not load-balanced,
-  not clocked (no idle time, lifetime or keep-alive to check at checkout) and LIFO (``lease_idle``
-  takes the newest; ``idle_order="fifo"`` takes the full path, ``_pop_idle``); else -1.
+  not clocked (no idle time, lifetime or keep-alive to check at checkout); else -1. ``lease_idle``
+  takes the newest (the oldest with ``idle_order="fifo"``), as ``_pop_idle`` does.
 * ``_release_gen`` (``give_back``): the generation when the pool is not closed, not
   load-balanced, with no ``max_lifetime`` nor reset hook (nothing to check at check-in); else -1.
 * ``_clean_gen`` (``release_idle_clean``, the fast check-in of a connection its caller reset,
@@ -188,9 +188,11 @@ class Handout:
         "_lifetime",
         "_max_size",
         "_max_waiting",
+        "_next_idle",
         "_open",
         "_release_gen",
         "_st",
+        "_unnext",
         "_waiters",
         "actions",
         "address",
@@ -236,6 +238,13 @@ class Handout:
         self._waiters = st.wait_queue.queue
         self._idle = st.idle_set.stack
         self._fifo = st.fifo
+        #: the end of ``_idle`` a checkout takes from: the newest, the oldest with
+        #: ``idle_order="fifo"`` (which never changes); ``_unnext`` puts one back there
+        self._next_idle, self._unnext = (
+            (self._idle.popleft, self._idle.appendleft)
+            if self._fifo
+            else (self._idle.pop, self._idle.append)
+        )
         self._open = st.idle_set.open
         self.checkouts = 0  #: checkouts served, ever (the one count the fast paths keep)
         self.set_state(st.state, st.generation)  # (the gates: "Gates" above)
@@ -264,13 +273,13 @@ class Handout:
             return None
         idle = self._idle
         if idle and not self._open:  # (a multiplexed connection with a free stream goes first)
-            conn = idle.pop()  # the newest: if ready, plain, current, nothing to check, then
-            if conn.gate == self._lease_gen:  # fire(conn, LEASE) inlined (see _IDLE_LEASE)
-                conn.state = _IDLE_LEASE
+            conn = self._next_idle()  # the newest (oldest: FIFO): if ready, plain, current,
+            if conn.gate == self._lease_gen:  # nothing to check, then fire(conn, LEASE) inlined
+                conn.state = _IDLE_LEASE  # (see _IDLE_LEASE)
                 conn.streams = 1
                 self.checkouts += 1
                 return conn
-            idle.append(conn)  # (put back where it was: the full check below decides)
+            self._unnext(conn)  # (put back where it was: the full check below decides)
         if self._st.state is not _READY or self._check_after is not None:
             return None  # (with a check hook, ``request`` decides: a check may start)
         if self._st.adaptive is not None and self.full():
@@ -658,7 +667,7 @@ class Handout:
         self._st.generation = generation
         adaptive = self._st.adaptive is not None
         plain = not self._lb and not adaptive
-        quick = plain and not self.clocked and not self._fifo and state is _READY
+        quick = plain and not self.clocked and state is _READY
         self._lease_gen = generation if quick else -1
         # (nothing to check at a check-in: not load-balanced, not closed, no lifetime)
         unchecked = not self._lb and state is not _CLOSED and self._lifetime is None

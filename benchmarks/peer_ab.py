@@ -55,6 +55,10 @@ Segment = tuple[int, float, float, float, int]
 ORDER_TIMEOUT = 600.0
 
 
+class _Stopped(Exception):
+    """The parent said stop before the warm-up: the child ends at once."""
+
+
 class Turns:
     """Stands in for the harness's drivers in a child: each drive runs only when the parent says
     so. The first drive of the run (the warm-up) runs once, for the seconds the parent gives;
@@ -72,6 +76,13 @@ class Turns:
         kind, seconds = self.conn.recv()
         return str(kind), float(seconds)
 
+    def _warm_order(self) -> float:
+        """The warm-up's seconds; ``_Stopped`` if the parent says stop before it (it gave up)."""
+        kind, seconds = self._order()
+        if kind == "stop":
+            raise _Stopped
+        return seconds
+
     def _before(self) -> tuple[resource.struct_rusage, float]:
         return resource.getrusage(resource.RUSAGE_SELF), server_seconds(self.server)
 
@@ -87,8 +98,8 @@ class Turns:
         real = self.real[0]
         self.drives += 1
         if self.drives == 1:
-            self.conn.send(("ready",))
-            _, seconds = self._order()
+            self.conn.send(("ready", sorted(os.sched_getaffinity(0))))
+            seconds = self._warm_order()
             tally = real(one, workers, seconds, **kw)
             self.conn.send(("warm",))
             return tally
@@ -107,8 +118,8 @@ class Turns:
         self.drives += 1
         # (the waits for the parent's orders block the loop: the pool waits idle meanwhile)
         if self.drives == 1:
-            self.conn.send(("ready",))
-            _, seconds = self._order()
+            self.conn.send(("ready", sorted(os.sched_getaffinity(0))))
+            seconds = self._warm_order()
             tally = await real(one, workers, seconds, **kw)
             self.conn.send(("warm",))
             return tally
@@ -122,8 +133,13 @@ class Turns:
             self._after(start, last)
 
 
-def child(conn: Connection, key: str, label: str, dsn: str, redis_url: str) -> None:
-    """A process of its own for one contender: built, then driven in the parent's turns."""
+def child(
+    conn: Connection, key: str, label: str, dsn: str, redis_url: str, cpus: frozenset[int] | None
+) -> None:
+    """A process of its own for one contender: built, then driven in the parent's turns; on
+    ``cpus`` only, if given (its threads too: set before any starts)."""
+    if cpus is not None:
+        os.sched_setaffinity(0, cpus)
     sizes = Sizes.full()
     env = Env(dsn, redis_url, f"poolkit-ab-{os.getpid()}", sizes)
     workload = peers.select(peers.workloads(sizes), key)[0]
@@ -132,6 +148,8 @@ def child(conn: Connection, key: str, label: str, dsn: str, redis_url: str) -> N
     drive.drive_threads, drive.drive_async = turns.threads, turns.tasks
     try:
         contender.run(env)
+    except _Stopped:
+        pass
     except BaseException as exc:
         conn.send(("failed", f"{type(exc).__name__}: {exc}"))
         raise
@@ -146,7 +164,9 @@ class Side:
         ctx = multiprocessing.get_context("spawn")
         self.conn, theirs = ctx.Pipe()
         self.process = ctx.Process(
-            target=child, args=(theirs, key, label, args.dsn, args.redis_url), daemon=True
+            target=child,
+            args=(theirs, key, label, args.dsn, args.redis_url, args.cpus),
+            daemon=True,
         )
         self.process.start()
         theirs.close()
@@ -211,7 +231,9 @@ def turns(key: str, dropin: str, peer: str, pairs: int, args: argparse.Namespace
     a, b = Side(key, dropin, args), Side(key, peer, args)
     try:
         for side in (a, b):
-            side.expect("ready")
+            _, cpus = side.expect("ready")
+            if args.cpus is not None and set(cpus) != args.cpus:
+                raise RuntimeError(f"{side.label} runs on CPUs {cpus}, not {sorted(args.cpus)}")
         for side in (a, b):  # (one after the other: each warms on a machine the other leaves)
             side.conn.send(("warm", args.warmup))
             side.expect("warm")
@@ -286,10 +308,18 @@ def main(argv: list[str] | None = None) -> int:
         default=1,
         help="pairs of processes the pairs are spread over, each built anew (1)",
     )
+    ap.add_argument(
+        "--cpu",
+        metavar="LIST",
+        help="pin both contenders' processes to these CPUs, e.g. 0 or 0,1 (default: not pinned)",
+    )
     args = ap.parse_args(argv)
+    args.cpus = None if args.cpu is None else frozenset(int(c) for c in args.cpu.split(","))
     load = os.getloadavg()
+    pinned = "" if args.cpus is None else f"; each contender on CPU {sorted(args.cpus)}"
     print(f"{args.pairs} pairs of {args.segment:g} s segments; load average at the start "
-          f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f} ({os.cpu_count()} cores)")  # fmt: skip
+          f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f} ({os.cpu_count()} cores)"
+          f"{pinned}")  # fmt: skip
     print("ratios drop-in / peer: median of the pairs [quartiles]")
     failed = False
     for workload in peers.select(peers.workloads(Sizes.full()), args.workloads):

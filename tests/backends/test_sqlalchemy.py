@@ -297,6 +297,50 @@ def test_async_a_cancelled_waiter_leaves_the_queue(pg: PgServer) -> None:
     asyncio.run(main())
 
 
+def test_async_a_checkout_served_at_once_stays_in_its_greenlet(
+    pg: PgServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A connection available and nobody waiting: the checkout never leaves SQLAlchemy's
+    greenlet (no ``await_``, as ``AsyncAdaptedQueue.get_nowait()``); one that must wait is
+    awaited through the bridge and served when a connection comes back."""
+    bridged: list[Any] = []
+    real = pk.await_
+
+    def await_(awaitable: Any) -> Any:
+        bridged.append(awaitable)
+        return real(awaitable)
+
+    monkeypatch.setattr(pk, "await_", await_)
+
+    async def main() -> None:
+        eng = async_engine(pg, pool_size=1, max_overflow=0, pool_timeout=10)
+        async with eng.connect():
+            pass  # (the first waits for its connection to be made)
+        del bridged[:]
+        for _ in range(3):
+            async with eng.connect() as conn:
+                assert (await conn.exec_driver_sql("SELECT 1")).scalar() == 1
+        checkouts = [a for a in bridged if type(a).__name__ == "_Rest"]
+        assert checkouts == []
+        held = await eng.connect()
+
+        async def connect() -> Any:
+            return await eng.connect()
+
+        waiter = asyncio.create_task(connect())
+        await asyncio.sleep(0.05)
+        assert not waiter.done()
+        await held.close()
+        conn = await waiter
+        assert (await conn.exec_driver_sql("SELECT 2")).scalar() == 2
+        await conn.close()
+        assert len([a for a in bridged if type(a).__name__ == "_Rest"]) == 1
+        await eng.dispose()
+
+    asyncio.run(main())
+    pg.wait_sessions(0)
+
+
 CROSS_LOOP = """
 import asyncio, sys
 import sqlalchemy.pool

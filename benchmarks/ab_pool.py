@@ -8,6 +8,11 @@ a temporary worktree and run with its own ``src`` first on the path. Each round 
 ``bench_pool.py --repeat 3`` per revision. Printed: the medians of each form's figure against the
 minimal pool of the same run (W1: time per cycle / the floor's, lower is better; W2: throughput /
 the floor's, higher is better) and AFTER / BEFORE.
+
+Each run makes a random number of objects before ``bench_pool.py`` imports anything (``LAUNCH``):
+a process started the same way lands its objects in memory the same way, and that layout moved a
+drop-in's speed by up to 1.5x in ``peer_ab.py`` (see its "Layout"); drawn anew per run, it falls
+on both revisions alike. ``--same-layout`` turns it off.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import argparse
 import json
 import math
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -23,6 +29,17 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+
+#: ``python -c LAUNCH BALLAST SCRIPT ARGS...``: SCRIPT run as ``python SCRIPT ARGS...`` would run
+#: it, after BALLAST objects are made (kept for the run); works for any revision's script
+LAUNCH = (
+    "import os, runpy, sys; "
+    "_ballast = [bytes(i % 251) for i in range(int(sys.argv.pop(1)))]; "
+    "sys.argv.pop(0); sys.path[0] = os.path.dirname(os.path.abspath(sys.argv[0])); "
+    "runpy.run_path(sys.argv[0], run_name='__main__')"
+)
+#: a run's ballast is drawn from range(LAYOUTS)
+LAYOUTS = 4096
 
 
 def figures(report: dict[str, object]) -> dict[tuple[str, str], list[float]]:
@@ -49,6 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("after", nargs="?", help="a revision (default: the working tree)")
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--cycles", type=int, default=50_000)
+    parser.add_argument(
+        "--same-layout", dest="layouts", action="store_false", help="no ballast (see above)"
+    )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="poolkit-ab-") as tmp:
         trees: dict[str, Path] = {}
@@ -70,8 +90,10 @@ def main(argv: list[str] | None = None) -> int:
                 for name, tree in order:
                     out = Path(tmp) / "run.json"
                     env = dict(os.environ, PYTHONPATH=str(tree / "src"))
+                    ballast = random.randrange(LAYOUTS) if args.layouts else 0
                     subprocess.run(
-                        [sys.executable, str(tree / "benchmarks/bench_pool.py"), "--repeat", "3",
+                        [sys.executable, "-c", LAUNCH, str(ballast),
+                         str(tree / "benchmarks/bench_pool.py"), "--repeat", "3",
                          "--cycles", str(args.cycles), "--json", str(out)],
                         env=env, cwd=tree, stdout=subprocess.DEVNULL, check=True,
                     )  # fmt: skip

@@ -180,7 +180,6 @@ class Handout:
         "_check_after",
         "_clean_gen",
         "_counts",
-        "_fifo",
         "_idle",
         "_lb",
         "_lease_gen",
@@ -237,14 +236,9 @@ class Handout:
         self.idle_set = st.idle_set
         self._waiters = st.wait_queue.queue
         self._idle = st.idle_set.stack
-        self._fifo = st.fifo
-        #: the end of ``_idle`` a checkout takes from: the newest, the oldest with
-        #: ``idle_order="fifo"`` (which never changes); ``_unnext`` puts one back there
-        self._next_idle, self._unnext = (
-            (self._idle.popleft, self._idle.appendleft)
-            if self._fifo
-            else (self._idle.pop, self._idle.append)
-        )
+        #: the available connection a checkout takes (the idle order's), and its way back
+        self._next_idle = st.idle_set.take
+        self._unnext = st.idle_set.put_back
         self._open = st.idle_set.open
         self.checkouts = 0  #: checkouts served, ever (the one count the fast paths keep)
         self.set_state(st.state, st.generation)  # (the gates: "Gates" above)
@@ -710,9 +704,9 @@ class Handout:
         (CMAP checkout). One that needs a check (``Hooks.check``) starts it and ``None`` is
         returned: the check, once passed, serves the oldest waiter."""
         idle = self._idle
-        fifo = self._fifo
+        take = self._next_idle
         while idle:
-            conn = idle.popleft() if fifo else idle.pop()
+            conn = take()
             reason = self._life.perished(conn, now)
             if reason is None:
                 if self._check_after is not None and self.hooks.needs_check(conn, now):

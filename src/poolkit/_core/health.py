@@ -390,9 +390,9 @@ class Health:
         hooks = st.hooks
         closed = False
         found = None
-        fifo = st.fifo
+        take = st.idle_set.take  # (the idle order's end)
         while idle:
-            conn = idle.popleft() if fifo else idle.pop()
+            conn = take()
             reason = self._life.perished(conn, now)
             if reason is not None:
                 self._life.close(conn, reason)

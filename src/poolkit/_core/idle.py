@@ -6,9 +6,10 @@ Rules of this module
 * ``stack`` holds the available connections (state IDLE); one leaves it before it is leased,
   probed or closed. It is a stack: check-in pushes on the right, checkout pops from the right
   (the most recently used first; from the left with ``idle_order="fifo"``, the pool's
-  ``CoreState.fifo``), so the left end is the longest parked (a connection back from
-  a keep-alive probe is parked anew, its idle time running on). It is only ever changed in
-  place: ``PoolCore`` holds the same deque (and the same ``open`` dict).
+  ``CoreState.fifo``: ``take``, the one definition of that order), so the left end is the
+  longest parked (a connection back from a keep-alive probe is parked anew, its idle time
+  running on). It is only ever changed in place: ``PoolCore`` holds the same deque (and the
+  same ``open`` dict), and ``take`` and ``put_back`` are its methods.
 * ``open`` holds multiplexed connections in use with a stream free (and not perished when put
   there): an ordered set, oldest first; leases go there before they take an idle connection.
 * ``sweep`` is the one live IDLE_SWEEP timer (or ``None``); it is armed for the available
@@ -40,12 +41,22 @@ def idle_expired(idle_since: float, max_idle: float, now: float) -> bool:
 class IdleSet:
     """Available connections (a LIFO stack), multiplexed ones with room, and the idle sweep."""
 
-    __slots__ = ("max_idle", "open", "stack", "sweep", "timers")
+    __slots__ = ("max_idle", "open", "put_back", "stack", "sweep", "take", "timers")
 
-    def __init__(self, timers: TimerHeap, max_idle: float | None) -> None:
+    def __init__(self, timers: TimerHeap, max_idle: float | None, fifo: bool) -> None:
         #: available connections, longest parked first (``PoolCore`` reads it directly on its
         #: fast paths: see "Fast paths" in ``handout``)
         self.stack: deque[Conn] = deque()
+        #: ``take()`` pops the connection a checkout takes: the most recently used, the longest
+        #: parked with ``fifo`` (``idle_order="fifo"``, fixed for the pool's life);
+        #: ``put_back(conn)`` returns one just taken to where it was (the stack's own methods,
+        #: bound: the checkout's fast path calls them)
+        self.take: Callable[[], Conn]
+        self.put_back: Callable[[Conn], None]
+        if fifo:
+            self.take, self.put_back = self.stack.popleft, self.stack.appendleft
+        else:
+            self.take, self.put_back = self.stack.pop, self.stack.append
         #: multiplexed connections in use with a stream free, oldest first (values unused)
         self.open: dict[Conn, None] = {}
         self.sweep: TimerEntry | None = None

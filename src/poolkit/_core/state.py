@@ -134,7 +134,7 @@ class CoreState:
         self.timers = TimerHeap(self.timer_is_live)
         self.background: TimerEntry | None = None  #: the one live BACKGROUND timer (``Lifecycle``)
         self.wait_queue = WaitQueue(self.timers)
-        self.idle_set = IdleSet(self.timers, options.max_idle_time)
+        self.idle_set = IdleSet(self.timers, options.max_idle_time, self.fifo)
         self.failures = ConnectFailures(options.connect_retry, rand, address)
         self.probes = Probes(self.timers, options.keep_alive)
         self.hooks = HookRuns(self.timers, options.hooks)

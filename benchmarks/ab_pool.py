@@ -21,7 +21,6 @@ import argparse
 import json
 import math
 import os
-import random
 import statistics
 import subprocess
 import sys
@@ -29,17 +28,21 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+HERE = Path(__file__).resolve().parent
+
+sys.path.insert(0, str(HERE))  # (run as a script from anywhere)
+
+from layouts import draw  # noqa: E402
 
 #: ``python -c LAUNCH BALLAST SCRIPT ARGS...``: SCRIPT run as ``python SCRIPT ARGS...`` would run
-#: it, after BALLAST objects are made (kept for the run); works for any revision's script
+#: it, after BALLAST objects are made (``layouts.ballast``, from this tree: kept for the run);
+#: works for any revision's script
 LAUNCH = (
-    "import os, runpy, sys; "
-    "_ballast = [bytes(i % 251) for i in range(int(sys.argv.pop(1)))]; "
+    f"import os, runpy, sys; sys.path.insert(0, {str(HERE)!r}); from layouts import ballast; "
+    "_ballast = ballast(int(sys.argv.pop(1))); del sys.path[0]; "
     "sys.argv.pop(0); sys.path[0] = os.path.dirname(os.path.abspath(sys.argv[0])); "
     "runpy.run_path(sys.argv[0], run_name='__main__')"
 )
-#: a run's ballast is drawn from range(LAYOUTS)
-LAYOUTS = 4096
 
 
 def figures(report: dict[str, object]) -> dict[tuple[str, str], list[float]]:
@@ -90,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
                 for name, tree in order:
                     out = Path(tmp) / "run.json"
                     env = dict(os.environ, PYTHONPATH=str(tree / "src"))
-                    ballast = random.randrange(LAYOUTS) if args.layouts else 0
+                    ballast = draw(args.layouts)
                     subprocess.run(
                         [sys.executable, "-c", LAUNCH, str(ballast),
                          str(tree / "benchmarks/bench_pool.py"), "--repeat", "3",

@@ -28,7 +28,7 @@ with asyncpg's pool and its drop-in (H1, 50 tasks on 10 connections): 300 object
 the imports put both in a mode 45 % faster (client CPU 81-86 against 120-128 µs an operation),
 and a ``PYTHONPATH`` naming an empty folder put the drop-in alone there, every time: ratios of
 1.2-1.5 x with it, 0.8-0.9 x without, the same code. So each child makes a random number of
-objects (the *ballast*, from ``range(LAYOUTS)``) before it imports the pools: each process pair
+objects (the *ballast*: ``layouts.py``) before it imports the pools: each process pair
 draws its layouts anew, and ``--restarts`` averages over them (``--same-layout``: no ballast).
 
 The pairs are the contenders with a ``versus`` (a drop-in and the peer it is measured against,
@@ -41,7 +41,6 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
-import random
 import resource
 import statistics
 import sys
@@ -52,20 +51,19 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # (run as a script from anywhere)
 
+from layouts import ballast, draw  # (imports and makes nothing)
+
 #: the environment variable that gives a child its ballast (see "Layout" above)
 LAYOUT = "POOLKIT_AB_LAYOUT"
 #: a child's ballast: objects made before it imports the pools and drivers, as many as the
 #: parent drew, kept for its life; nothing in the parent
-_ballast = [bytes(i % 251) for i in range(int(os.environ.get(LAYOUT, "0")))]
+_ballast = ballast(int(os.environ.get(LAYOUT, "0")))
 
 import peers  # noqa: E402  (after the ballast: what it shifts is made here)
 from peer_cpu import SERVER_PROCESSES, server_seconds  # noqa: E402
 from peerbench import drive  # noqa: E402
 from peerbench.cli import add_common, picked  # noqa: E402
 from peerbench.core import Contender, Env, Sizes, Workload  # noqa: E402
-
-#: a child's ballast is drawn from range(LAYOUTS)
-LAYOUTS = 4096
 
 #: one segment's figures: operations, seconds, client CPU seconds, server CPU seconds, errors
 Segment = tuple[int, float, float, float, int]
@@ -95,8 +93,10 @@ class Turns:
         kind, seconds = self.conn.recv()
         return str(kind), float(seconds)
 
-    def _warm_order(self) -> float:
-        """The warm-up's seconds; ``_Stopped`` if the parent says stop before it (it gave up)."""
+    def _ready(self) -> float:
+        """Tell the parent this child is built (where it runs, its ballast); the warm-up's
+        seconds, or ``_Stopped`` if the parent says stop before it (it gave up)."""
+        self.conn.send(("ready", sorted(os.sched_getaffinity(0)), len(_ballast)))
         kind, seconds = self._order()
         if kind == "stop":
             raise _Stopped
@@ -117,8 +117,7 @@ class Turns:
         real = self.real[0]
         self.drives += 1
         if self.drives == 1:
-            self.conn.send(("ready", sorted(os.sched_getaffinity(0)), len(_ballast)))
-            seconds = self._warm_order()
+            seconds = self._ready()
             tally = real(one, workers, seconds, **kw)
             self.conn.send(("warm",))
             return tally
@@ -137,8 +136,7 @@ class Turns:
         self.drives += 1
         # (the waits for the parent's orders block the loop: the pool waits idle meanwhile)
         if self.drives == 1:
-            self.conn.send(("ready", sorted(os.sched_getaffinity(0)), len(_ballast)))
-            seconds = self._warm_order()
+            seconds = self._ready()
             tally = await real(one, workers, seconds, **kw)
             self.conn.send(("warm",))
             return tally
@@ -188,7 +186,7 @@ class Side:
             daemon=True,
         )
         #: the child's ballast (its environment is this one's at start)
-        self.layout = random.randrange(LAYOUTS) if args.layouts else 0
+        self.layout = draw(args.layouts)
         os.environ[LAYOUT] = str(self.layout)
         try:
             self.process.start()

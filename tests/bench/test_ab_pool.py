@@ -11,6 +11,7 @@ BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
 
 import ab_pool  # noqa: E402
+from layouts import LAYOUTS  # noqa: E402
 
 PROBE = """
 import sys
@@ -34,7 +35,7 @@ def test_the_launcher_gives_the_script_its_arguments_and_its_folder(tmp_path: Pa
     script = tmp_path / "probe.py"
     script.write_text(PROBE)
     ran = subprocess.run(
-        [sys.executable, "-c", ab_pool.LAUNCH, str(ab_pool.LAYOUTS - 1), str(script), "--a", "b"],
+        [sys.executable, "-c", ab_pool.LAUNCH, str(LAYOUTS - 1), str(script), "--a", "b"],
         capture_output=True,
         text=True,
         timeout=60,

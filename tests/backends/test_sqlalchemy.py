@@ -342,6 +342,31 @@ def test_async_a_checkout_served_at_once_stays_in_its_greenlet(
     pg.wait_sessions(0)
 
 
+def test_async_pool_used_outside_a_greenlet_never_waits(pg: PgServer) -> None:
+    """SQLAlchemy's sync API on an async pool (``pool.connect()`` outside a greenlet): served
+    when a connection is free; else QueuePool's timeout at once, nothing left waiting, as
+    ``AsyncAdaptedQueue.get_nowait()``."""
+
+    async def main() -> None:
+        eng = async_engine(pg, pool_size=1, max_overflow=0, pool_timeout=10)
+        async with eng.connect():
+            pass  # (its connection made)
+        pool: Any = eng.sync_engine.pool
+        held = pool.connect()
+        started = time.perf_counter()
+        with pytest.raises(sqlalchemy.exc.TimeoutError, match="limit of size 1 overflow 0"):
+            pool.connect()
+        assert time.perf_counter() - started < 5  # (not the 10 s pool_timeout)
+        assert pool._pool.stats().waiting == 0
+        held.close()
+        async with eng.connect() as conn:
+            assert (await conn.exec_driver_sql("SELECT 1")).scalar() == 1
+        await eng.dispose()
+
+    asyncio.run(main())
+    pg.wait_sessions(0)
+
+
 CROSS_LOOP = """
 import asyncio, sys
 import sqlalchemy.pool

@@ -438,18 +438,25 @@ class AsyncAdaptedQueuePool(QueuePool):
                 self._make_entry_async, options=self._options(), address="sqlalchemy"
             )
             pool.ready()
-        if not in_greenlet():
-            return _checkout_now(pool)
-        # the checkout's first step here, in the greenlet: served at once (a connection
-        # available, nobody waiting), it never leaves it; else the rest is awaited where
+        # the checkout's first step here: served at once (a connection available, nobody
+        # waiting), it never leaves the greenlet; else, in a greenlet, the rest is awaited where
         # SQLAlchemy's bridge awaits (two greenlet switches), as AsyncAdaptedQueue's get_nowait()
-        # then get()
-        coro = pool.checkout(timeout=timeout)
+        # then get(). Outside a greenlet (SQLAlchemy's sync API on an async pool) nothing can
+        # wait, as get_nowait() finding it empty: with timeout 0 the core fails the checkout at
+        # once; should it wait all the same, the request leaves the queue.
+        waits = in_greenlet()
+        coro = pool.checkout(timeout=timeout if waits else 0)
         try:
             step = coro.send(None)
         except StopIteration as done:
             served: Lease[_Entry] = done.value
             return served
+        if not waits:
+            try:
+                coro.throw(asyncio.CancelledError())  # (the request leaves the queue)
+            except (asyncio.CancelledError, StopIteration):
+                pass
+            raise _Empty
         lease: Lease[_Entry] = await_(_Rest(coro, step))
         return lease
 
@@ -497,20 +504,3 @@ def _run_now(coro: Coroutine[Any, Any, Any]) -> None:
     except StopIteration:
         return
     coro.close()
-
-
-def _checkout_now(pool: AsyncPool[_Entry]) -> Lease[_Entry]:
-    """A checkout outside a greenlet (SQLAlchemy's sync API used on an async pool): served only
-    if it completes without waiting, as ``AsyncAdaptedQueue.get_nowait()``."""
-    coro = pool.checkout(timeout=0)
-    try:
-        coro.send(None)
-    except StopIteration as done:
-        lease: Lease[_Entry] = done.value
-        return lease
-    try:
-        coro.throw(asyncio.CancelledError())  # (the request leaves the queue)
-    except (asyncio.CancelledError, StopIteration):
-        pass
-    raise _Empty
-

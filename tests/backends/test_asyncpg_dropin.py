@@ -303,6 +303,86 @@ def test_a_task_cancelled_in_acquire_release_or_a_query_gives_its_connection_bac
     run(main)
 
 
+def _resets_apart() -> list[str]:
+    """The release steps running in tasks of their own (the drop-in's resets apart)."""
+    names = (t.get_coro().__qualname__ for t in asyncio.all_tasks())  # type: ignore[union-attr]
+    return sorted(n.rsplit(".", 1)[-1] for n in names if n.startswith("Pool._re"))
+
+
+def test_a_release_cancelled_in_its_reset_ends_at_once_and_keeps_its_connection(
+    pg: PgServer,
+) -> None:
+    # released in the caller's task (no task of its own, unlike asyncpg's shielded release):
+    # a cancellation there ends the release at once, and the reset goes on in a task apart
+    async def main() -> None:
+        async with make(pg, connection_class=SlowResetConnection) as pool:
+            con = await pool.acquire()
+            pid = con.get_server_pid()
+            releasing = asyncio.ensure_future(pool.release(con))
+            await asyncio.sleep(0.1)  # (in the reset's 0.2 s)
+            assert _resets_apart() == []
+            releasing.cancel()
+            await asyncio.sleep(0)
+            assert releasing.cancelled()
+            assert _resets_apart() == ["_reset_and_give_back"]  # (started again, apart)
+            assert pool.get_idle_size() == 0
+            async with pool.acquire(timeout=2) as again:
+                assert again.get_server_pid() == pid  # (the same connection, reset)
+                assert await again.fetchval("SELECT 1") == 1
+
+    run(main)
+
+
+def test_a_task_cancelled_in_its_block_resets_in_a_task_apart(pg: PgServer) -> None:
+    # a task being cancelled (anyio cancels it at each await) resets where a cancellation cannot
+    # reach, as asyncpg's every release: a second cancellation leaves the reset to its course
+    pids: list[int] = []
+
+    async def worker(pool: pk.Pool, entered: asyncio.Event) -> None:
+        async with pool.acquire() as con:
+            pids.append(con.get_server_pid())
+            entered.set()
+            await con.execute("SELECT pg_sleep(10)")
+
+    async def main() -> None:
+        async with make(pg, connection_class=SlowResetConnection) as pool:
+            entered = asyncio.Event()
+            task = asyncio.ensure_future(worker(pool, entered))
+            await entered.wait()
+            task.cancel()
+            await asyncio.sleep(0.1)  # (the statement cancelled; the reset under way)
+            assert _resets_apart() == ["_release"]  # (shielded from the start)
+            task.cancel()  # (again, as an anyio scope would)
+            await asyncio.gather(task, return_exceptions=True)
+            assert task.cancelled()
+            assert _resets_apart() == ["_release"]  # (not cut short)
+            async with pool.acquire(timeout=2) as again:
+                assert again.get_server_pid() == pids[0]
+                assert _resets_apart() == []
+
+    run(main)
+
+
+def test_a_release_yields_before_its_connection_is_back_even_with_nothing_to_send(
+    pg: PgServer,
+) -> None:
+    # asyncpg's release is a task of its own: the caller yields before the connection is back,
+    # so callers started together overlap (asyncpg's test_pool_07 counts the connections made)
+    async def reset(con: Any) -> None:
+        pass  # (and the connection is in no transaction: the reset sends nothing)
+
+    async def user(pool: pk.Pool) -> None:
+        async with pool.acquire():
+            pass
+
+    async def main() -> None:
+        async with make(pg, min_size=1, max_size=2, reset=reset) as pool:
+            await asyncio.gather(user(pool), user(pool))
+            assert pool.stats().total == 2  # (the second user found the first one out: a connect)
+
+    run(main)
+
+
 def test_release_after_a_protocol_abort_ends_the_connections_cleanup(pg: PgServer) -> None:
     async def main() -> None:
         async with make(pg, min_size=0) as pool:

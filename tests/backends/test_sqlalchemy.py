@@ -321,7 +321,7 @@ def test_async_a_checkout_served_at_once_stays_in_its_greenlet(
         for _ in range(3):
             async with eng.connect() as conn:
                 assert (await conn.exec_driver_sql("SELECT 1")).scalar() == 1
-        checkouts = [a for a in bridged if type(a).__name__ == "_Rest"]
+        checkouts = [a for a in bridged if type(a).__name__ == "Rest"]
         assert checkouts == []
         held = await eng.connect()
 
@@ -335,7 +335,7 @@ def test_async_a_checkout_served_at_once_stays_in_its_greenlet(
         conn = await waiter
         assert (await conn.exec_driver_sql("SELECT 2")).scalar() == 2
         await conn.close()
-        assert len([a for a in bridged if type(a).__name__ == "_Rest"]) == 1
+        assert len([a for a in bridged if type(a).__name__ == "Rest"]) == 1
         await eng.dispose()
 
     asyncio.run(main())

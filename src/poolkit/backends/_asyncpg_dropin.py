@@ -62,6 +62,7 @@ from ..events import Listener
 from ._asyncpg_args import dropin_sizes, refuse_elsewhere
 from ._asyncpg_proxy import PooledConnection, invalidate_resources
 from ._common import shown_address, uri_params, with_hooks
+from ._steps import at_least_once
 
 __all__ = ["Pool", "PoolAcquireContext"]
 
@@ -179,6 +180,8 @@ class Pool:
         #: the leases out through ``acquire()``, by their proxy's id, with their timeout
         self._leases: dict[int, tuple[Lease[Connection], float | None]] = {}
         self._released: asyncio.Event | None = None
+        #: resets a cancellation moved out of the caller's task, until they end
+        self._apart: set[asyncio.Future[None]] = set()
         self._initialized = False
         self._initializing = False
         self._closing = False
@@ -499,7 +502,13 @@ class Pool:
         if timeout is None:
             timeout = acquired_timeout
         try:
-            await asyncio.shield(self._release(lease, connection, timeout))
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                # a task being cancelled (an anyio scope cancels it again at each await): the
+                # reset runs in a task of its own from the start, as asyncpg's every release
+                await asyncio.shield(self._release(lease, connection, timeout, inline=False))
+            else:
+                await self._release(lease, connection, timeout, inline=True)
         finally:
             self._note_released()
 
@@ -507,8 +516,12 @@ class Pool:
         if not self._leases and self._released is not None:
             self._released.set()
 
-    async def _release(self, lease: Lease[Connection], proxy: Any, timeout: float | None) -> None:
-        """``lease`` given back, reset first; ``proxy`` is what it lent (a PooledConnection)."""
+    async def _release(
+        self, lease: Lease[Connection], proxy: Any, timeout: float | None, *, inline: bool
+    ) -> None:
+        """``lease`` given back, reset first; ``proxy`` is what it lent (a PooledConnection).
+        ``inline``: run in the caller's task, which a cancellation may reach in the reset (see
+        ``_reset_and_give_back``)."""
         con: Any = proxy._con
         con._on_release()  # (asyncpg's: resources invalidated, listeners left warned of)
         if con.is_closed():  # (an aborted protocol: terminate() ends asyncpg's cleanup, its
@@ -520,6 +533,17 @@ class Pool:
             con._proxy = None
             lease.discard()  # (the pool closes it gracefully)
             return
+        await self._reset_and_give_back(lease, con, timeout, inline)
+
+    async def _reset_and_give_back(
+        self, lease: Lease[Connection], con: Any, timeout: float | None, inline: bool
+    ) -> None:
+        """Reset ``con`` and give ``lease`` back; should the reset fail, the connection is
+        terminated and the lease discarded. Run ``inline`` (in the caller's task, no task made:
+        asyncpg's pool shields every release in a task of its own), a cancellation of the caller
+        in the reset does not cost the connection: the reset starts again in a task of its own
+        (which first waits for the server to end the statement the cancellation cut short), and
+        the caller gets its ``CancelledError`` at once, as from asyncpg's shield."""
         try:
             budget = timeout
             protocol = con._protocol
@@ -531,10 +555,19 @@ class Pool:
                 return
             con._proxy = None
             if callable(self._reset) or self._reset is False:
-                await self._full_reset(con, budget)
+                reset = self._full_reset(con, budget)
             else:
-                await con.reset(timeout=budget)
+                reset = con.reset(timeout=budget)
+            if inline:  # (the caller yields to the loop before the connection is back, as from
+                await at_least_once(reset)  # asyncpg's release, even with nothing to send)
+            else:
+                await reset
         except BaseException as exc:
+            if inline and isinstance(exc, asyncio.CancelledError):
+                task = asyncio.ensure_future(self._reset_and_give_back(lease, con, timeout, False))
+                self._apart.add(task)  # (held until done: a task nobody holds may be collected)
+                task.add_done_callback(self._apart.discard)
+                raise
             con._proxy = None
             con.terminate()
             lease.discard(exc if isinstance(exc, Exception) else None)

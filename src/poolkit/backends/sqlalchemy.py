@@ -70,10 +70,11 @@ import math
 import threading
 import weakref
 from collections import deque
-from collections.abc import Coroutine, Generator
+from collections.abc import Coroutine
 from typing import Any
 
 from ._extras import require
+from ._steps import Rest
 
 require("sqlalchemy", "sqlalchemy", "sqlalchemy")
 
@@ -457,44 +458,12 @@ class AsyncAdaptedQueuePool(QueuePool):
             except (asyncio.CancelledError, StopIteration):
                 pass
             raise _Empty
-        lease: Lease[_Entry] = await_(_Rest(coro, step))
+        lease: Lease[_Entry] = await_(Rest(coro, step))
         return lease
 
 
 #: the closes of disposed asyncio pools begun outside a greenlet, until they end
 _closing: set[asyncio.Future[None]] = set()
-
-
-class _Rest:
-    """The rest of a coroutine whose first step yielded ``step``, as an awaitable: it yields
-    ``step`` to the task awaiting it, then drives the coroutine as ``await`` would (what the
-    task sends or throws goes in, what the coroutine yields goes out, its return is the
-    result)."""
-
-    __slots__ = ("coro", "step")
-
-    def __init__(self, coro: Coroutine[Any, Any, Any], step: Any) -> None:
-        self.coro = coro
-        self.step = step
-
-    def __await__(self) -> Generator[Any, Any, Any]:
-        coro, step = self.coro, self.step
-        while True:
-            try:
-                sent = yield step
-            except GeneratorExit:
-                coro.close()
-                raise
-            except BaseException as exc:  # (a cancellation, most often: the coroutine's to handle)
-                try:
-                    step = coro.throw(exc)
-                except StopIteration as done:
-                    return done.value
-                continue
-            try:
-                step = coro.send(sent)
-            except StopIteration as done:
-                return done.value
 
 
 def _run_now(coro: Coroutine[Any, Any, Any]) -> None:

@@ -220,7 +220,10 @@ def test_the_figures_agree_with_theory() -> None:
     assert four["latency_ms"]["mean"] >= 1.0  # (the service time is a floor)
     assert sixteen["throughput"] <= 1.05 * 8000, sixteen
     assert sixteen["throughput"] >= 1.4 * four["throughput"]
-    assert sixteen["latency_ms"]["mean"] >= 1.3 * four["latency_ms"]["mean"]
+    # (16 sent, 8 served at once, 1 ms each: 2 ms at the server alone, whatever the machine
+    # adds; a ratio to the 4-connection time fell short where that time had grown by the
+    # round trips of a busy machine: 1.98 ms against 1.3 x 1.6)
+    assert sixteen["latency_ms"]["mean"] >= 0.9 * 16 / 8 * 1.0
     assert four["wait_ms"]["mean"] > sixteen["wait_ms"]["mean"]
 
 

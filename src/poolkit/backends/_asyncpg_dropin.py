@@ -180,8 +180,6 @@ class Pool:
         #: the leases out through ``acquire()``, by their proxy's id, with their timeout
         self._leases: dict[int, tuple[Lease[Connection], float | None]] = {}
         self._released: asyncio.Event | None = None
-        #: resets a cancellation moved out of the caller's task, until they end
-        self._apart: set[asyncio.Future[None]] = set()
         self._initialized = False
         self._initializing = False
         self._closing = False
@@ -429,9 +427,7 @@ class Pool:
         loop = self._loop
         if loop is None or loop.is_closed():
             return
-        task = loop.create_task(self._pool.close())
-        _closing_tasks.add(task)
-        task.add_done_callback(_closing_tasks.discard)
+        _hold(loop.create_task(self._pool.close()))
 
     # ------------------------------------------------------------------ acquire, release
 
@@ -533,10 +529,10 @@ class Pool:
             con._proxy = None
             lease.discard()  # (the pool closes it gracefully)
             return
-        await self._reset_and_give_back(lease, con, timeout, inline)
+        await self._reset_and_give_back(lease, con, timeout, inline=inline)
 
     async def _reset_and_give_back(
-        self, lease: Lease[Connection], con: Any, timeout: float | None, inline: bool
+        self, lease: Lease[Connection], con: Any, timeout: float | None, *, inline: bool
     ) -> None:
         """Reset ``con`` and give ``lease`` back; should the reset fail, the connection is
         terminated and the lease discarded. Run ``inline`` (in the caller's task, no task made:
@@ -564,9 +560,8 @@ class Pool:
                 await reset
         except BaseException as exc:
             if inline and isinstance(exc, asyncio.CancelledError):
-                task = asyncio.ensure_future(self._reset_and_give_back(lease, con, timeout, False))
-                self._apart.add(task)  # (held until done: a task nobody holds may be collected)
-                task.add_done_callback(self._apart.discard)
+                again = self._reset_and_give_back(lease, con, timeout, inline=False)
+                _hold(asyncio.ensure_future(again))
                 raise
             con._proxy = None
             con.terminate()
@@ -753,8 +748,15 @@ class _Unbound:
 _UNBOUND_LEASE = _Unbound()
 _UNBOUND: Any = weakref.ref(_UNBOUND_LEASE)
 
-#: ``terminate()``'s closes of the poolkit pools, kept until done
-_closing_tasks: set[asyncio.Future[Any]] = set()
+#: the drop-in's own tasks (``terminate()``'s closes of the poolkit pools, the resets a
+#: cancellation moved out of their callers' tasks), held until done: a task nobody holds may be
+#: collected before it ends
+_held: set[asyncio.Future[Any]] = set()
+
+
+def _hold(task: asyncio.Future[Any]) -> None:
+    _held.add(task)
+    task.add_done_callback(_held.discard)
 
 
 def _warn_on_long_close() -> None:

@@ -4,7 +4,10 @@ Rules of this module
 --------------------
 * A coroutine's first step is run by the caller (``coro.send(None)``): it either ends (served
   without waiting) or yields what the task must wait on. :class:`Rest` awaits the rest as
-  ``await`` would have; nothing else drives a coroutine by hand in the backends.
+  ``await`` would have: a backend that runs a first step itself (``at_least_once`` here, the
+  SQLAlchemy drop-in's bridged checkout) ends the coroutine through it, or, where nothing may
+  wait, throws a cancellation into it (``coro.close()`` would skip the coroutine's own clean-up
+  of a cancellation: a queued request left in the queue).
 * No event loop, no I/O: what is yielded goes to whatever task awaits (asyncio's).
 """
 

@@ -5,13 +5,14 @@ used as its documentation shows, with the workload's pool size and its own defau
   ``pg_advisory_unlock_all()``, ``CLOSE ALL``, ``UNLISTEN *``, ``RESET ALL``) and
   ``asyncpg.create_pool`` (the same reset: as shipped is like for like), SQLAlchemy's
   ``AsyncAdaptedQueuePool`` (``create_async_engine``; as shipped: rollback at check-in; like for
-  like: asyncpg's reset added by a ``reset`` pool event).
+  like: asyncpg's reset added by a ``reset`` pool event; fair queue: as shipped, on a first-in
+  first-out hand-off queue, ``peerbench.sa_fair``, the guarantee poolkit's drop-in adds).
 * psycopg, asyncio and threads: ``poolkit.backends.psycopg.create_async_pool`` / ``create_pool``
   (``pool.connection()``: commit, then the full reset) and the same with ``reset=False`` (roll
   back only: psycopg_pool's guarantee), ``psycopg_pool``'s ``AsyncConnectionPool`` /
   ``ConnectionPool`` (``pool.connection()``: commit; as shipped: nothing more; like for like:
-  ``reset=`` running poolkit's statements), SQLAlchemy's ``AsyncAdaptedQueuePool`` /
-  ``QueuePool`` over psycopg; and poolkit's psycopg_pool drop-ins
+  ``reset=`` running poolkit's statements), SQLAlchemy's ``AsyncAdaptedQueuePool`` (also on
+  the fair queue) / ``QueuePool`` over psycopg; and poolkit's psycopg_pool drop-ins
   (``poolkit.backends.psycopg.AsyncConnectionPool`` / ``ConnectionPool``), made as psycopg_pool's
   classes with psycopg_pool's defaults (as shipped: its guarantees) and with ``reset_session=True``
   (what it adds: poolkit's full reset, against psycopg_pool like for like). psycopg_pool's classes
@@ -144,11 +145,13 @@ async def asyncpg_pool(env: Env, record: Record, shape: Shape) -> AsyncIterator[
         await pool.close()
 
 
-def sqlalchemy_async(dialect: str, like_for_like: bool, *, dropin: bool = False) -> AsyncBuild:
+def sqlalchemy_async(dialect: str, like_for_like: bool, *, dropin: bool = False,
+                     fair: bool = False) -> AsyncBuild:  # fmt: skip
     """SQLAlchemy's ``AsyncAdaptedQueuePool`` over ``dialect`` (``asyncpg`` or ``psycopg``);
     ``like_for_like``: a ``reset`` pool event runs the reset poolkit's backend runs; ``dropin``:
     poolkit's ``poolkit.backends.sqlalchemy.AsyncAdaptedQueuePool`` in its place
-    (``poolclass=``), used the same way."""
+    (``poolclass=``), used the same way; ``fair``: SQLAlchemy's pool on a first-in first-out
+    hand-off queue (``peerbench.sa_fair``), the guarantee the drop-in adds."""
 
     @asynccontextmanager
     async def build(env: Env, record: Record, shape: Shape) -> AsyncIterator[AsyncOne]:
@@ -160,6 +163,10 @@ def sqlalchemy_async(dialect: str, like_for_like: bool, *, dropin: bool = False)
             from poolkit.backends.sqlalchemy import AsyncAdaptedQueuePool
 
             pool["poolclass"] = AsyncAdaptedQueuePool
+        elif fair:
+            from peerbench.sa_fair import FairAsyncAdaptedQueuePool
+
+            pool["poolclass"] = FairAsyncAdaptedQueuePool
         app = {"application_name": env.app}
         engine = create_async_engine(
             sqlalchemy_url(env.dsn, dialect),
@@ -581,6 +588,8 @@ SA_DROPIN = "poolkit.backends.sqlalchemy.QueuePool"
 SA_DROPIN_ASYNC = "poolkit.backends.sqlalchemy.AsyncAdaptedQueuePool"
 #: the drop-in with what it adds to psycopg_pool's guarantees (poolkit's full reset)
 FULL_RESET = "full reset (reset_session=True)"
+#: SQLAlchemy's async pool with the guarantee its drop-in adds: a first-in first-out hand-off
+FAIR_QUEUE = "fair queue"
 
 
 def _async(name: str, role: Any, variant: str, build: AsyncBuild, shape: Shape,
@@ -623,6 +632,9 @@ def asyncpg_workload(key: str = "H1", workers: int = 50, size: int = 10) -> Work
                    sqlalchemy_async("asyncpg", False), shape, sa, "rollback at check-in"),
             _async("SQLAlchemy AsyncAdaptedQueuePool", "peer", LIKE_FOR_LIKE,
                    sqlalchemy_async("asyncpg", True), shape, sa, "+ asyncpg's reset (event)"),
+            _async("SQLAlchemy AsyncAdaptedQueuePool", "peer", FAIR_QUEUE,
+                   sqlalchemy_async("asyncpg", False, fair=True), shape, sa,
+                   "rollback at check-in; + the drop-in's fair hand-off (peerbench.sa_fair)"),
             _async(SA_DROPIN_ASYNC, "poolkit", AS_SHIPPED,
                    sqlalchemy_async("asyncpg", False, dropin=True), shape, sa,
                    "poolclass=; SQLAlchemy's rollback at check-in",
@@ -677,6 +689,9 @@ def psycopg_async_workload(key: str = "H2", workers: int = 50, size: int = 10) -
             _async("SQLAlchemy AsyncAdaptedQueuePool", "peer", LIKE_FOR_LIKE,
                    sqlalchemy_async("psycopg", True), shape, sa,
                    "rollback + poolkit's statements (event)"),
+            _async("SQLAlchemy AsyncAdaptedQueuePool", "peer", FAIR_QUEUE,
+                   sqlalchemy_async("psycopg", False, fair=True), shape, sa,
+                   "rollback at check-in; + the drop-in's fair hand-off (peerbench.sa_fair)"),
             _async(SA_DROPIN_ASYNC, "poolkit", AS_SHIPPED,
                    sqlalchemy_async("psycopg", False, dropin=True), shape, sa,
                    "poolclass=; SQLAlchemy's rollback at check-in",

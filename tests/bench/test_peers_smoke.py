@@ -26,6 +26,7 @@ EXPECTED = {
         "asyncpg.create_pool (as shipped)",
         "SQLAlchemy AsyncAdaptedQueuePool (as shipped)",
         "SQLAlchemy AsyncAdaptedQueuePool (like for like)",
+        "SQLAlchemy AsyncAdaptedQueuePool (fair queue)",
         "poolkit.backends.sqlalchemy.AsyncAdaptedQueuePool (as shipped)",
         "floor: minimal FIFO pool",
         "floor: dedicated connections",

@@ -10,7 +10,9 @@ a ratio, drop-in over peer; what is reported is the median of the pairs' ratios 
 quartiles: of the throughput (operations a second), of the client's CPU per operation (the
 process's user and system time over its operations), and of the server's (the CPU time of the
 server's processes on this machine, PostgreSQL's or Redis', over the operations: run it where
-no one else uses that server).
+no one else uses that server). Each side's medians follow: its client CPU per operation, that
+time's user and system parts, and how often the client slept (voluntary context switches per
+operation: near 0, it was the bottleneck itself).
 
     python benchmarks/peer_ab.py headline                      # every drop-in of the headline
     python benchmarks/peer_ab.py H3 --only QueuePool --pairs 30
@@ -65,8 +67,10 @@ from peerbench import drive  # noqa: E402
 from peerbench.cli import add_common, picked  # noqa: E402
 from peerbench.core import Contender, Env, Sizes, Workload  # noqa: E402
 
-#: one segment's figures: operations, seconds, client CPU seconds, server CPU seconds, errors
-Segment = tuple[int, float, float, float, int]
+#: one segment's figures: operations, seconds, client CPU seconds, server CPU seconds, errors;
+#: then the client's CPU apart, user and system seconds, and its voluntary context switches (the
+#: times it found nothing to run and slept)
+Segment = tuple[int, float, float, float, int, float, float, int]
 
 #: seconds a child waits for its next order before it gives up (the parent is gone)
 ORDER_TIMEOUT = 600.0
@@ -108,10 +112,13 @@ class Turns:
     def _after(self, start: tuple[resource.struct_rusage, float], tally: drive.Tally) -> None:
         before, server_before = start
         after = resource.getrusage(resource.RUSAGE_SELF)
-        client = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+        user = after.ru_utime - before.ru_utime
+        system = after.ru_stime - before.ru_stime
         server = server_seconds(self.server) - server_before
         ops = sum(tally.counts)
-        self.conn.send(("segment", ops, tally.elapsed, client, server, tally.errors))
+        sleeps = after.ru_nvcsw - before.ru_nvcsw
+        figures = (ops, tally.elapsed, user + system, server, tally.errors, user, system, sleeps)
+        self.conn.send(("segment", *figures))
 
     def threads(self, one: drive.SyncOne, workers: int, duration: float, **kw: Any) -> drive.Tally:
         real = self.real[0]
@@ -205,8 +212,8 @@ class Side:
 
     def segment(self, seconds: float) -> None:
         self.conn.send(("segment", seconds))
-        _, ops, elapsed, client, server, errors = self.expect("segment")
-        self.segments.append((ops, elapsed, client, server, errors))
+        _, ops, elapsed, client, server, errors, user, system, sleeps = self.expect("segment")
+        self.segments.append((ops, elapsed, client, server, errors, user, system, sleeps))
 
     def end(self) -> None:
         try:
@@ -277,7 +284,7 @@ def turns(key: str, dropin: str, peer: str, pairs: int, args: argparse.Namespace
 def ratios_of(a: list[Segment], b: list[Segment]) -> dict[str, list[float]]:
     """Per pair of segments, drop-in over peer: throughput, client and server CPU per op."""
     ratios: dict[str, list[float]] = {"ops_per_s": [], "client_per_op": [], "server_per_op": []}
-    for (ops_a, el_a, cl_a, sv_a, _), (ops_b, el_b, cl_b, sv_b, _) in zip(a, b, strict=True):
+    for (ops_a, el_a, cl_a, sv_a, *_), (ops_b, el_b, cl_b, sv_b, *_) in zip(a, b, strict=True):
         if not (ops_a and ops_b):
             continue
         ratios["ops_per_s"].append((ops_a / el_a) / (ops_b / el_b))
@@ -314,9 +321,11 @@ def compare(key: str, dropin: str, peer: str, args: argparse.Namespace) -> dict[
         "ratios": ratios_of(a, b),
         "by_process": by_process,
         "dropin": {"ops_per_s": rate(a), "client_us": per_op(a, 2), "server_us": per_op(a, 3),
-                   "errors": sum(s[4] for s in a)},
+                   "errors": sum(s[4] for s in a), "user_us": per_op(a, 5),
+                   "system_us": per_op(a, 6), "sleeps": per_op(a, 7) / 1e6},
         "peer": {"ops_per_s": rate(b), "client_us": per_op(b, 2), "server_us": per_op(b, 3),
-                 "errors": sum(s[4] for s in b)},
+                 "errors": sum(s[4] for s in b), "user_us": per_op(b, 5),
+                 "system_us": per_op(b, 6), "sleeps": per_op(b, 7) / 1e6},
     }  # fmt: skip
 
 
@@ -374,7 +383,8 @@ def main(argv: list[str] | None = None) -> int:
             for side in ("dropin", "peer"):
                 f = result[side]
                 print(f"    {side:6} {f['ops_per_s']:10,.0f} ops/s  client {f['client_us']:7.1f} "
-                      f"µs/op  server {f['server_us']:7.1f} µs/op  "
+                      f"µs/op (user {f['user_us']:.1f}, system {f['system_us']:.1f}; "
+                      f"{f['sleeps']:.3f} sleeps/op)  server {f['server_us']:7.1f} µs/op  "
                       f"errors {f['errors']}")  # fmt: skip
     return 1 if failed else 0
 

@@ -93,4 +93,8 @@ def test_a_short_pinned_run_drives_both_pools_in_turns_over_two_process_pairs() 
     # (the server's CPU is read in clock ticks, 10 ms: a 0.1 s segment may see none, and its pair
     # gives no ratio)
     for side in ("dropin", "peer"):
-        assert re.search(rf"{side} +[\d,]+ ops/s .* errors 0", out), (side, out)
+        assert re.search(
+            rf"{side} +[\d,]+ ops/s  client +\d+\.\d µs/op \(user \d+\.\d, system \d+\.\d; "
+            rf"\d+\.\d{{3}} sleeps/op\) .* errors 0",
+            out,
+        ), (side, out)

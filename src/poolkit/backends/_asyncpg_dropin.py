@@ -61,7 +61,7 @@ from ..driver import _starting, check_seconds
 from ..events import Listener
 from ._asyncpg_args import dropin_sizes, refuse_elsewhere
 from ._asyncpg_proxy import PooledConnection, invalidate_resources
-from ._common import shown_address, uri_params, with_hooks
+from ._common import hold, shown_address, uri_params, with_hooks
 from ._steps import at_least_once
 
 __all__ = ["Pool", "PoolAcquireContext"]
@@ -427,7 +427,7 @@ class Pool:
         loop = self._loop
         if loop is None or loop.is_closed():
             return
-        _hold(loop.create_task(self._pool.close()))
+        hold(loop.create_task(self._pool.close()))
 
     # ------------------------------------------------------------------ acquire, release
 
@@ -561,7 +561,7 @@ class Pool:
         except BaseException as exc:
             if inline and isinstance(exc, asyncio.CancelledError):
                 again = self._reset_and_give_back(lease, con, timeout, inline=False)
-                _hold(asyncio.ensure_future(again))
+                hold(asyncio.ensure_future(again))
                 raise
             con._proxy = None
             con.terminate()
@@ -747,17 +747,6 @@ class _Unbound:
 
 _UNBOUND_LEASE = _Unbound()
 _UNBOUND: Any = weakref.ref(_UNBOUND_LEASE)
-
-#: the drop-in's own tasks (``terminate()``'s closes of the poolkit pools, the resets a
-#: cancellation moved out of their callers' tasks), held until done: a task nobody holds may be
-#: collected before it ends
-_held: set[asyncio.Future[Any]] = set()
-
-
-def _hold(task: asyncio.Future[Any]) -> None:
-    _held.add(task)
-    task.add_done_callback(_held.discard)
-
 
 def _warn_on_long_close() -> None:
     logger.warning(

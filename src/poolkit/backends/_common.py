@@ -1,10 +1,12 @@
 """What the backends' one-call builders share: setting the hooks, an address fit to show,
 PostgreSQL's port and timeout arguments checked (the start, a first connection made, and the
 pool starter are the seam's: :func:`poolkit.driver.start`, :func:`poolkit.driver.async_start`,
-:class:`poolkit.driver.PoolStarter`)."""
+:class:`poolkit.driver.PoolStarter`); and the one set that holds the tasks the backends start
+and nobody awaits, until they end (:func:`hold`)."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -106,3 +108,15 @@ def uri_params(dsn: str | None) -> dict[str, Any]:
     if "dbname" in query:
         out["dbname"] = query["dbname"][-1]
     return out
+
+
+#: the tasks the backends start and nobody awaits (the closes of pools terminated or collected
+#: unclosed, the resets a cancellation moved out of their callers' tasks): the event loop keeps
+#: only a weak reference to a task, which could be collected before it ends
+_held: set[asyncio.Future[Any]] = set()
+
+
+def hold(task: asyncio.Future[Any]) -> None:
+    """Keep ``task`` referenced until it is done."""
+    _held.add(task)
+    task.add_done_callback(_held.discard)

@@ -41,6 +41,8 @@ if True:  # ASYNC
     import redis.asyncio
     import redis.asyncio.connection
 
+    from ._common import hold
+
 from .. import ConnectContext  # noqa: E402
 from ..asyncio import AsyncPool  # noqa: E402
 from ..driver import check_seconds  # noqa: E402
@@ -72,8 +74,6 @@ if True:  # ASYNC
     _PREFIX = "Async"
     #: redis-py's recorders, looked up on its module at each call (as its pools' calls are)
     _recorders: Any = redis.asyncio.connection
-    #: close tasks of pools collected unclosed (kept referenced until done)
-    _closing_collected: set[asyncio.Task[None]] = set()
 
     async def _done(recorded: Any) -> None:
         """What a recorder returned: redis-py's asyncio recorders are coroutines, awaited."""
@@ -122,9 +122,7 @@ if True:  # ASYNC
         runs)."""
 
         def start() -> None:
-            task = loop.create_task(pool.close())
-            _closing_collected.add(task)
-            task.add_done_callback(_closing_collected.discard)
+            hold(loop.create_task(pool.close()))
 
         if not loop.is_closed():
             try:

@@ -73,6 +73,7 @@ from collections import deque
 from collections.abc import Coroutine
 from typing import Any
 
+from ._common import hold
 from ._extras import require
 from ._steps import Rest
 
@@ -419,9 +420,7 @@ class AsyncAdaptedQueuePool(QueuePool):
             elif loop is None:
                 _run_now(pool.close())  # (no loop: what closes without waiting)
             else:
-                task = loop.create_task(pool.close())
-                _closing.add(task)  # (held until done: a task nobody holds may be collected)
-                task.add_done_callback(_closing.discard)
+                hold(loop.create_task(pool.close()))
         except RuntimeError:
             # bound to another event loop (``asyncio.run(engine.dispose())`` after the engine
             # ran in an earlier one): its idle records are closed here, as SQLAlchemy's
@@ -460,10 +459,6 @@ class AsyncAdaptedQueuePool(QueuePool):
             raise _Empty
         lease: Lease[_Entry] = await_(Rest(coro, step))
         return lease
-
-
-#: the closes of disposed asyncio pools begun outside a greenlet, until they end
-_closing: set[asyncio.Future[None]] = set()
 
 
 def _run_now(coro: Coroutine[Any, Any, Any]) -> None:

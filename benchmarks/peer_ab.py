@@ -311,8 +311,9 @@ def compare(key: str, dropin: str, peer: str, args: argparse.Namespace) -> dict[
         if own:
             by_process.append(statistics.median(own))
 
-    def per_op(segments: list[Segment], column: int) -> float:
-        return statistics.median(1e6 * s[column] / s[0] for s in segments if s[0])
+    def per_op(segments: list[Segment], column: int, unit: float = 1e6) -> float:
+        """The median of a column over operations, in ``unit``s (µs: 1e6) an operation."""
+        return statistics.median(unit * s[column] / s[0] for s in segments if s[0])
 
     def rate(segments: list[Segment]) -> float:
         return statistics.median(s[0] / s[1] for s in segments if s[0])
@@ -322,10 +323,10 @@ def compare(key: str, dropin: str, peer: str, args: argparse.Namespace) -> dict[
         "by_process": by_process,
         "dropin": {"ops_per_s": rate(a), "client_us": per_op(a, 2), "server_us": per_op(a, 3),
                    "errors": sum(s[4] for s in a), "user_us": per_op(a, 5),
-                   "system_us": per_op(a, 6), "sleeps": per_op(a, 7) / 1e6},
+                   "system_us": per_op(a, 6), "sleeps": per_op(a, 7, 1)},
         "peer": {"ops_per_s": rate(b), "client_us": per_op(b, 2), "server_us": per_op(b, 3),
                  "errors": sum(s[4] for s in b), "user_us": per_op(b, 5),
-                 "system_us": per_op(b, 6), "sleeps": per_op(b, 7) / 1e6},
+                 "system_us": per_op(b, 6), "sleeps": per_op(b, 7, 1)},
     }  # fmt: skip
 
 

@@ -22,7 +22,10 @@ operation: near 0, it was the bottleneck itself).
 A pair of processes keeps its place on the machine for its life (which core its threads favour,
 which server backends its connections got): on two cores, one pair's median moved by +-10 %
 from the next's for the same two pools. ``--restarts`` spreads the pairs over that many pairs of
-processes, each built anew, and also prints each one's median.
+processes, each built anew, and also prints each one's medians (throughput and client CPU) and,
+from three process pairs on, their geometric mean with its 95 % confidence interval (Student's t:
+each process pair one sample, the way to read many short restarts, e.g. ``--restarts 24
+--pairs 96``).
 
 Layout: where a process's objects land in memory moves its speed by far more than the pools
 differ, and a process lands the same way every time it is started the same way. Measured here
@@ -41,6 +44,7 @@ sizes (the workers and the pool of each workload). Linux only (``/proc``).
 from __future__ import annotations
 
 import argparse
+import math
 import multiprocessing
 import os
 import resource
@@ -294,22 +298,45 @@ def ratios_of(a: list[Segment], b: list[Segment]) -> dict[str, list[float]]:
     return ratios
 
 
+#: Student's t, two-sided 95 %, by degrees of freedom (1-30; beyond: 2.0, then the normal's)
+_T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
+        2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
+        2.060, 2.056, 2.052, 2.048, 2.045, 2.042)  # fmt: skip
+
+
+def across(values: list[float]) -> tuple[float, float, float]:
+    """The geometric mean of ratios (one per process pair) with its 95 % confidence interval:
+    Student's t on their logarithms, each process pair one sample. A process pair's placement
+    and layout move its ratio by more than its segments vary (see Layout above), so the pairs,
+    not the segments, are what is independent; the interval says how far the mean of a new
+    set of as many process pairs may fall."""
+    logs = [math.log(v) for v in values]
+    mean = statistics.fmean(logs)
+    n = len(logs)
+    df = n - 1
+    t = _T95[df - 1] if df <= len(_T95) else (2.0 if df < 60 else 1.96)
+    half = t * statistics.stdev(logs) / math.sqrt(n)
+    return math.exp(mean - half), math.exp(mean), math.exp(mean + half)
+
+
 def compare(key: str, dropin: str, peer: str, args: argparse.Namespace) -> dict[str, Any]:
     """The paired turns of ``dropin`` and ``peer`` on workload ``key``, spread over
     ``args.restarts`` pairs of processes: the per-pair ratios of all, and each process pair's
-    median throughput ratio (how far a pair of processes' placement on the machine moves it)."""
+    median ratios of throughput and client CPU per operation (how far a pair of processes'
+    placement on the machine moves them)."""
     a: list[Segment] = []
     b: list[Segment] = []
-    by_process: list[float] = []
+    by_process: dict[str, list[float]] = {"ops_per_s": [], "client_per_op": []}
     restarts = max(1, args.restarts)
     for r in range(restarts):
         pairs = args.pairs // restarts + (1 if r < args.pairs % restarts else 0)
         seg_a, seg_b = turns(key, dropin, peer, pairs, args)
         a += seg_a
         b += seg_b
-        own = ratios_of(seg_a, seg_b)["ops_per_s"]
-        if own:
-            by_process.append(statistics.median(own))
+        own = ratios_of(seg_a, seg_b)
+        for name, values in by_process.items():
+            if own[name]:
+                values.append(statistics.median(own[name]))
 
     def per_op(segments: list[Segment], column: int, unit: float = 1e6) -> float:
         """The median of a column over operations, in ``unit``s (µs: 1e6) an operation."""
@@ -378,9 +405,15 @@ def main(argv: list[str] | None = None) -> int:
                 if values:
                     q1, q2, q3 = quartiles(values)
                     print(f"    {name:14} {q2:6.3f}  [{q1:.3f}-{q3:.3f}]  ({len(values)} pairs)")
-            if len(result["by_process"]) > 1:
-                each = " ".join(f"{v:.3f}" for v in result["by_process"])
-                print(f"    ops_per_s by process pair: {each}")
+            for name, values in result["by_process"].items():
+                if len(values) > 1:
+                    each = " ".join(f"{v:.3f}" for v in values)
+                    print(f"    {name} by process pair: {each}")
+            for name, values in result["by_process"].items():
+                if len(values) > 2:
+                    lo, mean, hi = across(values)
+                    print(f"    {name:14} {mean:6.3f}  95 % CI [{lo:.3f}-{hi:.3f}]  (geometric "
+                          f"mean of {len(values)} process pairs' medians)")  # fmt: skip
             for side in ("dropin", "peer"):
                 f = result[side]
                 print(f"    {side:6} {f['ops_per_s']:10,.0f} ops/s  client {f['client_us']:7.1f} "

@@ -6,10 +6,14 @@ shared): only what was run and reported."""
 from __future__ import annotations
 
 import importlib.util
+import math
 import re
+import statistics
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from bench_run import REDIS_URL, need_port, skip_or_fail
 
@@ -70,13 +74,26 @@ def test_only_picks_drop_ins_by_their_label() -> None:
     ]
 
 
-def test_a_short_pinned_run_drives_both_pools_in_turns_over_two_process_pairs() -> None:
+def test_the_process_pairs_mean_and_its_interval_are_students_t_on_the_logs() -> None:
+    lo, mean, hi = peer_ab.across([math.exp(-1.0), 1.0, math.exp(1.0)])
+    # mean of the logs 0, their standard deviation 1, t(2 degrees of freedom) = 4.303
+    assert mean == pytest.approx(1.0)
+    assert math.log(hi) == pytest.approx(4.303 / math.sqrt(3))
+    assert math.log(lo) == pytest.approx(-4.303 / math.sqrt(3))
+    lo, mean, hi = peer_ab.across([2.0] * 40)  # (beyond the table: no spread, no interval)
+    assert (lo, mean, hi) == pytest.approx((2.0, 2.0, 2.0))
+    lo, mean, hi = peer_ab.across([0.5, 2.0] * 20)  # (39 degrees of freedom: t = 2.0)
+    half = 2.0 * statistics.stdev([math.log(0.5), math.log(2.0)] * 20) / math.sqrt(40)
+    assert (math.log(lo), math.log(hi)) == pytest.approx((-half, half))
+
+
+def test_a_short_pinned_run_drives_both_pools_in_turns_over_three_process_pairs() -> None:
     if importlib.util.find_spec("redis") is None:
         skip_or_fail("redis-py is not installed: pip install -e '.[dev]'")
     need_port(REDIS_URL, 6379, "Redis")
     ran = subprocess.run(
         [sys.executable, str(BENCHMARKS / "peer_ab.py"), "H4", "--pairs", "3", "--segment",
-         "0.1", "--warmup", "0.1", "--restarts", "2", "--redis-url", REDIS_URL, "--cpu", "0"],
+         "0.1", "--warmup", "0.1", "--restarts", "3", "--redis-url", REDIS_URL, "--cpu", "0"],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     out = ran.stdout + ran.stderr
@@ -88,8 +105,14 @@ def test_a_short_pinned_run_drives_both_pools_in_turns_over_two_process_pairs() 
     ), out
     for name in ("ops_per_s", "client_per_op"):
         assert re.search(rf"{name} +\d+\.\d+ +\[\d+\.\d+-\d+\.\d+\] +\(3 pairs\)", out), (name, out)
-    # the 3 pairs spread over 2 pairs of processes (2 and 1), each one's median told
-    assert re.search(r"ops_per_s by process pair: \d+\.\d+ \d+\.\d+\n", out), out
+    # the 3 pairs spread over 3 pairs of processes, each one's medians told, and their mean
+    for name in ("ops_per_s", "client_per_op"):
+        assert re.search(rf"{name} by process pair: \d+\.\d+ \d+\.\d+ \d+\.\d+\n", out), out
+        assert re.search(
+            rf"{name} +\d+\.\d+  95 % CI \[\d+\.\d+-\d+\.\d+\]  \(geometric mean of 3 process "
+            r"pairs' medians\)",
+            out,
+        ), (name, out)
     # (the server's CPU is read in clock ticks, 10 ms: a 0.1 s segment may see none, and its pair
     # gives no ratio)
     for side in ("dropin", "peer"):

@@ -445,6 +445,12 @@ class AsyncAdaptedQueuePool(QueuePool):
         # wait, as get_nowait() finding it empty: with timeout 0 the core fails the checkout at
         # once; should it wait all the same, the request leaves the queue.
         waits = in_greenlet()
+        if waits and not pool.available:
+            # nothing idle: it waits (or connects), the whole checkout awaited in the task from
+            # its first step (queued there, before any other task runs: the same order), as
+            # the contended checkouts of a busy pool all are
+            lease: Lease[_Entry] = await_(pool.checkout(timeout=timeout))
+            return lease
         coro = pool.checkout(timeout=timeout if waits else 0)
         try:
             step = coro.send(None)
@@ -457,8 +463,8 @@ class AsyncAdaptedQueuePool(QueuePool):
             except (asyncio.CancelledError, StopIteration):
                 pass
             raise _Empty
-        lease: Lease[_Entry] = await_(Rest(coro, step))
-        return lease
+        rest: Lease[_Entry] = await_(Rest(coro, step))
+        return rest
 
 
 def _run_now(coro: Coroutine[Any, Any, Any]) -> None:

@@ -438,17 +438,18 @@ class AsyncAdaptedQueuePool(QueuePool):
                 self._make_entry_async, options=self._options(), address="sqlalchemy"
             )
             pool.ready()
-        # the checkout's first step here: served at once (a connection available, nobody
-        # waiting), it never leaves the greenlet; else, in a greenlet, the rest is awaited where
-        # SQLAlchemy's bridge awaits (two greenlet switches), as AsyncAdaptedQueue's get_nowait()
-        # then get(). Outside a greenlet (SQLAlchemy's sync API on an async pool) nothing can
-        # wait, as get_nowait() finding it empty: with timeout 0 the core fails the checkout at
-        # once; should it wait all the same, the request leaves the queue.
+        # A connection idle: the checkout's first step here, served at once (nobody waits
+        # while one is idle), it never leaves the greenlet, as AsyncAdaptedQueue's get_nowait().
+        # Nothing idle, in a greenlet: it waits (or connects), the whole checkout awaited in the
+        # task through SQLAlchemy's bridge (two greenlet switches), its first step there, before
+        # any other task runs (the arrival order is kept), as the contended checkouts of a busy
+        # pool all are. Should a first step taken here wait after all (``available`` is a
+        # glance), the rest is awaited the same way. Outside a greenlet (SQLAlchemy's sync API
+        # on an async pool) nothing can wait, as get_nowait() finding it empty: with timeout 0
+        # the core fails the checkout at once; should it wait all the same, the request leaves
+        # the queue.
         waits = in_greenlet()
         if waits and not pool.available:
-            # nothing idle: it waits (or connects), the whole checkout awaited in the task from
-            # its first step (queued there, before any other task runs: the same order), as
-            # the contended checkouts of a busy pool all are
             lease: Lease[_Entry] = await_(pool.checkout(timeout=timeout))
             return lease
         coro = pool.checkout(timeout=timeout if waits else 0)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pg_service import PgServer, need, pg
+from poolkit import AsyncPool
 
 __all__ = ["pg"]
 
@@ -317,7 +318,7 @@ def test_async_a_checkout_served_at_once_stays_in_its_greenlet(
     def checkout(awaitable: Any) -> bool:
         """Whether ``awaitable`` is (the rest of) a poolkit checkout."""
         code = getattr(awaitable, "cr_code", None)
-        return type(awaitable).__name__ == "Rest" or code is pk.AsyncPool.checkout.__code__
+        return type(awaitable).__name__ == "Rest" or code is AsyncPool.checkout.__code__
 
     async def main() -> None:
         eng = async_engine(pg, pool_size=1, max_overflow=0, pool_timeout=10)
@@ -341,7 +342,7 @@ def test_async_a_checkout_served_at_once_stays_in_its_greenlet(
         assert (await conn.exec_driver_sql("SELECT 2")).scalar() == 2
         await conn.close()
         (waited,) = [a for a in bridged if checkout(a)]
-        assert waited.cr_code is pk.AsyncPool.checkout.__code__  # (the coroutine itself)
+        assert waited.cr_code is AsyncPool.checkout.__code__  # (the coroutine itself)
         await eng.dispose()
 
     asyncio.run(main())

@@ -18,6 +18,7 @@ operation: near 0, it was the bottleneck itself).
     python benchmarks/peer_ab.py H3 --only QueuePool --pairs 30
     python benchmarks/peer_ab.py H1,H4 --segment 0.5
     python benchmarks/peer_ab.py H3,H4 --restarts 5 --pairs 40
+    python benchmarks/peer_ab.py H1,H2 --only sqlalchemy --versus "(fair queue)"
 
 A pair of processes keeps its place on the machine for its life (which core its threads favour,
 which server backends its connections got): on two cores, one pair's median moved by +-10 %
@@ -240,13 +241,21 @@ AS_THE_REFERENCE = {
 }
 
 
-def pairs_of(workload: Workload, only: str | None) -> list[tuple[Contender, str]]:
+def pairs_of(workload: Workload, only: str | None, versus: str | None = None
+             ) -> list[tuple[Contender, str]]:  # fmt: skip
     """The drop-ins of ``workload``, each with the label of the peer it replaces: its
-    ``versus``, or the workload's reference."""
+    ``versus``, or the workload's reference; with ``versus``, the contender of the workload
+    whose label contains it instead (none if no contender's does, or more than one's)."""
     found = []
     for c in workload.contenders:
         peer = c.versus or (workload.reference if c.name in AS_THE_REFERENCE else None)
         if peer and picked(c.label, only):
+            if versus is not None:
+                others = [o.label for o in workload.contenders
+                          if o is not c and versus.lower() in o.label.lower()]  # fmt: skip
+                if len(others) != 1:
+                    continue
+                peer = others[0]
             found.append((c, peer))
     return found
 
@@ -381,6 +390,13 @@ def main(argv: list[str] | None = None) -> int:
         metavar="LIST",
         help="pin both contenders' processes to these CPUs, e.g. 0 or 0,1 (default: not pinned)",
     )
+    ap.add_argument(
+        "--versus",
+        metavar="TEXT",
+        help="pair each drop-in with the one contender of its workload whose label contains "
+        "TEXT, in place of the peer it replaces (e.g. \"(fair queue)\": SQLAlchemy's pool "
+        "with the drop-in's fair hand-off)",
+    )
     args = ap.parse_args(argv)
     args.cpus = None if args.cpu is None else frozenset(int(c) for c in args.cpu.split(","))
     load = os.getloadavg()
@@ -391,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
     print("ratios drop-in / peer: median of the pairs [quartiles]")
     failed = False
     for workload in peers.select(peers.workloads(Sizes.full()), args.workloads):
-        for contender, peer in pairs_of(workload, args.only):
+        for contender, peer in pairs_of(workload, args.only, args.versus):
             started = time.perf_counter()
             try:
                 result = compare(workload.key, contender.label, peer, args)

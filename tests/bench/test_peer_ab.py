@@ -74,6 +74,18 @@ def test_only_picks_drop_ins_by_their_label() -> None:
     ]
 
 
+def test_versus_pairs_a_drop_in_with_the_one_contender_it_names() -> None:
+    h1, h2 = peers.select(peers.workloads(Sizes.full()), "H1,H2")
+    for workload in (h1, h2):
+        picked = [(c.label, peer) for c, peer in
+                  peer_ab.pairs_of(workload, "sqlalchemy", "(fair queue)")]  # fmt: skip
+        assert picked == [("poolkit.backends.sqlalchemy.AsyncAdaptedQueuePool (as shipped)",
+                           "SQLAlchemy AsyncAdaptedQueuePool (fair queue)")]  # fmt: skip
+    # a text no other contender's label holds, or more than one's: that drop-in is left out
+    assert peer_ab.pairs_of(h1, "sqlalchemy", "no such pool") == []
+    assert peer_ab.pairs_of(h1, "sqlalchemy", "SQLAlchemy AsyncAdaptedQueuePool") == []
+
+
 def test_the_process_pairs_mean_and_its_interval_are_students_t_on_the_logs() -> None:
     lo, mean, hi = peer_ab.across([math.exp(-1.0), 1.0, math.exp(1.0)])
     # mean of the logs 0, their standard deviation 1, t(2 degrees of freedom) = 4.303

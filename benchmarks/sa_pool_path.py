@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # (run as a script fro
 from sqlalchemy.pool import AsyncAdaptedQueuePool
 from sqlalchemy.util.concurrency import await_, greenlet_spawn
 
+from floors import NullConn  # (close and rollback, what SQLAlchemy's pool calls, do nothing)
 from peerbench.sa_fair import FairAsyncAdaptedQueuePool
 from poolkit.backends import sqlalchemy as dropin
 
@@ -45,21 +46,11 @@ POOLS: dict[str, Any] = {
 REFERENCE = "SQLAlchemy AsyncAdaptedQueuePool (as shipped)"
 
 
-class NullConnection:
-    """A DBAPI connection that does nothing: what SQLAlchemy's pool calls returns at once."""
-
-    def rollback(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
 async def drive(pool_class: Any, tasks: int, size: int, hold: int, seconds: float
                 ) -> tuple[float, float]:  # fmt: skip
     """``tasks`` tasks checking out and in on a pool of ``size`` for ``seconds`` (after a tenth
     as long of warm-up): operations a second, CPU seconds an operation."""
-    pool = pool_class(NullConnection, pool_size=size, max_overflow=0, timeout=30)
+    pool = pool_class(NullConn, pool_size=size, max_overflow=0, timeout=30)
     done = 0
     stop = False
 

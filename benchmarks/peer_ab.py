@@ -399,6 +399,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = ap.parse_args(argv)
     args.cpus = None if args.cpu is None else frozenset(int(c) for c in args.cpu.split(","))
+    chosen = [(workload, contender, peer)
+              for workload in peers.select(peers.workloads(Sizes.full()), args.workloads)
+              for contender, peer in pairs_of(workload, args.only, args.versus)]  # fmt: skip
+    if not chosen and args.versus is not None:
+        ap.error(f"--versus {args.versus!r}: no drop-in picked has one other contender of its "
+                 "workload whose label contains it")  # fmt: skip
     load = os.getloadavg()
     pinned = "" if args.cpus is None else f"; each contender on CPU {sorted(args.cpus)}"
     print(f"{args.pairs} pairs of {args.segment:g} s segments; load average at the start "
@@ -406,36 +412,35 @@ def main(argv: list[str] | None = None) -> int:
           f"{pinned}")  # fmt: skip
     print("ratios drop-in / peer: median of the pairs [quartiles]")
     failed = False
-    for workload in peers.select(peers.workloads(Sizes.full()), args.workloads):
-        for contender, peer in pairs_of(workload, args.only, args.versus):
-            started = time.perf_counter()
-            try:
-                result = compare(workload.key, contender.label, peer, args)
-            except Exception as exc:
-                print(f"{workload.key} {contender.label}: failed: {exc}")
-                failed = True
-                continue
-            took = time.perf_counter() - started
-            print(f"{workload.key} {contender.label}  vs  {peer}  ({took:.0f} s)")
-            for name, values in result["ratios"].items():
-                if values:
-                    q1, q2, q3 = quartiles(values)
-                    print(f"    {name:14} {q2:6.3f}  [{q1:.3f}-{q3:.3f}]  ({len(values)} pairs)")
-            for name, values in result["by_process"].items():
-                if len(values) > 1:
-                    each = " ".join(f"{v:.3f}" for v in values)
-                    print(f"    {name} by process pair: {each}")
-            for name, values in result["by_process"].items():
-                if len(values) > 2:
-                    lo, mean, hi = across(values)
-                    print(f"    {name:14} {mean:6.3f}  95 % CI [{lo:.3f}-{hi:.3f}]  (geometric "
-                          f"mean of {len(values)} process pairs' medians)")  # fmt: skip
-            for side in ("dropin", "peer"):
-                f = result[side]
-                print(f"    {side:6} {f['ops_per_s']:10,.0f} ops/s  client {f['client_us']:7.1f} "
-                      f"µs/op (user {f['user_us']:.1f}, system {f['system_us']:.1f}; "
-                      f"{f['sleeps']:.3f} sleeps/op)  server {f['server_us']:7.1f} µs/op  "
-                      f"errors {f['errors']}")  # fmt: skip
+    for workload, contender, peer in chosen:
+        started = time.perf_counter()
+        try:
+            result = compare(workload.key, contender.label, peer, args)
+        except Exception as exc:
+            print(f"{workload.key} {contender.label}: failed: {exc}")
+            failed = True
+            continue
+        took = time.perf_counter() - started
+        print(f"{workload.key} {contender.label}  vs  {peer}  ({took:.0f} s)")
+        for name, values in result["ratios"].items():
+            if values:
+                q1, q2, q3 = quartiles(values)
+                print(f"    {name:14} {q2:6.3f}  [{q1:.3f}-{q3:.3f}]  ({len(values)} pairs)")
+        for name, values in result["by_process"].items():
+            if len(values) > 1:
+                each = " ".join(f"{v:.3f}" for v in values)
+                print(f"    {name} by process pair: {each}")
+        for name, values in result["by_process"].items():
+            if len(values) > 2:
+                lo, mean, hi = across(values)
+                print(f"    {name:14} {mean:6.3f}  95 % CI [{lo:.3f}-{hi:.3f}]  (geometric "
+                      f"mean of {len(values)} process pairs' medians)")  # fmt: skip
+        for side in ("dropin", "peer"):
+            f = result[side]
+            print(f"    {side:6} {f['ops_per_s']:10,.0f} ops/s  client {f['client_us']:7.1f} "
+                  f"µs/op (user {f['user_us']:.1f}, system {f['system_us']:.1f}; "
+                  f"{f['sleeps']:.3f} sleeps/op)  server {f['server_us']:7.1f} µs/op  "
+                  f"errors {f['errors']}")  # fmt: skip
     return 1 if failed else 0
 
 

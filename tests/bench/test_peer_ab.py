@@ -86,6 +86,15 @@ def test_versus_pairs_a_drop_in_with_the_one_contender_it_names() -> None:
     assert peer_ab.pairs_of(h1, "sqlalchemy", "SQLAlchemy AsyncAdaptedQueuePool") == []
 
 
+def test_versus_that_pairs_nothing_is_refused_naming_the_option() -> None:
+    ran = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "peer_ab.py"), "H1", "--versus", "no such pool"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert ran.returncode == 2, ran.stdout + ran.stderr
+    assert "--versus 'no such pool': no drop-in picked has one other contender" in ran.stderr
+
+
 def test_the_process_pairs_mean_and_its_interval_are_students_t_on_the_logs() -> None:
     lo, mean, hi = peer_ab.across([math.exp(-1.0), 1.0, math.exp(1.0)])
     # mean of the logs 0, their standard deviation 1, t(2 degrees of freedom) = 4.303

@@ -19,6 +19,14 @@ slower than the machine: the asyncio workloads interleave much as they do native
 ones less so, so their counts compare pools under the same serialization, not the native thread
 switches (and the kernel's work, which those switches cost, is not counted at all). Needs
 ``valgrind`` (Debian's package); takes about two minutes per contender, more for threads.
+
+Where two contenders run about as many bytecodes but not as many instructions, the difference is
+in C (the interpreter's allocator, the event loop, a driver): ``--by-function N`` also reads each
+run's profile with ``callgrind_annotate`` and prints, per workload, the ``N`` C functions whose
+instructions per operation (their own, not their callees') differ most between the contenders,
+each contender's figure in a column, measured the same way (the two runs' difference)::
+
+    python benchmarks/peer_instructions.py H2 --only AsyncAdaptedQueuePool --by-function 25
 """
 
 from __future__ import annotations
@@ -110,8 +118,53 @@ def child(workload_key: str, label: str, ops: int, dsn: str, redis_url: str) -> 
     return 0
 
 
-def measure(workload_key: str, label: str, ops: int, dsn: str, redis_url: str) -> int:
-    """Instructions of a run of ``label`` with ``ops`` operations per worker."""
+#: a row of ``callgrind_annotate``'s table: "1,234 (5.6%)  path/file.c:function [lib.so]"
+_ANNOTATED = re.compile(r"^\s*([\d,]+) \(\s*[\d.]+%\)\s+(\S.*?)(?: \[[^\]]*\])?\s*$")
+
+
+def functions_of(annotated: str) -> dict[str, int]:
+    """Each C function's own instructions, from ``callgrind_annotate``'s output: keyed
+    "file.c:function" (the source file's base name: the same function of the same build whatever
+    folder it was built in), the recursion levels callgrind tells apart ("function'2") merged."""
+    counts: dict[str, int] = {}
+    for line in annotated.splitlines():
+        found = _ANNOTATED.match(line)
+        if found is None or found.group(2) == "PROGRAM TOTALS":
+            continue
+        where, _, function = found.group(2).rpartition(":")
+        function = re.sub(r"'\d+$", "", function)
+        key = f"{Path(where).name}:{function}" if where else function
+        counts[key] = counts.get(key, 0) + int(found.group(1).replace(",", ""))
+    return counts
+
+
+def per_op(low: dict[str, int], high: dict[str, int], operations: int) -> dict[str, float]:
+    """Each function's instructions per operation: the second run's less the first's, over the
+    ``operations`` the second ran more."""
+    return {
+        name: (high.get(name, 0) - low.get(name, 0)) / operations
+        for name in low.keys() | high.keys()
+    }
+
+
+def differing(columns: list[dict[str, float]], top: int) -> list[str]:
+    """The ``top`` functions whose figures differ most between ``columns`` (the largest, for one
+    column), in that order."""
+
+    def spread(name: str) -> float:
+        values = [column.get(name, 0.0) for column in columns]
+        return max(values) - min(values) if len(values) > 1 else abs(values[0])
+
+    names = set().union(*columns)
+    return sorted(names, key=lambda name: (-spread(name), name))[:top]
+
+
+def measure(
+    workload_key: str, label: str, ops: int, dsn: str, redis_url: str, by_function: bool = False
+) -> tuple[int, dict[str, int]]:
+    """Instructions of a run of ``label`` with ``ops`` operations per worker, and with
+    ``by_function`` each C function's own (else an empty dict)."""
+    functions: dict[str, int] = {}
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp, "callgrind.out")
         result = subprocess.run(
@@ -135,10 +188,20 @@ def measure(workload_key: str, label: str, ops: int, dsn: str, redis_url: str) -
             text=True,
             check=False,
         )
-    found = re.search(r"Collected : (\d+)", result.stderr)
-    if result.returncode != 0 or found is None:
-        raise RuntimeError(f"{label}: the run failed:\n{result.stdout}\n{result.stderr[-2000:]}")
-    return int(found.group(1))
+        found = re.search(r"Collected : (\d+)", result.stderr)
+        if result.returncode != 0 or found is None:
+            raise RuntimeError(
+                f"{label}: the run failed:\n{result.stdout}\n{result.stderr[-2000:]}"
+            )
+        if by_function:
+            annotated = subprocess.run(
+                ["callgrind_annotate", "--threshold=100", str(out)],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            functions = functions_of(annotated.stdout)
+    return int(found.group(1)), functions
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -147,6 +210,13 @@ def main(argv: list[str] | None = None) -> int:
     add_common(ap, "contenders")
     ap.add_argument("--ops", type=int, default=40, help="operations per worker, first run (40)")
     ap.add_argument("--jobs", type=int, default=1, help="runs under valgrind at once (1)")
+    ap.add_argument(
+        "--by-function",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also the N C functions that differ most between the contenders, per operation",
+    )
     ap.add_argument(
         "--child", nargs=3, metavar=("WORKLOAD", "LABEL", "OPS"), help=argparse.SUPPRESS
     )
@@ -167,9 +237,15 @@ def main(argv: list[str] | None = None) -> int:
         if picked(c.label, args.only)
     ]
     runs = [(key, label, n) for key, label in jobs for n in (args.ops, 3 * args.ops)]
-    def attempt(run: tuple[str, str, int]) -> int | str:
+    if args.by_function < 0:
+        ap.error(f"--by-function must be 0 or more, got {args.by_function}")
+    if args.by_function and shutil.which("callgrind_annotate") is None:
+        print("callgrind_annotate is not installed (valgrind's)", file=sys.stderr)
+        return 1
+
+    def attempt(run: tuple[str, str, int]) -> tuple[int, dict[str, int]] | str:
         try:
-            return measure(run[0], run[1], run[2], args.dsn, args.redis_url)
+            return measure(run[0], run[1], run[2], args.dsn, args.redis_url, args.by_function > 0)
         except RuntimeError as exc:  # (reported in its row; the others are measured)
             return str(exc).strip().splitlines()[-1]
 
@@ -179,6 +255,8 @@ def main(argv: list[str] | None = None) -> int:
     for key, w in workloads.items():
         print(f"{key}: {w.title}   (instructions per operation, client process, callgrind)")
         workers = _workers(w.title)
+        operations = 2 * args.ops * workers  # (what the second run did more)
+        columns: list[tuple[str, dict[str, float]]] = []
         for c in w.contenders:
             if (key, c.label, args.ops) not in counts:
                 continue
@@ -188,9 +266,26 @@ def main(argv: list[str] | None = None) -> int:
                 failed = True
                 print(f"  {'failed':>12}  {c.label}: {low if isinstance(low, str) else high}")
                 continue
-            per_op = (high - low) / (2 * args.ops * workers)
-            print(f"  {per_op:12,.0f}  {c.label}")
+            print(f"  {(high[0] - low[0]) / operations:12,.0f}  {c.label}")
+            columns.append((c.label, per_op(low[1], high[1], operations)))
+        if args.by_function and columns:
+            _print_functions(columns, args.by_function)
     return 1 if failed else 0
+
+
+def _print_functions(columns: list[tuple[str, dict[str, float]]], top: int) -> None:
+    """The table of ``--by-function``: a column per contender (lettered), a row per function."""
+    letters = [chr(ord("A") + i) for i in range(len(columns))]
+    for letter, (label, _) in zip(letters, columns, strict=True):
+        print(f"  {letter}: {label}")
+    print(
+        "  C functions, own instructions per operation"
+        + (", where the contenders differ most:" if len(columns) > 1 else ", the largest:")
+    )
+    print("  " + "".join(f"{letter:>10}" for letter in letters) + "  function")
+    for name in differing([figures for _, figures in columns], top):
+        row = "".join(f"{figures.get(name, 0.0):10,.0f}" for _, figures in columns)
+        print(f"  {row}  {name}")
 
 
 def _workers(title: str) -> int:

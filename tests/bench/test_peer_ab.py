@@ -142,3 +142,18 @@ def test_a_short_pinned_run_drives_both_pools_in_turns_over_three_process_pairs(
             rf"\d+\.\d{{3}} sleeps/op\) .* errors 0",
             out,
         ), (side, out)
+
+
+def test_only_takes_alternatives_separated_by_a_bar() -> None:
+    """``--only "A|B"`` picks the contenders whose label holds either text (the tools that
+    compare two contenders that share no text, e.g. a drop-in and SQLAlchemy's fair queue)."""
+    from peerbench.cli import picked
+
+    dropin = "poolkit.backends.sqlalchemy.AsyncAdaptedQueuePool (as shipped)"
+    fair = "SQLAlchemy AsyncAdaptedQueuePool (fair queue)"
+    shipped = "SQLAlchemy AsyncAdaptedQueuePool (as shipped)"
+    only = "(fair queue)|poolkit.backends.sqlalchemy"
+    assert [picked(label, only) for label in (dropin, fair, shipped)] == [True, True, False]
+    assert picked(shipped, "QUEUEPOOL (as")  # (one text, case aside: as before)
+    assert not picked(shipped, "nothing|")  # (an empty alternative picks nothing)
+    assert picked(shipped, None) and picked(shipped, "")

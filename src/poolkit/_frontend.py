@@ -562,8 +562,12 @@ _INF: Final = float("inf")
 
 def check_timeout(timeout: Any, what: str = "checkout(timeout=...)") -> float:
     """Validate a per-call timeout: seconds (float or timedelta) >= 0."""
-    if timeout.__class__ is float and 0.0 <= timeout < _INF:  # (the usual case, at once)
-        return timeout
+    kind = timeout.__class__  # (the usual cases, at once)
+    if kind is float:
+        if 0.0 <= timeout < _INF:
+            return timeout
+    elif kind is int and timeout >= 0:  # (SQLAlchemy's QueuePool waits the int 30; not a bool)
+        return float(timeout)
     if isinstance(timeout, timedelta):
         timeout = timeout.total_seconds()
     if (

@@ -53,7 +53,8 @@ def test_default_means_the_pools_option() -> None:
 @pytest.mark.parametrize("good", [0, 0.5, 3, timedelta(seconds=2)])
 def test_check_timeout_takes_seconds(good: float | timedelta) -> None:
     expected = good.total_seconds() if isinstance(good, timedelta) else float(good)
-    assert driver.check_timeout(good) == expected
+    taken = driver.check_timeout(good)
+    assert taken == expected and type(taken) is float  # (an int too: the deadline is a float)
 
 
 @pytest.mark.parametrize("bad", [-1, float("nan"), float("inf"), True, "1", None])

@@ -52,6 +52,24 @@ def test_each_pool_runs_in_turns_and_is_reported(tasks: str, hold: str) -> None:
             assert line[3] == line[4] == line[5] == "1.000", out
 
 
+THREAD_LABELS = ("SQLAlchemy QueuePool (as shipped)", "poolkit.backends.sqlalchemy.QueuePool")
+
+
+def test_on_threads_queuepool_and_its_drop_in_run_in_turns_and_are_reported() -> None:
+    out = run("--threads", "--tasks", "4", "--size", "2", "--hold", "1")
+    head = "4 threads on 2 null connections, held 1 sleep(0) calls; 2 rounds of 0.05 s"
+    assert head in out, out
+    for label in THREAD_LABELS:
+        line = re.search(
+            rf"{re.escape(label)} +([\d,]+) ops/s +(\d+\.\d\d) µs/op  CPU / as shipped "
+            r"(\d\.\d{3}) \((\d\.\d{3})-(\d\.\d{3})\)",
+            out,
+        )
+        assert line, (label, out)
+        assert int(line[1].replace(",", "")) > 0 and float(line[2]) > 0, out
+    assert "AsyncAdaptedQueuePool" not in out, out  # (the async pools are not run)
+
+
 def test_a_hold_that_never_yields_is_refused() -> None:
     ran = subprocess.run(
         [sys.executable, str(SCRIPT), "--hold", "0"], capture_output=True, text=True, timeout=60

@@ -562,12 +562,11 @@ _INF: Final = float("inf")
 
 def check_timeout(timeout: Any, what: str = "checkout(timeout=...)") -> float:
     """Validate a per-call timeout: seconds (float or timedelta) >= 0."""
-    kind = timeout.__class__  # (the usual cases, at once)
-    if kind is float:
+    if timeout.__class__ is float:  # (the usual cases, at once)
         if 0.0 <= timeout < _INF:
             return timeout
-    elif kind is int and timeout >= 0:  # (SQLAlchemy's QueuePool waits the int 30; not a bool)
-        return float(timeout)
+    elif timeout.__class__ is int and timeout >= 0:  # (SQLAlchemy's QueuePool waits the int 30;
+        return float(timeout)  # not a bool)
     if isinstance(timeout, timedelta):
         timeout = timeout.total_seconds()
     if (

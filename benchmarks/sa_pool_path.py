@@ -33,6 +33,7 @@ import statistics
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -132,25 +133,27 @@ def drive_threads(pool_class: Any, threads: int, size: int, hold: int, seconds: 
     return ops / elapsed, spent / ops
 
 
+def turns(labels: list[str], rounds: int) -> Iterator[str]:
+    """Each label once a round, the order reversed every other round."""
+    for r in range(rounds):
+        yield from labels if r % 2 == 0 else labels[::-1]
+
+
 async def rounds(args: argparse.Namespace) -> dict[str, list[tuple[float, float]]]:
     results: dict[str, list[tuple[float, float]]] = {label: [] for label in POOLS}
-    order = list(POOLS)
-    for r in range(args.rounds):
-        for label in order if r % 2 == 0 else order[::-1]:
-            results[label].append(
-                await drive(POOLS[label], args.tasks, args.size, args.hold, args.seconds)
-            )
+    for label in turns(list(POOLS), args.rounds):
+        results[label].append(
+            await drive(POOLS[label], args.tasks, args.size, args.hold, args.seconds)
+        )
     return results
 
 
 def thread_rounds(args: argparse.Namespace) -> dict[str, list[tuple[float, float]]]:
     results: dict[str, list[tuple[float, float]]] = {label: [] for label in THREAD_POOLS}
-    order = list(THREAD_POOLS)
-    for r in range(args.rounds):
-        for label in order if r % 2 == 0 else order[::-1]:
-            results[label].append(
-                drive_threads(THREAD_POOLS[label], args.tasks, args.size, args.hold, args.seconds)
-            )
+    for label in turns(list(THREAD_POOLS), args.rounds):
+        results[label].append(
+            drive_threads(THREAD_POOLS[label], args.tasks, args.size, args.hold, args.seconds)
+        )
     return results
 
 

@@ -35,12 +35,10 @@ def run(*args: str) -> str:
     return out
 
 
-@pytest.mark.parametrize(("tasks", "hold"), [("6", "2"), ("2", "1")])
-def test_each_pool_runs_in_turns_and_is_reported(tasks: str, hold: str) -> None:
-    out = run("--tasks", tasks, "--size", "2", "--hold", hold)
-    head = f"{tasks} tasks on 2 null connections, held {hold} loop turns; 2 rounds of 0.05 s"
-    assert head in out, out
-    for label in LABELS:
+def assert_reported(out: str, labels: tuple[str, ...]) -> None:
+    """Each of ``labels`` has its line, with operations and CPU; the first (the reference) has
+    a ratio of 1.000 to itself."""
+    for label in labels:
         line = re.search(
             rf"{re.escape(label)} +([\d,]+) ops/s +(\d+\.\d\d) µs/op  CPU / as shipped "
             r"(\d\.\d{3}) \((\d\.\d{3})-(\d\.\d{3})\)",
@@ -48,8 +46,16 @@ def test_each_pool_runs_in_turns_and_is_reported(tasks: str, hold: str) -> None:
         )
         assert line, (label, out)
         assert int(line[1].replace(",", "")) > 0 and float(line[2]) > 0, out
-        if label == LABELS[0]:  # (the reference, against itself)
+        if label == labels[0]:  # (the reference, against itself)
             assert line[3] == line[4] == line[5] == "1.000", out
+
+
+@pytest.mark.parametrize(("tasks", "hold"), [("6", "2"), ("2", "1")])
+def test_each_pool_runs_in_turns_and_is_reported(tasks: str, hold: str) -> None:
+    out = run("--tasks", tasks, "--size", "2", "--hold", hold)
+    head = f"{tasks} tasks on 2 null connections, held {hold} loop turns; 2 rounds of 0.05 s"
+    assert head in out, out
+    assert_reported(out, LABELS)
 
 
 THREAD_LABELS = ("SQLAlchemy QueuePool (as shipped)", "poolkit.backends.sqlalchemy.QueuePool")
@@ -59,14 +65,7 @@ def test_on_threads_queuepool_and_its_drop_in_run_in_turns_and_are_reported() ->
     out = run("--threads", "--tasks", "4", "--size", "2", "--hold", "1")
     head = "4 threads on 2 null connections, held 1 sleep(0) calls; 2 rounds of 0.05 s"
     assert head in out, out
-    for label in THREAD_LABELS:
-        line = re.search(
-            rf"{re.escape(label)} +([\d,]+) ops/s +(\d+\.\d\d) µs/op  CPU / as shipped "
-            r"(\d\.\d{3}) \((\d\.\d{3})-(\d\.\d{3})\)",
-            out,
-        )
-        assert line, (label, out)
-        assert int(line[1].replace(",", "")) > 0 and float(line[2]) > 0, out
+    assert_reported(out, THREAD_LABELS)
     assert "AsyncAdaptedQueuePool" not in out, out  # (the async pools are not run)
 
 
